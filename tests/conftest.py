@@ -61,12 +61,13 @@ def make_tiny_bert(path, num_layers: int = 2, seed: int = 0):
 def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
     """Save a tiny random ``RobertaModel`` with a byte-level BPE tokenizer (no merges) in ``path``."""
     from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
     path = str(path)
     os.makedirs(path, exist_ok=True)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    byte_chars = list(bytes_to_unicode().values())
+    # GPT-2's byte-to-printable-character table: every byte has a token, so any text encodes.
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    byte_chars = [chr(b) for b in printable] + [chr(256 + i) for i in range(256 - len(printable))]
     vocab = {t: i for i, t in enumerate(specials + byte_chars)}
     with open(os.path.join(path, "vocab.json"), "w") as f:
         json.dump(vocab, f)
@@ -89,6 +90,12 @@ def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
     )
     RobertaModel(config).save_pretrained(path)
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Fine-tuned teachers are cached; tests must never read or fill the user's cache."""
+    os.environ["DISTILLERY_CACHE"] = str(tmp_path_factory.mktemp("distillery-cache"))
 
 
 @pytest.fixture(scope="session")

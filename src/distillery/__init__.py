@@ -1,3 +1,46 @@
-"""distillery: turn a pretrained BERT-family encoder into a smaller, faster student, measured."""
+"""distillery: turn a pretrained BERT-family encoder into a smaller, faster student, measured.
+
+Public API::
+
+    import distillery
+    run = distillery.compress(method="distill", task="sst2", data_dir="../shared/data")
+    student = distillery.load_student(run)
+    distillery.evaluate(student_folder, task="sst2", data_dir=...)
+    distillery.benchmark({"teacher": teacher, "student": student})
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+__all__ = ["compress", "load_student", "evaluate", "benchmark", "DistilleryError"]
+
+from distillery.errors import DistilleryError
+
+
+def compress(*args, **kwargs):
+    """Teacher → student → evaluation → benchmark → report; returns the run folder. See pipeline.compress."""
+    from distillery.pipeline import compress as _compress
+
+    return _compress(*args, **kwargs)
+
+
+def load_student(path):
+    """Load a saved student (or a run folder's student) with its head. See modeling.load_model."""
+    from distillery.modeling import load_model
+
+    return load_model(path)
+
+
+def evaluate(model, task, **kwargs):
+    """Score a model (object or folder) on a task's dev split. See evaluate.evaluate."""
+    from distillery.evaluate import evaluate as _evaluate
+
+    return _evaluate(model, task, **kwargs)
+
+
+def benchmark(models, **kwargs):
+    """Latency and throughput of several models in one process. See bench.benchmark."""
+    from distillery.bench import benchmark as _benchmark
+
+    return _benchmark(models, **kwargs)

@@ -1,0 +1,37 @@
+# The README's commands. Everything runs inside .venv, created here with pip.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DATA   ?= ../shared/data
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-slow bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned, so nothing later can pull a CUDA build
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+## make demo: compress the built-in teacher on SST-2 with every default (quick budget)
+demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/distillery compress --data-dir $(DATA)
+
+## make test: the default suite (offline, tiny models; slow integration tests excluded)
+test: install
+	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS); \
+	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+## make test-slow: integration tests on the real data and the built-in teacher
+test-slow: install
+	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+## make bench: teacher vs baseline student on five GLUE tasks → benchmarks/results + README table
+bench: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/foundation.py --data-dir $(DATA)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

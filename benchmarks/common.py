@@ -1,0 +1,82 @@
+"""Shared by the benchmark scripts: run folder → result record, results JSON, README table."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+
+
+def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
+    """One results record: bench.json's contract plus method, budget, task metrics and train time."""
+    run_dir = Path(run_dir)
+    bench = json.loads((run_dir / "bench.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    train = json.loads((run_dir / "train.json").read_text())
+    return {
+        "method": method,
+        "budget": budget,
+        "task": metrics["task"],
+        "main_metric": metrics["main_metric"],
+        "metrics": {"teacher": metrics["teacher"], "student": metrics["student"]},
+        "retention": metrics["retention"],
+        "train_seconds": train.get("student_seconds"),
+        "teacher_train_seconds": train.get("teacher_seconds"),
+        "train_examples": train.get("train_examples"),
+        "run": str(run_dir),
+        **bench,
+    }
+
+
+def save_results(name: str, records: list[dict]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(records, indent=2))
+    return path
+
+
+def load_all_results() -> list[dict]:
+    records = []
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        records.extend(data if isinstance(data, list) else [data])
+    return records
+
+
+def results_table(records: list[dict]) -> str:
+    """Markdown: one row per (method, task, budget) record, teacher and student side by side."""
+    lines = [
+        "| method | task | budget | metric | teacher | student | retention | params T → S | latency 1×128 T / S (ms) | latency speed-up | throughput speed-up | student train time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(records, key=lambda r: (r["method"], r["task"], r["budget"])):
+        m = r["main_metric"]
+        t, s = r["models"]["teacher"], r["models"]["student"]
+        lines.append(
+            f"| {r['method']} | {r['task']} | {r['budget']} | {m} | {r['metrics']['teacher'][m]:.4f} | "
+            f"{r['metrics']['student'][m]:.4f} | {100 * r['retention']:.1f} % | "
+            f"{t['params'] / 1e6:.1f}M → {s['params'] / 1e6:.1f}M | "
+            f"{t['latency_ms']['median']:.1f} / {s['latency_ms']['median']:.1f} | "
+            f"{r['speedup']['latency']:.2f}× | {r['speedup']['throughput']:.2f}× | "
+            f"{(r.get('train_seconds') or 0) / 60:.1f} min |"
+        )
+    hw = records[0]["hardware"] if records else {}
+    if hw:
+        lines.append("")
+        lines.append(f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
+                     f"torch {hw.get('torch')}, GPU: {hw.get('gpu') or 'none'}.")
+    return "\n".join(lines)
+
+
+def update_readme(records: list[dict]) -> None:
+    """Replace the block between the README's results markers with a fresh table."""
+    text = README.read_text()
+    block = f"<!-- results:start -->\n{results_table(records)}\n<!-- results:end -->"
+    new, n = re.subn(r"<!-- results:start -->.*?<!-- results:end -->", block, text, flags=re.S)
+    if n != 1:
+        raise SystemExit("README.md has no <!-- results:start --> ... <!-- results:end --> block.")
+    README.write_text(new)

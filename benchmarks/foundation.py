@@ -1,0 +1,46 @@
+"""Teacher vs the layer-drop baseline student on GLUE tasks, measured in one process per task.
+
+    python benchmarks/foundation.py --data-dir ../shared/data [--tasks sst2 mrpc stsb cola rte] [--budget quick]
+
+Each task runs ``distillery compress --method distill`` into runs/bench-<task>-distill-<budget>/,
+then its record goes to benchmarks/results/distill-<budget>.json and the README's results table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from common import load_all_results, record_from_run, save_results, update_readme
+
+from distillery.pipeline import build_run_config, compress
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "stsb", "cola", "rte"])
+    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    name = f"distill-{args.budget}"
+    previous = [r for r in load_all_results() if r["method"] == "distill" and r["budget"] == args.budget]
+    records = {r["task"]: r for r in previous}
+    for task in args.tasks:
+        out = Path(args.runs_dir) / f"bench-{task}-distill-{args.budget}"
+        if not (args.reuse and (out / "report.md").is_file()):
+            config = build_run_config(method="distill", task=task, budget=args.budget,
+                                      data_dir=args.data_dir, out=str(out))
+            compress(config, overwrite=True)
+        records[task] = record_from_run(out, "distill", args.budget)
+        save_results(name, list(records.values()))
+        update_readme(load_all_results())
+        print(f"{task}: recorded in benchmarks/results/{name}.json")
+
+
+if __name__ == "__main__":
+    main()

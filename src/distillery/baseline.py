@@ -1,0 +1,171 @@
+"""Method ``distill``: the comparison row every report carries.
+
+A shallower copy of the teacher, initialised from a subset of its layers (DistilBERT: every other
+layer), trained with (1 − α)·CE(y) + α·KD(teacher, T), optionally plus β·MSE between the hidden
+states of each student layer and the teacher layer it was copied from (Patient KD).
+
+Options (``RunConfig.method_options``): ``student_layers`` (a count K or an explicit list of teacher
+layer indices; default every other layer), ``alpha`` (0.5), ``temperature`` (2.0), ``hidden_weight``
+β (0.0 = logits only).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
+from distillery.distill.trainer import Trainer
+from distillery.errors import DistilleryError
+from distillery.evaluate import predict, score
+from distillery.recipe import MethodContext
+
+logger = logging.getLogger("distillery")
+
+DEFAULTS = {"student_layers": None, "alpha": 0.5, "temperature": 2.0, "hidden_weight": 0.0}
+TARGET_KEYS = ("labels", "start_positions", "end_positions", "teacher_logits")
+
+
+def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
+    """Teacher layer indices the student keeps: explicit, K spread evenly from the bottom, or every other."""
+    if student_layers is None:
+        return list(range(0, num_teacher_layers, 2))
+    if isinstance(student_layers, (list, tuple)):
+        layers = [int(i) for i in student_layers]
+        bad = [i for i in layers if not 0 <= i < num_teacher_layers]
+        if bad or not layers or layers != sorted(set(layers)):
+            raise DistilleryError(
+                f"student layers {layers} must be distinct increasing indices of the teacher's "
+                f"{num_teacher_layers} layers (0 to {num_teacher_layers - 1})."
+            )
+        return layers
+    k = int(student_layers)
+    if not 1 <= k <= num_teacher_layers:
+        raise DistilleryError(
+            f"--student-layers {k} is not possible: the teacher has {num_teacher_layers} layers "
+            f"(choose 1 to {num_teacher_layers})."
+        )
+    return [i * num_teacher_layers // k for i in range(k)]
+
+
+def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """The ModuleList of transformer layers (``bert.encoder.layer``, ``roberta.encoder.layer``, ...)."""
+    n = model.config.num_hidden_layers
+    candidates = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n]
+    if len(candidates) != 1:
+        raise DistilleryError(
+            f"Cannot find the transformer layers of {type(model).__name__}: expected one list of "
+            f"{n} layers, found {len(candidates)}."
+        )
+    return candidates[0]
+
+
+def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedModel:
+    """A new model of the teacher's class with ``len(layers)`` layers, each a copy of a teacher layer.
+
+    Embeddings, pooler and task head are copied too, so the student starts where the teacher is.
+    """
+    prefix, _ = find_encoder_layers(teacher)
+    config = teacher.config.__class__.from_dict(teacher.config.to_dict())
+    config.num_hidden_layers = len(layers)
+    student = type(teacher)(config)
+    new_index = {old: new for new, old in enumerate(layers)}
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith(prefix + "."):
+            old, rest = key[len(prefix) + 1 :].split(".", 1)
+            if int(old) not in new_index:
+                continue
+            key = f"{prefix}.{new_index[int(old)]}.{rest}"
+        state[key] = value.detach().clone()
+    student.load_state_dict(state, strict=True)
+    return student
+
+
+def with_teacher_logits(task_data, teacher: PreTrainedModel, batch_size: int):
+    """Train features plus a ``teacher_logits`` column, computed once (the teacher is frozen and
+    the logits do not depend on the student, so recomputing them every epoch is waste)."""
+    logits = predict(teacher, task_data, batch_size=batch_size, split="train")
+    logits = np.asarray(logits, dtype=np.float32).reshape(len(task_data.train), -1)
+    return task_data.train.add_column("teacher_logits", logits.tolist())
+
+
+def collate_with_teacher(base_collate):
+    def collate(features):
+        extra = [f.pop("teacher_logits") for f in features]
+        batch = base_collate(features)
+        batch["teacher_logits"] = torch.tensor(extra, dtype=torch.float32)
+        return batch
+
+    return collate
+
+
+def distillation_loss(kind: str, teacher: PreTrainedModel, alpha: float, temperature: float,
+                      hidden_weight: float = 0.0, layer_map: list[int] | None = None):
+    """loss_fn for the trainer: (1 − α)·task loss + α·prediction KD (+ β·hidden MSE)."""
+
+    def loss_fn(model, batch):
+        inputs = {k: v for k, v in batch.items() if k not in TARGET_KEYS}
+        out = model(**inputs, output_hidden_states=hidden_weight > 0)
+        if "teacher_logits" in batch:
+            logits = batch["teacher_logits"]
+            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+        else:
+            with torch.no_grad():
+                t_out = teacher(**inputs, output_hidden_states=hidden_weight > 0)
+        ce = task_loss(kind, out, batch)
+        kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+        loss = (1 - alpha) * ce + alpha * kd
+        logs = {"ce": float(ce), "kd": float(kd)}
+        if hidden_weight > 0:
+            # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
+            pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
+            mask = inputs.get("attention_mask")
+            hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
+            loss = loss + hidden_weight * hid
+            logs["hidden"] = float(hid)
+        return loss, logs
+
+    return loss_fn
+
+
+def run(ctx: MethodContext) -> PreTrainedModel:
+    opts = {**DEFAULTS, **ctx.options}
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise DistilleryError(f"Unknown option(s) for method distill: {', '.join(sorted(unknown))}.")
+    teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+    layers = select_layers(teacher.config.num_hidden_layers, opts["student_layers"])
+    student = build_student(teacher, layers)
+    ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
+                     f"loss (1-{opts['alpha']})·CE + {opts['alpha']}·KD(T={opts['temperature']})"
+                     + (f" + {opts['hidden_weight']}·hidden MSE" if opts["hidden_weight"] else "") + ".")
+    logger.info("Student keeps teacher layers %s.", layers)
+
+    train_cfg = ctx.config.student
+    collate = task_data.collate
+    train = task_data.train
+    teacher.eval()
+    if kind != "qa" and not opts["hidden_weight"]:
+        logger.info("Computing the teacher's logits on %d training examples once.", len(train))
+        train = with_teacher_logits(task_data, teacher, train_cfg.eval_batch_size)
+        collate = collate_with_teacher(task_data.collate)
+    trainer = Trainer(
+        student,
+        train_cfg,
+        train,
+        collate,
+        distillation_loss(kind, teacher, opts["alpha"], opts["temperature"], opts["hidden_weight"], layers),
+        out_dir=ctx.out_dir,
+        eval_fn=lambda m: score(m, task_data, batch_size=train_cfg.eval_batch_size),
+        main_metric=task_data.task.main_metric,
+        resume=ctx.resume,
+        desc="student",
+    )
+    teacher.to(trainer.device)
+    return trainer.train().model

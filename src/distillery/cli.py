@@ -1,0 +1,214 @@
+"""`distillery <command>`: parse options, build a config, call the stage. Nothing else lives here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+
+from distillery.errors import DistilleryError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Distil a BERT-family teacher into a smaller, faster student, and measure both.")
+
+DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DATA, else the Hub)."
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", force=True)
+    logging.getLogger("distillery").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # transformers' and datasets' own chatter (load reports, per-map progress bars) hides ours.
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    for noisy in ("httpx", "urllib3", "filelock", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _parse_options(pairs: list[str]) -> dict:
+    """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans)."""
+    import yaml
+
+    out = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise DistilleryError(f"--option expects key=value, got {pair!r}.")
+        key, value = pair.split("=", 1)
+        out[key.strip().replace("-", "_")] = yaml.safe_load(value)
+    return out
+
+
+@app.command()
+def compress(
+    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline)."),
+    task: str = typer.Option("sst2", help="cola sst2 mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
+    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-<method>-<time>)."),
+    budget: str = typer.Option("quick", help="quick (minutes on a CPU) or full (paper-like)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    student_layers: Optional[int] = typer.Option(None, help="distill: number of teacher layers the student keeps."),
+    alpha: Optional[float] = typer.Option(None, help="distill: weight of the KD loss (1-alpha on the labels)."),
+    temperature: Optional[float] = typer.Option(None, help="distill: softmax temperature of the KD loss."),
+    hidden_weight: Optional[float] = typer.Option(None, help="distill: weight of hidden-state MSE (PKD); 0 = off."),
+    option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
+    epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
+    lr: Optional[float] = typer.Option(None, help="Student learning rate."),
+    batch_size: Optional[int] = typer.Option(None, help="Student batch size."),
+    teacher_epochs: Optional[float] = typer.Option(None, help="Teacher fine-tuning epochs."),
+    max_length: Optional[int] = typer.Option(None, help="Maximum tokens per example."),
+    train_limit: Optional[int] = typer.Option(None, help="Use at most this many training examples."),
+    dev_limit: Optional[int] = typer.Option(None, help="Score on the first N dev examples only (smoke runs)."),
+    squad_holdout: Optional[float] = typer.Option(None, help="SQuAD without a train file: hold out this fraction of dev articles for evaluation, train on the rest."),
+    train_file: Optional[str] = typer.Option(None, help="custom: training CSV/TSV/JSONL."),
+    dev_file: Optional[str] = typer.Option(None, help="custom: dev CSV/TSV/JSONL."),
+    text_column: Optional[str] = typer.Option(None, help="custom: column of the text."),
+    text_pair_column: Optional[str] = typer.Option(None, help="custom: column of the second text of a pair."),
+    label_column: Optional[str] = typer.Option(None, help="custom: column of the label."),
+    regression: bool = typer.Option(False, help="custom: the label is a number to regress."),
+    seed: Optional[int] = typer.Option(None, help="Random seed."),
+    latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
+    _setup_logging(verbose)
+    from distillery.pipeline import build_run_config, compress as run_compress
+
+    method_options = _parse_options(option)
+    for key, value in (("student_layers", student_layers), ("alpha", alpha), ("temperature", temperature),
+                       ("hidden_weight", hidden_weight)):
+        if value is not None:
+            method_options[key] = value
+    overrides = {
+        "teacher.finetuned": teacher_finetuned or None,
+        "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
+        "student.seed": seed, "teacher.train.seed": seed, "data.seed": seed,
+        "teacher.train.epochs": teacher_epochs,
+        "data.max_length": max_length, "data.train_limit": train_limit, "data.dev_limit": dev_limit,
+        "data.squad_holdout": squad_holdout, "data.train_file": train_file, "data.dev_file": dev_file,
+        "data.text_column": text_column, "data.text_pair_column": text_pair_column,
+        "data.label_column": label_column, "data.regression": regression or None,
+        "bench.latency_runs": latency_runs,
+    }
+    overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
+    config = build_run_config(method=method, task=task, budget=budget, teacher=teacher, data_dir=data_dir,
+                              out=out, overrides=overrides)
+    folder = run_compress(config, overwrite=overwrite, resume=resume)
+    typer.echo((folder / "report.md").read_text())
+    typer.echo(f"Run folder: {folder}")
+
+
+@app.command("teacher")
+def teacher_cmd(
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    budget: str = typer.Option("quick"),
+    out: Optional[str] = typer.Option(None, help="Also save the fine-tuned teacher here."),
+    epochs: Optional[float] = typer.Option(None),
+    lr: Optional[float] = typer.Option(None),
+    max_length: Optional[int] = typer.Option(None),
+    train_limit: Optional[int] = typer.Option(None),
+    squad_holdout: Optional[float] = typer.Option(None),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
+    _setup_logging(verbose)
+    from distillery.data.tasks import get_task
+    from distillery.pipeline import build_run_config, save_model
+    from distillery.teacher import get_finetuned_teacher
+
+    config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
+        "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
+        "data.train_limit": train_limit, "data.squad_holdout": squad_holdout})
+    model, tokenizer, info = get_finetuned_teacher(config.teacher, get_task(task), config.data)
+    if out:
+        save_model(model, tokenizer, Path(out))
+        info["saved_to"] = out
+    typer.echo(json.dumps(info, indent=2))
+
+
+@app.command("eval")
+def eval_cmd(
+    model: str = typer.Argument(..., help="A saved model folder or a run folder."),
+    task: str = typer.Option("sst2"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    split: str = typer.Option("dev"),
+    max_length: int = typer.Option(128),
+    squad_holdout: Optional[float] = typer.Option(None),
+    out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too."),
+):
+    """Score a saved model on a task's dev split; prints metrics JSON."""
+    _setup_logging()
+    from distillery.evaluate import evaluate
+
+    metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
+    text = json.dumps(metrics, indent=2)
+    if out:
+        Path(out).write_text(text)
+    typer.echo(text)
+
+
+@app.command()
+def bench(
+    models: list[str] = typer.Argument(..., help="Model folders (run folders use their student/); the first is the reference."),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's)."),
+    latency_runs: int = typer.Option(30),
+    throughput_runs: int = typer.Option(3),
+    out: Optional[str] = typer.Option(None, help="Write bench JSON here too."),
+):
+    """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
+    _setup_logging()
+    from distillery.bench import benchmark, format_bench_table
+    from distillery.modeling import load_model
+
+    loaded = {}
+    for i, path in enumerate(models):
+        name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
+        loaded[name] = load_model(path)
+    result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
+    text = json.dumps(result, indent=2)
+    if out:
+        Path(out).write_text(text)
+    typer.echo(format_bench_table(result))
+    typer.echo(text)
+
+
+@app.command()
+def report(run: str = typer.Argument(..., help="A run folder.")):
+    """(Re)write a run folder's report.md and plot.png from its JSON files."""
+    _setup_logging()
+    from distillery.report import write_report
+
+    typer.echo(write_report(Path(run)).read_text())
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except DistilleryError as e:
+        typer.echo(f"distillery: error: {e}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo("distillery: interrupted. Rerun with --resume to continue from the last checkpoint.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("distillery: interrupted. Rerun with --resume to continue from the last checkpoint.", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

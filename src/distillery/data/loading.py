@@ -1,0 +1,491 @@
+"""Raw examples for a task: local GLUE TSV / SQuAD JSON, your own CSV/TSV/JSONL, or the Hub.
+
+Every loader returns a ``datasets.Dataset`` with one fixed schema per kind of task:
+
+- classification / regression: ``text``, ``text_pair`` (pair tasks only), ``label`` (class id as
+  int64, or float32 for regression);
+- QA: ``id``, ``title``, ``context``, ``question``, ``answers`` = {"text": [...], "answer_start": [...]}
+  (empty lists for an unanswerable SQuAD v2 question).
+
+Where data comes from: the local folder ``DataConfig.resolved_data_dir`` when there is one, in the
+standard layout (``glue/<TASK>/train.tsv``, ``squad/dev-v1.1.json``, ...; the task folder directly
+under the data folder, as ``download_glue_data.py`` makes it, works too), else the Hugging Face Hub.
+A local folder that lacks a file is an error, never a silent fall back to the Hub.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import datasets
+import numpy as np
+
+from distillery.config import DataConfig
+from distillery.data.tasks import TaskSpec
+from distillery.errors import DistilleryError
+
+logger = logging.getLogger("distillery")
+
+SQUAD_FILES = {1: ("train-v1.1.json", "dev-v1.1.json"), 2: ("train-v2.0.json", "dev-v2.0.json")}
+CUSTOM_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json")
+
+
+def _features(task: TaskSpec) -> datasets.Features:
+    if task.kind == "qa":
+        return datasets.Features(
+            {
+                "id": datasets.Value("string"),
+                "title": datasets.Value("string"),
+                "context": datasets.Value("string"),
+                "question": datasets.Value("string"),
+                "answers": {
+                    "text": datasets.List(datasets.Value("string")),
+                    "answer_start": datasets.List(datasets.Value("int32")),
+                },
+            }
+        )
+    cols = {"text": datasets.Value("string")}
+    if task.is_pair:
+        cols["text_pair"] = datasets.Value("string")
+    cols["label"] = datasets.Value("float32" if task.kind == "regression" else "int64")
+    return datasets.Features(cols)
+
+
+def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    """The raw examples of ``split`` ("train", "dev", or a name in ``task.dev_splits``).
+
+    "dev" is the task's first dev split (MNLI: dev_matched). ``data_config.train_limit`` keeps a
+    seeded random subset of the train split (original order kept); ``dev_limit`` keeps the first N
+    dev examples. For SQuAD with ``squad_holdout`` set, both splits come from the dev file, split by
+    article (see ``squad_holdout_split``).
+    """
+    split = _canonical_split(task, split)
+    if task.kind == "qa":
+        ds = _load_squad(task, split, data_config)
+    elif task.name == "custom":
+        ds = _load_custom(task, split)
+    else:
+        ds = _load_glue(task, split, data_config)
+    if split == "train" and data_config.train_limit is not None and data_config.train_limit < len(ds):
+        rng = np.random.default_rng(data_config.seed)
+        keep = np.sort(rng.choice(len(ds), size=data_config.train_limit, replace=False))
+        ds = ds.select(keep.tolist())
+    if split != "train" and data_config.dev_limit is not None and data_config.dev_limit < len(ds):
+        ds = ds.select(range(data_config.dev_limit))
+    return ds
+
+
+def _canonical_split(task: TaskSpec, split: str) -> str:
+    if split == "train":
+        return split
+    if split in ("dev", "validation"):
+        return task.dev_splits[0]
+    if split in task.dev_splits:
+        return split
+    raise DistilleryError(
+        f"Task {task.name} has no split {split!r}; use train, dev or one of {', '.join(task.dev_splits)}."
+    )
+
+
+def _data_dir(data_config: DataConfig) -> Path | None:
+    data_dir = data_config.resolved_data_dir
+    if data_dir is not None and not data_dir.is_dir():
+        raise DistilleryError(f"Data folder {data_dir} does not exist.")
+    return data_dir
+
+
+# --- GLUE ----------------------------------------------------------------------------------------
+
+
+def _load_glue(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    data_dir = _data_dir(data_config)
+    if data_dir is None:
+        return _load_glue_hub(task, split)
+    folder = glue_folder(task, data_dir)
+    path = folder / f"{split}.tsv"
+    if not path.is_file():
+        present = sorted(p.name for p in folder.glob("*.tsv"))
+        has = f" (it holds {', '.join(present)})" if present else " (it holds no .tsv files)"
+        raise DistilleryError(f"GLUE {task.glue_dir} {split}.tsv not found in {folder}{has}.")
+    return read_glue_tsv(task, path)
+
+
+def glue_folder(task: TaskSpec, data_dir: Path) -> Path:
+    """The folder holding ``task``'s TSV files inside ``data_dir`` (several layouts accepted)."""
+    candidates = [data_dir / "glue" / task.glue_dir, data_dir / "glue_data" / task.glue_dir, data_dir / task.glue_dir]
+    if data_dir.name.lower() == task.glue_dir.lower():
+        candidates.insert(0, data_dir)
+    for folder in candidates:
+        if folder.is_dir():
+            return folder
+    looked = ", ".join(str(c) for c in candidates)
+    raise DistilleryError(f"No {task.glue_dir} folder for task {task.name} in {data_dir}; looked in {looked}.")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its end) for a UTF-8 text file; a BOM is dropped."""
+    try:
+        # newline="\n": a stray carriage return inside a field must not start a new row.
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            for number, line in enumerate(f, start=1):
+                yield number, line.rstrip("\n").rstrip("\r")
+    except UnicodeDecodeError as e:
+        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
+
+
+def _column_index(path: Path, header: list[str], name: str | int) -> int:
+    if isinstance(name, int):
+        return name
+    if name not in header:
+        raise DistilleryError(f"{path} has no column {name!r}; its columns are {', '.join(header)}.")
+    return header.index(name)
+
+
+def read_glue_tsv(task: TaskSpec, path: Path) -> datasets.Dataset:
+    """Read one GLUE TSV file: plain split on tabs (no quoting), header by name, labels checked."""
+    path = Path(path)
+    lines = _lines(path)
+    header = None
+    if task.has_header:
+        first = next(lines, None)
+        if first is None:
+            raise DistilleryError(f"{path} is empty.")
+        header = first[1].split("\t")
+        header = [h.strip() for h in header]
+        index = {
+            key: _column_index(path, header, field)
+            for key, field in (("text", task.text_field), ("text_pair", task.text_pair_field), ("label", task.label_field))
+            if field is not None
+        }
+    else:
+        index = {"text": task.text_field, "label": task.label_field}
+        if task.text_pair_field is not None:
+            index["text_pair"] = task.text_pair_field
+    needed = max(index.values()) + 1
+    label_ids = {label: i for i, label in enumerate(task.labels)} if task.labels else None
+    columns: dict[str, list] = {key: [] for key in index}
+    for number, line in lines:
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < needed:
+            raise DistilleryError(
+                f"{path}, line {number}: expected at least {needed} tab-separated fields, found {len(fields)}."
+            )
+        raw_label = fields[index["label"]].strip()
+        columns["label"].append(_parse_label(task, raw_label, label_ids, path, number))
+        columns["text"].append(fields[index["text"]].strip())
+        if "text_pair" in index:
+            columns["text_pair"].append(fields[index["text_pair"]].strip())
+    if not columns["label"]:
+        raise DistilleryError(f"{path} is empty." if header is None else f"{path} has a header but no examples.")
+    return datasets.Dataset.from_dict(columns, features=_features(task))
+
+
+def _parse_label(task: TaskSpec, raw: str, label_ids: dict | None, path, number: int):
+    if label_ids is None:
+        try:
+            return float(raw)
+        except ValueError:
+            raise DistilleryError(f"{path}, line {number}: score {raw!r} is not a number.") from None
+    if raw not in label_ids:
+        raise DistilleryError(
+            f"{path}, line {number}: label {raw!r} is not one of the labels of task {task.name} "
+            f"({', '.join(task.labels)})."
+        )
+    return label_ids[raw]
+
+
+def _load_glue_hub(task: TaskSpec, split: str) -> datasets.Dataset:
+    hub_split = task.hub_split(split)
+    try:
+        ds = datasets.load_dataset(task.hub_id, task.hub_name, split=hub_split)
+    except Exception as e:  # offline, no such dataset, ...: the user needs the same advice
+        raise DistilleryError(
+            f"Could not load {task.hub_id}/{task.hub_name} ({hub_split}) from the Hugging Face Hub ({type(e).__name__}: "
+            f"{e}); pass --data-dir with a local GLUE copy or set $DISTILLERY_DATA."
+        ) from None
+    if task.kind == "classification":
+        names = ds.features["label"].names
+        if all(label.isdigit() for label in task.labels):
+            mapping = list(range(len(names)))  # files write the Hub's class ids as digits
+        else:
+            mapping = [task.labels.index(name) for name in names]
+        labels = [mapping[y] for y in ds["label"]]
+    else:
+        labels = [float(y) for y in ds["label"]]
+    columns = {"text": ds[task.hub_text]}
+    if task.is_pair:
+        columns["text_pair"] = ds[task.hub_text_pair]
+    columns["label"] = labels
+    return datasets.Dataset.from_dict(columns, features=_features(task))
+
+
+# --- SQuAD ---------------------------------------------------------------------------------------
+
+
+def _load_squad(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    train_name, dev_name = SQUAD_FILES[task.squad_version]
+    holdout = data_config.squad_holdout
+    data_dir = _data_dir(data_config)
+    if data_dir is None:
+        hub_split = "validation" if holdout or split != "train" else "train"
+        examples = _load_squad_hub(task, hub_split)
+    else:
+        folder = squad_folder(task, data_dir)
+        path = folder / (dev_name if holdout or split != "train" else train_name)
+        if not path.is_file():
+            hint = "; use --squad-holdout FRACTION to train on part of the dev set" if path.name == train_name else ""
+            raise DistilleryError(f"SQuAD {path.name} not found in {folder}{hint}.")
+        examples = read_squad_json(path)
+    if holdout:
+        train, dev = squad_holdout_split(examples, holdout)
+        return train if split == "train" else dev
+    return examples
+
+
+def squad_folder(task: TaskSpec, data_dir: Path) -> Path:
+    """The folder with the SQuAD JSON files: ``<data_dir>/squad`` or the data folder itself."""
+    names = SQUAD_FILES[task.squad_version]
+    candidates = [data_dir / "squad", data_dir / "SQuAD", data_dir]
+    for folder in candidates:
+        if any((folder / n).is_file() for n in names):
+            return folder
+    version = "v1.1" if task.squad_version == 1 else "v2.0"
+    looked = ", ".join(str(c) for c in candidates[:1] + candidates[2:])
+    raise DistilleryError(f"No SQuAD {version} files ({', '.join(names)}) in {data_dir}; looked in {looked}.")
+
+
+def read_squad_json(path: Path) -> datasets.Dataset:
+    """Read a SQuAD v1.1/v2.0 JSON file, checking that every answer sits at its answer_start."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            raw = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DistilleryError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}).") from None
+    rows = {"id": [], "title": [], "context": [], "question": [], "answers": []}
+    try:
+        articles = raw["data"]
+        for a, article in enumerate(articles):
+            title = article.get("title", f"article-{a}")
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    qid = qa["id"]
+                    texts, starts = [], []
+                    for answer in [] if qa.get("is_impossible") else qa.get("answers", []):
+                        text, start = answer["text"], int(answer["answer_start"])
+                        if context[start : start + len(text)] != text:
+                            raise DistilleryError(
+                                f"{path}, question {qid}: answer {text!r} is not at its answer_start {start} in the context."
+                            )
+                        texts.append(text)
+                        starts.append(start)
+                    rows["id"].append(qid)
+                    rows["title"].append(title)
+                    rows["context"].append(context)
+                    rows["question"].append(qa["question"])
+                    rows["answers"].append({"text": texts, "answer_start": starts})
+    except (KeyError, TypeError) as e:
+        raise DistilleryError(f"{path} does not have the SQuAD layout (missing or malformed field {e}).") from None
+    if not rows["id"]:
+        raise DistilleryError(f"{path} holds no questions.")
+    return datasets.Dataset.from_dict(rows, features=_features(_QA_SHAPE))
+
+
+def _load_squad_hub(task: TaskSpec, hub_split: str) -> datasets.Dataset:
+    try:
+        ds = datasets.load_dataset(task.hub_id, split=hub_split)
+    except Exception as e:
+        raise DistilleryError(
+            f"Could not load {task.hub_id} ({hub_split}) from the Hugging Face Hub ({type(e).__name__}: {e}); "
+            f"pass --data-dir with a folder holding squad/{SQUAD_FILES[task.squad_version][1]}."
+        ) from None
+    ds = ds.select_columns(["id", "title", "context", "question", "answers"])
+    return ds.cast(_features(_QA_SHAPE))
+
+
+def squad_holdout_split(examples: datasets.Dataset, fraction: float) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Split SQuAD examples into (train, held-out dev) by article, deterministically.
+
+    An article (all its questions) is held out as dev when
+    ``int(sha1(title.encode("utf-8")).hexdigest(), 16) % 10000 < fraction * 10000``, else it trains.
+    Whole articles move together, so no paragraph is seen in both parts, and the split does not
+    depend on the seed, the order of the file or the machine.
+    """
+    titles = examples["title"]
+    held = {
+        t for t in set(titles) if int(hashlib.sha1(t.encode("utf-8")).hexdigest(), 16) % 10000 < fraction * 10000
+    }
+    dev_idx = [i for i, t in enumerate(titles) if t in held]
+    train_idx = [i for i, t in enumerate(titles) if t not in held]
+    if not dev_idx or not train_idx:
+        part = "held-out dev" if not dev_idx else "train"
+        raise DistilleryError(
+            f"--squad-holdout {fraction} leaves the {part} part empty ({len(set(titles))} articles); "
+            f"choose a fraction nearer 0.5."
+        )
+    logger.info(
+        "SQuAD holdout %.3g: %d articles / %d questions held out as dev, %d questions train",
+        fraction, len(held), len(dev_idx), len(train_idx),
+    )
+    return examples.select(train_idx), examples.select(dev_idx)
+
+
+# --- Custom files ---------------------------------------------------------------------------------
+
+
+def _load_custom(task: TaskSpec, split: str) -> datasets.Dataset:
+    path = task.train_file if split == "train" else task.dev_file
+    if not path:
+        option = "--train-file" if split == "train" else "--dev-file"
+        raise DistilleryError(f"Task 'custom' needs {option} for its {split} split.")
+    rows = read_custom_rows(path, [task.text_column, task.text_pair_column, task.label_column])
+    label_ids = {label: i for i, label in enumerate(task.labels)} if task.labels else None
+    columns: dict[str, list] = {"text": [], "label": []}
+    if task.is_pair:
+        columns["text_pair"] = []
+    for number, row in rows:
+        columns["text"].append(row[task.text_column])
+        if task.is_pair:
+            columns["text_pair"].append(row[task.text_pair_column])
+        raw = row[task.label_column]
+        if label_ids is None:
+            try:
+                columns["label"].append(float(raw))
+            except ValueError:
+                raise DistilleryError(f"{path}, line {number}: label {raw!r} is not a number.") from None
+        elif raw not in label_ids:
+            raise DistilleryError(
+                f"{path}, line {number}: label {raw!r} does not occur in the train file "
+                f"(labels: {', '.join(task.labels)})."
+            )
+        else:
+            columns["label"].append(label_ids[raw])
+    ordered = {k: columns[k] for k in ("text", "text_pair", "label") if k in columns}
+    return datasets.Dataset.from_dict(ordered, features=_features(task))
+
+
+def _as_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # JSON 1.0 and 1 are the same class
+    return str(value)
+
+
+def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tuple[int, dict[str, str]]]:
+    """Rows of your CSV/TSV/JSONL file as (line number, {column: text}) for the named columns.
+
+    ``.csv``: the csv module, quoting on. ``.tsv``: a header row, then plain split on tabs.
+    ``.jsonl`` / ``.json``: one JSON object per line (a single JSON list of objects works too).
+    """
+    path = Path(path)
+    wanted = [c for c in columns if c is not None]
+    if not path.is_file():
+        raise DistilleryError(f"Data file {path} does not exist.")
+    suffix = path.suffix.lower()
+    if suffix not in CUSTOM_EXTENSIONS:
+        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
+    if path.stat().st_size == 0:
+        raise DistilleryError(f"{path} is empty.")
+    if suffix in (".jsonl", ".json"):
+        records = list(_json_records(path))
+        present: list[str] = []
+        for _, record in records:
+            present += [k for k in record if k not in present]
+    else:
+        header, records = _table_records(path, delimiter="," if suffix == ".csv" else "\t")
+        present = header
+    if not records:
+        raise DistilleryError(f"{path} has no examples.")
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise DistilleryError(
+            f"{path} has no column {missing[0]!r}; its columns are {', '.join(map(str, present)) or '(none)'}."
+        )
+    rows = []
+    for number, record in records:
+        row = {}
+        for c in wanted:
+            value = _as_text(record.get(c))
+            if value is None:
+                raise DistilleryError(f"{path}, line {number}: no value in column {c!r}.")
+            row[c] = value.strip()
+        rows.append((number, row))
+    return rows
+
+
+def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
+    text_lines = list(_lines(path))
+    first = next((line for _, line in text_lines if line.strip()), "")
+    if first.lstrip().startswith("["):
+        try:
+            records = json.loads("\n".join(line for _, line in text_lines))
+        except json.JSONDecodeError as e:
+            raise DistilleryError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}).") from None
+        for i, record in enumerate(records, start=1):
+            if not isinstance(record, dict):
+                raise DistilleryError(f"{path}: item {i} is not a JSON object.")
+            yield i, record
+        return
+    for number, line in text_lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DistilleryError(f"{path}, line {number}: not valid JSON ({e.msg}).") from None
+        if not isinstance(record, dict):
+            raise DistilleryError(f"{path}, line {number}: expected a JSON object with named fields.")
+        yield number, record
+
+
+def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, dict]]]:
+    records = []
+    if delimiter == "\t":
+        lines = _lines(path)
+        first = next(lines, None)
+        header = [h.strip() for h in first[1].split("\t")] if first else []
+        for number, line in lines:
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < len(header):
+                raise DistilleryError(
+                    f"{path}, line {number}: expected {len(header)} tab-separated fields, found {len(fields)}."
+                )
+            records.append((number, dict(zip(header, fields))))
+        return header, records
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            start = reader.line_num
+            for fields in reader:
+                if not any(field.strip() for field in fields):
+                    start = reader.line_num
+                    continue
+                if len(fields) < len(header):
+                    raise DistilleryError(
+                        f"{path}, line {start + 1}: expected {len(header)} comma-separated fields, found {len(fields)}."
+                    )
+                records.append((start + 1, dict(zip(header, fields))))
+                start = reader.line_num
+    except UnicodeDecodeError as e:
+        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
+    except csv.Error as e:
+        raise DistilleryError(f"{path}, line {reader.line_num}: {e}.") from None
+    return header, records
+
+
+# A stand-in spec for the QA schema (read_squad_json does not know which SQuAD version it reads).
+_QA_SHAPE = TaskSpec(name="qa", kind="qa", labels=None, metrics=("f1",), main_metric="f1")

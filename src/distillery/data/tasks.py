@@ -1,0 +1,225 @@
+"""The task registry: what each task's data looks like, how it is scored, and where it lives.
+
+A ``TaskSpec`` is pure description; ``distillery.data.loading`` reads files and the Hub from it.
+Label strings are the ones written in the GLUE TSV files; a label's index in ``labels`` is its
+class id, and the order follows the Hub's ``nyu-mll/glue`` ClassLabel names, so local files and
+the Hub give the same ids (and fine-tuned Hub checkpoints keep their meaning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from distillery.errors import DistilleryError
+
+if TYPE_CHECKING:
+    from distillery.config import DataConfig
+
+KINDS = ("classification", "regression", "qa")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task: its kind, labels, metrics and the layout of its files."""
+
+    name: str
+    kind: str  # "classification" | "regression" | "qa"
+    labels: tuple[str, ...] | None  # label strings as in the files; index = class id
+    metrics: tuple[str, ...]
+    main_metric: str
+    is_pair: bool = False
+    dev_splits: tuple[str, ...] = ("dev",)
+    squad_version: int | None = None  # 1 or 2 for SQuAD, else None
+    # Local GLUE layout: <data_dir>/glue/<glue_dir>/<split>.tsv
+    glue_dir: str | None = None
+    has_header: bool = True
+    # Where the fields are in a TSV row: a header name, or a column index for header-less files.
+    text_field: str | int | None = None
+    text_pair_field: str | int | None = None
+    label_field: str | int | None = None
+    # The Hub fallback: load_dataset(hub_id, hub_name), and the Hub's own column names.
+    hub_id: str | None = None
+    hub_name: str | None = None
+    hub_text: str | None = None
+    hub_text_pair: str | None = None
+    hub_splits: tuple[tuple[str, str], ...] = (("train", "train"), ("dev", "validation"))
+    # Custom data (task "custom"): the user's files and columns.
+    train_file: str | None = None
+    dev_file: str | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise DistilleryError(f"Task {self.name!r} has unknown kind {self.kind!r}; use one of {', '.join(KINDS)}.")
+        if self.main_metric not in self.metrics:
+            raise DistilleryError(f"Task {self.name!r}: main metric {self.main_metric!r} is not one of its metrics.")
+
+    @property
+    def num_labels(self) -> int:
+        """Width of the model head: 1 for regression, the number of classes otherwise (0 for QA)."""
+        if self.kind == "regression":
+            return 1
+        return len(self.labels) if self.labels else 0
+
+    @property
+    def is_qa(self) -> bool:
+        return self.kind == "qa"
+
+    def hub_split(self, split: str) -> str:
+        """The Hub's split name for one of ours ("train", "dev", or a name in ``dev_splits``)."""
+        return dict(self.hub_splits)[split]
+
+
+def _glue(
+    name: str,
+    glue_dir: str,
+    labels: tuple[str, ...] | None,
+    metrics: tuple[str, ...],
+    main_metric: str,
+    text: str | int,
+    label: str | int,
+    hub_text: str,
+    text_pair: str | int | None = None,
+    hub_text_pair: str | None = None,
+    **kw,
+) -> TaskSpec:
+    return TaskSpec(
+        name=name,
+        kind="regression" if labels is None else "classification",
+        labels=labels,
+        metrics=metrics,
+        main_metric=main_metric,
+        is_pair=text_pair is not None,
+        glue_dir=glue_dir,
+        text_field=text,
+        text_pair_field=text_pair,
+        label_field=label,
+        hub_id="nyu-mll/glue",
+        hub_name=name,
+        hub_text=hub_text,
+        hub_text_pair=hub_text_pair,
+        **kw,
+    )
+
+
+BINARY = ("0", "1")
+NLI2 = ("entailment", "not_entailment")
+SQUAD_V2_METRICS = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
+
+TASKS: dict[str, TaskSpec] = {
+    # CoLA has no header: source, label, original label (blank or "*"), sentence.
+    "cola": _glue("cola", "CoLA", BINARY, ("mcc",), "mcc", text=3, label=1, hub_text="sentence", has_header=False),
+    "sst2": _glue("sst2", "SST-2", BINARY, ("accuracy",), "accuracy", text="sentence", label="label", hub_text="sentence"),
+    "mrpc": _glue(
+        "mrpc", "MRPC", BINARY, ("f1", "accuracy"), "f1",
+        text="#1 String", text_pair="#2 String", label="Quality", hub_text="sentence1", hub_text_pair="sentence2",
+    ),
+    "stsb": _glue(
+        "stsb", "STS-B", None, ("pearson", "spearman"), "pearson",
+        text="sentence1", text_pair="sentence2", label="score", hub_text="sentence1", hub_text_pair="sentence2",
+    ),
+    "qqp": _glue(
+        "qqp", "QQP", BINARY, ("f1", "accuracy"), "f1",
+        text="question1", text_pair="question2", label="is_duplicate", hub_text="question1", hub_text_pair="question2",
+    ),
+    "mnli": _glue(
+        "mnli", "MNLI", ("entailment", "neutral", "contradiction"), ("accuracy",), "accuracy",
+        text="sentence1", text_pair="sentence2", label="gold_label", hub_text="premise", hub_text_pair="hypothesis",
+        dev_splits=("dev_matched", "dev_mismatched"),
+        hub_splits=(("train", "train"), ("dev_matched", "validation_matched"), ("dev_mismatched", "validation_mismatched")),
+    ),
+    "qnli": _glue(
+        "qnli", "QNLI", NLI2, ("accuracy",), "accuracy",
+        text="question", text_pair="sentence", label="label", hub_text="question", hub_text_pair="sentence",
+    ),
+    "rte": _glue(
+        "rte", "RTE", NLI2, ("accuracy",), "accuracy",
+        text="sentence1", text_pair="sentence2", label="label", hub_text="sentence1", hub_text_pair="sentence2",
+    ),
+    "wnli": _glue(
+        "wnli", "WNLI", BINARY, ("accuracy",), "accuracy",
+        text="sentence1", text_pair="sentence2", label="label", hub_text="sentence1", hub_text_pair="sentence2",
+    ),
+    "squad": TaskSpec(
+        name="squad", kind="qa", labels=None, metrics=("exact_match", "f1"), main_metric="f1",
+        is_pair=True, squad_version=1, hub_id="rajpurkar/squad",
+    ),
+    "squad_v2": TaskSpec(
+        name="squad_v2", kind="qa", labels=None, metrics=SQUAD_V2_METRICS, main_metric="f1",
+        is_pair=True, squad_version=2, hub_id="rajpurkar/squad_v2",
+    ),
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    """The registered task called ``name`` (case-insensitive; "sst-2" works too)."""
+    key = str(name).lower().replace("-", "")
+    key = {"squadv2": "squad_v2", "squad2": "squad_v2"}.get(key.replace("_", ""), key)
+    if key not in TASKS:
+        known = ", ".join(list(TASKS) + ["custom"])
+        hint = " (task 'custom' is built from your files: use custom_task)" if key == "custom" else ""
+        raise DistilleryError(f"Unknown task {name!r}; known tasks are {known}{hint}.")
+    return TASKS[key]
+
+
+def _label_sort_key(label: str):
+    # Numeric labels sort by value ("2" before "10"); others alphabetically, after numbers.
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def custom_task(data_config: "DataConfig") -> TaskSpec:
+    """A TaskSpec for your own CSV/TSV/JSONL files, labels discovered from the train file.
+
+    Classification labels are the distinct values of the label column in ``train_file`` (or in
+    ``dev_file`` when there is no train file), sorted (numbers by value, then strings), so class
+    ids are stable across runs. With ``data_config.regression`` every label must be a number.
+    Metrics: accuracy and macro F1 (main: accuracy), or Pearson/Spearman (main: Pearson).
+    """
+    from distillery.data.loading import read_custom_rows
+
+    source = data_config.train_file or data_config.dev_file
+    if not source:
+        raise DistilleryError("Task 'custom' needs --train-file (and usually --dev-file) pointing at your CSV/TSV/JSONL data.")
+    text_column = data_config.text_column or "text"
+    label_column = data_config.label_column or "label"
+    rows = read_custom_rows(source, [text_column, data_config.text_pair_column, label_column])
+    common = dict(
+        name="custom",
+        is_pair=data_config.text_pair_column is not None,
+        train_file=data_config.train_file,
+        dev_file=data_config.dev_file,
+        text_column=text_column,
+        text_pair_column=data_config.text_pair_column,
+        label_column=label_column,
+        hub_splits=(),
+    )
+    if data_config.regression:
+        for line, row in rows:
+            try:
+                float(row[label_column])
+            except ValueError:
+                raise DistilleryError(
+                    f"{source}, line {line}: label {row[label_column]!r} in column {label_column!r} is not a number, "
+                    f"but regression was asked for."
+                ) from None
+        return TaskSpec(kind="regression", labels=None, metrics=("pearson", "spearman"), main_metric="pearson", **common)
+    labels = tuple(sorted({row[label_column] for _, row in rows}, key=_label_sort_key))
+    if len(labels) < 2:
+        raise DistilleryError(
+            f"{source}: column {label_column!r} holds only the label {labels[0]!r}; classification needs at least two "
+            f"labels (use --regression for numeric targets)."
+        )
+    return TaskSpec(kind="classification", labels=labels, metrics=("accuracy", "macro_f1"), main_metric="accuracy", **common)
+
+
+def task_for(data_config: "DataConfig") -> TaskSpec:
+    """The TaskSpec a DataConfig asks for: a registered task, or one built from custom files."""
+    if str(data_config.task).lower() == "custom":
+        return custom_task(data_config)
+    return get_task(data_config.task)

@@ -1,0 +1,46 @@
+"""What the pipeline hands to a compression method, and the registry of methods.
+
+A method is a function ``run(ctx: MethodContext) -> PreTrainedModel`` that builds a student from
+``ctx.teacher`` and trains it with the one trainer. The pipeline does everything around it
+(data, teacher, evaluation, benchmark, saving, report), so a method holds only what its paper adds.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import PreTrainedModel
+
+from distillery.config import RunConfig
+from distillery.data.encode import TaskData
+from distillery.errors import DistilleryError
+
+# name -> "module:function". Imported lazily so a method's extra dependencies load only when used.
+METHODS: dict[str, str] = {
+    "distill": "distillery.baseline:run",
+}
+
+
+@dataclass
+class MethodContext:
+    config: RunConfig
+    teacher: PreTrainedModel  # fine-tuned on the task, eval mode
+    tokenizer: Any
+    task_data: TaskData  # encoded train/dev of the task, with the teacher's tokenizer
+    out_dir: Path  # the run folder; the trainer keeps its checkpoints in out_dir/"checkpoints"
+    resume: bool = False
+    notes: list[str] = field(default_factory=list)  # lines a method wants in the report
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.config.method_options
+
+
+def get_method(name: str) -> Callable[[MethodContext], PreTrainedModel]:
+    if name not in METHODS:
+        raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
+    module, func = METHODS[name].split(":")
+    return getattr(importlib.import_module(module), func)

