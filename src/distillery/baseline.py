@@ -134,11 +134,20 @@ def distillation_loss(kind: str, teacher: PreTrainedModel, alpha: float, tempera
     return loss_fn
 
 
-def run(ctx: MethodContext) -> PreTrainedModel:
-    opts = {**DEFAULTS, **ctx.options}
-    unknown = set(opts) - set(DEFAULTS)
+def options(config) -> dict:
+    unknown = set(config.method_options) - set(DEFAULTS)
     if unknown:
-        raise DistilleryError(f"Unknown option(s) for method distill: {', '.join(sorted(unknown))}.")
+        raise DistilleryError(f"Unknown option(s) for method distill: {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(DEFAULTS)}.")
+    return {**DEFAULTS, **config.method_options}
+
+
+def check(config, teacher_config) -> None:
+    select_layers(teacher_config.num_hidden_layers, options(config)["student_layers"])
+
+
+def run(ctx: MethodContext) -> PreTrainedModel:
+    opts = options(ctx.config)
     teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
     layers = select_layers(teacher.config.num_hidden_layers, opts["student_layers"])
     student = build_student(teacher, layers)

@@ -22,7 +22,7 @@ from distillery.errors import DistilleryError
 from distillery.evaluate import score
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import get_finetuned_teacher
+from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher, teacher_config
 
 logger = logging.getLogger("distillery")
 
@@ -110,16 +110,24 @@ def default_out(config: RunConfig) -> Path:
     return Path("runs") / f"{config.data.task}-{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_folder(config: RunConfig, overwrite: bool, resume: bool) -> tuple[Path, RunConfig]:
+def run_folder_config(config: RunConfig, resume: bool) -> tuple[Path, RunConfig]:
+    """The run folder, and the config to run: the saved one when resuming. Writes nothing."""
     out = Path(config.out) if config.out else default_out(config)
-    if resume:
-        saved = out / "config.yaml"
-        if not saved.is_file():
-            raise DistilleryError(f"Cannot resume: {out} holds no config.yaml of an earlier run.")
-        logger.info("Resuming the run in %s with its saved settings.", out)
-        config = RunConfig.load(saved)
-        config.out = str(out)
+    if not resume:
         return out, config
+    saved = out / "config.yaml"
+    if not saved.is_file():
+        raise DistilleryError(f"Cannot resume: {out} holds no config.yaml of an earlier run.")
+    config = RunConfig.load(saved)
+    config.out = str(out)
+    return out, config
+
+
+def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bool) -> None:
+    """Create the run folder and its config.yaml; refuse to clobber an existing run."""
+    if resume:
+        logger.info("Resuming the run in %s with its saved settings.", out)
+        return
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise DistilleryError(f"Run folder {out} already exists; pass --overwrite to replace it or --resume to continue it.")
@@ -127,7 +135,6 @@ def prepare_run_folder(config: RunConfig, overwrite: bool, resume: bool) -> tupl
     out.mkdir(parents=True, exist_ok=True)
     config.out = str(out)
     config.save(out / "config.yaml")
-    return out, config
 
 
 def save_model(model, tokenizer, folder: Path) -> None:
@@ -150,21 +157,38 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
         config = build_run_config(**kwargs)
     elif kwargs:
         raise DistilleryError("Pass either a RunConfig or keyword settings to compress(), not both.")
-    get_method(config.method)  # fail on an unknown method before any work
-    out, config = prepare_run_folder(config, overwrite, resume)
+    out, config = run_folder_config(config, resume)
+    # Everything that can be checked without training is checked before the run folder is touched.
+    method = get_method(config.method)
+    task = custom_task(config.data) if config.data.task == "custom" else get_task(config.data.task)
+    if hasattr(method, "check"):
+        method.check(config, teacher_config(config.teacher.name))
+    prepare_run_folder(out, config, overwrite, resume)
+    try:
+        return _run(config, out, task, method, resume)
+    except DistilleryError:
+        # A bad input found before any training (e.g. a missing data file) must not leave behind a
+        # folder that the next attempt would refuse to overwrite.
+        if not resume and not (out / "checkpoints").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     started = time.time()
 
-    task = custom_task(config.data) if config.data.task == "custom" else get_task(config.data.task)
     logger.info("[1/5] Teacher: %s on %s (%s budget).", config.teacher.name, task.name, config.budget)
-    teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data)
-    teacher.eval()
+    # A fine-tuned teacher keeps its base's tokenizer, so the data is encoded once for both.
+    tokenizer = load_tokenizer(resolve_teacher(config.teacher.name))
     task_data = prepare_task_data(task, tokenizer, config.data)
+    teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data, task_data)
+    teacher.eval()
 
     logger.info("[2/5] Student: method %s, %d training examples.", config.method, len(task_data.train))
     ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data,
                         out_dir=out, resume=resume)
     t0 = time.time()
-    student = get_method(config.method)(ctx)
+    student = method.run(ctx)
     student_seconds = time.time() - t0
     student.eval()
     save_model(student, tokenizer, out / "student")

@@ -1,7 +1,8 @@
 """What the pipeline hands to a compression method, and the registry of methods.
 
-A method is a function ``run(ctx: MethodContext) -> PreTrainedModel`` that builds a student from
-``ctx.teacher`` and trains it with the one trainer. The pipeline does everything around it
+A method is a module with ``run(ctx: MethodContext) -> PreTrainedModel``, which builds a student from
+``ctx.teacher`` and trains it with the one trainer, and optionally ``check(config, teacher_config)``,
+which rejects impossible options before minutes are spent fine-tuning the teacher. The pipeline does everything around it
 (data, teacher, evaluation, benchmark, saving, report), so a method holds only what its paper adds.
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any
 
 from transformers import PreTrainedModel
 
@@ -18,9 +20,9 @@ from distillery.config import RunConfig
 from distillery.data.encode import TaskData
 from distillery.errors import DistilleryError
 
-# name -> "module:function". Imported lazily so a method's extra dependencies load only when used.
+# name -> module. Imported lazily so a method's extra dependencies load only when used.
 METHODS: dict[str, str] = {
-    "distill": "distillery.baseline:run",
+    "distill": "distillery.baseline",
 }
 
 
@@ -39,8 +41,8 @@ class MethodContext:
         return self.config.method_options
 
 
-def get_method(name: str) -> Callable[[MethodContext], PreTrainedModel]:
+def get_method(name: str) -> ModuleType:
+    """The method's module (with ``run`` and maybe ``check``)."""
     if name not in METHODS:
         raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
-    module, func = METHODS[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    return importlib.import_module(METHODS[name])

@@ -16,7 +16,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
 from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
@@ -104,13 +103,19 @@ def head_kwargs(task: TaskSpec) -> dict:
     }
 
 
+def teacher_config(name: str):
+    """The teacher's PretrainedConfig (cheap: no weights are read)."""
+    source = resolve_teacher(name)
+    try:
+        return AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
+
+
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
     """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer."""
     source = resolve_teacher(name)
-    try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
+    config = teacher_config(name)
     tokenizer = load_tokenizer(source)
     check_vocabulary(tokenizer, config, source)
     cls = task_model_class(task)
@@ -220,7 +225,3 @@ def get_finetuned_teacher(
     shutil.rmtree(work, ignore_errors=True)
     logger.info("Teacher dev %s = %.4f after %.0f s.", task.main_metric, metrics[task.main_metric], seconds)
     return model, tokenizer, {**info, "path": str(folder / "model"), "cached": False}
-
-
-def teacher_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

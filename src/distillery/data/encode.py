@@ -1,0 +1,395 @@
+"""Tokenization for every task, dynamic padding, and SQuAD answer extraction.
+
+Encoded datasets hold exactly the model inputs the tokenizer produces (``input_ids``,
+``attention_mask``, ``token_type_ids`` where the tokenizer has them) plus the targets: ``labels``
+(int64 class ids or float32 scores), or ``start_positions``/``end_positions`` for SQuAD training.
+SQuAD evaluation features also keep ``example_id`` and ``offset_mapping`` (None outside the
+context) so that ``postprocess_squad`` can turn logits back into answer text; the collate function
+drops every column a model does not take.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import datasets
+import numpy as np
+import torch
+
+from distillery.config import DataConfig
+from distillery.data.loading import load_raw
+from distillery.data.tasks import TaskSpec
+from distillery.errors import DistilleryError
+
+logger = logging.getLogger("distillery")
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
+TARGETS = ("labels", "start_positions", "end_positions")
+PAIR_MODES = ("joint", "separate")
+MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
+MAP_BATCH = 1000
+
+
+@dataclass
+class TaskData:
+    """A task's encoded splits, its raw dev examples, and how to batch them."""
+
+    task: TaskSpec
+    tokenizer: Any
+    train: datasets.Dataset | None
+    dev: datasets.Dataset | None
+    dev_examples: datasets.Dataset | None  # raw dev split; SQuAD post-processing reads contexts here
+    collate: Callable[[list[dict]], dict[str, torch.Tensor]]
+    data_config: DataConfig
+    dev_split: str = "dev"  # which dev split ``dev`` holds (MNLI: dev_matched or dev_mismatched)
+    pair_mode: str = "joint"
+
+
+class PadCollator:
+    """Pads a list of features to the longest in the batch and stacks them into tensors.
+
+    Model inputs are padded (ids with the tokenizer's pad id, masks and token types with 0);
+    targets are stacked; every other column (``example_id``, ``offset_mapping``, ...) is dropped.
+    A class rather than a closure so DataLoader workers can pickle it.
+    """
+
+    def __init__(self, pad_token_id: int, padding_side: str = "right"):
+        self.pad_values = {"input_ids": pad_token_id, "input_ids_b": pad_token_id}
+        self.padding_side = padding_side
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = {}
+        first = features[0]
+        for key in MODEL_INPUTS:
+            if key not in first:
+                continue
+            rows = [f[key] for f in features]
+            longest = max(len(r) for r in rows)
+            pad = self.pad_values.get(key, 0)
+            out = torch.full((len(rows), longest), pad, dtype=torch.long)
+            for i, r in enumerate(rows):
+                if not len(r):
+                    continue
+                if self.padding_side == "left":
+                    out[i, longest - len(r) :] = torch.as_tensor(r, dtype=torch.long)
+                else:
+                    out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            batch[key] = out  # (batch, longest)
+        for key in TARGETS:
+            if key in first:
+                values = [f[key] for f in features]
+                dtype = torch.float32 if isinstance(values[0], float) else torch.long
+                batch[key] = torch.tensor(values, dtype=dtype)
+        return batch
+
+
+def make_collate(tokenizer) -> PadCollator:
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return PadCollator(pad_id, getattr(tokenizer, "padding_side", "right") or "right")
+
+
+def prepare_task_data(
+    task: TaskSpec,
+    tokenizer,
+    data_config: DataConfig,
+    splits: Sequence[str] = ("train", "dev"),
+    pair_mode: str = "joint",
+) -> TaskData:
+    """Load the raw splits with ``load_raw`` and encode them for ``tokenizer``.
+
+    ``splits`` holds "train" and/or one dev split ("dev", or a name in ``task.dev_splits``).
+    ``pair_mode="separate"`` tokenizes each side of a pair on its own (for the DiffCat student);
+    single-sentence tasks are encoded the same way in both modes.
+    """
+    if pair_mode not in PAIR_MODES:
+        raise DistilleryError(f"pair_mode must be one of {', '.join(PAIR_MODES)}, got {pair_mode!r}.")
+    dev_names = [s for s in splits if s != "train"]
+    if len(dev_names) > 1:
+        raise DistilleryError(f"prepare_task_data takes one dev split at a time, got {', '.join(dev_names)}.")
+    if task.kind == "qa":
+        if pair_mode == "separate":
+            raise DistilleryError("SQuAD cannot be encoded with pair_mode='separate'; use the joint encoding.")
+        if not getattr(tokenizer, "is_fast", False):
+            raise DistilleryError(
+                f"SQuAD needs a fast tokenizer (character offsets); {type(tokenizer).__name__} is not one."
+            )
+    max_length, stride = data_config.max_length, data_config.doc_stride
+    train = dev = dev_examples = None
+    if "train" in splits:
+        raw = load_raw(task, "train", data_config)
+        if task.kind == "qa":
+            train = encode_squad_train(raw, tokenizer, max_length, stride)
+        else:
+            train = _encode_labelled(task, raw, tokenizer, max_length, pair_mode, "train")
+    dev_split = dev_names[0] if dev_names else "dev"
+    if dev_names:
+        dev_examples = load_raw(task, dev_split, data_config)
+        if task.kind == "qa":
+            dev = encode_squad_eval(dev_examples, tokenizer, max_length, stride)
+        else:
+            dev = _encode_labelled(task, dev_examples, tokenizer, max_length, pair_mode, dev_split)
+    return TaskData(
+        task=task,
+        tokenizer=tokenizer,
+        train=train,
+        dev=dev,
+        dev_examples=dev_examples,
+        collate=make_collate(tokenizer),
+        data_config=data_config,
+        dev_split=dev_split,
+        pair_mode=pair_mode,
+    )
+
+
+def _encode_labelled(task, raw, tokenizer, max_length, pair_mode, split_name):
+    if task.is_pair and pair_mode == "separate":
+        return encode_separate_pair(raw, tokenizer, max_length, split_name)
+    if task.is_pair:
+        return encode_pair(raw, tokenizer, max_length, split_name)
+    return encode_single(raw, tokenizer, max_length, split_name)
+
+
+# --- classification / regression -----------------------------------------------------------------
+
+
+def _model_columns(tokenizer, encoding) -> list[str]:
+    names = getattr(tokenizer, "model_input_names", None) or ["input_ids", "attention_mask", "token_type_ids"]
+    return [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoding and k in names]
+
+
+def _was_truncated(tokenizer, max_length, texts, pairs, encoded_ids) -> list[bool]:
+    """Which examples lost tokens: only those that came out exactly max_length long can have."""
+    flags = [False] * len(encoded_ids)
+    full = [i for i, ids in enumerate(encoded_ids) if len(ids) >= max_length]
+    if full:
+        a = [texts[i] for i in full]
+        b = [pairs[i] for i in full] if pairs is not None else None
+        lengths = tokenizer(a, b, truncation=False, return_attention_mask=False, return_token_type_ids=False)
+        for i, ids in zip(full, lengths["input_ids"]):
+            flags[i] = len(ids) > max_length
+    return flags
+
+
+def _warn_truncated(dataset: datasets.Dataset, split_name: str, max_length: int) -> datasets.Dataset:
+    n = int(sum(dataset["_truncated"]))
+    if n:
+        logger.warning("%d of %d %s examples were truncated to %d tokens", n, len(dataset), split_name, max_length)
+    return dataset.remove_columns("_truncated")
+
+
+def _with_labels(encoded: datasets.Dataset, raw: datasets.Dataset) -> datasets.Dataset:
+    if raw.features["label"].dtype.startswith("float"):
+        return encoded.cast_column("labels", datasets.Value("float32"))
+    return encoded.cast_column("labels", datasets.Value("int64"))
+
+
+def _encode_joint(raw: datasets.Dataset, tokenizer, max_length: int, split_name: str, pair: bool):
+    def encode(batch):
+        pairs = batch["text_pair"] if pair else None
+        enc = tokenizer(batch["text"], pairs, truncation=True, max_length=max_length)
+        out = {k: enc[k] for k in _model_columns(tokenizer, enc)}
+        out["labels"] = batch["label"]
+        out["_truncated"] = _was_truncated(tokenizer, max_length, batch["text"], pairs, enc["input_ids"])
+        return out
+
+    encoded = raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
+    return _with_labels(_warn_truncated(encoded, split_name, max_length), raw)
+
+
+def encode_single(raw: datasets.Dataset, tokenizer, max_length: int, split_name: str = "train") -> datasets.Dataset:
+    """[CLS] text [SEP], truncated to ``max_length``; ``labels`` from ``label``."""
+    return _encode_joint(raw, tokenizer, max_length, split_name, pair=False)
+
+
+def encode_pair(raw: datasets.Dataset, tokenizer, max_length: int, split_name: str = "train") -> datasets.Dataset:
+    """[CLS] text [SEP] text_pair [SEP] (the tokenizer's pair template), truncated longest-first."""
+    return _encode_joint(raw, tokenizer, max_length, split_name, pair=True)
+
+
+def encode_separate_pair(
+    raw: datasets.Dataset, tokenizer, max_length: int, split_name: str = "train"
+) -> datasets.Dataset:
+    """Each side of the pair tokenized on its own: ``input_ids``/``attention_mask`` for ``text``,
+    ``input_ids_b``/``attention_mask_b`` for ``text_pair`` (each ≤ max_length), for DiffCat."""
+
+    def encode(batch):
+        a = tokenizer(batch["text"], truncation=True, max_length=max_length, return_token_type_ids=False)
+        b = tokenizer(batch["text_pair"], truncation=True, max_length=max_length, return_token_type_ids=False)
+        trunc_a = _was_truncated(tokenizer, max_length, batch["text"], None, a["input_ids"])
+        trunc_b = _was_truncated(tokenizer, max_length, batch["text_pair"], None, b["input_ids"])
+        return {
+            "input_ids": a["input_ids"],
+            "attention_mask": a["attention_mask"],
+            "input_ids_b": b["input_ids"],
+            "attention_mask_b": b["attention_mask"],
+            "labels": batch["label"],
+            "_truncated": [x or y for x, y in zip(trunc_a, trunc_b)],
+        }
+
+    encoded = raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
+    return _with_labels(_warn_truncated(encoded, split_name, max_length), raw)
+
+
+# --- SQuAD ---------------------------------------------------------------------------------------
+
+
+def _squad_windows(batch, tokenizer, max_length: int, doc_stride: int):
+    """Tokenize question + context into overlapping windows of the context.
+
+    Questions longer than MAX_QUESTION_TOKENS (or half the window) are cut at a token boundary, and
+    the stride is kept below half of the room left for the context, so that every window holds
+    some context and the tokenizer never refuses an example.
+    """
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    max_question = max(1, min(MAX_QUESTION_TOKENS, (max_length - specials) // 2))
+    questions = [q.lstrip() for q in batch["question"]]
+    q_enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
+    longest = 0
+    for i, offsets in enumerate(q_enc["offset_mapping"]):
+        if len(offsets) > max_question:
+            questions[i] = questions[i][: offsets[max_question - 1][1]]
+        longest = max(longest, min(len(offsets), max_question))
+    room = max_length - specials - longest
+    stride = max(0, min(doc_stride, room // 2))
+    return tokenizer(
+        questions,
+        batch["context"],
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
+
+
+def _cls_index(tokenizer, input_ids) -> int:
+    cls = tokenizer.cls_token_id
+    return input_ids.index(cls) if cls is not None and cls in input_ids else 0
+
+
+def encode_squad_train(raw: datasets.Dataset, tokenizer, max_length: int, doc_stride: int) -> datasets.Dataset:
+    """Training windows with ``start_positions``/``end_positions`` of the first gold answer.
+
+    A window that does not contain the whole answer, and every window of an unanswerable question,
+    points both positions at the [CLS] token (index 0).
+    """
+
+    def encode(batch):
+        enc = _squad_windows(batch, tokenizer, max_length, doc_stride)
+        starts, ends = [], []
+        for i, offsets in enumerate(enc["offset_mapping"]):
+            cls = _cls_index(tokenizer, enc["input_ids"][i])
+            seq = enc.sequence_ids(i)
+            answers = batch["answers"][enc["overflow_to_sample_mapping"][i]]
+            if not answers["answer_start"]:
+                starts.append(cls), ends.append(cls)
+                continue
+            start_char = answers["answer_start"][0]
+            end_char = start_char + len(answers["text"][0])
+            ctx = [k for k, s in enumerate(seq) if s == 1]
+            first, last = ctx[0], ctx[-1]
+            if offsets[first][0] > start_char or offsets[last][1] < end_char:
+                starts.append(cls), ends.append(cls)
+                continue
+            token_start = first
+            while token_start <= last and offsets[token_start][0] <= start_char:
+                token_start += 1
+            token_end = last
+            while token_end >= first and offsets[token_end][1] >= end_char:
+                token_end -= 1
+            starts.append(token_start - 1)
+            ends.append(token_end + 1)
+        out = {k: enc[k] for k in _model_columns(tokenizer, enc)}
+        out["start_positions"] = starts
+        out["end_positions"] = ends
+        return out
+
+    return raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
+
+
+def encode_squad_eval(raw: datasets.Dataset, tokenizer, max_length: int, doc_stride: int) -> datasets.Dataset:
+    """Evaluation windows keeping ``example_id`` and ``offset_mapping`` (None outside the context)."""
+
+    def encode(batch):
+        enc = _squad_windows(batch, tokenizer, max_length, doc_stride)
+        out = {k: enc[k] for k in _model_columns(tokenizer, enc)}
+        out["example_id"] = [batch["id"][s] for s in enc["overflow_to_sample_mapping"]]
+        out["offset_mapping"] = [
+            [list(o) if s == 1 else None for o, s in zip(offsets, enc.sequence_ids(i))]
+            for i, offsets in enumerate(enc["offset_mapping"])
+        ]
+        return out
+
+    features = datasets.Features(
+        {
+            "input_ids": datasets.List(datasets.Value("int64")),
+            "attention_mask": datasets.List(datasets.Value("int64")),
+            **({"token_type_ids": datasets.List(datasets.Value("int64"))} if _has_token_types(tokenizer) else {}),
+            "example_id": datasets.Value("string"),
+            "offset_mapping": datasets.List(datasets.List(datasets.Value("int64"))),
+        }
+    )
+    return raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names, features=features)
+
+
+def _has_token_types(tokenizer) -> bool:
+    return "token_type_ids" in tokenizer("a", "b")
+
+
+def postprocess_squad(
+    examples,
+    features,
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    n_best: int = 20,
+    max_answer_length: int = 30,
+    version_2: bool = False,
+    null_score_threshold: float = 0.0,
+) -> dict[str, str]:
+    """Answer text per example id from window logits (start/end: (n_features, seq_len)).
+
+    For each window, the ``n_best`` highest start and end positions are crossed (numpy, no Python
+    double loop); a span counts when both ends lie in the context, end >= start, and it is at most
+    ``max_answer_length`` tokens. The best span over an example's windows wins. SQuAD v2 answers ""
+    when the null score (start[CLS] + end[CLS], the lowest over windows) beats the best span score
+    by more than ``null_score_threshold``.
+    """
+    start_logits = np.asarray(start_logits, dtype=np.float32)
+    end_logits = np.asarray(end_logits, dtype=np.float32)
+    if len(start_logits) != len(features) or len(end_logits) != len(features):
+        raise ValueError(f"{len(features)} features but {len(start_logits)}/{len(end_logits)} rows of logits")
+    by_example: dict[str, list[int]] = collections.defaultdict(list)
+    for i, example_id in enumerate(features["example_id"]):
+        by_example[example_id].append(i)
+    all_offsets = features["offset_mapping"]
+
+    predictions: dict[str, str] = {}
+    for example in examples:
+        best_score, best_text = -np.inf, ""
+        null_score = np.inf
+        for i in by_example.get(example["id"], []):
+            offsets = all_offsets[i]
+            length = len(offsets)
+            start, end = start_logits[i, :length], end_logits[i, :length]
+            null_score = min(null_score, float(start[0] + end[0]))
+            in_context = np.array([o is not None for o in offsets])
+            k = min(n_best, length)
+            s_idx = np.argsort(start)[::-1][:k]  # (k,)
+            e_idx = np.argsort(end)[::-1][:k]  # (k,)
+            scores = start[s_idx][:, None] + end[e_idx][None, :]  # (k, k)
+            span = e_idx[None, :] - s_idx[:, None] + 1  # (k, k)
+            valid = in_context[s_idx][:, None] & in_context[e_idx][None, :] & (span >= 1) & (span <= max_answer_length)
+            if not valid.any():
+                continue
+            scores = np.where(valid, scores, -np.inf)
+            a, b = np.unravel_index(int(np.argmax(scores)), scores.shape)
+            if scores[a, b] > best_score:
+                best_score = float(scores[a, b])
+                best_text = example["context"][offsets[s_idx[a]][0] : offsets[e_idx[b]][1]]
+        if version_2 and (best_score == -np.inf or null_score - best_score > null_score_threshold):
+            best_text = ""
+        predictions[example["id"]] = best_text
+    return predictions

@@ -1,0 +1,250 @@
+"""Knowledge-distillation losses, all in one place.
+
+Every method (moebert, cmow, autotinybert) and the plain baseline build their ``loss_fn`` from
+these functions; none of them writes its own. Each function states its formula; the tests check
+each one against values computed by hand.
+
+Shapes: ``logits`` are ``(..., C)``; every leading dimension counts as an example (a sentence for
+classification, a question window for QA start/end logits over its positions). Gradients flow
+into whichever input requires them: compute the teacher under ``torch.no_grad()``.
+
+Task kinds are ``"classification"``, ``"regression"`` and ``"qa"`` (extractive question answering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from distillery.errors import DistilleryError
+
+TASK_KINDS = ("classification", "regression", "qa")
+PREDICTION_LOSSES = ("soft_ce", "kl", "symmetric_kl")
+
+
+def _as_examples(logits: Tensor) -> Tensor:
+    # (..., C) -> (N, C): every leading position is one example with its own distribution
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def _check_same_shape(a: Tensor, b: Tensor, what: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{what} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
+
+
+def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Cross-entropy of the student against the teacher's softened distribution (Hinton et al.).
+
+    ``T² · mean_i [ −Σ_c softmax(t_i / T)_c · log_softmax(s_i / T)_c ]``
+
+    The ``T²`` keeps gradient magnitudes comparable across temperatures.
+    """
+    _check_same_shape(student_logits, teacher_logits, "student and teacher logits")
+    t = float(temperature)
+    if t <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}.")
+    s = _as_examples(student_logits).float()
+    p_teacher = F.softmax(_as_examples(teacher_logits).float() / t, dim=-1)
+    per_example = -(p_teacher * F.log_softmax(s / t, dim=-1)).sum(dim=-1)
+    return per_example.mean() * t * t
+
+
+def kl_divergence(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """KL divergence of the student from the teacher, averaged over examples.
+
+    ``T² · (1/N) Σ_i Σ_c p_t,ic · (log p_t,ic − log p_s,ic)``  with ``p = softmax(logits / T)``
+
+    That is ``KL(p_t ‖ p_s)`` with ``reduction="batchmean"``; it differs from
+    :func:`soft_cross_entropy` by the teacher's entropy, a constant for the student.
+    """
+    _check_same_shape(student_logits, teacher_logits, "student and teacher logits")
+    t = float(temperature)
+    if t <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}.")
+    log_p_student = F.log_softmax(_as_examples(student_logits).float() / t, dim=-1)
+    log_p_teacher = F.log_softmax(_as_examples(teacher_logits).float() / t, dim=-1)
+    kl = F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True)
+    return kl * t * t
+
+
+def symmetric_kl(a_logits: Tensor, b_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Symmetric KL divergence, MoEBERT's prediction-layer loss (Eq. 6).
+
+    ``½ (KL(p ‖ q) + KL(q ‖ p))``  with ``p = softmax(a / T)``, ``q = softmax(b / T)``,
+    each term as in :func:`kl_divergence` (batch mean, times ``T²``).
+    """
+    return 0.5 * (kl_divergence(a_logits, b_logits, temperature) + kl_divergence(b_logits, a_logits, temperature))
+
+
+class HiddenProjection(nn.Module):
+    """A learned linear map from the student's hidden size to the teacher's (TinyBERT's ``W_h``).
+
+    When both sizes are equal it starts as the identity (zero bias), so that a student which already
+    matches the teacher starts with zero hidden loss. Pass it to the Trainer's ``extra_parameters``
+    so that it is trained (and checkpointed) with the student.
+    """
+
+    def __init__(self, student_dim: int, teacher_dim: int, bias: bool = True):
+        super().__init__()
+        if student_dim < 1 or teacher_dim < 1:
+            raise ValueError(f"hidden sizes must be positive, got {student_dim} and {teacher_dim}.")
+        self.student_dim = student_dim
+        self.teacher_dim = teacher_dim
+        self.linear = nn.Linear(student_dim, teacher_dim, bias=bias)
+        if student_dim == teacher_dim:
+            with torch.no_grad():
+                self.linear.weight.copy_(torch.eye(teacher_dim))
+                if bias:
+                    self.linear.bias.zero_()
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.linear(hidden)  # (..., d_student) -> (..., d_teacher)
+
+    def extra_repr(self) -> str:
+        return f"student_dim={self.student_dim}, teacher_dim={self.teacher_dim}"
+
+
+def hidden_mse(
+    student_hidden: Tensor,
+    teacher_hidden: Tensor,
+    projection: nn.Module | None = None,
+    attention_mask: Tensor | None = None,
+) -> Tensor:
+    """Mean squared error between hidden states, after an optional projection of the student's.
+
+    Without a mask: ``mean over all elements of (P(h_s) − h_t)²``.
+    With ``attention_mask`` ``m`` of shape ``(B, L)``, padding is left out:
+    ``Σ_{b,l} m_bl · Σ_d (P(h_s) − h_t)²_bld  /  (Σ_{b,l} m_bl · d)``.
+    """
+    if projection is not None:
+        student_hidden = projection(student_hidden)  # (B, L, d_student) -> (B, L, d_teacher)
+    if student_hidden.shape != teacher_hidden.shape:
+        raise ValueError(
+            f"student hidden states {tuple(student_hidden.shape)} do not match the teacher's "
+            f"{tuple(teacher_hidden.shape)}; pass a HiddenProjection when the hidden sizes differ."
+        )
+    diff2 = (student_hidden.float() - teacher_hidden.float()).pow(2)
+    if attention_mask is None:
+        return diff2.mean()
+    if tuple(attention_mask.shape) != tuple(diff2.shape[:-1]):
+        raise ValueError(
+            f"attention_mask {tuple(attention_mask.shape)} must match the hidden states' leading "
+            f"dimensions {tuple(diff2.shape[:-1])}."
+        )
+    mask = attention_mask.to(diff2.dtype).unsqueeze(-1)  # (B, L) -> (B, L, 1)
+    denom = mask.sum() * diff2.shape[-1]
+    return (diff2 * mask).sum() / denom.clamp_min(1.0)
+
+
+def mse(student_pred: Tensor, target: Tensor) -> Tensor:
+    """Mean squared error for regression distillation: ``mean_i (s_i − t_i)²``.
+
+    ``(N, 1)`` predictions and ``(N,)`` targets (or the reverse) are compared element by element.
+    """
+    if student_pred.shape != target.shape:
+        if student_pred.numel() != target.numel():
+            raise ValueError(
+                f"predictions {tuple(student_pred.shape)} and targets {tuple(target.shape)} differ in size."
+            )
+        target = target.reshape(student_pred.shape)
+    return F.mse_loss(student_pred.float(), target.float())
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in TASK_KINDS:
+        raise DistilleryError(f"Unknown task kind {kind!r}; choose one of {', '.join(TASK_KINDS)}.")
+
+
+def _field(outputs: Any, name: str) -> Tensor | None:
+    if isinstance(outputs, Mapping):
+        return outputs.get(name)
+    return getattr(outputs, name, None)
+
+
+def _logits(outputs: Any) -> Tensor:
+    """The logits tensor of a model output, a dict, or the tensor itself."""
+    if isinstance(outputs, Tensor):
+        return outputs
+    logits = _field(outputs, "logits")
+    if logits is None:
+        raise ValueError(f"expected logits or an output with a 'logits' field, got {type(outputs).__name__}.")
+    return logits
+
+
+def _span_logits(outputs: Any) -> tuple[Tensor, Tensor]:
+    """``(start_logits, end_logits)`` of a QA output, a dict, or a pair of tensors."""
+    if isinstance(outputs, (tuple, list)) and len(outputs) == 2 and all(isinstance(x, Tensor) for x in outputs):
+        return outputs[0], outputs[1]
+    start, end = _field(outputs, "start_logits"), _field(outputs, "end_logits")
+    if start is None or end is None:
+        raise ValueError(
+            f"expected start and end logits (an output with start_logits/end_logits or a pair), "
+            f"got {type(outputs).__name__}."
+        )
+    return start, end
+
+
+def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor]) -> Tensor:
+    """The supervised loss against the gold labels, as Hugging Face heads compute it.
+
+    - classification: ``CE(logits, labels)`` (labels of -100 are ignored);
+    - regression: ``mean (logits.squeeze(-1) − labels)²`` with float labels;
+    - qa: ``½ (CE(start_logits, start_positions) + CE(end_logits, end_positions))``, positions
+      clamped into ``[0, L]`` and ``L`` ignored (answers cut off by a window do not count).
+    """
+    _check_kind(kind)
+    if kind == "qa":
+        start_logits, end_logits = _span_logits(outputs_or_logits)
+        if "start_positions" not in batch or "end_positions" not in batch:
+            raise ValueError("a QA batch needs start_positions and end_positions.")
+        n_positions = start_logits.shape[-1]
+        losses = []
+        for logits, key in ((start_logits, "start_positions"), (end_logits, "end_positions")):
+            positions = batch[key].reshape(-1).long().clamp(0, n_positions)
+            losses.append(F.cross_entropy(logits.float(), positions, ignore_index=n_positions))
+        return (losses[0] + losses[1]) / 2
+    if "labels" not in batch:
+        raise ValueError(f"a {kind} batch needs labels.")
+    logits = _logits(outputs_or_logits)
+    labels = batch["labels"]
+    if kind == "regression":
+        return F.mse_loss(logits.reshape(-1).float(), labels.reshape(-1).float())
+    return F.cross_entropy(_as_examples(logits).float(), labels.reshape(-1).long())
+
+
+_PREDICTION_LOSS_FNS = {"soft_ce": soft_cross_entropy, "kl": kl_divergence, "symmetric_kl": symmetric_kl}
+
+
+def prediction_distillation(
+    kind: str,
+    student_out: Any,
+    teacher_out: Any,
+    temperature: float = 1.0,
+    loss: str = "soft_ce",
+) -> Tensor:
+    """Distillation of the teacher's predictions into the student's.
+
+    - classification: ``loss(student_logits, teacher_logits, T)``;
+    - regression: :func:`mse` between the predictions (temperature does not apply);
+    - qa: ``½ (loss(s_start, t_start, T) + loss(s_end, t_end, T))`` over positions.
+
+    ``loss`` is one of ``soft_ce`` (:func:`soft_cross_entropy`), ``kl`` (:func:`kl_divergence`) or
+    ``symmetric_kl`` (:func:`symmetric_kl`).
+    """
+    _check_kind(kind)
+    if loss not in _PREDICTION_LOSS_FNS:
+        raise DistilleryError(
+            f"Unknown prediction distillation loss {loss!r}; choose one of {', '.join(PREDICTION_LOSSES)}."
+        )
+    if kind == "regression":
+        return mse(_logits(student_out), _logits(teacher_out))
+    loss_fn = _PREDICTION_LOSS_FNS[loss]
+    if kind == "qa":
+        s_start, s_end = _span_logits(student_out)
+        t_start, t_end = _span_logits(teacher_out)
+        return (loss_fn(s_start, t_start, temperature) + loss_fn(s_end, t_end, temperature)) / 2
+    return loss_fn(_logits(student_out), _logits(teacher_out), temperature)

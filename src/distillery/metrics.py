@@ -1,0 +1,121 @@
+"""Task metrics: GLUE-style classification/regression scores and the official SQuAD EM/F1.
+
+Classification and regression scores are fractions in [0, 1] (correlations in [-1, 1]), as
+scikit-learn and scipy return them; SQuAD scores are percentages (×100), as the official
+evaluation scripts print them.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+import warnings
+from typing import Iterable
+
+import numpy as np
+
+from distillery.data.tasks import TaskSpec
+
+
+def compute_metrics(task: TaskSpec, predictions, labels) -> dict[str, float]:
+    """Every metric of ``task`` for class ids (classification) or scores (regression).
+
+    Degenerate inputs never give NaN: a constant prediction has correlation 0.0, F1 with no
+    predicted positives is 0.0, MCC of a constant is 0.0.
+    """
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    predictions = np.asarray(predictions)
+    labels = np.asarray(labels)
+    if predictions.shape[0] != labels.shape[0]:
+        raise ValueError(f"{predictions.shape[0]} predictions for {labels.shape[0]} labels")
+    if task.kind == "qa":
+        raise ValueError("SQuAD is scored with squad_metrics(predictions, examples, version_2)")
+    out: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sklearn/scipy warn on degenerate inputs; we define those cases
+        for name in task.metrics:
+            if name == "accuracy":
+                value = accuracy_score(labels, predictions)
+            elif name == "f1":
+                value = f1_score(labels, predictions, pos_label=1, average="binary", zero_division=0)
+            elif name == "macro_f1":
+                value = f1_score(
+                    labels, predictions, labels=list(range(task.num_labels)), average="macro", zero_division=0
+                )
+            elif name == "mcc":
+                value = matthews_corrcoef(labels, predictions)
+            elif name in ("pearson", "spearman"):
+                x, y = predictions.astype(np.float64).ravel(), labels.astype(np.float64).ravel()
+                if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+                    value = 0.0
+                else:
+                    value = (pearsonr if name == "pearson" else spearmanr)(x, y)[0]
+            else:
+                raise ValueError(f"unknown metric {name!r} for task {task.name}")
+            value = float(value)
+            out[name] = 0.0 if not np.isfinite(value) else value
+    return out
+
+
+# --- SQuAD (official evaluate-v1.1.py / evaluate-v2.0.py logic) --------------------------------
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles (a, an, the) and extra whitespace."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _f1(prediction: str, gold: str, version_2: bool) -> float:
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:
+        # v2: two empty answers agree fully (a correct "no answer"); v1 has no such rule.
+        return float(version_2 and pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _exact(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def squad_metrics(predictions: dict[str, str], examples: Iterable[dict], version_2: bool) -> dict[str, float]:
+    """EM and F1 (×100) over ``examples`` (rows with ``id`` and ``answers``), max over gold answers.
+
+    v1: gold answers as given. v2: gold answers that normalise to nothing are dropped and a
+    question with none left has the single gold answer "" (unanswerable), and the scores are also
+    broken down into HasAns_* / NoAns_* where such questions exist. A question without a
+    prediction scores 0.
+    """
+    exact, f1, has_answer = [], [], []
+    for example in examples:
+        golds = list(example["answers"]["text"])
+        if version_2:
+            golds = [g for g in golds if normalize_answer(g)] or [""]
+        prediction = predictions.get(example["id"])
+        if prediction is None:
+            exact.append(0.0), f1.append(0.0)
+        else:
+            exact.append(max(_exact(prediction, g) for g in golds))
+            f1.append(max(_f1(prediction, g, version_2) for g in golds))
+        has_answer.append(golds != [""])
+    if not exact:
+        raise ValueError("squad_metrics needs at least one example")
+    exact_a, f1_a, has = np.array(exact), np.array(f1), np.array(has_answer, dtype=bool)
+    out = {"exact_match": 100.0 * exact_a.mean(), "f1": 100.0 * f1_a.mean()}
+    if version_2:
+        for prefix, mask in (("HasAns", has), ("NoAns", ~has)):
+            if mask.any():
+                out[f"{prefix}_exact"] = 100.0 * exact_a[mask].mean()
+                out[f"{prefix}_f1"] = 100.0 * f1_a[mask].mean()
+    return {k: float(v) for k, v in out.items()}

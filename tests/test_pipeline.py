@@ -1,0 +1,150 @@
+"""End to end on a tiny teacher and tiny GLUE-layout files: every run folder file, resume, refusals."""
+
+import json
+import random
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+import distillery
+from distillery.errors import DistilleryError
+from distillery.pipeline import build_run_config, compress
+
+POS = ["good", "great", "fun"]
+NEG = ["bad", "awful", "boring"]
+FILL = ["the", "movie", "film", "plot", "was", "very", "really", "actor"]
+
+
+def sentence(rng, label):
+    words = rng.sample(FILL, 3) + [rng.choice(POS if label else NEG)]
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def write_glue(root, n_train=96, n_dev=24, seed=0):
+    rng = random.Random(seed)
+    sst = root / "glue" / "SST-2"
+    sst.mkdir(parents=True)
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = ["sentence\tlabel"]
+        for i in range(n):
+            label = i % 2
+            rows.append(f"{sentence(rng, label)}\t{label}")
+        (sst / name).write_text("\n".join(rows) + "\n")
+    sts = root / "glue" / "STS-B"
+    sts.mkdir(parents=True)
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = [header]
+        for i in range(n):
+            score = round(rng.uniform(0, 5), 2)
+            rows.append(f"{i}\tmain\tf\t2012\t{i}\ts\ts\t{sentence(rng, 1)}\t{sentence(rng, score > 2.5)}\t{score}")
+        (sts / name).write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("data"))
+
+
+TINY = {
+    "data.train_limit": None, "data.max_length": 32,
+    "teacher.train.epochs": 2.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
+    "teacher.train.eval_every": None,
+    "student.epochs": 2.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": 3,
+    "bench.latency_shape": [1, 16], "bench.throughput_shape": [4, 16],
+    "bench.latency_runs": 3, "bench.throughput_runs": 1, "bench.warmup": 1,
+}
+
+
+def tiny_config(teacher, data_dir, out, task="sst2", **more):
+    return build_run_config(method="distill", task=task, budget="quick", teacher=str(teacher),
+                            data_dir=str(data_dir), out=str(out), overrides={**TINY, **more})
+
+
+def test_compress_writes_a_complete_run_folder(tiny_bert4, glue_dir, tmp_path):
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
+    for name in ("config.yaml", "metrics.json", "bench.json", "train.json", "report.md", "plot.png"):
+        assert (out / name).is_file(), name
+    assert not (out / "checkpoints").exists()
+    assert (out / "student" / "model.safetensors").is_file()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "sst2" and metrics["main_metric"] == "accuracy"
+    assert set(metrics) >= {"split", "teacher", "student", "retention"}
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["models"]["student"]["params"] < bench["models"]["teacher"]["params"]
+    assert bench["speedup"]["latency"] > 0
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["method"] == "distill" and saved["data"]["task"] == "sst2"
+    student = distillery.load_student(out)
+    assert student.config.num_hidden_layers == 2
+    assert "accuracy" in (out / "report.md").read_text()
+
+
+def test_compress_regression_task(tiny_bert, glue_dir, tmp_path):
+    out = compress(tiny_config(tiny_bert, glue_dir, tmp_path / "run", task="stsb"))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "pearson"
+    assert set(metrics["student"]) >= {"pearson", "spearman"}
+
+
+def test_teacher_is_cached_between_runs(tiny_bert4, glue_dir, tmp_path):
+    compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "a"))
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "b"))
+    assert json.loads((out / "train.json").read_text())["teacher_cached"] is True
+
+
+def test_existing_run_folder_is_refused(tiny_bert4, glue_dir, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("keep me")
+    with pytest.raises(DistilleryError, match="already exists"):
+        compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
+    assert (tmp_path / "run" / "x").read_text() == "keep me"
+
+
+def test_unknown_method_and_task():
+    with pytest.raises(DistilleryError, match="Unknown method"):
+        build_run_config(method="prune")
+    with pytest.raises(DistilleryError, match="sst2"):
+        build_run_config(task="sst3")
+
+
+def test_interrupted_student_training_resumes_to_the_same_student(tiny_bert4, glue_dir, tmp_path, monkeypatch):
+    full = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "full"))
+
+    import distillery.baseline as baseline
+
+    original = baseline.distillation_loss
+
+    def interrupting(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        calls = {"n": 0}
+
+        def loss_fn(model, batch):
+            calls["n"] += 1
+            if calls["n"] == 8:  # after the checkpoint written at step 6 (eval_every=3)
+                raise KeyboardInterrupt
+            return inner(model, batch)
+
+        return loss_fn
+
+    monkeypatch.setattr(baseline, "distillation_loss", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "cut"))
+    assert (tmp_path / "cut" / "checkpoints").is_dir()
+    monkeypatch.setattr(baseline, "distillation_loss", original)
+    resumed = compress(build_run_config(out=str(tmp_path / "cut")), resume=True)
+
+    a = load_file(full / "student" / "model.safetensors")
+    b = load_file(resumed / "student" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_resume_without_a_run_is_a_sentence(tmp_path):
+    with pytest.raises(DistilleryError, match="Cannot resume"):
+        compress(build_run_config(out=str(tmp_path / "nothing")), resume=True)
