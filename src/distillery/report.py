@@ -29,6 +29,7 @@ OPTIONAL_FILES = ("train.json",)
 # the same process. They are what a user gets today without any of the three methods, so a
 # student is worth its training time only where it beats them.
 SST2_TEACHER_ACCURACY = 0.873
+BUILT_IN_TEACHER_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 SST2_REFERENCE_POINTS: tuple[dict[str, Any], ...] = (
     {
         "name": "built-in teacher, fine-tuned (fp32)",
@@ -292,8 +293,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
     if student["latency_speedup"] is not None:
         s = f"The student is {_faster(student['latency_speedup'])} than the teacher at {lat_shape}"
         if student["throughput_speedup"] is not None:
-            tp = student["throughput_speedup"]
-            s += f" and has {tp:.1f}× its throughput at {tp_shape}"
+            s += f" ({student['throughput_speedup']:.1f}× the teacher's throughput at {tp_shape})"
         parts.append(s)
     else:
         parts.append("The student was not measured for speed")
@@ -302,7 +302,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
             f"keeps {100 * student['retention']:.1f} % of the teacher's {main} "
             f"({_fmt_metric(student['main'])} against {_fmt_metric(teacher['main'])})"
         )
-    text = ", and ".join(parts) + "."
+    text = " and ".join(parts) + "."
     if teacher["params"] and student["params"]:
         text += f" It has {teacher['params'] / student['params']:.1f}× fewer parameters"
         if teacher["effective_params"] and student["effective_params"]:
@@ -311,7 +311,9 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
     return text
 
 
-def _config_lines(config: Mapping[str, Any], train: Mapping[str, Any]) -> list[str]:
+def _config_lines(
+    config: Mapping[str, Any], train: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
+) -> list[str]:
     lines = []
     if config.get("teacher"):
         finetuned = _cfg(config, "teacher", "finetuned")
@@ -324,12 +326,18 @@ def _config_lines(config: Mapping[str, Any], train: Mapping[str, Any]) -> list[s
     if isinstance(options, Mapping) and options:
         lines.append("- method options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()))
     for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
-        value = _cfg(config, "data", key)
+        value = _cfg(config, "data", key) or (metrics or {}).get(key)
         if value:
             lines.append(f"- limited to {value} {what} (`{key}`): scores are noisier than on the full set")
+    if _is_number(train.get("train_examples")):
+        lines.append(f"- training examples: {int(train['train_examples']):,}")
+    if train.get("teacher_cached"):
+        lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
         if key.endswith("_seconds") and _is_number(value):
-            lines.append(f"- {key[: -len('_seconds')].replace('_', ' ')} training time: {_fmt_seconds(value)}")
+            what = key[: -len("_seconds")].replace("_", " ")
+            label = "whole run time" if what == "total" else f"{what} training time"
+            lines.append(f"- {label}: {_fmt_seconds(value)}")
     notes = train.get("notes")
     if isinstance(notes, str):
         notes = [notes]
@@ -393,12 +401,17 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
                 + ("at least as good on both." if beats else "not better on both accuracy and speed.")
             )
     teacher_acc = metrics.get("teacher", {}).get("accuracy")
-    caveat = (
-        f"This run's speed-ups are against its own teacher (`{teacher_name}`"
-        + (f", accuracy {_fmt_metric(teacher_acc)}" if _is_number(teacher_acc) else "")
-        + "), so the comparison holds as far as that teacher is the built-in one "
-        f"(accuracy {SST2_TEACHER_ACCURACY:.3f})."
-    )
+    acc_text = f", accuracy {_fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
+    if str(teacher_name).lower() in BUILT_IN_TEACHER_NAMES:
+        caveat = (
+            f"This run's teacher is the built-in one (`{teacher_name}`{acc_text}; "
+            f"{SST2_TEACHER_ACCURACY:.3f} recorded), so its speed-ups compare directly."
+        )
+    else:
+        caveat = (
+            f"This run's speed-ups are against its own teacher (`{teacher_name}`{acc_text}), not the "
+            "built-in one, so the comparison is of ratios to different teachers."
+        )
     said.append(caveat)
     return "\n".join(lines + [" ".join(said)]) + "\n"
 
@@ -430,6 +443,7 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
     frontier drawn. ``points``: dicts ``{"label", "latency_ms", "metric"}`` or such triples."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     pts = [_point(p) for p in points]
     pts = [p for p in pts if p[1] > 0 and math.isfinite(p[1]) and math.isfinite(p[2])]
@@ -441,8 +455,12 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
     ax = fig.add_subplot()
     xs, ys = [p[1] for p in pts], [p[2] for p in pts]
     ax.scatter(xs, ys, s=36, color="tab:blue", zorder=3)
+    # Points at the same place (one teacher measured in several runs) share one label.
+    labels: dict[tuple[float, float], list[str]] = {}
     for label, x, y in pts:
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        labels.setdefault((round(x, 6), round(y, 6)), []).append(label)
+    for (x, y), names in labels.items():
+        ax.annotate(", ".join(dict.fromkeys(names)), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     front = pareto_front(pts)
     if len(front) > 1:
         ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="tab:orange",
@@ -450,6 +468,10 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
         ax.legend(loc="lower right", fontsize=8)
     if max(xs) / min(xs) > 3:
         ax.set_xscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="x", which="minor", labelsize=7)
     pad = (max(xs) / min(xs)) ** 0.08 if max(xs) > min(xs) else 1.2
     ax.set_xlim(min(xs) / pad, max(xs) * pad * pad)
     ax.set_xlabel("latency (ms, lower is better)")
@@ -497,7 +519,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
             f"{format_count(t['effective_params'])} → {format_count(s['effective_params'])} used per token"
         )
     out += [compressed + ".", ""]
-    cfg_lines = _config_lines(config, run["train"])
+    cfg_lines = _config_lines(config, run["train"], metrics)
     if cfg_lines:
         out += cfg_lines + [""]
     out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
@@ -518,7 +540,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     if flops:
         out += ["FLOPs per token: " + ", ".join(f"{n} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
     if task.lower().replace("-", "") == "sst2":
-        out += [sst2_section(s, metrics, teacher_name), ""]
+        out += [sst2_section(s, metrics, teacher_name)]
 
     folder = run["dir"]
     points = _plot_points(rows)

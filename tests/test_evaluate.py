@@ -1,0 +1,117 @@
+"""predict / score on tiny models and tiny data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer
+
+from distillery.config import DataConfig
+from distillery.data import get_task, prepare_task_data
+from distillery.errors import DistilleryError
+from distillery.evaluate import predict, score
+from distillery.metrics import compute_metrics
+
+datasets.disable_progress_bars()
+
+SST2 = "sentence\tlabel\n" + "".join(
+    f"{s}\t{y}\n" for s, y in [("a great movie", 1), ("boring film", 0), ("very fun plot", 1), ("awful actor", 0),
+                               ("not good", 0), ("really great fun", 1), ("bad", 0)]
+)
+STSB = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n" + "".join(
+    f"{i}\tm\tx\t2012\t{i}\tnone\tnone\t{a}\t{b}\t{s}\n"
+    for i, (a, b, s) in enumerate([("a movie", "a film", 4.5), ("paris", "london", 0.5), ("good", "great", 3.0)])
+)
+CONTEXT = "paris is a city in france . it was first named lutetia ."
+
+
+def squad_v2() -> dict:
+    qas = [
+        {"question": "where is paris ?", "id": "a", "is_impossible": False,
+         "answers": [{"text": "france", "answer_start": CONTEXT.index("france")}]},
+        {"question": "who was born in paris ?", "id": "b", "is_impossible": True, "answers": []},
+    ]
+    return {"version": "v2.0", "data": [{"title": "Paris", "paragraphs": [{"context": CONTEXT, "qas": qas}]}]}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    for name, text in (("SST-2", SST2), ("STS-B", STSB)):
+        (root / "glue" / name).mkdir(parents=True)
+        (root / "glue" / name / "train.tsv").write_text(text)
+        (root / "glue" / name / "dev.tsv").write_text(text)
+    (root / "squad").mkdir()
+    (root / "squad" / "dev-v2.0.json").write_text(json.dumps(squad_v2()))
+    return root
+
+
+def cfg(data_dir, **kw) -> DataConfig:
+    return DataConfig(data_dir=str(data_dir), max_length=kw.pop("max_length", 32), doc_stride=8, **kw)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_bert):
+    return AutoTokenizer.from_pretrained(tiny_bert)
+
+
+def test_score_classification(tiny_bert, tokenizer, data_dir):
+    task = get_task("sst2")
+    task_data = prepare_task_data(task, tokenizer, cfg(data_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    model.train()
+    logits = predict(model, task_data, batch_size=3)
+    assert logits.shape == (7, 2) and logits.dtype == np.float32
+    assert model.training  # predict restores the caller's mode
+    # Dynamic padding must not change any example's logits.
+    np.testing.assert_allclose(predict(model, task_data, batch_size=1), logits, atol=1e-5)
+    metrics = score(model, task_data, batch_size=4)
+    assert set(metrics) == {"accuracy"} and task.main_metric in metrics
+    assert metrics == compute_metrics(task, logits.argmax(-1), task_data.dev["labels"])
+    assert predict(model, task_data, split="train").shape == (7, 2)
+
+
+def test_score_regression(tiny_bert, tokenizer, data_dir):
+    task_data = prepare_task_data(get_task("stsb"), tokenizer, cfg(data_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=1)
+    assert predict(model, task_data).shape == (3,)
+    metrics = score(model, task_data)
+    assert set(metrics) == {"pearson", "spearman"} and all(np.isfinite(v) for v in metrics.values())
+
+
+def test_score_squad_v2(tiny_bert, tokenizer, data_dir):
+    task = get_task("squad_v2")
+    task_data = prepare_task_data(task, tokenizer, cfg(data_dir, max_length=24), splits=("dev",))
+    model = AutoModelForQuestionAnswering.from_pretrained(tiny_bert)
+    start, end = predict(model, task_data, batch_size=2)
+    assert start.shape == end.shape == (len(task_data.dev), max(len(x) for x in task_data.dev["input_ids"]))
+    metrics = score(model, task_data, batch_size=2)
+    assert task.main_metric in metrics and {"exact_match", "HasAns_f1", "NoAns_f1"} <= set(metrics)
+    assert all(0.0 <= v <= 100.0 for v in metrics.values())
+
+
+def test_score_uses_the_models_device_and_inference_mode(tiny_bert, tokenizer, data_dir):
+    task_data = prepare_task_data(get_task("sst2"), tokenizer, cfg(data_dir), splits=("dev",))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    seen = {}
+
+    def hook(module, args, kwargs):
+        seen["grad"] = torch.is_grad_enabled()
+        seen["device"] = kwargs["input_ids"].device
+        seen["keys"] = set(kwargs)
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    predict(model, task_data)
+    assert seen == {"grad": False, "device": torch.device("cpu"), "keys": {"input_ids", "attention_mask", "token_type_ids"}}
+
+
+def test_score_needs_a_dev_split(tiny_bert, tokenizer, data_dir):
+    task_data = prepare_task_data(get_task("sst2"), tokenizer, cfg(data_dir), splits=("train",))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    with pytest.raises(DistilleryError, match="No dev split"):
+        score(model, task_data)

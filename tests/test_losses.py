@@ -1,0 +1,217 @@
+"""Every KD loss against values computed by hand (logs of small fractions)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
+
+from distillery.distill.losses import (
+    HiddenProjection,
+    hidden_mse,
+    kl_divergence,
+    mse,
+    prediction_distillation,
+    soft_cross_entropy,
+    symmetric_kl,
+    task_loss,
+)
+from distillery.errors import DistilleryError
+
+LN = math.log
+
+# Two examples over two classes, chosen so that every softmax is a simple fraction:
+#   student: softmax([0, ln 3]) = [1/4, 3/4],  softmax([0, 0]) = [1/2, 1/2]
+#   teacher: softmax([0, 0])    = [1/2, 1/2],  softmax([0, ln 3]) = [1/4, 3/4]
+STUDENT = torch.tensor([[0.0, LN(3)], [0.0, 0.0]])
+TEACHER = torch.tensor([[0.0, 0.0], [0.0, LN(3)]])
+
+# cross-entropy  −Σ p_t log p_s  per example
+CE_1 = -(0.5 * LN(1 / 4) + 0.5 * LN(3 / 4))  # = ½ ln(16/3)
+CE_2 = -(0.25 * LN(1 / 2) + 0.75 * LN(1 / 2))  # = ln 2
+# KL(p_t ‖ p_s) per example
+KL_1 = 0.5 * LN(0.5 / 0.25) + 0.5 * LN(0.5 / 0.75)  # = ½ ln(4/3)
+KL_2 = 0.25 * LN(0.25 / 0.5) + 0.75 * LN(0.75 / 0.5)
+# KL(p_s ‖ p_t) per example (the reverse direction)
+RKL_1 = 0.25 * LN(0.25 / 0.5) + 0.75 * LN(0.75 / 0.5)
+RKL_2 = 0.5 * LN(0.5 / 0.25) + 0.5 * LN(0.5 / 0.75)
+
+
+def close(x: torch.Tensor, expected: float) -> None:
+    assert x.ndim == 0
+    assert x.item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_soft_cross_entropy_by_hand():
+    close(soft_cross_entropy(STUDENT, TEACHER), (CE_1 + CE_2) / 2)
+    close(soft_cross_entropy(STUDENT[:1], TEACHER[:1]), 0.5 * LN(16 / 3))
+
+
+def test_soft_cross_entropy_temperature_scales_logits_and_multiplies_by_t_squared():
+    # logits twice as large at T = 2 give the same distributions as T = 1, and a factor T² = 4
+    close(soft_cross_entropy(2 * STUDENT, 2 * TEACHER, temperature=2.0), 4 * (CE_1 + CE_2) / 2)
+
+
+def test_soft_cross_entropy_counts_every_leading_position_as_an_example():
+    s = STUDENT.reshape(1, 2, 2)  # (batch 1, 2 positions, 2 classes)
+    t = TEACHER.reshape(1, 2, 2)
+    close(soft_cross_entropy(s, t), (CE_1 + CE_2) / 2)
+
+
+def test_soft_cross_entropy_gradient_reaches_the_student():
+    s = STUDENT.clone().requires_grad_(True)
+    soft_cross_entropy(s, TEACHER).backward()
+    # d/ds of mean CE = (p_s − p_t) / N
+    expected = (torch.softmax(STUDENT, -1) - torch.softmax(TEACHER, -1)) / 2
+    torch.testing.assert_close(s.grad, expected)
+
+
+def test_kl_divergence_by_hand():
+    close(kl_divergence(STUDENT, TEACHER), (KL_1 + KL_2) / 2)
+    close(kl_divergence(2 * STUDENT, 2 * TEACHER, temperature=2.0), 4 * (KL_1 + KL_2) / 2)
+    close(kl_divergence(STUDENT, STUDENT), 0.0)
+
+
+def test_kl_is_soft_ce_minus_teacher_entropy():
+    teacher_entropy = (-(torch.softmax(TEACHER, -1) * torch.log_softmax(TEACHER, -1)).sum(-1)).mean()
+    close(kl_divergence(STUDENT, TEACHER), (soft_cross_entropy(STUDENT, TEACHER) - teacher_entropy).item())
+
+
+def test_symmetric_kl_by_hand():
+    expected = 0.5 * ((KL_1 + KL_2) / 2 + (RKL_1 + RKL_2) / 2)
+    close(symmetric_kl(STUDENT, TEACHER), expected)
+    close(symmetric_kl(TEACHER, STUDENT), expected)  # symmetric
+    close(symmetric_kl(2 * STUDENT, 2 * TEACHER, temperature=2.0), 4 * expected)
+
+
+def test_losses_reject_mismatched_shapes_and_bad_temperature():
+    with pytest.raises(ValueError, match="same shape"):
+        soft_cross_entropy(STUDENT, TEACHER[:, :1])
+    with pytest.raises(ValueError, match="temperature"):
+        kl_divergence(STUDENT, TEACHER, temperature=0)
+
+
+HIDDEN_S = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])  # (B=1, L=2, d=2)
+HIDDEN_T = torch.zeros(1, 2, 2)
+
+
+def test_hidden_mse_by_hand():
+    close(hidden_mse(HIDDEN_S, HIDDEN_T), (1 + 4 + 9 + 16) / 4)
+    # the second token is padding: only (1² + 2²) over 1 token × 2 dims
+    close(hidden_mse(HIDDEN_S, HIDDEN_T, attention_mask=torch.tensor([[1, 0]])), (1 + 4) / 2)
+    close(hidden_mse(HIDDEN_S, HIDDEN_T, attention_mask=torch.tensor([[1, 1]])), 7.5)
+
+
+def test_hidden_mse_with_projection():
+    proj = HiddenProjection(2, 3)
+    with torch.no_grad():
+        proj.linear.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        proj.linear.bias.copy_(torch.tensor([0.0, 0.0, -1.0]))
+    # projected: token 1 -> [1, 2, 2], token 2 -> [3, 4, 6]
+    teacher = torch.zeros(1, 2, 3)
+    close(hidden_mse(HIDDEN_S, teacher, projection=proj), (1 + 4 + 4 + 9 + 16 + 36) / 6)
+    close(hidden_mse(HIDDEN_S, teacher, projection=proj, attention_mask=torch.tensor([[0, 1]])), (9 + 16 + 36) / 3)
+    hidden_mse(HIDDEN_S, teacher, projection=proj).backward()
+    assert proj.linear.weight.grad is not None and proj.linear.weight.grad.abs().sum() > 0
+
+
+def test_hidden_mse_needs_a_projection_when_sizes_differ():
+    with pytest.raises(ValueError, match="HiddenProjection"):
+        hidden_mse(HIDDEN_S, torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match="attention_mask"):
+        hidden_mse(HIDDEN_S, HIDDEN_T, attention_mask=torch.ones(1, 3))
+
+
+def test_hidden_projection_starts_as_identity_when_sizes_match():
+    proj = HiddenProjection(4, 4)
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(proj(x), x)
+    close(hidden_mse(x, x.clone(), projection=proj), 0.0)
+    assert HiddenProjection(4, 6)(x).shape == (2, 3, 6)
+    assert all(p.requires_grad for p in proj.parameters())
+
+
+def test_mse_by_hand():
+    close(mse(torch.tensor([[1.0], [2.0]]), torch.tensor([0.0, 0.0])), (1 + 4) / 2)
+    close(mse(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 1.0])), (1 + 4) / 2)
+    with pytest.raises(ValueError, match="differ in size"):
+        mse(torch.zeros(3), torch.zeros(2))
+
+
+def test_task_loss_classification_by_hand():
+    logits = torch.tensor([[0.0, LN(3)], [0.0, LN(3)]])  # softmax [1/4, 3/4]
+    batch = {"labels": torch.tensor([1, 0])}
+    expected = (-LN(3 / 4) - LN(1 / 4)) / 2
+    close(task_loss("classification", logits, batch), expected)
+    close(task_loss("classification", SequenceClassifierOutput(logits=logits), batch), expected)
+    close(task_loss("classification", {"logits": logits}, batch), expected)
+
+
+def test_task_loss_regression_by_hand():
+    logits = torch.tensor([[1.0], [3.0]])
+    close(task_loss("regression", logits, {"labels": torch.tensor([0.0, 1.0])}), (1 + 4) / 2)
+    # integer labels are read as floats
+    close(task_loss("regression", logits, {"labels": torch.tensor([0, 1])}), (1 + 4) / 2)
+
+
+def test_task_loss_qa_by_hand_with_out_of_range_positions_ignored():
+    # L = 3 positions. Example 1: start softmax [1/4, 1/4, 1/2], end softmax uniform.
+    # Example 2: start position 7 is clamped to 3 = L and ignored; end softmax [1/2, 1/4, 1/4].
+    start = torch.tensor([[0.0, 0.0, LN(2)], [0.0, 0.0, 0.0]])
+    end = torch.tensor([[0.0, 0.0, 0.0], [LN(2), 0.0, 0.0]])
+    batch = {"start_positions": torch.tensor([2, 7]), "end_positions": torch.tensor([1, 0])}
+    start_loss = -LN(1 / 2)  # example 1 only
+    end_loss = (-LN(1 / 3) - LN(1 / 2)) / 2
+    expected = (start_loss + end_loss) / 2
+    close(task_loss("qa", QuestionAnsweringModelOutput(start_logits=start, end_logits=end), batch), expected)
+    close(task_loss("qa", (start, end), batch), expected)
+    # negative positions clamp to 0 (the [CLS] "no answer" position)
+    neg = {"start_positions": torch.tensor([-3, 0]), "end_positions": torch.tensor([0, 0])}
+    start_loss = (-LN(1 / 4) - LN(1 / 3)) / 2
+    end_loss = (-LN(1 / 3) - LN(1 / 2)) / 2
+    close(task_loss("qa", (start, end), neg), (start_loss + end_loss) / 2)
+
+
+def test_task_loss_validates_kind_and_batch():
+    with pytest.raises(DistilleryError, match="Unknown task kind"):
+        task_loss("ner", STUDENT, {"labels": torch.tensor([0, 1])})
+    with pytest.raises(ValueError, match="labels"):
+        task_loss("classification", STUDENT, {})
+    with pytest.raises(ValueError, match="start_positions"):
+        task_loss("qa", (STUDENT, STUDENT), {"labels": torch.tensor([0, 1])})
+
+
+def test_prediction_distillation_classification_uses_the_chosen_loss():
+    s, t = SequenceClassifierOutput(logits=STUDENT), SequenceClassifierOutput(logits=TEACHER)
+    close(prediction_distillation("classification", s, t), (CE_1 + CE_2) / 2)
+    close(prediction_distillation("classification", s, t, loss="kl"), (KL_1 + KL_2) / 2)
+    close(
+        prediction_distillation("classification", STUDENT, TEACHER, loss="symmetric_kl"),
+        0.5 * ((KL_1 + KL_2) / 2 + (RKL_1 + RKL_2) / 2),
+    )
+    close(prediction_distillation("classification", 2 * STUDENT, 2 * TEACHER, temperature=2.0), 2 * (CE_1 + CE_2))
+
+
+def test_prediction_distillation_regression_is_mse_of_predictions():
+    s = torch.tensor([[1.0], [3.0]])
+    t = torch.tensor([[0.0], [1.0]])
+    close(prediction_distillation("regression", s, t), (1 + 4) / 2)
+    close(prediction_distillation("regression", s, t, temperature=5.0, loss="kl"), (1 + 4) / 2)
+
+
+def test_prediction_distillation_qa_averages_start_and_end():
+    s = QuestionAnsweringModelOutput(start_logits=STUDENT, end_logits=TEACHER)
+    t = {"start_logits": TEACHER, "end_logits": TEACHER}
+    # start: CE as above; end: the teacher against itself is its entropy
+    entropy = (-(torch.softmax(TEACHER, -1) * torch.log_softmax(TEACHER, -1)).sum(-1)).mean().item()
+    close(prediction_distillation("qa", s, t), ((CE_1 + CE_2) / 2 + entropy) / 2)
+    close(prediction_distillation("qa", s, t, loss="kl"), ((KL_1 + KL_2) / 2 + 0.0) / 2)
+
+
+def test_prediction_distillation_rejects_unknown_names():
+    with pytest.raises(DistilleryError, match="soft_ce, kl, symmetric_kl"):
+        prediction_distillation("classification", STUDENT, TEACHER, loss="cosine")
+    with pytest.raises(DistilleryError, match="classification, regression, qa"):
+        prediction_distillation("tagging", STUDENT, TEACHER)

@@ -1,0 +1,163 @@
+"""distillery.report: a synthetic run folder -> report.md with the numbers, a valid plot.png."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from distillery.errors import DistilleryError
+from distillery.report import REQUIRED_FILES, merge_runs, pareto_front, write_plot, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _model(params, effective, median, sps):
+    return {
+        "params": params,
+        "effective_params": effective,
+        "flops_per_token": 2.0 * effective,
+        "latency_ms": {"batch": 1, "seq": 128, "median": median, "p90": median * 1.1, "runs": 30},
+        "throughput": {"batch": 256, "seq": 64, "sentences_per_s": sps},
+    }
+
+
+def make_run(path, task="sst2", method="moebert", student_acc=0.835, student_ms=10.0, extra=True, train=True):
+    path.mkdir(parents=True, exist_ok=True)
+    config = {
+        "method": method,
+        "budget": "quick",
+        "data": {"task": task, "dev_limit": 200},
+        "teacher": {"name": "minilm", "finetuned": False},
+        "method_options": {"experts": 4},
+    }
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    metrics = {
+        "task": task,
+        "split": "validation",
+        "main_metric": "accuracy",
+        "teacher": {"accuracy": 0.873, "f1": 0.880},
+        "student": {"accuracy": student_acc, "f1": 0.840},
+        "retention": student_acc / 0.873,
+    }
+    models = {"teacher": _model(22_713_216, 11_000_000, 19.0, 120.0), "student": _model(11_000_000, 5_500_000, student_ms, 250.0)}
+    if extra:
+        metrics["others"] = {"int8": {"accuracy": 0.849}}
+        models["int8"] = _model(22_713_216, 11_000_000, 6.7, 359.0)
+    bench = {
+        "hardware": {"cpu": "Test CPU 9000", "cores": 2, "threads": 2, "torch": "2.13.0", "gpu": None},
+        "models": models,
+        "speedup": {"latency": 19.0 / student_ms, "throughput": 250.0 / 120.0},
+    }
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    (path / "bench.json").write_text(json.dumps(bench))
+    if train:
+        (path / "train.json").write_text(json.dumps({"teacher_seconds": 600, "student_seconds": 95, "notes": ["smoke run"]}))
+    return path
+
+
+def test_write_report_has_the_numbers_and_a_png(tmp_path):
+    run = make_run(tmp_path / "run")
+    report = write_report(run)
+    assert report == run / "report.md"
+    text = report.read_text()
+    assert text.startswith("# moebert on sst2")
+    assert "`minilm`" in text and "experts=4" in text and "200 dev examples" in text
+    assert "1.90×" in text  # teacher 19 ms / student 10 ms
+    assert "2.08×" in text  # 250 / 120 sentences/s
+    assert "95.6 %" in text  # 0.835 / 0.873
+    assert "| int8 |" in text and "97.3 %" in text  # another measured, scored model
+    assert "0.873" in text and "0.835" in text and "| f1 |" in text.replace(" f1 ", "| f1 |")
+    assert "1.9× faster than the teacher at 1×128" in text and "keeps 95.6 % of the teacher's accuracy" in text
+    assert "Test CPU 9000" in text and "2 torch threads" in text
+    assert "smoke run" in text and "1.6 min" in text  # train.json
+    # SST-2 reference points: more accurate than model2vec, not faster than int8.
+    assert "model2vec" in text and "more accurate than model2vec" in text
+    assert "not faster than the int8 teacher" in text
+    png = (run / "plot.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 1000
+
+
+def test_plot_is_a_readable_image(tmp_path):
+    import matplotlib.image
+
+    out = write_plot(
+        [{"label": "teacher", "latency_ms": 19.0, "metric": 0.87}, ("student", 10.0, 0.83), ("bad", 30.0, 0.80)],
+        tmp_path / "p.png",
+        "accuracy",
+    )
+    image = matplotlib.image.imread(out)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    pts = [("slow-good", 20, 0.9), ("fast-ok", 5, 0.8), ("dominated", 25, 0.85), ("fastest-bad", 1, 0.7), ("tie", 5, 0.75)]
+    assert [p[0] for p in pareto_front(pts)] == ["fastest-bad", "fast-ok", "slow-good"]
+
+
+def test_report_without_sst2_section_and_optional_files(tmp_path):
+    run = make_run(tmp_path / "run", task="rte", extra=False, train=False, student_ms=25.0)
+    text = write_report(run).read_text()
+    assert "model2vec" not in text and "SST-2" not in text
+    assert "1.3× slower than the teacher" in text
+    assert (run / "plot.png").is_file()
+
+
+@pytest.mark.parametrize("missing", REQUIRED_FILES)
+def test_missing_file_is_named(tmp_path, missing):
+    run = make_run(tmp_path / "run")
+    (run / missing).unlink()
+    with pytest.raises(DistilleryError, match=missing.replace(".", r"\.")):
+        write_report(run)
+
+
+def test_missing_folder_and_bad_json(tmp_path):
+    with pytest.raises(DistilleryError, match="does not exist"):
+        write_report(tmp_path / "nope")
+    run = make_run(tmp_path / "run")
+    (run / "bench.json").write_text("{not json")
+    with pytest.raises(DistilleryError, match="bench.json is not valid JSON"):
+        write_report(run)
+
+
+def test_merge_runs(tmp_path):
+    a = make_run(tmp_path / "moe", method="moebert")
+    b = make_run(tmp_path / "cmow", method="cmow", student_acc=0.80, student_ms=2.0, extra=False)
+    report = merge_runs([a, b], tmp_path / "merged")
+    text = report.read_text()
+    assert "# Methods compared on sst2" in text
+    assert "| moe | student |" in text and "| cmow | student |" in text
+    assert "9.50×" in text  # cmow's 19 ms teacher / 2 ms student
+    assert "Most accurate compressed model: `moebert:int8`" in text and "Fastest: `cmow:student`" in text
+    assert (tmp_path / "merged" / "plot.png").read_bytes().startswith(PNG_MAGIC)
+    c = make_run(tmp_path / "rte", task="rte")
+    with pytest.raises(DistilleryError, match="different tasks"):
+        merge_runs([a, c], tmp_path / "merged2")
+
+
+def test_report_from_a_real_benchmark(tmp_path):
+    """bench.benchmark's own output (tiny models) goes through the report unchanged."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from distillery.bench import benchmark, save_bench
+
+    cfg = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99)
+    torch.manual_seed(0)
+    models = {"teacher": BertModel(BertConfig(num_hidden_layers=2, **cfg)), "student": BertModel(BertConfig(num_hidden_layers=1, **cfg))}
+    bench = benchmark(models, latency_shape=(1, 16), throughput_shape=(4, 16), latency_runs=2, warmup=0, throughput_runs=1)
+    run = make_run(tmp_path / "run", task="mrpc", extra=False)
+    save_bench(bench, run / "bench.json")
+    text = write_report(run).read_text()
+    assert "latency 1×16 median (ms)" in text and "throughput 4×16" in text
+    assert f"{bench['speedup']['latency']:.2f}×" in text
+
+
+def test_pipeline_shaped_train_json(tmp_path):
+    run = make_run(tmp_path / "run", train=False)
+    info = {"teacher_seconds": None, "teacher_cached": True, "student_seconds": 30.0, "train_examples": 67349,
+            "total_seconds": 4000.0, "notes": []}
+    (run / "train.json").write_text(json.dumps(info))
+    text = write_report(run).read_text()
+    assert "reused from the cache" in text and "67,349" in text and "1.11 h" in text and "30 s" in text
