@@ -45,7 +45,7 @@ class DataConfig:
     regression: bool = False
     # SQuAD
     squad_holdout: float | None = None  # fraction of dev articles held out as dev; rest trains
-    doc_stride: int = 128
+    doc_stride: int = 64  # overlap of SQuAD windows (the full budget uses 128 with 384-token windows)
     max_answer_length: int = 30
     n_best: int = 20
     null_score_threshold: float = 0.0

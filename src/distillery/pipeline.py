@@ -50,6 +50,8 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
         student = {"epochs": epochs, "lr": 1e-4, "batch_size": 32, "eval_every": 200}
     else:
         data = {"train_limit": None, "max_length": 384 if qa else 128}
+        if qa:
+            data["doc_stride"] = 128
         teacher = {"epochs": 3.0, "lr": 5e-5, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
         student = {"epochs": 3.0, "lr": 1e-4, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
     return {"data": data, "teacher": {"train": teacher}, "student": student}
