@@ -121,14 +121,14 @@ def distillation_loss(kind: str, teacher: PreTrainedModel, alpha: float, tempera
         ce = task_loss(kind, out, batch)
         kd = prediction_distillation(kind, out, t_out, temperature=temperature)
         loss = (1 - alpha) * ce + alpha * kd
-        logs = {"ce": float(ce), "kd": float(kd)}
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
         if hidden_weight > 0:
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
             mask = inputs.get("attention_mask")
             hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
             loss = loss + hidden_weight * hid
-            logs["hidden"] = float(hid)
+            logs["hidden"] = float(hid.detach())
         return loss, logs
 
     return loss_fn
