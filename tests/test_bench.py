@@ -11,13 +11,13 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
+from distillery.modeling import load_model
 from distillery.bench import (
     benchmark,
     count_parameters,
     flops_per_token,
     format_bench_table,
     hardware_fingerprint,
-    load_for_bench,
     make_inputs,
     save_bench,
 )
@@ -206,17 +206,17 @@ def test_benchmark_loads_folders(tmp_path, tiny_bert, teacher):
     assert json.loads((tmp_path / "bench.json").read_text())["models"].keys() == {"teacher", "student"}
 
 
-def test_load_for_bench_picks_the_task_head(tmp_path, tiny_bert, teacher):
+def test_load_model_picks_the_task_head(tmp_path, tiny_bert, teacher):
     teacher.save_pretrained(tmp_path / "clf")
-    assert type(load_for_bench(tmp_path / "clf")).__name__ == "BertForSequenceClassification"
-    assert type(load_for_bench(tiny_bert)).__name__ == "BertModel"
+    assert type(load_model(tmp_path / "clf")).__name__ == "BertForSequenceClassification"
+    assert type(load_model(tiny_bert)).__name__ == "BertModel"
 
 
-def test_load_for_bench_rejects_non_model_folders(tmp_path):
-    with pytest.raises(DistilleryError, match="not a model folder"):
-        load_for_bench(tmp_path)
-    with pytest.raises(DistilleryError, match="not a folder"):
-        load_for_bench(tmp_path / "nope")
+def test_load_model_rejects_non_model_folders(tmp_path):
+    with pytest.raises(DistilleryError, match="not a saved model"):
+        load_model(tmp_path)
+    with pytest.raises(DistilleryError, match="does not exist"):
+        load_model(tmp_path / "nope")
 
 
 @pytest.mark.parametrize(

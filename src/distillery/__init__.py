@@ -33,8 +33,8 @@ def load_student(path):
 
 
 def evaluate(model, task, **kwargs):
-    """Score a model (object or folder) on a task's dev split. See evaluate.evaluate."""
-    from distillery.evaluate import evaluate as _evaluate
+    """Score a model (object or folder) on a task's dev split. See evaluation.evaluate."""
+    from distillery.evaluation import evaluate as _evaluate
 
     return _evaluate(model, task, **kwargs)
 

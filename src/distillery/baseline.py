@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
-from distillery.evaluate import predict, score
+from distillery.evaluation import predict, score
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")

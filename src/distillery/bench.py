@@ -33,15 +33,12 @@ import torch
 from torch import nn
 
 from distillery.errors import DistilleryError
+from distillery.modeling import load_model
 
 # Random ids start above the special and rare tokens of usual WordPiece/BPE vocabularies
 # (BERT's [unused*] block ends at 998) so that every model sees ordinary word pieces.
 FIRST_ORDINARY_ID = 1000
 
-_TASK_HEADS = {
-    "ForSequenceClassification": "AutoModelForSequenceClassification",
-    "ForQuestionAnswering": "AutoModelForQuestionAnswering",
-}
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,41 +241,6 @@ def flops_per_token(model: nn.Module, seq: int = 128) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Loading
-
-
-def load_for_bench(path: str | os.PathLike) -> nn.Module:
-    """A saved model folder, with its task head when its config names one.
-
-    ``architectures`` ending in ForSequenceClassification / ForQuestionAnswering load with the
-    matching Auto class; anything else loads as the bare encoder (``AutoModel``).
-    """
-    import transformers
-
-    import distillery  # noqa: F401  (registers the students' model types with the Auto classes)
-
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise DistilleryError(f"{path} is not a folder; give the folder of a saved model.")
-    if not (folder / "config.json").is_file():
-        raise DistilleryError(f"{path} is not a model folder: it has no config.json.")
-    try:
-        config = transformers.AutoConfig.from_pretrained(folder)
-    except (ValueError, OSError, KeyError) as e:
-        raise DistilleryError(f"Cannot read the model config in {path}: {e}") from None
-    auto_name = "AutoModel"
-    for arch in getattr(config, "architectures", None) or []:
-        for suffix, name in _TASK_HEADS.items():
-            if arch.endswith(suffix):
-                auto_name = name
-    try:
-        model = getattr(transformers, auto_name).from_pretrained(folder)
-    except (ValueError, OSError, KeyError) as e:
-        raise DistilleryError(f"Cannot load the model in {path}: {e}") from None
-    return model.eval()
-
-
-# --------------------------------------------------------------------------------------------
 # Timing
 
 
@@ -363,7 +325,7 @@ def benchmark(
     loaded: dict[str, nn.Module] = {}
     for name, model in models.items():
         if isinstance(model, (str, os.PathLike)):
-            model = load_for_bench(model)
+            model = load_model(model)
         if not isinstance(model, nn.Module):
             raise DistilleryError(f"Model {name!r} is a {type(model).__name__}, not a torch model or a folder.")
         _check_positions(name, model, max(lat_seq, tp_seq))

@@ -150,7 +150,7 @@ def eval_cmd(
 ):
     """Score a saved model on a task's dev split; prints metrics JSON."""
     _setup_logging()
-    from distillery.evaluate import evaluate
+    from distillery.evaluation import evaluate
 
     metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
     text = json.dumps(metrics, indent=2)

@@ -19,7 +19,7 @@ from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import custom_task, get_task
 from distillery.errors import DistilleryError
-from distillery.evaluate import score
+from distillery.evaluation import score
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
 from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher, teacher_config

@@ -30,7 +30,7 @@ from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
-from distillery.evaluate import score
+from distillery.evaluation import score
 
 logger = logging.getLogger("distillery")
 

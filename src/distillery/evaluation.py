@@ -7,12 +7,13 @@ Models are Hugging Face-style: called with the collated batch, they return outpu
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from distillery.data.encode import TaskData, postprocess_squad
+from distillery.data.encode import TaskData, postprocess_squad, prepare_task_data
 from distillery.data.loading import column_values
 from distillery.errors import DistilleryError
 from distillery.metrics import compute_metrics, squad_metrics
@@ -120,5 +121,46 @@ def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]
     return metrics
 
 
-# The public ``evaluate(model, task, ...)`` wrapper (load a saved model, prepare the task, score)
-# goes below.
+def evaluate(
+    model,
+    task,
+    *,
+    tokenizer=None,
+    data_dir: str | None = None,
+    split: str = "dev",
+    max_length: int = 128,
+    batch_size: int = 128,
+    **data_options,
+) -> dict:
+    """Score ``model`` (a model object, a saved model folder or a run folder) on ``task``'s dev split.
+
+    ``task`` is a task name or a TaskSpec; ``data_options`` are further DataConfig fields
+    (``squad_holdout``, ``dev_limit``, custom-data columns and files, ...). A model object needs its
+    ``tokenizer``; a folder brings its own. Returns ``{"task", "split", "main_metric", "examples",
+    "metrics"}``.
+    """
+    from distillery.config import DataConfig
+    from distillery.data.tasks import TaskSpec, get_task, task_for
+    from distillery.modeling import load_model, model_folder
+
+    if isinstance(model, (str, Path)):
+        folder = model_folder(model)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = load_model(folder)
+    elif tokenizer is None:
+        raise DistilleryError("evaluate() needs the tokenizer when it is given a model object.")
+    options = {k: v for k, v in data_options.items() if v is not None}
+    name = task.name if isinstance(task, TaskSpec) else task
+    data_config = DataConfig(task=name, data_dir=data_dir, max_length=max_length, **options)
+    spec = task if isinstance(task, TaskSpec) else (task_for(data_config) if name == "custom" else get_task(name))
+    task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))
+    return {
+        "task": spec.name,
+        "split": task_data.dev_split,
+        "main_metric": spec.main_metric,
+        "examples": len(task_data.dev_examples),
+        "metrics": score(model, task_data, batch_size=batch_size),
+    }

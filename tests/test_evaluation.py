@@ -14,7 +14,7 @@ from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClas
 from distillery.config import DataConfig
 from distillery.data import get_task, prepare_task_data
 from distillery.errors import DistilleryError
-from distillery.evaluate import predict, score
+from distillery.evaluation import predict, score
 from distillery.metrics import compute_metrics
 
 datasets.disable_progress_bars()
@@ -115,3 +115,20 @@ def test_score_needs_a_dev_split(tiny_bert, tokenizer, data_dir):
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
     with pytest.raises(DistilleryError, match="No dev split"):
         score(model, task_data)
+
+
+def test_public_evaluate_scores_a_saved_model_folder(tmp_path, tiny_bert):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import distillery
+    from tests.test_pipeline import write_glue
+
+    write_glue(tmp_path / "data", n_train=8, n_dev=10)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    model.save_pretrained(tmp_path / "m")
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tmp_path / "m")
+    result = distillery.evaluate(str(tmp_path / "m"), "sst2", data_dir=str(tmp_path / "data"))
+    assert result["task"] == "sst2" and result["examples"] == 10
+    assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
+    with pytest.raises(DistilleryError, match="tokenizer"):
+        distillery.evaluate(model, "sst2", data_dir=str(tmp_path / "data"))
