@@ -148,3 +148,52 @@ def test_interrupted_student_training_resumes_to_the_same_student(tiny_bert4, gl
 def test_resume_without_a_run_is_a_sentence(tmp_path):
     with pytest.raises(DistilleryError, match="Cannot resume"):
         compress(build_run_config(out=str(tmp_path / "nothing")), resume=True)
+
+
+def write_squad(root, n_articles=12):
+    contexts = ["paris is a city in france . it was first named lutetia .",
+                "london is a city on a river . the river is the thames ."]
+    data = []
+    for i in range(n_articles):
+        context = contexts[i % 2]
+        answer = "france" if i % 2 == 0 else "the thames"
+        data.append({"title": f"Article {i}", "paragraphs": [{"context": context, "qas": [
+            {"question": "where is it ?", "id": f"q{i}a",
+             "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+            {"question": "what city ?", "id": f"q{i}b",
+             "answers": [{"text": "a city", "answer_start": context.index("a city")}]},
+        ]}]})
+    (root / "squad").mkdir(parents=True, exist_ok=True)
+    (root / "squad" / "dev-v1.1.json").write_text(json.dumps({"version": "1.1", "data": data}))
+    return root
+
+
+def test_compress_squad_with_holdout(tiny_bert, tmp_path):
+    data = write_squad(tmp_path / "data")
+    config = build_run_config(method="distill", task="squad", budget="quick", teacher=tiny_bert,
+                              data_dir=str(data), out=str(tmp_path / "run"),
+                              overrides={**TINY, "data.max_length": 48, "data.doc_stride": 16,
+                                         "data.squad_holdout": 0.5, "data.train_limit": None})
+    out = compress(config)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "f1"
+    assert {"exact_match", "f1"} <= set(metrics["student"])
+    assert 0.0 <= metrics["student"]["f1"] <= 100.0
+
+
+def test_compress_custom_csv_with_no_code_change(tiny_bert, tmp_path):
+    rng = random.Random(1)
+    for name, n in (("train.csv", 48), ("dev.csv", 12)):
+        rows = ["review,stars"] + [f"\"{sentence(rng, i % 3 == 0)}, really\",{['low', 'mid', 'high'][i % 3]}"
+                                   for i in range(n)]
+        (tmp_path / name).write_text("\n".join(rows) + "\n")
+    config = build_run_config(method="distill", task="custom", budget="quick", teacher=tiny_bert,
+                              out=str(tmp_path / "run"),
+                              overrides={**TINY, "data.train_file": str(tmp_path / "train.csv"),
+                                         "data.dev_file": str(tmp_path / "dev.csv"),
+                                         "data.text_column": "review", "data.label_column": "stars"})
+    out = compress(config)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "custom" and metrics["main_metric"] == "accuracy"
+    student = distillery.load_student(out)
+    assert student.config.num_labels == 3
