@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import datasets
 import torch
 from safetensors.torch import load_file, load_model
 
@@ -231,7 +232,7 @@ def test_data_order_is_a_seeded_permutation_per_epoch_and_extra_keys_pass_throug
         seen.extend(batch["idx"])  # a list, not a model input: untouched by the loop
         return loss_fn(model, batch)
 
-    config = cfg(epochs=2.0, batch_size=8, seed=11)
+    config = cfg(epochs=2.0, batch_size=8, seed=11, group_by_length=False)
     Trainer(tiny_model(), config, tiny_dataset(24), collate, recording_loss, out_dir=tmp_path).train()
     expected = []
     for epoch in range(2):
@@ -240,10 +241,28 @@ def test_data_order_is_a_seeded_permutation_per_epoch_and_extra_keys_pass_throug
     assert EpochSampler(24, 11).order(1) == expected[24:]
 
 
+def test_length_grouped_order_is_a_seeded_permutation_with_less_padding():
+    from distillery.distill.trainer import example_lengths
+
+    lengths = [(i * 37) % 61 + 1 for i in range(1000)]
+    dataset = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in lengths]})
+    assert example_lengths(dataset).tolist() == lengths
+    sampler = EpochSampler(1000, 5, lengths=torch.tensor(lengths), batch_size=32)
+    order = sampler.order(0)
+    assert sorted(order) == list(range(1000)) and order == sampler.order(0) and order != sampler.order(1)
+
+    def padded(indices):
+        return sum(max(lengths[i] for i in indices[k:k + 32]) * len(indices[k:k + 32]) for k in range(0, 1000, 32))
+
+    assert padded(order) < 0.7 * padded(EpochSampler(1000, 5).order(0))
+
+
 def test_gradient_accumulation_equals_the_larger_batch(tmp_path):
     def run(batch_size, grad_accum):
         model = tiny_model(dropout=0.0)
-        config = cfg(batch_size=batch_size, grad_accum=grad_accum, max_steps=4, warmup_ratio=0.25)
+        # plain order: length grouping forms its groups from the batch size
+        config = cfg(batch_size=batch_size, grad_accum=grad_accum, max_steps=4, warmup_ratio=0.25,
+                     group_by_length=False)
         trainer = Trainer(model, config, tiny_dataset(64), collate, loss_fn, out_dir=tmp_path / f"{batch_size}")
         return weights(trainer.train().model)
 

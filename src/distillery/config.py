@@ -79,6 +79,7 @@ class TrainConfig:
     max_steps: int | None = None  # overrides epochs when set
     batch_size: int = 32  # global batch per optimizer step = batch_size * grad_accum
     grad_accum: int = 1
+    group_by_length: bool = True  # batch examples of similar length: far less padding, same examples
     lr: float = 5e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.0
