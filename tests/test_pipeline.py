@@ -197,3 +197,21 @@ def test_compress_custom_csv_with_no_code_change(tiny_bert, tmp_path):
     assert metrics["task"] == "custom" and metrics["main_metric"] == "accuracy"
     student = distillery.load_student(out)
     assert student.config.num_labels == 3
+
+
+def test_mnli_scores_matched_and_mismatched(tiny_bert, tmp_path):
+    from tests.test_data import MNLI_HEADER
+
+    rng = random.Random(2)
+    labels = ["entailment", "neutral", "contradiction"]
+    mnli = tmp_path / "data" / "glue" / "MNLI"
+    mnli.mkdir(parents=True)
+    for name, n in (("train.tsv", 36), ("dev_matched.tsv", 9), ("dev_mismatched.tsv", 6)):
+        rows = [f"{i}\t{i}\t{i}\tfiction\t{sentence(rng, 1)}\t{sentence(rng, 0)}\t{labels[i % 3]}\t{labels[i % 3]}"
+                for i in range(n)]
+        (mnli / name).write_text(MNLI_HEADER + "\n".join(rows) + "\n")
+    out = compress(tiny_config(tiny_bert, tmp_path / "data", tmp_path / "run", task="mnli"))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["split"] == "dev_matched"
+    assert set(metrics["other_splits"]["dev_mismatched"]) == {"teacher", "student"}
+    assert "accuracy" in metrics["other_splits"]["dev_mismatched"]["student"]

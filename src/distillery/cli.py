@@ -185,12 +185,22 @@ def bench(
 
 
 @app.command()
-def report(run: str = typer.Argument(..., help="A run folder.")):
-    """(Re)write a run folder's report.md and plot.png from its JSON files."""
+def report(
+    runs: list[str] = typer.Argument(..., help="One run folder, or several runs of one task to compare."),
+    out: Optional[str] = typer.Option(None, help="Several runs: folder for the merged report (default runs/comparison-<task>)."),
+):
+    """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
     _setup_logging()
-    from distillery.report import write_report
+    from distillery.report import merge_runs, write_report
 
-    typer.echo(write_report(Path(run)).read_text())
+    if len(runs) == 1:
+        path = write_report(Path(runs[0]))
+    else:
+        if out is None:
+            task = json.loads((Path(runs[0]) / "metrics.json").read_text()).get("task", "task")
+            out = f"runs/comparison-{task}"
+        path = merge_runs([Path(r) for r in runs], Path(out))
+    typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")
 
 
 def main() -> None:

@@ -88,7 +88,7 @@ class TrainConfig:
     eval_batch_size: int = 128
     select_best: bool = True  # keep the weights with the best dev main metric
     seed: int = 42
-    log_every: int = 10
+    log_every: int = 50  # optimizer steps between log lines (the progress bar updates every step)
     tensorboard: bool = False
 
     def __post_init__(self) -> None:

@@ -207,6 +207,12 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
         "student": student_metrics,
         "retention": student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None,
     }
+    for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
+        other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
+        metrics.setdefault("other_splits", {})[split] = {
+            name: score(model, other, batch_size=config.student.eval_batch_size)
+            for name, model in (("teacher", teacher), ("student", student))
+        }
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
