@@ -132,3 +132,18 @@ def test_public_evaluate_scores_a_saved_model_folder(tmp_path, tiny_bert):
     assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
     with pytest.raises(DistilleryError, match="tokenizer"):
         distillery.evaluate(model, "sst2", data_dir=str(tmp_path / "data"))
+
+
+def test_length_sorted_predict_equals_one_example_at_a_time(tiny_bert, tokenizer, data_dir):
+    """predict batches longest-first; the slow reference runs each example alone, unpadded."""
+    task = get_task("sst2")
+    data = prepare_task_data(task, tokenizer, cfg(data_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).eval()
+    fast = predict(model, data, batch_size=3, split="train")
+    with torch.no_grad():
+        slow = np.stack([
+            model(**{k: torch.tensor([data.train[i][k]]) for k in ("input_ids", "attention_mask", "token_type_ids")})
+            .logits[0].numpy()
+            for i in range(len(data.train))
+        ])
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)

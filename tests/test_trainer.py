@@ -242,7 +242,7 @@ def test_data_order_is_a_seeded_permutation_per_epoch_and_extra_keys_pass_throug
 
 
 def test_length_grouped_order_is_a_seeded_permutation_with_less_padding():
-    from distillery.distill.trainer import example_lengths
+    from distillery.data.encode import example_lengths
 
     lengths = [(i * 37) % 61 + 1 for i in range(1000)]
     dataset = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in lengths]})

@@ -86,6 +86,17 @@ class PadCollator:
         return batch
 
 
+def example_lengths(dataset) -> torch.Tensor | None:
+    """Tokens per example (the ``input_ids`` column), read column-wise from Arrow; None if absent."""
+    names = getattr(dataset, "column_names", None) or []
+    if "input_ids" not in names:
+        return None
+    import pyarrow.compute as pc
+
+    column = dataset.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
+    return torch.from_numpy(pc.list_value_length(column).to_numpy(zero_copy_only=False).astype("int64"))
+
+
 def make_collate(tokenizer) -> PadCollator:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return PadCollator(pad_id, getattr(tokenizer, "padding_side", "right") or "right")

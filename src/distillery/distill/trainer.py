@@ -60,6 +60,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from distillery.config import TrainConfig
+from distillery.data.encode import example_lengths
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -141,17 +142,6 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_examples
-
-
-def example_lengths(dataset) -> torch.Tensor | None:
-    """Tokens per example (the ``input_ids`` column), read column-wise from Arrow; None if absent."""
-    names = getattr(dataset, "column_names", None) or []
-    if "input_ids" not in names:
-        return None
-    import pyarrow.compute as pc
-
-    column = dataset.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
-    return torch.from_numpy(pc.list_value_length(column).to_numpy(zero_copy_only=False).astype("int64"))
 
 
 class _SeededCollate:
