@@ -32,6 +32,23 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
     }
 
 
+def rebench(run_dir: Path, **bench_options) -> None:
+    """Measure a finished run's teacher and student again and rewrite bench.json and report.md.
+
+    Training runs share the machine with whatever else is going on; the figures we publish come
+    from one quiet pass over all runs, each teacher and student interleaved in one process.
+    """
+    from distillery.bench import benchmark
+    from distillery.modeling import load_model
+    from distillery.report import write_report
+
+    run_dir = Path(run_dir)
+    train = json.loads((run_dir / "train.json").read_text())
+    models = {"teacher": load_model(train["teacher_path"]), "student": load_model(run_dir / "student")}
+    (run_dir / "bench.json").write_text(json.dumps(benchmark(models, **bench_options), indent=2))
+    write_report(run_dir)
+
+
 def save_results(name: str, records: list[dict]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

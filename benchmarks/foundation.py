@@ -4,16 +4,18 @@
 
 Each task runs ``distillery compress --method distill`` into runs/bench-<task>-distill-<budget>/,
 then its record goes to benchmarks/results/distill-<budget>.json and the README's results table.
+``--rebench`` measures finished runs again without training (run it once on a quiet machine: the
+published latencies come from that pass).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
-from common import load_all_results, record_from_run, save_results, update_readme
+from common import load_all_results, rebench, record_from_run, save_results, update_readme
 
+from distillery.cli import setup_logging
 from distillery.pipeline import build_run_config, compress
 
 
@@ -24,15 +26,19 @@ def main() -> None:
     parser.add_argument("--budget", default="quick", choices=["quick", "full"])
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
+    parser.add_argument("--rebench", action="store_true",
+                        help="Do not train: measure the finished runs again, on a quiet machine, and record them.")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    setup_logging()
 
     name = f"distill-{args.budget}"
     previous = [r for r in load_all_results() if r["method"] == "distill" and r["budget"] == args.budget]
     records = {r["task"]: r for r in previous}
     for task in args.tasks:
         out = Path(args.runs_dir) / f"bench-{task}-distill-{args.budget}"
-        if not (args.reuse and (out / "report.md").is_file()):
+        if args.rebench:
+            rebench(out)
+        elif not (args.reuse and (out / "report.md").is_file()):
             config = build_run_config(method="distill", task=task, budget=args.budget,
                                       data_dir=args.data_dir, out=str(out))
             compress(config, overwrite=True)

@@ -19,7 +19,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DATA, else the Hub)."
 
 
-def _setup_logging(verbose: bool = False) -> None:
+def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", force=True)
     logging.getLogger("distillery").setLevel(logging.DEBUG if verbose else logging.INFO)
     # transformers' and datasets' own chatter (load reports, per-map progress bars) hides ours.
@@ -81,7 +81,7 @@ def compress(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from distillery.pipeline import build_run_config, compress as run_compress
 
     method_options = _parse_options(option)
@@ -123,7 +123,7 @@ def teacher_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from distillery.data.tasks import get_task
     from distillery.pipeline import build_run_config, save_model
     from distillery.teacher import get_finetuned_teacher
@@ -149,7 +149,7 @@ def eval_cmd(
     out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too."),
 ):
     """Score a saved model on a task's dev split; prints metrics JSON."""
-    _setup_logging()
+    setup_logging()
     from distillery.evaluation import evaluate
 
     metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
@@ -168,7 +168,7 @@ def bench(
     out: Optional[str] = typer.Option(None, help="Write bench JSON here too."),
 ):
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
-    _setup_logging()
+    setup_logging()
     from distillery.bench import benchmark, format_bench_table
     from distillery.modeling import load_model
 
@@ -190,7 +190,7 @@ def report(
     out: Optional[str] = typer.Option(None, help="Several runs: folder for the merged report (default runs/comparison-<task>)."),
 ):
     """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
-    _setup_logging()
+    setup_logging()
     from distillery.report import merge_runs, write_report
 
     if len(runs) == 1:
