@@ -215,3 +215,10 @@ def test_mnli_scores_matched_and_mismatched(tiny_bert, tmp_path):
     assert metrics["split"] == "dev_matched"
     assert set(metrics["other_splits"]["dev_mismatched"]) == {"teacher", "student"}
     assert "accuracy" in metrics["other_splits"]["dev_mismatched"]["student"]
+
+
+def test_compress_with_a_roberta_teacher(tiny_roberta, glue_dir, tmp_path):
+    out = compress(tiny_config(tiny_roberta, glue_dir, tmp_path / "run"))
+    student = distillery.load_student(out)
+    assert student.config.model_type == "roberta" and student.config.num_hidden_layers == 1
+    assert json.loads((out / "metrics.json").read_text())["student"]["accuracy"] >= 0.0

@@ -6,7 +6,8 @@ processes (``accelerate launch`` / ``torchrun``). A method only supplies ``loss_
 checkpoints and exact resume live here, once.
 
 Reproducibility contract
-  - The data order of epoch ``e`` is ``torch.randperm(n, generator=seeded(seed + e))``; batches are
+  - The data order of epoch ``e`` is ``torch.randperm(n, generator=seeded(seed + e))``, grouped by
+    length when ``TrainConfig.group_by_length`` (see ``EpochSampler``); batches are
     global (``split_batches``): N processes see the same global batches as one process, each a
     slice of them, so the result does not depend on the number of processes.
   - With N processes, a final incomplete batch is completed with examples from the start of the
