@@ -58,6 +58,7 @@ from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Sampler, default_collate
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from distillery.config import TrainConfig
@@ -517,6 +518,11 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Train to the end of the schedule (resuming first when asked); return the trained model."""
+        # log lines go through tqdm.write, so they print above the progress bar instead of into it
+        with logging_redirect_tqdm():  # the root logger's console handlers
+            return self._train()
+
+    def _train(self) -> TrainResult:
         run = self._setup()
         acc = self.accelerator
         active_loader = None
