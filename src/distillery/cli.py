@@ -78,6 +78,7 @@ def compress(
     regression: bool = typer.Option(False, help="custom: the label is a number to regress."),
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
+    export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
@@ -99,6 +100,7 @@ def compress(
         "data.text_column": text_column, "data.text_pair_column": text_pair_column,
         "data.label_column": label_column, "data.regression": regression or None,
         "bench.latency_runs": latency_runs,
+        "export": list(export) or None,
     }
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
     config = build_run_config(method=method, task=task, budget=budget, teacher=teacher, data_dir=data_dir,
@@ -124,14 +126,14 @@ def teacher_cmd(
 ):
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
     setup_logging(verbose)
-    from distillery.data.tasks import get_task
+    from distillery.data.tasks import task_for
     from distillery.pipeline import build_run_config, save_model
     from distillery.teacher import get_finetuned_teacher
 
     config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
         "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
         "data.train_limit": train_limit, "data.squad_holdout": squad_holdout})
-    model, tokenizer, info = get_finetuned_teacher(config.teacher, get_task(task), config.data)
+    model, tokenizer, info = get_finetuned_teacher(config.teacher, task_for(config.data), config.data)
     if out:
         save_model(model, tokenizer, Path(out))
         info["saved_to"] = out
@@ -166,22 +168,63 @@ def bench(
     latency_runs: int = typer.Option(30),
     throughput_runs: int = typer.Option(3),
     out: Optional[str] = typer.Option(None, help="Write bench JSON here too."),
+    export: list[str] = typer.Option([], "--export", help="Also measure each model exported as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
 ):
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
     setup_logging()
     from distillery.bench import benchmark, format_bench_table
-    from distillery.modeling import load_model
+    from distillery.modeling import load_model, model_folder
 
     loaded = {}
     for i, path in enumerate(models):
         name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
         loaded[name] = load_model(path)
+    if export:
+        from transformers import AutoTokenizer
+
+        from distillery.export import build_variants
+
+        sources = {name: (m, AutoTokenizer.from_pretrained(model_folder(p))) for (name, m), p in zip(loaded.items(), models)}
+        loaded.update(build_variants(sources, export)[0])
     result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
     text = json.dumps(result, indent=2)
     if out:
         Path(out).write_text(text)
     typer.echo(format_bench_table(result))
     typer.echo(text)
+
+
+@app.command("export")
+def export_cmd(
+    model: str = typer.Argument(..., help="A saved model folder, or a run folder (its student/)."),
+    format: str = typer.Option("int8", "--format", help="onnx, onnx-int8, torch-int8, or int8 (the faster int8 backend)."),
+    out: Optional[str] = typer.Option(None, help="Export folder (default: RUN/exports/<format>, or MODEL-<format>)."),
+    task: Optional[str] = typer.Option(None, help="Check parity on this task's dev inputs and score the export on dev."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    max_length: Optional[int] = typer.Option(None, help="Maximum tokens per example (default: the run's, else 128)."),
+    dev_limit: Optional[int] = typer.Option(None, help="Score on the first N dev examples only."),
+    squad_holdout: Optional[float] = typer.Option(None),
+    recover: bool = typer.Option(False, help="int8: when it loses more than --recover-threshold points, a short quantization-aware distillation pass."),
+    recover_threshold: float = typer.Option(1.0, help="Points of the main metric int8 may lose before --recover trains."),
+    recover_steps: int = typer.Option(300, help="Optimizer steps of the recovery pass."),
+    recover_teacher: Optional[str] = typer.Option(None, help="fp32 teacher of the recovery pass (default: the run's teacher, else the model itself)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing export folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Export a model to ONNX (parity-checked against torch) or int8; the folder loads with load_student."""
+    setup_logging(verbose)
+    from distillery.export import export_model, read_manifest
+
+    if data_dir and not task:
+        raise DistilleryError("--data-dir is for the --task data; give --task too.")
+    folder = export_model(model, format, out, task=task, data_dir=data_dir, overwrite=overwrite, recover=recover,
+                          recover_threshold=recover_threshold, recover_steps=recover_steps,
+                          recover_teacher=recover_teacher, max_length=max_length, dev_limit=dev_limit,
+                          squad_holdout=squad_holdout)
+    manifest = read_manifest(folder)
+    summary = {k: manifest[k] for k in ("format", "backend", "exporter", "parity", "scores", "recovery") if k in manifest}
+    typer.echo(json.dumps(summary, indent=2))
+    typer.echo(f"Export folder: {folder}")
 
 
 @app.command()

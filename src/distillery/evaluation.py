@@ -146,7 +146,7 @@ def evaluate(
     "metrics"}``.
     """
     from distillery.config import DataConfig
-    from distillery.data.tasks import TaskSpec, get_task, task_for
+    from distillery.data.tasks import TaskSpec, task_for
     from distillery.modeling import load_model, model_folder
 
     if isinstance(model, (str, Path)):
@@ -161,7 +161,7 @@ def evaluate(
     options = {k: v for k, v in data_options.items() if v is not None}
     name = task.name if isinstance(task, TaskSpec) else task
     data_config = DataConfig(task=name, data_dir=data_dir, max_length=max_length, **options)
-    spec = task if isinstance(task, TaskSpec) else (task_for(data_config) if name == "custom" else get_task(name))
+    spec = task if isinstance(task, TaskSpec) else task_for(data_config)
     task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))
     return {
         "task": spec.name,

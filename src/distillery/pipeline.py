@@ -2,6 +2,9 @@
 
 ``compress`` writes one run folder (see DESIGN.md): config.yaml, student/, metrics.json, bench.json,
 train.json, report.md, plot.png, and checkpoints/ while the student trains (removed at the end).
+With ``export`` formats (``--export int8``), teacher and student are also exported, scored and
+measured in each format (metrics.json "others", bench.json models "teacher-<format>", ...), and the
+student's export folders are kept in exports/.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from distillery.bench import benchmark
 from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
-from distillery.data.tasks import custom_task, get_task
+from distillery.data.tasks import get_task, task_for
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.recipe import METHODS, MethodContext, get_method
@@ -105,6 +108,7 @@ def build_run_config(
             student=TrainConfig(**tree.get("student", {})),
             method_options=tree.get("method_options", {}),
             bench=tree.get("bench", {}),
+            export=tree.get("export") or [],
         )
     except TypeError as e:
         raise DistilleryError(f"Unknown setting: {e}") from None
@@ -164,7 +168,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     out, config = run_folder_config(config, resume)
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
-    task = custom_task(config.data) if config.data.task == "custom" else get_task(config.data.task)
+    task = task_for(config.data)
     if hasattr(method, "check"):
         method.check(config, teacher_config(config.teacher.name))
     prepare_run_folder(out, config, overwrite, resume)
@@ -215,12 +219,21 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
             name: score(model, other, batch_size=config.student.eval_batch_size)
             for name, model in (("teacher", teacher), ("student", student))
         }
+    variants: dict[str, Any] = {}
+    if config.export:
+        from distillery.export import build_variants  # imported here: onnx is needed only when asked for
+
+        logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
+        variants, metrics["others"], _ = build_variants(
+            {"teacher": (teacher, tokenizer), "student": (student, tokenizer)}, config.export, task_data=task_data,
+            source_metrics={"teacher": teacher_metrics, "student": student_metrics},
+            save_dir=out / "exports", save=("student",))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
-    logger.info("[4/5] Benchmarking teacher and student in one process.")
-    bench = benchmark({"teacher": teacher.cpu(), "student": student.cpu()}, **config.bench)
+    logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")
+    bench = benchmark({"teacher": teacher.cpu(), "student": student.cpu(), **variants}, **config.bench)
     (out / "bench.json").write_text(json.dumps(bench, indent=2))
 
     logger.info("[5/5] Writing the report.")
