@@ -56,12 +56,15 @@ def save_results(name: str, records: list[dict]) -> Path:
     return path
 
 
-def load_all_results() -> list[dict]:
+def load_all_results(variants: bool = False) -> list[dict]:
+    """Every record under benchmarks/results/. Deployment records (benchmarks/deploy.py: a
+    ``variant`` such as ``student-onnx-int8``) have their own README table and are left out
+    unless ``variants``."""
     records = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         records.extend(data if isinstance(data, list) else [data])
-    return records
+    return [r for r in records if variants or "variant" not in r]
 
 
 def results_table(records: list[dict]) -> str:

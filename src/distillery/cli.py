@@ -198,7 +198,7 @@ def bench(
 def export_cmd(
     model: str = typer.Argument(..., help="A saved model folder, or a run folder (its student/)."),
     format: str = typer.Option("int8", "--format", help="onnx, onnx-int8, torch-int8, or int8 (the faster int8 backend)."),
-    out: Optional[str] = typer.Option(None, help="Export folder (default: RUN/exports/<format>, or MODEL-<format>)."),
+    out: Optional[str] = typer.Option(None, help="Export folder (default: RUN/exports/student-<format>, or MODEL-<format>)."),
     task: Optional[str] = typer.Option(None, help="Check parity on this task's dev inputs and score the export on dev."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     max_length: Optional[int] = typer.Option(None, help="Maximum tokens per example (default: the run's, else 128)."),

@@ -17,6 +17,8 @@ import yaml
 from distillery.errors import DistilleryError
 
 BUDGETS = ("quick", "full")
+# distillery.export's formats; "int8" is whichever int8 backend was faster where we measured.
+EXPORT_FORMATS = ("onnx", "onnx-int8", "torch-int8", "int8")
 DEFAULT_DATA_ENV = "DISTILLERY_DATA"
 
 
@@ -123,10 +125,17 @@ class RunConfig:
     student: TrainConfig = field(default_factory=TrainConfig)
     method_options: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] = field(default_factory=dict)  # overrides of distillery.bench defaults
+    export: list[str] = field(default_factory=list)  # deployment variants measured beside teacher and student
 
     def __post_init__(self) -> None:
         if self.budget not in BUDGETS:
             raise DistilleryError(f"Unknown budget {self.budget!r}; choose one of {', '.join(BUDGETS)}.")
+        if isinstance(self.export, str):
+            self.export = [self.export]
+        unknown = [f for f in self.export or [] if f not in EXPORT_FORMATS]
+        if unknown:
+            raise DistilleryError(f"Unknown export format {unknown[0]!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
+        self.export = list(self.export or [])
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

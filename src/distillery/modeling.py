@@ -2,6 +2,8 @@
 
 The Auto class is chosen from the saved config's architecture, so one call serves every task head
 and every student type; method packages register their configs with the Auto classes on import.
+An export folder (``distillery export``: ONNX or int8, marked by its ``distillery_export.json``)
+loads through ``distillery.export.load_export`` into a model called the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from transformers import (
 )
 
 from distillery.errors import DistilleryError
+
+EXPORT_MANIFEST = "distillery_export.json"
 
 HEADS = {
     "ForSequenceClassification": AutoModelForSequenceClassification,
@@ -37,8 +41,20 @@ def model_folder(path: str | Path) -> Path:
 
 
 def load_model(path: str | Path) -> PreTrainedModel:
-    """The model saved in ``path`` with its task head, in eval mode."""
+    """The model saved in ``path`` with its task head, in eval mode; an export folder's model
+    (ONNX Runtime or torch int8), called like the Hugging Face model it came from."""
     folder = model_folder(path)
+    if (folder / EXPORT_MANIFEST).is_file():
+        # Imported here: export sits at the end of the data flow and needs onnx only when used.
+        from distillery.export import load_export
+
+        return load_export(folder)
+    return load_pretrained(folder)
+
+
+def load_pretrained(folder: str | Path) -> PreTrainedModel:
+    """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``."""
+    folder = Path(folder)
     try:
         config = AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as e:

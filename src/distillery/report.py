@@ -416,6 +416,44 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
     return "\n".join(lines + [" ".join(said)]) + "\n"
 
 
+def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``a`` is at least as fast and as good as ``b`` (latency and main metric), and better on one."""
+    if None in (a.get("latency_ms"), a.get("main"), b.get("latency_ms"), b.get("main")):
+        return False
+    no_worse = a["latency_ms"] <= b["latency_ms"] and a["main"] >= b["main"]
+    return no_worse and (a["latency_ms"] < b["latency_ms"] or a["main"] > b["main"])
+
+
+def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
+    """Where the run measured exported variants (``teacher-int8``, ...): does a student variant beat
+    each variant of the teacher on both speed and score? Empty when there are none."""
+    teachers = [r for r in rows if r["model"].startswith("teacher-")]
+    students = [r for r in rows if r["model"] == "student" or r["model"].startswith("student-")]
+    if not teachers:
+        return ""
+    lines = ["## Deployment variants", "",
+             "Exported and quantized models (`distillery export`), scored on the same dev set and measured in "
+             "the same process as the teacher. Parity, quantization settings and the quality drop of each "
+             "export are in its folder's `distillery_export.json`.", ""]
+    for t in teachers:
+        winners = [s for s in students if dominates(s, t)]
+        desc = f"`{t['model']}` ({main} {_fmt_metric(t['main'])}, {_fmt_x(t['latency_speedup'])} the teacher's speed)"
+        if winners:
+            best = max(winners, key=lambda r: (r["main"], -r["latency_ms"]))
+            others = ", ".join(f"`{w['model']}`" for w in winners if w is not best)
+            lines.append(f"- {desc} is dominated by `{best['model']}` ({_fmt_metric(best['main'])}, "
+                         f"{_fmt_x(best['latency_speedup'])}): as fast or faster and as good or better"
+                         + (f"; also by {others}" if others else "") + ".")
+        else:
+            fastest = min((s for s in students if s["latency_ms"]), key=lambda r: r["latency_ms"], default=None)
+            extra = ""
+            if fastest is not None and fastest["main"] is not None and t["main"] is not None:
+                extra = (f" (the fastest, `{fastest['model']}`, scores {_fmt_metric(fastest['main'])} at "
+                         f"{_fmt_x(fastest['latency_speedup'])})")
+            lines.append(f"- {desc} is not dominated by any student variant{extra}.")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------
 # Plot
 
@@ -459,8 +497,10 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
     labels: dict[tuple[float, float], list[str]] = {}
     for label, x, y in pts:
         labels.setdefault((round(x, 6), round(y, 6)), []).append(label)
-    for (x, y), names in labels.items():
-        ax.annotate(", ".join(dict.fromkeys(names)), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    # Labels of neighbouring points (a model and its int8 variant) alternate above and below.
+    for i, ((x, y), names) in enumerate(sorted(labels.items())):
+        ax.annotate(", ".join(dict.fromkeys(names)), (x, y), textcoords="offset points",
+                    xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
     front = pareto_front(pts)
     if len(front) > 1:
         ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="tab:orange",
@@ -539,6 +579,9 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     flops = [(r["model"], r["flops_per_token"]) for r in rows if r["flops_per_token"]]
     if flops:
         out += ["FLOPs per token: " + ", ".join(f"{n} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
+    deployment = deployment_section(rows, main)
+    if deployment:
+        out += [deployment]
     if task.lower().replace("-", "") == "sst2":
         out += [sst2_section(s, metrics, teacher_name)]
 
@@ -579,7 +622,8 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         labels.append(label)
         for row in run_rows(run):
             row["run"] = label
-            row["point"] = f"{_cfg(run['config'], 'method', default=label)}:{row['model']}" if row["model"] != "teacher" else f"teacher ({label})"
+            teacherish = row["model"] == "teacher" or row["model"].startswith("teacher-")
+            row["point"] = f"{row['model']} ({label})" if teacherish else f"{_cfg(run['config'], 'method', default=label)}:{row['model']}"
             rows.append(row)
 
     out_dir = Path(out_dir)
