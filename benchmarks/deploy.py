@@ -14,7 +14,7 @@ ONE interleaved benchmark; and writes
   variant's metrics and quality drop, and which teacher variants it dominates;
 - the README block between <!-- deploy:start --> and <!-- deploy:end -->;
 
-and says whether a student + int8 dominates the int8 teacher (faster at 1x128 and at least as
+and says whether a student + int8 dominates the int8 teacher (strictly faster at 1x128 and strictly more
 accurate). Export folders stay in RUN/exports/. Smoke runs: --dev-limit 64 --latency-runs 5
 --recover-steps 20 --results /tmp/deploy.json --exports-dir /tmp/exports --no-readme.
 """
@@ -196,8 +196,8 @@ def verdict(records: list[dict], main: str) -> str:
         else:
             sentences.append(f"{t_desc} is not dominated by any student int8 variant.")
     ref = SST2_REFERENCE_POINTS[1]
-    beat = [s for s in students if s["metrics"]["student"][main] >= ref["accuracy"]
-            and s["speedup"]["latency"] >= ref["latency_speedup"] and s["speedup"]["throughput"] >= ref["throughput_speedup"]]
+    beat = [s for s in students if s["metrics"]["student"][main] > ref["accuracy"]
+            and s["speedup"]["latency"] > ref["latency_speedup"] and s["speedup"]["throughput"] > ref["throughput_speedup"]]
     sentences.append(
         f"Against the issue's reference int8 teacher ({ref['accuracy']:.3f}, {ref['latency_speedup']:.2f}× latency, "
         f"{ref['throughput_speedup']:.2f}× throughput): "

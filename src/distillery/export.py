@@ -89,7 +89,6 @@ RECOVER_THRESHOLD = 1.0  # points of the main metric (accuracy 0.01 = 1 point; S
 PARITY_EXAMPLES = 64
 PARITY_BATCH = 16
 ONNX_FILE = "model.onnx"
-TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 HEADS = {  # architecture suffix -> (head name, output fields)
     "ForSequenceClassification": ("sequence-classification", ("logits",)),
@@ -292,6 +291,9 @@ def _ort_session(model: bytes | str, threads: int):
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    # ORT's workers spin after each run by default, keeping cores busy: on a small CPU that starves
+    # whatever runs next (the torch models interleaved with it in a benchmark, a server's other work).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 
 
@@ -930,15 +932,15 @@ def recover_int8(
 ) -> tuple[nn.Module, dict[str, Any]]:
     """A short distillation pass with fake-quantized Linears, to win back what int8 loses.
 
-    Loss ``(1 − α)·task loss + α·KD(T)`` against the fp32 ``teacher`` (``losses.task_loss`` and
-    ``losses.prediction_distillation``), trained by the one Trainer. The fake quantization follows
+    Loss ``(1 − α)·task loss + α·KD(T)`` against the fp32 ``teacher`` (the baseline's
+    ``distillation_loss``), trained by the one Trainer. The fake quantization follows
     ``backend``: torch's 7-bit activations on its x86/fbgemm engine, ONNX Runtime's 8-bit ones.
     Weights are selected by dev score: of the real torch int8 model (quantize_dynamic of the
     stripped weights) for torch-int8, of the fake-quantized model (ORT's rounding, simulated) for
     onnx-int8, where exporting at every evaluation would cost more than the pass. Returns the fp32
     model (plain Linears) to quantize, and the settings and selection metrics of the pass.
     """
-    from distillery.distill.losses import prediction_distillation, task_loss
+    from distillery.baseline import distillation_loss
     from distillery.distill.trainer import Trainer
     from distillery.evaluation import score
 
@@ -956,15 +958,6 @@ def recover_int8(
             return score(m, task_data)  # FakeQuantize still rounds in eval mode
         return score(quantize_torch(strip_fake_quant(copy.deepcopy(m).cpu())), task_data)
 
-    def loss_fn(m, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGET_KEYS}
-        out = m(**inputs)
-        with torch.no_grad():
-            t_out = teacher(**inputs)
-        ce = task_loss(kind, out, batch)
-        kd = prediction_distillation(kind, out, t_out, temperature=temperature)
-        return (1 - alpha) * ce + alpha * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
-
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
     student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range).train()
     config = TrainConfig(epochs=1.0, max_steps=int(steps), lr=lr, batch_size=batch_size, warmup_ratio=0.0,
@@ -975,6 +968,8 @@ def recover_int8(
     started = time.time()
     try:
         with _quiet():
+            # the baseline's loss: (1 − α)·task loss + α·KD(T), the teacher run on each batch
+            loss_fn = distillation_loss(kind, teacher, alpha, temperature)
             trainer = Trainer(student, config, task_data.train, task_data.collate, loss_fn, out_dir=work_dir,
                               eval_fn=int8_score, main_metric=main, desc="int8 recovery")
             teacher.to(trainer.device).eval()

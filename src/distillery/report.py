@@ -417,11 +417,13 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
 
 
 def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """``a`` is at least as fast and as good as ``b`` (latency and main metric), and better on one."""
+    """``a`` is strictly faster (latency) and strictly better (main metric) than ``b``.
+
+    Strict on both, as a user means "faster *and* more accurate": a tie in score is not a win.
+    """
     if None in (a.get("latency_ms"), a.get("main"), b.get("latency_ms"), b.get("main")):
         return False
-    no_worse = a["latency_ms"] <= b["latency_ms"] and a["main"] >= b["main"]
-    return no_worse and (a["latency_ms"] < b["latency_ms"] or a["main"] > b["main"])
+    return a["latency_ms"] < b["latency_ms"] and a["main"] > b["main"]
 
 
 def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
