@@ -222,3 +222,8 @@ def test_compress_with_a_roberta_teacher(tiny_roberta, glue_dir, tmp_path):
     student = distillery.load_student(out)
     assert student.config.model_type == "roberta" and student.config.num_hidden_layers == 1
     assert json.loads((out / "metrics.json").read_text())["student"]["accuracy"] >= 0.0
+
+
+def test_report_says_the_best_checkpoint_was_chosen_on_dev(tiny_bert, glue_dir, tmp_path):
+    out = compress(tiny_config(tiny_bert, glue_dir, tmp_path / "run"))
+    assert "best evaluation on this same dev split" in (out / "report.md").read_text()

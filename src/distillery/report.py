@@ -325,6 +325,9 @@ def _config_lines(
     options = _cfg(config, "method_options")
     if isinstance(options, Mapping) and options:
         lines.append("- method options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()))
+    if _cfg(config, "student", "select_best", default=False):
+        lines.append("- the student's weights are those of its best evaluation on this same dev split "
+                     "(as GLUE papers select), so its dev score is slightly optimistic")
     for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
         value = _cfg(config, "data", key) or (metrics or {}).get(key)
         if value:
