@@ -227,3 +227,12 @@ def test_compress_with_a_roberta_teacher(tiny_roberta, glue_dir, tmp_path):
 def test_report_says_the_best_checkpoint_was_chosen_on_dev(tiny_bert, glue_dir, tmp_path):
     out = compress(tiny_config(tiny_bert, glue_dir, tmp_path / "run"))
     assert "best evaluation on this same dev split" in (out / "report.md").read_text()
+
+
+def test_reported_teacher_metrics_equal_a_fresh_score_of_the_saved_teacher(tiny_bert4, glue_dir, tmp_path):
+    """compress reuses the trainer's evaluation of the teacher instead of scoring it again."""
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
+    teacher_path = json.loads((out / "train.json").read_text())["teacher_path"]
+    fresh = distillery.evaluate(teacher_path, "sst2", data_dir=str(glue_dir), max_length=32)
+    reported = json.loads((out / "metrics.json").read_text())["teacher"]
+    assert reported == pytest.approx(fresh["metrics"], abs=1e-9)

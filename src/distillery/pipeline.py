@@ -202,7 +202,9 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     save_model(student, tokenizer, out / "student")
 
     logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
-    teacher_metrics = score(teacher, task_data, batch_size=config.student.eval_batch_size)
+    # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
+    # scored on this dev set; only a teacher given fine-tuned needs a pass.
+    teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=config.student.eval_batch_size)
     student_metrics = score(student, task_data, batch_size=config.student.eval_batch_size)
     main = task.main_metric
     metrics = {

@@ -186,8 +186,10 @@ def finetune(
         desc=desc,
     )
     result = trainer.train()
-    metrics = score(result.model, task_data, batch_size=train_config.eval_batch_size)
-    return result.model, metrics, result.seconds
+    # The trainer has already scored the weights it returns: the best evaluation's, or the last
+    # step's (always evaluated) when best selection is off. Scoring again would repeat a dev pass.
+    metrics = result.best_metrics if train_config.select_best else result.history[-1]["metrics"]
+    return result.model, dict(metrics), result.seconds
 
 
 def get_finetuned_teacher(
