@@ -147,7 +147,8 @@ def test_benchmark_contract(teacher, student):
     assert hw["threads"] == 1 and hw["torch"] == torch.__version__ and hw["gpu"] is None
     assert list(bench["models"]) == ["teacher", "student", "toy"]
     for name, m in bench["models"].items():
-        assert set(m) == {"params", "effective_params", "flops_per_token", "latency_ms", "throughput"}
+        assert set(m) == {"params", "effective_params", "flops_per_token", "flops_per_token_throughput",
+                          "latency_ms", "throughput"}
         assert isinstance(m["params"], int) and 0 < m["effective_params"] <= m["params"]
         assert isinstance(m["flops_per_token"], float) and m["flops_per_token"] > 0
         assert m["latency_ms"] == {**m["latency_ms"], "batch": 1, "seq": 16, "runs": 3}
@@ -158,7 +159,8 @@ def test_benchmark_contract(teacher, student):
         assert m["throughput"]["sentences_per_s"] > 0
     t, s = bench["models"]["teacher"], bench["models"]["student"]
     assert s["params"] < t["params"] and s["flops_per_token"] < t["flops_per_token"]
-    assert set(bench["speedup"]) == {"latency", "throughput"}
+    assert set(bench["speedup"]) == {"latency", "throughput", "flop_ideal_latency", "flop_ideal_throughput"}
+    assert bench["speedup"]["flop_ideal_latency"] == pytest.approx(t["flops_per_token"] / s["flops_per_token"])
     assert bench["speedup"]["latency"] == pytest.approx(t["latency_ms"]["median"] / s["latency_ms"]["median"])
     assert bench["speedup"]["throughput"] == pytest.approx(
         s["throughput"]["sentences_per_s"] / t["throughput"]["sentences_per_s"]
@@ -186,8 +188,8 @@ def test_models_take_turns_in_rotated_order():
 
     models = {n: Logged(n) for n in ("teacher", "a", "b")}
     benchmark(models, latency_shape=(1, 4), throughput_shape=(2, 4), latency_runs=3, warmup=0, throughput_runs=1)
-    # (flops_per_token calls one forward each first)
-    timed = log[3 : 3 + 9]
+    # (flops_per_token calls two forwards each first: one per shape)
+    timed = log[6 : 6 + 9]
     assert timed == ["teacher", "a", "b", "a", "b", "teacher", "b", "teacher", "a"]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["compress", "load_student", "evaluate", "benchmark", "DistilleryError"]
+__all__ = ["compress", "load_student", "evaluate", "benchmark", "register_models", "DistilleryError"]
 
 from distillery.errors import DistilleryError
 
@@ -45,3 +45,11 @@ def benchmark(models, **kwargs):
     from distillery.bench import benchmark as _benchmark
 
     return _benchmark(models, **kwargs)
+
+
+def register_models():
+    """Register distillery's student types (moebert, ...) with the transformers Auto classes, for
+    code that loads them with AutoModel* directly. load_student does it by itself."""
+    from distillery.modeling import register_models as _register
+
+    _register()

@@ -348,12 +348,15 @@ def benchmark(
             own = getattr(m, "bench_counts", None)
             if callable(own):
                 records[name] = dict(own(lat_seq))
+                records[name]["flops_per_token_throughput"] = own(tp_seq).get("flops_per_token")
                 continue
             params, effective = count_parameters(m)
             records[name] = {
                 "params": params,
                 "effective_params": effective,
                 "flops_per_token": float(flops_per_token(m, seq=lat_seq)),
+                # attention grows with the sequence: the throughput shape has its own count
+                "flops_per_token_throughput": float(flops_per_token(m, seq=tp_seq)),
             }
 
         with torch.inference_mode():
@@ -409,11 +412,18 @@ def benchmark(
 
 
 def _speedup(ref: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, float]:
-    """How many times faster ``rec`` is than ``ref``: latency ref/rec, throughput rec/ref."""
-    return {
+    """How many times faster ``rec`` is than ``ref``: latency ref/rec, throughput rec/ref; and the
+    FLOP-ideal ratios for the same shapes (ref FLOPs / rec FLOPs: what a speed-up would be if time
+    followed FLOPs)."""
+    out = {
         "latency": ref["latency_ms"]["median"] / rec["latency_ms"]["median"],
         "throughput": rec["throughput"]["sentences_per_s"] / ref["throughput"]["sentences_per_s"],
     }
+    for key, field in (("flop_ideal_latency", "flops_per_token"), ("flop_ideal_throughput", "flops_per_token_throughput")):
+        a, b = ref.get(field), rec.get(field)
+        if a and b:
+            out[key] = a / b
+    return out
 
 
 def save_bench(bench: Mapping[str, Any], path: str | os.PathLike) -> Path:
@@ -455,13 +465,15 @@ def format_bench_table(bench: Mapping[str, Any]) -> str:
     tp_shape = f"{tp.get('batch', '?')}×{tp.get('seq', '?')}"
     header = (
         f"| model | params | effective params | GFLOPs/token | latency {lat_shape} median (ms) | "
-        f"p90 (ms) | throughput {tp_shape} (sent/s) | latency speed-up | throughput speed-up |"
+        f"p90 (ms) | throughput {tp_shape} (sent/s) | latency speed-up (FLOP-ideal) | throughput speed-up (FLOP-ideal) |"
     )
     lines = [header, "|" + "---|" * 9]
     for name, rec in models.items():
         if ref is not None:
             s = _speedup(ref, rec)
-            speed = f"{s['latency']:.2f}×", f"{s['throughput']:.2f}×"
+            ideal = lambda key: f" ({s[key]:.2f}×)" if key in s else ""  # noqa: E731
+            speed = (f"{s['latency']:.2f}×" + ideal("flop_ideal_latency"),
+                     f"{s['throughput']:.2f}×" + ideal("flop_ideal_throughput"))
         else:
             speed = ("—", "—")
         lines.append(

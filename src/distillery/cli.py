@@ -48,7 +48,7 @@ def _parse_options(pairs: list[str]) -> dict:
 
 @app.command()
 def compress(
-    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline)."),
+    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline) or moebert."),
     task: str = typer.Option("sst2", help="cola sst2 mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
     teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
@@ -61,6 +61,17 @@ def compress(
     alpha: Optional[float] = typer.Option(None, help="distill: weight of the KD loss (1-alpha on the labels)."),
     temperature: Optional[float] = typer.Option(None, help="distill: softmax temperature of the KD loss."),
     hidden_weight: Optional[float] = typer.Option(None, help="distill: weight of hidden-state MSE (PKD); 0 = off."),
+    experts: Optional[int] = typer.Option(None, help="moebert: number of experts N (default 4)."),
+    expert_size: Optional[int] = typer.Option(None, help="moebert: neurons per expert d_e (default d_h/N)."),
+    shared: Optional[int] = typer.Option(None, help="moebert: most important neurons shared by all experts (default d_h/6, a multiple of 8)."),
+    split: Optional[str] = typer.Option(None, help="moebert: import (default), random or inverse."),
+    routing: Optional[str] = typer.Option(None, help="moebert: hash-r (default), hash-b or gate."),
+    shared_mode: Optional[str] = typer.Option(None, help="moebert: tied (one shared block, default) or cloned (the paper's copies)."),
+    distill_layers: Optional[str] = typer.Option(None, help="moebert: all (default), last, skip or none."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
+    balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
+    importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
+    preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
     epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
     lr: Optional[float] = typer.Option(None, help="Student learning rate."),
@@ -87,7 +98,10 @@ def compress(
 
     method_options = _parse_options(option)
     for key, value in (("student_layers", student_layers), ("alpha", alpha), ("temperature", temperature),
-                       ("hidden_weight", hidden_weight)):
+                       ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
+                       ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
+                       ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
+                       ("importance_examples", importance_examples)):
         if value is not None:
             method_options[key] = value
     overrides = {
@@ -104,7 +118,7 @@ def compress(
     }
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
     config = build_run_config(method=method, task=task, budget=budget, teacher=teacher, data_dir=data_dir,
-                              out=out, overrides=overrides)
+                              out=out, overrides=overrides, preset=preset)
     folder = run_compress(config, overwrite=overwrite, resume=resume)
     typer.echo((folder / "report.md").read_text())
     typer.echo(f"Run folder: {folder}")
@@ -244,6 +258,104 @@ def report(
             out = f"runs/comparison-{task}"
         path = merge_runs([Path(r) for r in runs], Path(out))
     typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")
+
+
+moebert_app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
+app.add_typer(moebert_app, name="moebert")
+
+
+def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed=None):
+    from distillery.pipeline import build_run_config
+
+    return build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
+        "data.squad_holdout": squad_holdout, "student.seed": seed, "data.seed": seed,
+        **{f"method_options.{k}": v for k, v in method_options.items()}})
+
+
+@moebert_app.command("importance")
+def moebert_importance(
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
+    importance_examples: Optional[int] = typer.Option(None, help="Training examples sampled (default 2048)."),
+    squad_holdout: Optional[float] = typer.Option(None),
+    out: str = typer.Option("importance.safetensors", help="Where to write the scores."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Importance of every FFN neuron (Eq. 4) of the fine-tuned teacher, on the task's train split."""
+    setup_logging(verbose)
+    from distillery.moebert.recipe import importance_step
+
+    opts = {"importance_examples": importance_examples} if importance_examples else {}
+    path = importance_step(_moebert_config(task, teacher, data_dir, budget, squad_holdout, opts), out)
+    typer.echo(f"Importance scores: {path}")
+
+
+@moebert_app.command("convert")
+def moebert_convert(
+    out: str = typer.Option(..., help="Folder for the converted (untrained) MoEBERT model."),
+    importance: Optional[str] = typer.Option(None, help="Scores from `distillery moebert importance` (default: computed now)."),
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
+    experts: Optional[int] = typer.Option(None, help="Number of experts N (default 4)."),
+    expert_size: Optional[int] = typer.Option(None, help="Neurons per expert d_e (default d_h/N)."),
+    shared: Optional[int] = typer.Option(None, help="Shared neurons s (default d_h/6, a multiple of 8)."),
+    split: Optional[str] = typer.Option(None, help="import (default), random or inverse."),
+    routing: Optional[str] = typer.Option(None, help="hash-r (default), hash-b or gate."),
+    shared_mode: Optional[str] = typer.Option(None, help="tied (default) or cloned."),
+    squad_holdout: Optional[float] = typer.Option(None),
+    seed: Optional[int] = typer.Option(None, help="Seed of the random split and the hash tables."),
+    overwrite: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Cut the fine-tuned teacher's FFNs into experts and save the MoEBERT model (before training)."""
+    setup_logging(verbose)
+    from distillery.moebert.recipe import convert_step
+
+    opts = {k: v for k, v in (("experts", experts), ("expert_size", expert_size), ("shared", shared), ("split", split),
+                              ("routing", routing), ("shared_mode", shared_mode)) if v is not None}
+    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, opts, seed)
+    path = convert_step(config, importance, out, overwrite=overwrite)
+    typer.echo(f"Converted MoEBERT model: {path}")
+
+
+@moebert_app.command("train")
+def moebert_train(
+    init: str = typer.Option(..., help="A converted model folder (`distillery moebert convert`)."),
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm", help="The dense teacher the model was converted from."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    budget: str = typer.Option("quick"),
+    out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-moebert-<time>)."),
+    distill_layers: Optional[str] = typer.Option(None, help="all (default), last, skip or none."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="Weight of the layer-wise distillation loss."),
+    balance_weight: Optional[float] = typer.Option(None, help="gate: weight of the load-balancing loss."),
+    preset: Optional[str] = typer.Option(None, help="'paper': Table 7 settings for the task."),
+    epochs: Optional[float] = typer.Option(None),
+    lr: Optional[float] = typer.Option(None),
+    batch_size: Optional[int] = typer.Option(None),
+    squad_holdout: Optional[float] = typer.Option(None),
+    overwrite: bool = typer.Option(False),
+    resume: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Layer-wise distillation of a converted model; writes a run folder like `compress`."""
+    setup_logging(verbose)
+    from distillery.pipeline import build_run_config, compress as run_compress
+
+    options = {k: v for k, v in (("init", init), ("distill_layers", distill_layers), ("lambda", lam),
+                                 ("balance_weight", balance_weight)) if v is not None}
+    config = build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
+                              preset=preset, overrides={
+                                  "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
+                                  "data.squad_holdout": squad_holdout,
+                                  **{f"method_options.{k}": v for k, v in options.items()}})
+    folder = run_compress(config, overwrite=overwrite, resume=resume)
+    typer.echo((folder / "report.md").read_text())
+    typer.echo(f"Run folder: {folder}")
 
 
 def main() -> None:

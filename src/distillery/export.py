@@ -73,7 +73,7 @@ from torch import nn
 
 from distillery.config import EXPORT_FORMATS, TrainConfig
 from distillery.errors import DistilleryError
-from distillery.modeling import EXPORT_MANIFEST, load_pretrained, model_folder
+from distillery.modeling import EXPORT_MANIFEST, load_pretrained, model_folder, register_models
 
 logger = logging.getLogger("distillery")
 
@@ -321,6 +321,7 @@ def load_export(folder: str | os.PathLike) -> nn.Module:
     path = folder / manifest.get("file", ONNX_FILE)
     if not path.is_file():
         raise DistilleryError(f"The export folder {folder} has no {path.name}.")
+    register_models()
     try:
         config = AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as e:

@@ -22,6 +22,22 @@ from distillery.errors import DistilleryError
 
 EXPORT_MANIFEST = "distillery_export.json"
 
+# Packages whose import registers a student type (its config and heads) with the Auto classes.
+MODEL_PACKAGES = ("distillery.moebert",)
+
+
+def register_models() -> None:
+    """Register every distillery student type with AutoConfig / AutoModel*.
+
+    Done on first load rather than on ``import distillery``, which stays instant (the CLI's startup
+    would otherwise pay for importing torch and transformers); call it, or import the method
+    package, before using the Auto classes directly on a distillery student.
+    """
+    import importlib
+
+    for name in MODEL_PACKAGES:
+        importlib.import_module(name)
+
 HEADS = {
     "ForSequenceClassification": AutoModelForSequenceClassification,
     "ForQuestionAnswering": AutoModelForQuestionAnswering,
@@ -55,6 +71,7 @@ def load_model(path: str | Path) -> PreTrainedModel:
 def load_pretrained(folder: str | Path) -> PreTrainedModel:
     """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``."""
     folder = Path(folder)
+    register_models()
     try:
         config = AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as e:

@@ -77,11 +77,13 @@ def build_run_config(
     data_dir: str | None = None,
     out: str | None = None,
     overrides: dict[str, Any] | None = None,
+    preset: str | None = None,
 ) -> RunConfig:
     """A RunConfig from the budget's defaults and the user's explicit settings.
 
     ``overrides`` uses dotted keys (``"student.lr"``, ``"data.max_length"``, ``"teacher.train.epochs"``,
-    ``"method_options.student_layers"``); values that are None are ignored.
+    ``"method_options.student_layers"``); values that are None are ignored. ``preset`` names a
+    method's preset (moebert: ``paper``, Table 7) applied under the explicit overrides.
     """
     if method not in METHODS:
         raise DistilleryError(f"Unknown method {method!r}; choose one of {', '.join(sorted(METHODS))}.")
@@ -91,8 +93,18 @@ def build_run_config(
         raise DistilleryError(f"Unknown budget {budget!r}; choose quick or full.")
     tree: dict[str, Any] = {"method": method, "budget": budget, "out": out,
                             "data": {"task": task, "data_dir": data_dir}, "teacher": {"name": teacher}}
-    tree = _merge(budget_defaults(budget, task), tree)
-    for dotted, value in (overrides or {}).items():
+    module = get_method(method)
+    defaults = budget_defaults(budget, task)
+    if hasattr(module, "budget_overrides"):
+        defaults = _merge(defaults, module.budget_overrides(budget, task))
+    tree = _merge(defaults, tree)
+    dotted_settings = dict(overrides or {})
+    if preset:
+        if not hasattr(module, "preset_overrides"):
+            raise DistilleryError(f"Method {method} has no presets.")
+        # the preset fills in; settings the user gave explicitly still win
+        dotted_settings = {**module.preset_overrides(preset, task), **{k: v for k, v in dotted_settings.items() if v is not None}}
+    for dotted, value in dotted_settings.items():
         if value is None:
             continue
         node = tree

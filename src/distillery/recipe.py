@@ -2,7 +2,9 @@
 
 A method is a module with ``run(ctx: MethodContext) -> PreTrainedModel``, which builds a student from
 ``ctx.teacher`` and trains it with the one trainer, and optionally ``check(config, teacher_config)``,
-which rejects impossible options before minutes are spent fine-tuning the teacher. The pipeline does everything around it
+which rejects impossible options before minutes are spent fine-tuning the teacher,
+``budget_overrides(budget, task)`` (nested settings the method changes in a budget's defaults) and
+``preset_overrides(name, task)`` (dotted settings of a named preset, e.g. a paper's table). The pipeline does everything around it
 (data, teacher, evaluation, benchmark, saving, report), so a method holds only what its paper adds.
 """
 
@@ -23,6 +25,7 @@ from distillery.errors import DistilleryError
 # name -> module. Imported lazily so a method's extra dependencies load only when used.
 METHODS: dict[str, str] = {
     "distill": "distillery.baseline",
+    "moebert": "distillery.moebert.recipe",
 }
 
 

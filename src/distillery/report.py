@@ -157,12 +157,15 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         values = scores.get(name, {})
         latency = _get(rec, "latency_ms", "median")
         throughput = _get(rec, "throughput", "sentences_per_s")
-        lat_speedup = tp_speedup = None
+        lat_speedup = tp_speedup = lat_ideal = tp_ideal = None
         if teacher_bench is not None and latency and throughput:
             t_lat = _get(teacher_bench, "latency_ms", "median")
             t_tp = _get(teacher_bench, "throughput", "sentences_per_s")
             lat_speedup = t_lat / latency if t_lat else None
             tp_speedup = throughput / t_tp if t_tp else None
+        if teacher_bench is not None:
+            ratio = lambda key: (teacher_bench.get(key) / rec[key]) if teacher_bench.get(key) and rec.get(key) else None  # noqa: E731
+            lat_ideal, tp_ideal = ratio("flops_per_token"), ratio("flops_per_token_throughput")
         score = values.get(main)
         retention = None
         if name == "student" and _is_number(metrics.get("retention")):
@@ -181,6 +184,8 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "throughput_shape": (_get(rec, "throughput", "batch"), _get(rec, "throughput", "seq")),
                 "latency_speedup": lat_speedup,
                 "throughput_speedup": tp_speedup,
+                "flop_ideal_latency": lat_ideal,
+                "flop_ideal_throughput": tp_ideal,
                 "metrics": values,
                 "main": score,
                 "retention": retention,
@@ -255,8 +260,8 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
         "effective params",
         f"latency {lat_shape} median (ms)",
         f"throughput {tp_shape} (sent/s)",
-        "latency speed-up",
-        "throughput speed-up",
+        "latency speed-up (FLOP-ideal)",
+        "throughput speed-up (FLOP-ideal)",
         main,
         *others,
         f"retention ({main})",
@@ -269,14 +274,19 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
             format_count(row["effective_params"]) if row["effective_params"] is not None else "—",
             _fmt_ms(row["latency_ms"]),
             _fmt_rate(row["throughput"]),
-            _fmt_x(row["latency_speedup"]),
-            _fmt_x(row["throughput_speedup"]),
+            _with_ideal(row["latency_speedup"], row.get("flop_ideal_latency")),
+            _with_ideal(row["throughput_speedup"], row.get("flop_ideal_throughput")),
             _fmt_metric(row["main"]),
             *[_fmt_metric(row["metrics"].get(k)) for k in others],
             _fmt_pct(row["retention"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _with_ideal(measured: float | None, ideal: float | None) -> str:
+    """A measured speed-up with the FLOP-ideal one for the same shape beside it: ``1.64× (1.87×)``."""
+    return _fmt_x(measured) + (f" ({_fmt_x(ideal)})" if ideal else "")
 
 
 def _faster(x: float) -> str:

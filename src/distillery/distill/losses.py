@@ -188,15 +188,20 @@ def _span_logits(outputs: Any) -> tuple[Tensor, Tensor]:
     return start, end
 
 
-def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor]) -> Tensor:
+def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
     """The supervised loss against the gold labels, as Hugging Face heads compute it.
 
     - classification: ``CE(logits, labels)`` (labels of -100 are ignored);
     - regression: ``mean (logits.squeeze(-1) − labels)²`` with float labels;
     - qa: ``½ (CE(start_logits, start_positions) + CE(end_logits, end_positions))``, positions
       clamped into ``[0, L]`` and ``L`` ignored (answers cut off by a window do not count).
+
+    ``reduction="none"`` returns one loss per example (ignored ones are 0) instead of the mean:
+    what per-example quantities such as MoEBERT's importance scores need.
     """
     _check_kind(kind)
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}.")
     if kind == "qa":
         start_logits, end_logits = _span_logits(outputs_or_logits)
         if "start_positions" not in batch or "end_positions" not in batch:
@@ -205,15 +210,15 @@ def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor]) ->
         losses = []
         for logits, key in ((start_logits, "start_positions"), (end_logits, "end_positions")):
             positions = batch[key].reshape(-1).long().clamp(0, n_positions)
-            losses.append(F.cross_entropy(logits.float(), positions, ignore_index=n_positions))
+            losses.append(F.cross_entropy(logits.float(), positions, ignore_index=n_positions, reduction=reduction))
         return (losses[0] + losses[1]) / 2
     if "labels" not in batch:
         raise ValueError(f"a {kind} batch needs labels.")
     logits = _logits(outputs_or_logits)
     labels = batch["labels"]
     if kind == "regression":
-        return F.mse_loss(logits.reshape(-1).float(), labels.reshape(-1).float())
-    return F.cross_entropy(_as_examples(logits).float(), labels.reshape(-1).long())
+        return F.mse_loss(logits.reshape(-1).float(), labels.reshape(-1).float(), reduction=reduction)
+    return F.cross_entropy(_as_examples(logits).float(), labels.reshape(-1).long(), reduction=reduction)
 
 
 _PREDICTION_LOSS_FNS = {"soft_ce": soft_cross_entropy, "kl": kl_divergence, "symmetric_kl": symmetric_kl}

@@ -1,0 +1,144 @@
+"""Importance of every FFN neuron (MoEBERT Eq. 4), from one forward and one backward pass per batch.
+
+    I_j = Σ_(x,y) | w1_jᵀ ∇_{w1_j} L(x,y) + w2_jᵀ ∇_{w2_j} L(x,y) |
+
+with ``w1_j`` the j-th column of W1 (row j of ``intermediate.dense.weight``) and ``w2_j`` the j-th
+row of W2 (column j of ``output.dense.weight``). The absolute value is taken per example.
+
+Why no per-example gradients are needed: with ``z = W1 a + b1`` the pre-activation and ``h = act(z)``
+the FFN hidden layer, summed over the tokens t of one example,
+
+    w1_jᵀ ∇_{w1_j} L = Σ_t (∂L/∂z_tj) · (z_tj − b1_j)      w2_jᵀ ∇_{w2_j} L = Σ_t (∂L/∂h_tj) · h_tj
+
+and examples in a batch do not interact (eval mode: no dropout, no batch statistics), so the
+gradients of the *summed* batch loss with respect to z and h are exactly each example's own. Hooks
+capture z, h and their gradients; each example's terms are summed over its tokens, added, and
+their absolute value accumulated.
+
+``b1_j`` is not included, as in Eq. 4: the score is the first-order change of the loss when the
+neuron's weights w1_j and w2_j go to zero. (Including b1 would add Σ_t ∂L/∂z_tj · b1_j; the paper's
+scores, and ours, leave it out.)
+
+The scores come from the task's **train** split (or a seeded sample of it), never from dev: the
+paper's code scores on dev, which leaks the evaluation set into the conversion.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from distillery.data.encode import example_lengths
+from distillery.distill.losses import task_loss
+from distillery.errors import DistilleryError
+from distillery.moebert.convert import dense_ffns
+
+logger = logging.getLogger("distillery")
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+TARGET_KEYS = ("labels", "start_positions", "end_positions")
+
+
+def _inputs(batch, device):
+    return {k: v.to(device) for k, v in batch.items() if k in INPUT_KEYS}
+
+
+def _targets(batch, device):
+    return {k: v.to(device) for k, v in batch.items() if k in TARGET_KEYS}
+
+
+def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,
+                   seed: int = 0, progress: bool = True) -> Tensor:
+    """(layers, d_h) importance scores of the FFN neurons of a BERT-family ``model``.
+
+    ``dataset`` holds encoded training examples (with their labels / answer positions), ``kind`` is
+    the task kind ("classification", "regression", "qa"); ``max_examples`` samples that many
+    (seeded) instead of using all.
+    """
+    if len(dataset) == 0:
+        raise DistilleryError("Importance needs at least one training example.")
+    indices = np.arange(len(dataset))
+    if max_examples is not None and max_examples < len(dataset):
+        indices = np.random.default_rng(seed).choice(len(dataset), size=max_examples, replace=False)
+    lengths = example_lengths(dataset)
+    if lengths is not None:  # examples do not interact, so batch similar lengths: far less padding
+        indices = indices[np.argsort(lengths.numpy()[indices], kind="stable")]
+    ffns = dense_ffns(model)
+    device = next(model.parameters()).device
+    scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64, device=device)
+    pending: dict[int, Tensor] = {}  # layer -> per-example W2 term of the batch, waiting for the W1 term
+    handles = []
+
+    def on_hidden(i):  # output.dense's input h = act(z): (B, T, d_h)
+        def pre_hook(module, args):
+            h = args[0]
+            if h.requires_grad:
+                h.register_hook(lambda g: pending.__setitem__(i, (g * h).sum(1)))  # (B, d_h)
+        return pre_hook
+
+    def on_pre_activation(i, w1):  # intermediate.dense's output z: (B, T, d_h)
+        def hook(module, args, z):
+            if z.requires_grad:
+                def grad_hook(g):
+                    term = (g * (z - w1.bias.detach())).sum(1) + pending.pop(i)  # (B, d_h), per example
+                    scores[i] += term.abs().sum(0).double()
+                z.register_hook(grad_hook)
+        return hook
+
+    for i, (w1, w2) in enumerate(ffns):
+        handles.append(w2.register_forward_pre_hook(on_hidden(i)))
+        handles.append(w1.register_forward_hook(on_pre_activation(i, w1)))
+    was_training = model.training
+    model.eval()
+    requires = {n: p.requires_grad for n, p in model.named_parameters()}
+    try:
+        # Only activation gradients are needed. Freezing every weight but the b1 biases skips the
+        # weight-gradient matmuls; b1 still requiring grad makes autograd record the graph from
+        # the first FFN on (a bias gradient is a cheap sum over tokens).
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for w1, _ in ffns:
+            w1.bias.requires_grad_(True)
+        loader = DataLoader(torch.utils.data.Subset(dataset, indices.tolist()), batch_size=batch_size,
+                            collate_fn=collate_fn)
+        for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
+            out = model(**_inputs(batch, device))
+            loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
+            loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+        for n, p in model.named_parameters():
+            p.requires_grad_(requires[n])
+            p.grad = None
+        model.train(was_training)
+    return scores.float().cpu()
+
+
+def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
+    """The slow, obvious Eq. 4 for tests: one example at a time, ``torch.autograd.grad`` of its loss
+    with respect to W1 and W2, ``|Σ w ⊙ ∇w|`` per neuron, summed over examples."""
+    ffns = dense_ffns(model)
+    weights = [w for pair in ffns for w in (pair[0].weight, pair[1].weight)]
+    device = weights[0].device
+    scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        for n in range(len(dataset)):
+            batch = collate_fn([dataset[n]])
+            out = model(**_inputs(batch, device))
+            loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
+            grads = torch.autograd.grad(loss, weights)
+            for i, (w1, w2) in enumerate(ffns):
+                g1, g2 = grads[2 * i], grads[2 * i + 1]
+                term = (w1.weight * g1).sum(1) + (w2.weight * g2).sum(0)  # (d_h,)
+                scores[i] += term.detach().abs().double().cpu()
+    finally:
+        model.train(was_training)
+    return scores.float()

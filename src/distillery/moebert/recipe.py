@@ -1,0 +1,337 @@
+"""Method ``moebert``: importance → conversion → layer-wise distillation (MoEBERT §3).
+
+setup:  importance of every FFN neuron on the task's train split (Eq. 4), then the fine-tuned
+        teacher's FFNs cut into experts (§3.1), routed by hash or a sentence gate.
+train:  L = CE(f(x), y) + λ·(L_trm + L_pred) (§3.2–3.3) with the one trainer, the teacher being the
+        dense model the student was converted from:
+        L_trm = Σ_l MSE(X_l, X_l_teacher) over the distilled layers (l = 0 is the embedding output),
+        L_pred = ½(KL(p‖p_t) + KL(p_t‖p)); regression: MSE of the predictions; QA: the mean over
+        start and end. ``distill_layers``: all (Eq. 5), last, skip (every other: 0, 2, 4, …),
+        none (no distillation at all: Table 3's "−distill").
+save:   the run folder as every method; plus importance.safetensors and the per-expert load on dev
+        (expert_load.json, expert_load.png).
+
+Options (``RunConfig.method_options``): see DEFAULTS. ``init`` is a folder with an already converted
+MoEBERT model (``distillery moebert convert``): training starts from it instead of converting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedModel
+
+from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
+from distillery.distill.trainer import Trainer
+from distillery.errors import DistilleryError
+from distillery.evaluation import score
+from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
+from distillery.moebert.importance import ffn_importance
+from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
+from distillery.recipe import MethodContext
+
+logger = logging.getLogger("distillery")
+
+DEFAULTS: dict[str, Any] = {
+    "experts": 4,
+    "expert_size": None,  # d_h / experts
+    "shared": None,  # d_h / 6 rounded to a multiple of 8
+    "split": "import",
+    "routing": "hash-r",
+    "shared_mode": "tied",
+    "gate_scale": "prob",
+    "distill_layers": "all",
+    "lambda": 1.0,
+    "balance_weight": 0.01,
+    "importance_examples": 2048,
+    "init": None,
+}
+DISTILL_LAYERS = ("all", "last", "skip", "none")
+TARGET_KEYS = ("labels", "start_positions", "end_positions")
+
+# Table 7 of the paper (BERT-base): lr, batch (GPUs × per-GPU), epochs, weight decay, λ_distill.
+# No warm-up. --preset paper applies the row of the task; tasks without a row keep the budget's.
+PAPER_TABLE7 = {
+    "rte": (1e-5, 8, 10, 0.01, 1.0),
+    "cola": (2e-5, 8, 10, 0.0, 3.0),
+    "mrpc": (3e-5, 8, 5, 0.0, 2.0),
+    "sst2": (2e-5, 16, 5, 0.0, 1.0),
+    "qnli": (2e-5, 32, 5, 0.0, 2.0),
+    "qqp": (3e-5, 64, 5, 0.0, 1.0),
+    "mnli": (5e-5, 64, 5, 0.0, 5.0),
+    "squad": (3e-5, 32, 5, 0.01, 2.0),
+    "squad_v2": (3e-5, 16, 4, 0.1, 1.0),
+}
+
+
+def preset_overrides(preset: str, task: str) -> dict[str, Any]:
+    """Dotted config overrides of a named preset (``paper``: Table 7's row for the task)."""
+    if preset != "paper":
+        raise DistilleryError(f"Unknown moebert preset {preset!r}; the one preset is 'paper' (Table 7).")
+    if task not in PAPER_TABLE7:
+        raise DistilleryError(f"The paper gives no Table 7 settings for {task}; it has {', '.join(PAPER_TABLE7)}.")
+    lr, batch, epochs, decay, lam = PAPER_TABLE7[task]
+    return {"student.lr": lr, "student.batch_size": batch, "student.epochs": float(epochs),
+            "student.weight_decay": decay, "student.warmup_ratio": 0.0, "method_options.lambda": lam}
+
+
+def budget_overrides(budget: str, task: str) -> dict[str, Any]:
+    """The student starts as the teacher itself, so it trains with the teacher's learning rate
+    (the budgets' 1e-4 is for students that start further away)."""
+    return {"student": {"lr": 5e-5}} if budget == "quick" else {"student": {"lr": 3e-5}}
+
+
+def options(config) -> dict[str, Any]:
+    opts = dict(config.method_options)
+    if "lam" in opts:  # `lambda` is a Python keyword; accept both spellings
+        opts["lambda"] = opts.pop("lam")
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise DistilleryError(f"Unknown option(s) for method moebert: {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(DEFAULTS)}.")
+    opts = {**DEFAULTS, **opts}
+    for key, allowed in (("split", SPLITS), ("routing", ROUTINGS), ("shared_mode", SHARED_MODES),
+                         ("gate_scale", GATE_SCALES), ("distill_layers", DISTILL_LAYERS)):
+        if opts[key] not in allowed:
+            raise DistilleryError(f"Unknown {key.replace('_', '-')} {opts[key]!r}; choose one of {', '.join(allowed)}.")
+    if float(opts["lambda"]) < 0 or float(opts["balance_weight"]) < 0:
+        raise DistilleryError("--lambda and --balance-weight must be zero or more.")
+    if opts["importance_examples"] is not None and int(opts["importance_examples"]) < 1:
+        raise DistilleryError("--importance-examples must be at least 1.")
+    return opts
+
+
+def expert_shape(opts: dict[str, Any], d_h: int) -> tuple[int, int, int]:
+    """(N, d_e, s) from the options and the teacher's FFN size; a sentence if impossible."""
+    n = int(opts["experts"])
+    if n < 1:
+        raise DistilleryError(f"--experts must be at least 1, got {n}.")
+    d_e = int(opts["expert_size"]) if opts["expert_size"] is not None else d_h // n
+    s = int(opts["shared"]) if opts["shared"] is not None else min(shared_default(d_h), d_e)
+    try:
+        check_expert_shape(d_h, n, d_e, s)
+    except ValueError as e:
+        raise DistilleryError(str(e)) from None
+    return n, d_e, s
+
+
+def check(config, teacher_config) -> None:
+    opts = options(config)
+    if opts["init"] is None:
+        expert_shape(opts, teacher_config.intermediate_size)
+    elif not (Path(opts["init"]) / "config.json").is_file():
+        raise DistilleryError(f"--init {opts['init']} is not a saved model folder (no config.json).")
+
+
+def distilled_layers(which: str, num_layers: int) -> list[int]:
+    """Indices into hidden_states (0 = embedding output, l = output of layer l)."""
+    return {"all": list(range(num_layers + 1)), "last": [num_layers],
+            "skip": list(range(0, num_layers + 1, 2)), "none": []}[which]
+
+
+def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float, layers: list[int] | None,
+                                balance_weight: float = 0.0):
+    """loss_fn for the trainer: CE + λ·(L_trm + L_pred) (+ the gate's load-balancing loss).
+
+    ``layers`` None: no distillation (CE only); [] : prediction distillation only.
+    """
+    distill = layers is not None and lam > 0
+
+    def loss_fn(model, batch):
+        inputs = {k: v for k, v in batch.items() if k not in TARGET_KEYS}
+        hidden = distill and bool(layers)
+        out = model(**inputs, output_hidden_states=hidden)
+        ce = task_loss(kind, out, batch)
+        loss, logs = ce, {"ce": float(ce.detach())}
+        if distill:
+            with torch.no_grad():
+                t_out = teacher(**inputs, output_hidden_states=hidden)
+            pred = prediction_distillation(kind, out, t_out, loss="symmetric_kl")
+            trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=inputs.get("attention_mask"))
+                       for i in layers), torch.zeros((), device=ce.device))
+            loss = loss + lam * (trm + pred)
+            logs.update(pred=float(pred.detach()), trm=float(trm.detach()))
+        balance = getattr(out, "balance_loss", None)
+        if balance is not None and balance_weight > 0:
+            loss = loss + balance_weight * balance
+            logs["balance"] = float(balance.detach())
+        return loss, logs
+
+    return loss_fn
+
+
+def importance_for(ctx: MethodContext, opts: dict[str, Any]) -> torch.Tensor:
+    """Eq. 4 scores on the train split; kept in the run folder so that a resumed run converts the same way."""
+    path = ctx.out_dir / "importance.safetensors"
+    if ctx.resume and path.is_file():
+        return load_file(path)["importance"]
+    data = ctx.task_data
+    n = opts["importance_examples"]
+    logger.info("Importance of the FFN neurons on %s training examples.", n if n and n < len(data.train) else len(data.train))
+    scores = ffn_importance(ctx.teacher, data.train, data.collate, data.task.kind, batch_size=ctx.config.student.batch_size,
+                            max_examples=n, seed=ctx.config.student.seed)
+    save_file({"importance": scores.contiguous()}, str(path))
+    return scores
+
+
+def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
+    """The converted model (or the --init one), before training."""
+    if opts["init"] is not None:
+        from distillery.modeling import load_pretrained
+
+        student = load_pretrained(opts["init"])
+        if not isinstance(student, MoEBertPreTrainedModel):
+            raise DistilleryError(f"--init {opts['init']} holds a {type(student).__name__}, not a MoEBERT model.")
+        ctx.notes.append(f"Student: the converted MoEBERT model in {opts['init']}.")
+        return student
+    teacher = ctx.teacher
+    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
+    importance = None if opts["split"] == "random" else importance_for(ctx, opts)
+    counts = None
+    if opts["routing"] == "hash-b":
+        counts = count_tokens(ctx.task_data.train["input_ids"], teacher.config.vocab_size)
+    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
+                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
+                      token_counts=counts, seed=ctx.config.student.seed)
+    d_h = teacher.config.intermediate_size
+    ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
+                     f"shared ({opts['shared_mode']}), split {opts['split']}, routing {opts['routing']}; "
+                     f"{d_h - s - n * (d_e - s)} least important neurons per layer dropped.")
+    return student
+
+
+def expert_load(model: PreTrainedModel, task_data, batch_size: int) -> torch.Tensor:
+    """(layers, experts): real dev tokens routed to each expert."""
+    from torch.utils.data import DataLoader
+
+    device = next(model.parameters()).device
+    total = None
+    model.eval()
+    with torch.inference_mode():
+        for batch in DataLoader(task_data.dev, batch_size=batch_size, collate_fn=task_data.collate):
+            inputs = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            load = model(**inputs, output_expert_load=True).expert_load.cpu()
+            total = load if total is None else total + load
+    return total
+
+
+def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
+    """expert_load.json and a per-layer bar chart; returns report lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    share = load.double() / load.sum(1, keepdim=True).clamp_min(1)
+    (out_dir / "expert_load.json").write_text(json.dumps({"tokens": load.tolist(), "share": share.tolist()}, indent=2))
+    layers, n = load.shape
+    fig, ax = plt.subplots(figsize=(max(5, layers * 0.9), 3))
+    width = 0.8 / n
+    for e in range(n):
+        ax.bar([l + e * width for l in range(layers)], share[:, e].tolist(), width, label=f"expert {e}")
+    ax.axhline(1 / n, color="gray", linestyle="--", linewidth=0.8)
+    ax.set_xticks([l + 0.4 - width / 2 for l in range(layers)], [f"layer {l}" for l in range(layers)])
+    ax.set_ylabel("share of dev tokens")
+    ax.legend(fontsize="small", ncol=n)
+    fig.tight_layout()
+    fig.savefig(out_dir / "expert_load.png", dpi=100)
+    plt.close(fig)
+    busiest = float(share.max())
+    return [f"Per-expert load on dev (share of real tokens, ideal {1 / n:.2f}): busiest expert {busiest:.2f}; "
+            f"expert_load.png / expert_load.json."]
+
+
+def run(ctx: MethodContext) -> PreTrainedModel:
+    opts = options(ctx.config)
+    teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+    teacher.eval()
+    student = build_student(ctx, opts)
+    layers = None if opts["distill_layers"] == "none" else distilled_layers(opts["distill_layers"], teacher.config.num_hidden_layers)
+    lam = float(opts["lambda"])
+    ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
+                     + (f" + {opts['balance_weight']}·load balance" if student.config.routing == "gate" else "") + ".")
+    train_cfg = ctx.config.student
+    trainer = Trainer(
+        student,
+        train_cfg,
+        task_data.train,
+        task_data.collate,
+        layerwise_distillation_loss(kind, teacher, lam, layers, float(opts["balance_weight"])),
+        out_dir=ctx.out_dir,
+        eval_fn=lambda m: score(m, task_data, batch_size=train_cfg.eval_batch_size),
+        main_metric=task_data.task.main_metric,
+        resume=ctx.resume,
+        desc="moebert",
+    )
+    teacher.to(trainer.device)
+    student = trainer.train().model
+    ctx.notes.extend(write_expert_load(expert_load(student, task_data, train_cfg.eval_batch_size), ctx.out_dir))
+    return student
+
+
+# ------------------------------------------------------------------------------------------------
+# The steps on their own (`distillery moebert importance|convert`), for users who inspect or reuse
+# the scores and the converted model between steps.
+
+
+def _teacher_and_data(config):
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.tasks import task_for
+    from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher
+
+    task = task_for(config.data)
+    tokenizer = load_tokenizer(resolve_teacher(config.teacher.name))
+    task_data = prepare_task_data(task, tokenizer, config.data)
+    teacher, tokenizer, _ = get_finetuned_teacher(config.teacher, task, config.data, task_data)
+    return teacher.eval(), tokenizer, task_data
+
+
+def importance_step(config, out: str | Path) -> Path:
+    """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file
+    (``importance``: (layers, d_h)) with the settings in its metadata."""
+    opts = options(config)
+    teacher, _, task_data = _teacher_and_data(config)
+    n = opts["importance_examples"]
+    scores = ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
+                            batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"importance": scores.contiguous()}, str(out), metadata={
+        "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
+        "examples": str(min(n or len(task_data.train), len(task_data.train)))})
+    return out
+
+
+def convert_step(config, importance_path: str | Path | None, out: str | Path, overwrite: bool = False) -> Path:
+    """Fine-tuned teacher → MoEBERT model saved in ``out`` (with the tokenizer), not yet trained.
+    Importance comes from ``importance_path``, or is computed when none is given."""
+    from distillery.pipeline import save_model
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it.")
+    opts = options(config)
+    teacher, tokenizer, task_data = _teacher_and_data(config)
+    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
+    importance = None
+    if opts["split"] != "random":
+        if importance_path is not None:
+            try:
+                importance = load_file(str(importance_path))["importance"]
+            except (OSError, KeyError, Exception) as e:  # safetensors raises its own error types
+                raise DistilleryError(f"Cannot read importance scores from {importance_path}: {e}") from None
+        else:
+            importance = ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
+                                        batch_size=config.student.batch_size, max_examples=opts["importance_examples"],
+                                        seed=config.student.seed)
+    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
+    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
+                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
+                      token_counts=counts, seed=config.student.seed)
+    save_model(student, tokenizer, out)
+    return out

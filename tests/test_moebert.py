@@ -1,0 +1,388 @@
+"""MoEBERT: equivalences of the conversion, dispatch against a per-token loop, importance against
+per-example autograd, routing, save/load, bad options, and the method end to end on tiny data."""
+
+import json
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    RobertaForSequenceClassification,
+)
+
+import distillery
+from distillery.errors import DistilleryError
+from distillery.moebert.convert import balanced_hash_table, convert, count_tokens, expert_indices, neuron_ranking, shared_default
+from distillery.moebert.importance import ffn_importance, reference_importance
+from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch
+from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss, preset_overrides
+from distillery.pipeline import build_run_config, compress
+
+from tests.test_pipeline import TINY, write_glue, write_squad
+
+D_H = 37
+
+
+def tiny_teacher(cls=BertForSequenceClassification, seed=0, **kw):
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=D_H, num_labels=kw.pop("num_labels", 3), **kw)
+    model = cls(config).eval()
+    with torch.no_grad():  # non-zero biases, so that a bias that went astray would show
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return model
+
+
+def batch(seed=0, bsz=3, seq=11, vocab=99):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (bsz, seq), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    ids[1, 7:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+IMPORTANCE = torch.rand(2, D_H, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("shared", [0, 5, D_H])
+@pytest.mark.parametrize("mode", ["tied", "cloned"])
+def test_one_expert_holding_the_whole_ffn_is_the_teacher(shared, mode):
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=1, expert_size=D_H, shared_size=shared, shared_mode=mode)
+    x = batch()
+    assert_close(student(**x).logits, teacher(**x).logits)
+
+
+@pytest.mark.parametrize("routing", ["hash-r", "hash-b", "gate"])
+def test_everything_shared_is_the_teacher_for_every_routing(routing):
+    teacher = tiny_teacher()
+    counts = torch.arange(99)
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=D_H, shared_size=D_H, routing=routing,
+                      gate_scale="straight-through", token_counts=counts)
+    x = batch()
+    assert_close(student(**x).logits, teacher(**x).logits)
+
+
+def test_gate_with_probability_scaling_scales_the_ffn_output():
+    """The paper's gate multiplies the expert's output by its probability: with every neuron
+    shared, the FFN output is exactly p times the teacher's."""
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=D_H, shared_size=D_H, routing="gate")
+    layer, dense = student.moebert.layers[0], teacher.bert.encoder.layer[0]
+    a = torch.randn(3, 5, 32)
+    mask = torch.ones(3, 5)
+    expert, p, _ = layer.gate(a, mask)
+    ffn = dense.output.dense(dense.intermediate(a))
+    assert_close(layer.experts(a, plan_dispatch(expert[:, None].expand(3, 5).reshape(1, -1), 4)[0], scale=p),
+                 ffn * p[:, None, None])
+
+
+def test_tied_and_cloned_agree_right_after_conversion():
+    teacher = tiny_teacher()
+    tied = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=4, shared_mode="tied")
+    cloned = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=4, shared_mode="cloned")
+    x = batch()
+    assert_close(tied(**x).logits, cloned(**x).logits)
+    assert sum(p.numel() for p in tied.parameters()) < sum(p.numel() for p in cloned.parameters())
+    assert tied.num_effective_parameters() == cloned.num_effective_parameters()
+
+
+def test_expert_index_sets_follow_the_paper_rule():
+    # neuron j has importance 10 - j for j < 10: ranks 0..9 are neurons 0..9
+    importance = torch.tensor([10.0 - j for j in range(10)])
+    shared, own = expert_indices(neuron_ranking(importance), num_experts=2, expert_size=4, shared_size=2)
+    assert shared.tolist() == [0, 1]
+    # expert e (1-based in the paper) takes ranks s+e, s+e+N, ...: neurons (3, 5) and (4, 6) with 1-based ranks
+    assert own.tolist() == [[2, 4], [3, 5]]
+    inverse_shared, _ = expert_indices(neuron_ranking(importance, "inverse"), 2, 4, 2)
+    assert inverse_shared.tolist() == [9, 8]
+    random_shared, _ = expert_indices(neuron_ranking(importance, "random", seed=3), 2, 4, 2)
+    assert random_shared.tolist() == neuron_ranking(importance, "random", seed=3)[:2].tolist()
+
+
+def test_shared_default_is_a_sixth_rounded_to_eight():
+    assert shared_default(3072) == 512 and shared_default(1536) == 256
+
+
+@pytest.mark.parametrize("mode", ["tied", "cloned"])
+def test_dispatch_equals_a_per_token_loop(mode):
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3, shared_mode=mode)
+    ffn = student.moebert.layers[0].experts
+    x = torch.randn(2, 13, 32)
+    experts = torch.randint(0, 3, (2, 13))
+    experts[0, :] = 1  # an expert with many tokens and one with few
+    got = ffn(x, plan_dispatch(experts.reshape(1, -1), 3)[0])
+    assert_close(got, ffn.reference(x, experts))
+
+
+def test_sentence_gate_at_batch_one_equals_the_batched_path():
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing="gate")
+    x = batch(bsz=3)
+    together = student(**x).logits
+    alone = torch.cat([student(**{k: v[i:i + 1] for k, v in x.items()}).logits for i in range(3)])
+    assert_close(alone, together)
+
+
+@pytest.mark.parametrize("routing", ["hash-r", "gate"])
+def test_padding_never_changes_a_real_tokens_output(routing):
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing=routing)
+    ids = torch.randint(5, 99, (1, 7))
+    short = student(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+    padded_ids = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], 1)
+    mask = torch.cat([torch.ones(1, 7, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long)], 1)
+    long = student(input_ids=padded_ids, attention_mask=mask, output_hidden_states=True)
+    assert_close(long.hidden_states[-1][:, :7], short.hidden_states[-1])
+    assert_close(long.logits, short.logits)
+
+
+def test_balanced_hash_spreads_frequent_tokens_and_places_unseen_ones():
+    counts = torch.zeros(20, dtype=torch.long)
+    counts[:8] = torch.tensor([100, 90, 80, 70, 60, 50, 40, 30])
+    table = balanced_hash_table(counts, 2)
+    loads = [int(counts[table == e].sum()) for e in range(2)]
+    assert abs(loads[0] - loads[1]) <= 30  # greedy: no worse than the smallest item
+    assert table[8:].tolist() == [i % 2 for i in range(8, 20)]  # unseen: id mod N, deterministic
+    assert torch.equal(balanced_hash_table(counts, 2), table)
+    assert count_tokens([[1, 2, 2], [2]], 4).tolist() == [0, 1, 3, 0]
+
+
+@pytest.mark.parametrize("routing", ["hash-b", "gate"])
+def test_save_load_keeps_routing(routing, tmp_path):
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing=routing,
+                      token_counts=torch.arange(99))
+    with torch.no_grad():
+        for layer in student.moebert.layers:
+            if layer.gate is not None:
+                layer.gate.linear.weight.normal_()
+    student.save_pretrained(tmp_path)
+    assert not list(tmp_path.glob("*.bin")) and (tmp_path / "model.safetensors").is_file()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, MoEBertForSequenceClassification)
+    for a, b in zip(student.moebert.layers, loaded.moebert.layers):
+        assert torch.equal(a.hash_table, b.hash_table)
+        if a.gate is not None:
+            assert torch.equal(a.gate.linear.weight, b.gate.linear.weight)
+    x = batch()
+    assert_close(loaded(**x).logits, student(**x).logits)
+    assert_close(distillery.load_student(tmp_path)(**x).logits, student(**x).logits)
+
+
+def test_roberta_and_question_answering_teachers_convert_exactly(tiny_roberta):
+    roberta = RobertaForSequenceClassification.from_pretrained(tiny_roberta, num_labels=2).eval()
+    d_h = roberta.config.intermediate_size
+    student = convert(roberta, torch.rand(2, d_h), num_experts=1, expert_size=d_h, shared_size=8)
+    ids = torch.randint(5, roberta.config.vocab_size, (2, 9))
+    assert_close(student(input_ids=ids).logits, roberta(input_ids=ids).logits)
+
+    qa = tiny_teacher(BertForQuestionAnswering, num_labels=2)
+    student = convert(qa, IMPORTANCE, num_experts=1, expert_size=D_H, shared_size=4)
+    x = batch()
+    out, ref = student(**x), qa(**x)
+    assert_close(out.start_logits, ref.start_logits)
+    assert_close(out.end_logits, ref.end_logits)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"shared_size": 10, "expert_size": 9}, "shared neurons"),
+    ({"expert_size": 40}, "between 1 and the FFN's 37"),
+    ({"num_experts": 0}, "at least 1"),
+    ({"num_experts": 4, "expert_size": 12, "shared_size": 0}, "need 0 \\+ 4×12 = 48 distinct neurons"),
+    ({"split": "sorted"}, "Unknown split"),
+])
+def test_impossible_shapes_fail_with_a_sentence(bad, match):
+    options = {"num_experts": 4, "expert_size": 9, "shared_size": 3, **bad}
+    with pytest.raises(DistilleryError, match=match):
+        convert(tiny_teacher(), IMPORTANCE, **options)
+
+
+# ------------------------------------------------------------------------------------------------
+# Importance
+
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def _collate(items):
+    longest = max(len(x["input_ids"]) for x in items)
+    out = {"input_ids": torch.zeros(len(items), longest, dtype=torch.long),
+           "attention_mask": torch.zeros(len(items), longest, dtype=torch.long)}
+    for i, x in enumerate(items):
+        n = len(x["input_ids"])
+        out["input_ids"][i, :n] = torch.tensor(x["input_ids"])
+        out["attention_mask"][i, :n] = 1
+    for key in ("labels", "start_positions", "end_positions"):
+        if key in items[0]:
+            out[key] = torch.tensor([x[key] for x in items])
+    return out
+
+
+def _examples(kind, n=10, fixed_length=None):
+    g = torch.Generator().manual_seed(0)
+    items = []
+    for i in range(n):
+        length = fixed_length or int(torch.randint(4, 12, (1,), generator=g))
+        item = {"input_ids": torch.randint(5, 99, (length,), generator=g).tolist()}
+        if kind == "classification":
+            item["labels"] = i % 3
+        elif kind == "regression":
+            item["labels"] = float(i) / 3
+        else:
+            item["start_positions"], item["end_positions"] = i % length, min(i % length + 1, length - 1)
+        items.append(item)
+    return _Examples(items)
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "qa"])
+def test_importance_equals_the_per_example_autograd_reference(kind):
+    if kind == "qa":
+        model = tiny_teacher(BertForQuestionAnswering, num_labels=2)
+        data = _examples(kind, fixed_length=10)  # QA logits include padding positions: same lengths
+    else:
+        model = tiny_teacher(num_labels=1 if kind == "regression" else 3)
+        data = _examples(kind)
+    fast = ffn_importance(model, data, _collate, kind, batch_size=4, progress=False)
+    slow = reference_importance(model, data, _collate, kind)
+    assert fast.shape == (2, D_H)
+    assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    assert all(p.requires_grad and p.grad is None for p in model.parameters())
+
+
+def test_importance_sample_is_seeded():
+    model = tiny_teacher()
+    data = _examples("classification", n=12)
+    a = ffn_importance(model, data, _collate, "classification", max_examples=5, seed=1, progress=False)
+    b = ffn_importance(model, data, _collate, "classification", max_examples=5, seed=1, progress=False)
+    assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# Loss, options, method end to end
+
+
+def test_distilled_layers():
+    assert distilled_layers("all", 6) == [0, 1, 2, 3, 4, 5, 6]
+    assert distilled_layers("last", 6) == [6]
+    assert distilled_layers("skip", 6) == [0, 2, 4, 6]
+
+
+def test_layerwise_loss_is_zero_distillation_for_the_converted_teacher():
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=1, expert_size=D_H, shared_size=0).train()
+    teacher.train()  # dropout off both ways for an exact comparison
+    for m in (student, teacher):
+        for module in m.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+    x = {**batch(), "labels": torch.tensor([0, 1, 2])}
+    loss, logs = layerwise_distillation_loss("classification", teacher, 2.0, [0, 1, 2])(student, x)
+    assert logs["trm"] < 1e-10 and abs(logs["pred"]) < 1e-6
+    assert_close(loss, torch.tensor(logs["ce"]))
+    _, logs = layerwise_distillation_loss("classification", teacher, 2.0, None)(student, x)
+    assert set(logs) == {"ce"}
+
+
+def test_paper_preset_and_bad_options(tmp_path):
+    config = build_run_config(method="moebert", task="rte", preset="paper", overrides={"student.epochs": 1.0})
+    assert config.student.lr == 1e-5 and config.student.batch_size == 8 and config.method_options["lambda"] == 1.0
+    assert config.student.epochs == 1.0  # an explicit setting wins over the preset
+    assert preset_overrides("paper", "squad")["student.weight_decay"] == 0.01
+    with pytest.raises(DistilleryError, match="no Table 7 settings for stsb"):
+        build_run_config(method="moebert", task="stsb", preset="paper")
+    with pytest.raises(DistilleryError, match="Unknown routing 'hash'"):
+        compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.routing": "hash"}))
+    with pytest.raises(DistilleryError, match="need 168 \\+ 4×216 = 1032 distinct neurons, but the FFN has 1000"):
+        from distillery.moebert.recipe import expert_shape
+
+        expert_shape({"experts": 4, "expert_size": 384, "shared": None}, 1000)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("moe-data"))
+
+
+def moe_config(teacher, data_dir, out, task="sst2", **more):
+    return build_run_config(method="moebert", task=task, budget="quick", teacher=str(teacher),
+                            data_dir=str(data_dir), out=str(out),
+                            overrides={**TINY, "method_options.importance_examples": 40, **more})
+
+
+@pytest.mark.parametrize("routing", ["hash-r", "gate"])
+def test_compress_moebert_writes_a_run_folder(tiny_bert, glue_dir, tmp_path, routing):
+    out = compress(moe_config(tiny_bert, glue_dir, tmp_path / "run", **{
+        "method_options.experts": 2, "method_options.routing": routing}))
+    for name in ("report.md", "plot.png", "metrics.json", "bench.json", "importance.safetensors",
+                 "expert_load.png", "expert_load.json"):
+        assert (out / name).is_file(), name
+    student = distillery.load_student(out)
+    assert type(student).__name__ == "MoEBertForSequenceClassification"
+    assert student.config.num_experts == 2 and student.config.routing == routing
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["models"]["student"]["effective_params"] < bench["models"]["teacher"]["effective_params"]
+    load = json.loads((out / "expert_load.json").read_text())
+    assert len(load["tokens"]) == 2 and len(load["tokens"][0]) == 2
+    assert "Per-expert load" in (out / "report.md").read_text()
+
+
+def test_compress_moebert_regression_and_squad(tiny_bert, glue_dir, tmp_path):
+    out = compress(moe_config(tiny_bert, glue_dir, tmp_path / "stsb", task="stsb",
+                              **{"method_options.routing": "hash-b", "method_options.distill_layers": "skip"}))
+    assert "pearson" in json.loads((out / "metrics.json").read_text())["student"]
+    data = write_squad(tmp_path / "squad-data")
+    out = compress(moe_config(tiny_bert, data, tmp_path / "squad", task="squad", **{
+        "data.max_length": 48, "data.doc_stride": 16, "data.squad_holdout": 0.5}))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"exact_match", "f1"} <= set(metrics["student"])
+
+
+def test_cli_steps_importance_convert_train(tiny_bert, glue_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from distillery.cli import app
+
+    runner = CliRunner()
+    common = ["--task", "sst2", "--teacher", str(tiny_bert), "--data-dir", str(glue_dir)]
+    monkeypatch.setattr("distillery.pipeline.budget_defaults", _tiny_budget)
+    result = runner.invoke(app, ["moebert", "importance", *common, "--importance-examples", "30",
+                                 "--out", str(tmp_path / "imp.safetensors")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["moebert", "convert", *common, "--importance", str(tmp_path / "imp.safetensors"),
+                                 "--experts", "2", "--shared", "4", "--out", str(tmp_path / "converted")])
+    assert result.exit_code == 0, result.output
+    converted = distillery.load_student(tmp_path / "converted")
+    assert converted.config.num_experts == 2 and converted.config.shared_size == 4
+    result = runner.invoke(app, ["moebert", "train", *common, "--init", str(tmp_path / "converted"),
+                                 "--epochs", "1", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert distillery.load_student(tmp_path / "run").config.shared_size == 4
+
+
+def _tiny_budget(budget, task):
+    tree = {"data": {}, "teacher": {"train": {}}, "student": {}, "bench": {}}
+    for dotted, value in TINY.items():
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return tree
