@@ -57,13 +57,15 @@ def save_results(name: str, records: list[dict]) -> Path:
 
 
 def load_all_results(variants: bool = False) -> list[dict]:
-    """Every record under benchmarks/results/. Deployment records (benchmarks/deploy.py: a
-    ``variant`` such as ``student-onnx-int8``) have their own README table and are left out
-    unless ``variants``."""
+    """Every teacher-vs-student record under benchmarks/results/. Deployment records
+    (benchmarks/deploy.py: a ``variant`` such as ``student-onnx-int8``) have their own README table
+    and are left out unless ``variants``; so are ablation runs (``ablation``) and files that are not
+    run records (timings, speed tables)."""
     records = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         records.extend(data if isinstance(data, list) else [data])
+    records = [r for r in records if isinstance(r, dict) and "method" in r and "ablation" not in r]
     return [r for r in records if variants or "variant" not in r]
 
 

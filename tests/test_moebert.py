@@ -386,3 +386,33 @@ def _tiny_budget(budget, task):
             node = node.setdefault(p, {})
         node[leaf] = value
     return tree
+
+
+@pytest.mark.parametrize("routing", ["hash-r", "gate"])
+def test_onnx_export_parity_with_routing(routing, tiny_bert, tmp_path):
+    """The exported graph routes like the torch model (dense-select dispatch in the graph)."""
+    from transformers import AutoTokenizer
+
+    import distillery.export as ex
+
+    teacher = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).eval()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=8, shared_size=3, routing=routing)
+    with torch.no_grad():  # experts that differ from each other, so that a wrong route would show
+        for layer in student.moebert.layers:
+            layer.experts.w2.normal_(0, 0.5)
+            if layer.gate is not None:
+                layer.gate.linear.weight.normal_(0, 1.0)
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    student.save_pretrained(tmp_path / "moe")
+    tok.save_pretrained(tmp_path / "moe")
+    out = ex.export_model(tmp_path / "moe", "onnx", tmp_path / "onnx")
+    assert json.loads((out / "distillery_export.json").read_text())["parity"]["fp32"]["passed"]
+    onnx_model = distillery.load_student(out)
+    inputs = dict(tok(["a good movie", "the plot was boring and the actor was not fun at all", "fun"],
+                      padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        expected = student(**inputs).logits
+    assert_close(onnx_model(**inputs).logits, expected, atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)
+    single = {k: v[:1] for k, v in inputs.items()}
+    with torch.no_grad():
+        assert_close(onnx_model(**single).logits, student(**single).logits, atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)

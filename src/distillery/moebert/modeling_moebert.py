@@ -134,7 +134,7 @@ class DispatchPlan:
     """
 
     slot: Tensor  # (M,) long
-    capacity: int
+    capacity: int  # (a symbolic size while exporting)
     load: Tensor  # (N,) tokens per expert (padding included)
 
 
@@ -151,7 +151,7 @@ def plan_dispatch(expert: Tensor, num_experts: int) -> list[DispatchPlan]:
         caps = [expert.shape[1]] * expert.shape[0]
     else:
         caps = load.amax(1).clamp_min(1).tolist()
-    return [DispatchPlan(slot=expert[i] * caps[i] + rank[i], capacity=int(caps[i]), load=load[i])
+    return [DispatchPlan(slot=expert[i] * caps[i] + rank[i], capacity=caps[i], load=load[i])
             for i in range(expert.shape[0])]
 
 
