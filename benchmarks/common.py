@@ -94,11 +94,16 @@ def results_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(records: list[dict]) -> None:
-    """Replace the block between the README's results markers with a fresh table."""
+def replace_readme_block(name: str, content: str) -> None:
+    """Replace what stands between the README's ``<!-- name:start -->`` and ``<!-- name:end -->``."""
     text = README.read_text()
-    block = f"<!-- results:start -->\n{results_table(records)}\n<!-- results:end -->"
-    new, n = re.subn(r"<!-- results:start -->.*?<!-- results:end -->", block, text, flags=re.S)
+    block = f"<!-- {name}:start -->\n{content}\n<!-- {name}:end -->"
+    new, n = re.subn(rf"<!-- {name}:start -->.*?<!-- {name}:end -->", lambda _: block, text, flags=re.S)
     if n != 1:
-        raise SystemExit("README.md has no <!-- results:start --> ... <!-- results:end --> block.")
+        raise SystemExit(f"README.md has no <!-- {name}:start --> ... <!-- {name}:end --> block.")
     README.write_text(new)
+
+
+def update_readme(records: list[dict]) -> None:
+    """The README's results table, made anew from the records."""
+    replace_readme_block("results", results_table(records))

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 
-from common import README, RESULTS
+from common import RESULTS, replace_readme_block
 
 from distillery.bench import benchmark, format_bench_table, format_hardware
 from distillery.cli import setup_logging
@@ -106,7 +105,7 @@ def main() -> None:
     table = deploy_table(records, bench, main_metric)
     print(table)
     if not args.no_readme:
-        update_readme(table)
+        replace_readme_block("deploy", table)
     print(f"Wrote {path} in {(time.time() - started) / 60:.1f} min.")
 
 
@@ -206,15 +205,6 @@ def verdict(records: list[dict], main: str) -> str:
     any_win = any(s.get("dominates") for s in students)
     return ("**A student + int8 dominates the int8 teacher measured here.** " if any_win
             else "**No student + int8 dominates the int8 teacher measured here.** ") + " ".join(sentences)
-
-
-def update_readme(table: str) -> None:
-    text = README.read_text()
-    block = f"<!-- deploy:start -->\n{table}\n<!-- deploy:end -->"
-    new, n = re.subn(r"<!-- deploy:start -->.*?<!-- deploy:end -->", lambda _: block, text, flags=re.S)
-    if n != 1:
-        raise SystemExit("README.md has no <!-- deploy:start --> ... <!-- deploy:end --> block.")
-    README.write_text(new)
 
 
 if __name__ == "__main__":

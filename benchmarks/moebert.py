@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import statistics
 import time
 from pathlib import Path
 
-from common import README, RESULTS, load_all_results, rebench, record_from_run, save_results, update_readme
+from common import RESULTS, load_all_results, rebench, record_from_run, replace_readme_block, save_results, update_readme
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging
@@ -197,12 +195,7 @@ def readme_block() -> str:
 
 
 def write_readme_block() -> None:
-    text = README.read_text()
-    block = f"<!-- moebert:start -->\n{readme_block()}\n<!-- moebert:end -->"
-    new, n = re.subn(r"<!-- moebert:start -->.*?<!-- moebert:end -->", block, text, flags=re.S)
-    if n != 1:
-        raise SystemExit("README.md has no <!-- moebert:start --> ... <!-- moebert:end --> block.")
-    README.write_text(new)
+    replace_readme_block("moebert", readme_block())
 
 
 def main() -> None:
