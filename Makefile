@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DATA   ?= ../shared/data
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo test test-slow bench bench-moebert clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,14 @@ test: install
 test-slow: install
 	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-## make bench: teacher vs baseline student on five GLUE tasks → benchmarks/results + README table
+## make bench: teacher vs each method's student on five GLUE tasks → benchmarks/results + README tables
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/foundation.py --data-dir $(DATA)
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/moebert.py --data-dir $(DATA)
+
+## make bench-moebert: MoEBERT only (tasks, importance timing, the paper's ablations, variant speed)
+bench-moebert: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/moebert.py --data-dir $(DATA)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
