@@ -63,7 +63,6 @@ GROUPS = [
 
 def run_main(args) -> None:
     name = f"moebert-{args.budget}"
-    records = {r["task"]: r for r in load_all_results() if r["method"] == "moebert" and r["budget"] == args.budget}
     for task in args.tasks:
         out = Path(args.runs_dir) / f"bench-{task}-moebert-{args.budget}"
         if args.rebench:
@@ -72,7 +71,10 @@ def run_main(args) -> None:
             overrides = {"data.squad_holdout": 0.2} if task.startswith("squad") else {}
             compress(build_run_config(method="moebert", task=task, budget=args.budget, data_dir=args.data_dir,
                                       out=str(out), overrides=overrides), overwrite=True)
-        records[task] = record_from_run(out, "moebert", args.budget)
+        record = record_from_run(out, "moebert", args.budget)
+        # read again just before writing: several of these scripts may run at once, one task each
+        records = {r["task"]: r for r in load_all_results() if r["method"] == "moebert" and r["budget"] == args.budget}
+        records[task] = record
         save_results(name, list(records.values()))
         update_readme(load_all_results())
         print(f"{task}: recorded in benchmarks/results/{name}.json")
@@ -116,7 +118,6 @@ def run_ablations(args) -> None:
 
     d_h = teacher_config("minilm").intermediate_size
     path = RESULTS / "moebert-ablations.json"
-    records = {r["ablation"]: r for r in (json.loads(path.read_text()) if path.is_file() else [])}
     names = args.ablations or list(ABLATIONS)
     for name in names:
         out = ablation_out(args, name)
@@ -131,6 +132,7 @@ def run_ablations(args) -> None:
                                       data_dir=args.data_dir, out=str(out), overrides=overrides), overwrite=True)
         rec = record_from_run(out, "moebert", "quick")
         rec.update(ablation=name, options=options, max_steps=args.ablation_steps)
+        records = {r["ablation"]: r for r in (json.loads(path.read_text()) if path.is_file() else [])}
         records[name] = rec
         save_results("moebert-ablations", list(records.values()))
         print(f"ablation {name}: {rec['metrics']['student'][rec['main_metric']]:.4f}")

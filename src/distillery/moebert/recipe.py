@@ -81,9 +81,10 @@ def preset_overrides(preset: str, task: str) -> dict[str, Any]:
 
 
 def budget_overrides(budget: str, task: str) -> dict[str, Any]:
-    """The student starts as the teacher itself, so it trains with the teacher's learning rate
-    (the budgets' 1e-4 is for students that start further away)."""
-    return {"student": {"lr": 5e-5}} if budget == "quick" else {"student": {"lr": 3e-5}}
+    """Learning rate of the MoE student. Quick budget: 2e-4, the best of 5e-5 / 1e-4 / 2e-4 on SST-2
+    (0.872 / 0.874 / 0.876 dev accuracy after 1250 steps, hash-r, tied): half the FFN neurons are
+    gone and a short budget must move the weights far; the full budget's longer schedule keeps 1e-4."""
+    return {"student": {"lr": 2e-4 if budget == "quick" else 1e-4}}
 
 
 def options(config) -> dict[str, Any]:
