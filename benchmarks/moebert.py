@@ -4,6 +4,7 @@ and the speed of each variant, all measured here.
     python benchmarks/moebert.py --data-dir ../shared/data                # everything below
     python benchmarks/moebert.py --data-dir ../shared/data --only main    # tasks only (or: importance, ablations, speed)
     python benchmarks/moebert.py --rebench                                # re-measure finished task runs (quiet machine)
+    python benchmarks/moebert.py --only main --tasks sst2 --option shared_mode=cloned   # a variant's own rows
 
 main        ``distillery compress --method moebert`` (defaults: 4 experts × d_h/4, s = d_h/6, hash-r, tied,
             all layers distilled) per task into runs/bench-<task>-moebert-<budget>/ →
@@ -62,18 +63,22 @@ GROUPS = [
 
 
 def run_main(args) -> None:
-    name = f"moebert-{args.budget}"
+    options = dict(pair.split("=", 1) for pair in args.option)
+    label = " ".join(["moebert", *(f"{k}={v}" for k, v in options.items())])  # the results table's method column
+    suffix = "".join(f"-{v}" for v in options.values())
+    name = f"moebert{suffix}-{args.budget}"
     for task in args.tasks:
-        out = Path(args.runs_dir) / f"bench-{task}-moebert-{args.budget}"
+        out = Path(args.runs_dir) / f"bench-{task}-moebert{suffix}-{args.budget}"
         if args.rebench:
             rebench(out)
         elif not (args.reuse and (out / "report.md").is_file()):
             overrides = {"data.squad_holdout": 0.2} if task.startswith("squad") else {}
+            overrides.update({f"method_options.{k}": v for k, v in options.items()})
             compress(build_run_config(method="moebert", task=task, budget=args.budget, data_dir=args.data_dir,
                                       out=str(out), overrides=overrides), overwrite=True)
-        record = record_from_run(out, "moebert", args.budget)
+        record = record_from_run(out, label, args.budget)
         # read again just before writing: several of these scripts may run at once, one task each
-        records = {r["task"]: r for r in load_all_results() if r["method"] == "moebert" and r["budget"] == args.budget}
+        records = {r["task"]: r for r in load_all_results() if r["method"] == label and r["budget"] == args.budget}
         records[task] = record
         save_results(name, list(records.values()))
         update_readme(load_all_results())
@@ -210,6 +215,8 @@ def main() -> None:
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
     parser.add_argument("--rebench", action="store_true", help="main: measure finished runs again, do not train.")
+    parser.add_argument("--option", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="main: moebert options of a variant (e.g. shared_mode=cloned); its own runs and rows.")
     parser.add_argument("--importance-examples", type=int, default=128)
     parser.add_argument("--ablation-task", default="sst2")
     parser.add_argument("--ablation-steps", type=int, default=300)

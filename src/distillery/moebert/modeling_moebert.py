@@ -24,9 +24,12 @@ Routing (``config.routing``):
   still receives the gradient of the probability-scaled output. A Switch-style load-balancing loss
   ``N · Σ_i f_i · P_i`` is returned as ``balance_loss``.
 
-Dispatch never loops over tokens: tokens are sorted by expert, each expert runs one matmul on its
-contiguous rows, and the results are added back in place (``index_add``). A sentence gate at batch
-size 1 runs the chosen expert on the whole sequence without any gather.
+Dispatch never loops over tokens or experts: each token is copied into a slot of an
+(N, capacity, d) buffer, all experts run as one batched matmul pair, and each token reads its row
+back (:func:`plan_dispatch`). A per-expert loop over sorted rows was measured slower at 1×128 on a
+CPU (its many small operations cost more than the padded slots). A sentence gate at batch size 1
+runs the chosen expert on the whole sequence without any gather. While exporting to ONNX the
+capacity is the token count (no data-dependent shapes in the graph): correct, but N× the routed work.
 """
 
 from __future__ import annotations
@@ -130,29 +133,39 @@ def check_expert_shape(d_h: int, num_experts: int, expert_size: int, shared_size
 class DispatchPlan:
     """Where each token goes: row ``slot[t]`` of the (N · capacity, d) expert buffer.
 
-    ``slot[t] = expert[t] · capacity + (number of earlier tokens routed to the same expert)``.
+    ``slot[t] = expert[t] · capacity + (number of earlier real tokens routed to the same expert)``;
+    padding tokens get ``N · capacity``, a spare row that no expert computes (their FFN output is
+    never seen by a real token, so they cost nothing and cannot crowd one expert's slots).
     """
 
     slot: Tensor  # (M,) long
     capacity: int  # (a symbolic size while exporting)
-    load: Tensor  # (N,) tokens per expert (padding included)
+    load: Tensor  # (N,) real tokens per expert
 
 
-def plan_dispatch(expert: Tensor, num_experts: int) -> list[DispatchPlan]:
+def plan_dispatch(expert: Tensor, num_experts: int, valid: Tensor | None = None) -> list[DispatchPlan]:
     """Dispatch plans for token->expert assignments ``expert`` of shape (L, M): one per row.
+    ``valid`` (M,) marks real tokens (default: all).
 
     All rows are planned with a handful of tensor ops and one host sync, so hash routing plans every
     layer at once before the first layer runs.
     """
     onehot = F.one_hot(expert, num_experts)  # (L, M, N)
+    if valid is not None:
+        onehot = onehot * valid.to(onehot.dtype).unsqueeze(-1)  # padding counts for no expert
     load = onehot.sum(1)  # (L, N)
-    rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # (L, M): position among the tokens of its expert
+    rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # (L, M): position among the real tokens of its expert
     if torch.compiler.is_exporting():  # no host sync in a graph: every expert gets room for all tokens
         caps = [expert.shape[1]] * expert.shape[0]
     else:
         caps = load.amax(1).clamp_min(1).tolist()
-    return [DispatchPlan(slot=expert[i] * caps[i] + rank[i], capacity=caps[i], load=load[i])
-            for i in range(expert.shape[0])]
+    plans = []
+    for i in range(expert.shape[0]):
+        slot = expert[i] * caps[i] + rank[i]
+        if valid is not None:
+            slot = torch.where(valid.bool(), slot, num_experts * caps[i])
+        plans.append(DispatchPlan(slot=slot, capacity=caps[i], load=load[i]))
+    return plans
 
 
 class MoEFeedForward(nn.Module):
@@ -208,9 +221,11 @@ class MoEFeedForward(nn.Module):
         and each token's row is read back from its slot. Unused slots are zeros and cost only their
         share of the matmul (capacity = the busiest expert's token count)."""
         n, cap, d = self.num_experts, plan.capacity, flat.shape[1]
-        slots = flat.new_zeros(n * cap, d).index_copy(0, plan.slot, flat).view(n, cap, d)
+        # one spare row at the end takes the padding tokens; it is cut off before the matmuls
+        slots = flat.new_zeros(n * cap + 1, d).index_copy(0, plan.slot, flat)[:-1].view(n, cap, d)
         h = self.act(torch.baddbmm(self.b1.unsqueeze(1), slots, self.w1))  # (N, cap, k)
-        return torch.bmm(h, self.w2).view(n * cap, d).index_select(0, plan.slot)  # (M, d)
+        y = F.pad(torch.bmm(h, self.w2).view(n * cap, d), (0, 0, 0, 1))  # (N·cap + 1, d): padding reads zeros
+        return y.index_select(0, plan.slot)  # (M, d)
 
     def reference(self, x: Tensor, token_expert: Tensor) -> Tensor:
         """The slow, obvious reference for tests: a Python loop over tokens."""
@@ -271,7 +286,7 @@ class MoEBertLayer(nn.Module):
             sentence_expert, scale, route["balance"] = self.gate(a, mask)
             route["token_expert"] = sentence_expert[:, None].expand(mask.shape)  # (B, T)
             if a.shape[0] > 1 or torch.compiler.is_exporting():
-                plan = plan_dispatch(route["token_expert"].reshape(1, -1), self.experts.num_experts)[0]
+                plan = plan_dispatch(route["token_expert"].reshape(1, -1), self.experts.num_experts, mask.reshape(-1))[0]
         y = self.experts(a, plan, sentence_expert, scale)
         return self.LayerNorm(self.dropout(y) + a), route
 
@@ -360,7 +375,7 @@ class MoEBertModel(MoEBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def hash_routes(self, input_ids: Tensor | None) -> tuple[list, list]:
+    def hash_routes(self, input_ids: Tensor | None, mask: Tensor) -> tuple[list, list]:
         """Per layer: each token's expert (B, T) and the dispatch plan (hash routing); Nones for the gate."""
         n = len(self.layers)
         if self.config.routing == "gate":
@@ -368,7 +383,7 @@ class MoEBertModel(MoEBertPreTrainedModel):
         if input_ids is None:
             raise ValueError("hash routing assigns experts by token id: pass input_ids, not inputs_embeds.")
         experts = torch.stack([layer.hash_table[input_ids] for layer in self.layers])  # (L, B, T)
-        return list(experts), plan_dispatch(experts.flatten(1), self.config.num_experts)
+        return list(experts), plan_dispatch(experts.flatten(1), self.config.num_experts, mask.reshape(-1))
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, output_hidden_states=None, output_expert_load=False, return_dict=None,
@@ -382,7 +397,7 @@ class MoEBertModel(MoEBertPreTrainedModel):
         attn_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
         all_hidden = [hidden] if output_hidden_states else None
         balance, loads = [], []
-        token_experts, plans = self.hash_routes(input_ids)
+        token_experts, plans = self.hash_routes(input_ids, mask)
         for layer, token_expert, plan in zip(self.layers, token_experts, plans):
             hidden, route = layer(hidden, attn_mask, mask, token_expert, plan, **kwargs)
             if "balance" in route:
