@@ -74,18 +74,24 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
     pending: dict[int, Tensor] = {}  # layer -> per-example W2 term of the batch, waiting for the W1 term
     handles = []
 
+    # The gradient hooks keep *detached* views of z and h: a hook holding the tensor itself would
+    # close a reference cycle (tensor -> grad_fn -> hook -> tensor) that only the cyclic garbage
+    # collector frees, and activations of long batches (SQuAD windows) would pile up until it runs.
     def on_hidden(i):  # output.dense's input h = act(z): (B, T, d_h)
         def pre_hook(module, args):
             h = args[0]
             if h.requires_grad:
-                h.register_hook(lambda g: pending.__setitem__(i, (g * h).sum(1)))  # (B, d_h)
+                value = h.detach()
+                h.register_hook(lambda g: pending.__setitem__(i, (g * value).sum(1)))  # (B, d_h)
         return pre_hook
 
     def on_pre_activation(i, w1):  # intermediate.dense's output z: (B, T, d_h)
         def hook(module, args, z):
             if z.requires_grad:
+                centred = z.detach() - w1.bias.detach()  # w1_j · a = z_j − b1_j
+
                 def grad_hook(g):
-                    term = (g * (z - w1.bias.detach())).sum(1) + pending.pop(i)  # (B, d_h), per example
+                    term = (g * centred).sum(1) + pending.pop(i)  # (B, d_h), per example
                     scores[i] += term.abs().sum(0).double()
                 z.register_hook(grad_hook)
         return hook
