@@ -20,9 +20,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
-from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
-from distillery.evaluation import predict, score
+from distillery.evaluation import predict
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
@@ -164,17 +163,5 @@ def run(ctx: MethodContext) -> PreTrainedModel:
         logger.info("Computing the teacher's logits on %d training examples once.", len(train))
         train = with_teacher_logits(task_data, teacher, train_cfg.eval_batch_size)
         collate = collate_with_teacher(task_data.collate)
-    trainer = Trainer(
-        student,
-        train_cfg,
-        train,
-        collate,
-        distillation_loss(kind, teacher, opts["alpha"], opts["temperature"], opts["hidden_weight"], layers),
-        out_dir=ctx.out_dir,
-        eval_fn=lambda m: score(m, task_data, batch_size=train_cfg.eval_batch_size),
-        main_metric=task_data.task.main_metric,
-        resume=ctx.resume,
-        desc="student",
-    )
-    teacher.to(trainer.device)
-    return trainer.train().model
+    loss_fn = distillation_loss(kind, teacher, opts["alpha"], opts["temperature"], opts["hidden_weight"], layers)
+    return ctx.train(student, loss_fn, desc="student", train_dataset=train, collate_fn=collate)

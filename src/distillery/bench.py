@@ -391,7 +391,7 @@ def benchmark(
         ref = records[reference]
         for name, rec in records.items():
             if name != reference:
-                speedups[name] = _speedup(ref, rec)
+                speedups[name] = speedup_over(ref, rec)
     speedup = dict(speedups["student"]) if reference == "teacher" and "student" in speedups else {}
 
     return {
@@ -411,7 +411,7 @@ def benchmark(
     }
 
 
-def _speedup(ref: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, float]:
+def speedup_over(ref: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, float]:
     """How many times faster ``rec`` is than ``ref``: latency ref/rec, throughput rec/ref; and the
     FLOP-ideal ratios for the same shapes (ref FLOPs / rec FLOPs: what a speed-up would be if time
     followed FLOPs)."""
@@ -470,7 +470,7 @@ def format_bench_table(bench: Mapping[str, Any]) -> str:
     lines = [header, "|" + "---|" * 9]
     for name, rec in models.items():
         if ref is not None:
-            s = _speedup(ref, rec)
+            s = speedup_over(ref, rec)
             ideal = lambda key: f" ({s[key]:.2f}×)" if key in s else ""  # noqa: E731
             speed = (f"{s['latency']:.2f}×" + ideal("flop_ideal_latency"),
                      f"{s['throughput']:.2f}×" + ideal("flop_ideal_throughput"))

@@ -13,12 +13,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from distillery.data.encode import TaskData, example_lengths, postprocess_squad, prepare_task_data
+from distillery.data.encode import TARGETS, TaskData, example_lengths, postprocess_squad, prepare_task_data
 from distillery.data.loading import column_values
 from distillery.errors import DistilleryError
 from distillery.metrics import compute_metrics, squad_metrics
 
-TARGET_KEYS = ("labels", "start_positions", "end_positions")
 LOGIT_PAD = -1e4  # fills QA logits past a window's end; postprocess_squad never reads them
 
 
@@ -76,7 +75,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
                 inputs = {
                     k: v.to(device)
                     for k, v in batch.items()
-                    if k not in TARGET_KEYS and (accepted is None or k in accepted)
+                    if k not in TARGETS and (accepted is None or k in accepted)
                 }
                 outputs = model(**inputs)
                 if is_qa:

@@ -43,6 +43,31 @@ class MethodContext:
     def options(self) -> dict[str, Any]:
         return self.config.method_options
 
+    def train(self, student: PreTrainedModel, loss_fn, *, desc: str, train_dataset=None, collate_fn=None) -> PreTrainedModel:
+        """Train ``student`` with the one trainer and return it: the task's train split (or
+        ``train_dataset`` / ``collate_fn``), the student settings, checkpoints in the run folder,
+        dev scored with the task's main metric at each evaluation; the teacher follows the student
+        to the trainer's device."""
+        # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
+        from distillery.distill.trainer import Trainer
+        from distillery.evaluation import score
+
+        cfg = self.config.student
+        trainer = Trainer(
+            student,
+            cfg,
+            self.task_data.train if train_dataset is None else train_dataset,
+            collate_fn or self.task_data.collate,
+            loss_fn,
+            out_dir=self.out_dir,
+            eval_fn=lambda m: score(m, self.task_data, batch_size=cfg.eval_batch_size),
+            main_metric=self.task_data.task.main_metric,
+            resume=self.resume,
+            desc=desc,
+        )
+        self.teacher.to(trainer.device)
+        return trainer.train().model
+
 
 def get_method(name: str) -> ModuleType:
     """The method's module (with ``run`` and maybe ``check``)."""

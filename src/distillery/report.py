@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from distillery.bench import format_count, format_hardware
+from distillery.bench import format_count, format_hardware, speedup_over
 from distillery.errors import DistilleryError
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
@@ -157,15 +157,9 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         values = scores.get(name, {})
         latency = _get(rec, "latency_ms", "median")
         throughput = _get(rec, "throughput", "sentences_per_s")
-        lat_speedup = tp_speedup = lat_ideal = tp_ideal = None
+        speedup: dict[str, float] = {}
         if teacher_bench is not None and latency and throughput:
-            t_lat = _get(teacher_bench, "latency_ms", "median")
-            t_tp = _get(teacher_bench, "throughput", "sentences_per_s")
-            lat_speedup = t_lat / latency if t_lat else None
-            tp_speedup = throughput / t_tp if t_tp else None
-        if teacher_bench is not None:
-            ratio = lambda key: (teacher_bench.get(key) / rec[key]) if teacher_bench.get(key) and rec.get(key) else None  # noqa: E731
-            lat_ideal, tp_ideal = ratio("flops_per_token"), ratio("flops_per_token_throughput")
+            speedup = speedup_over(teacher_bench, rec)
         score = values.get(main)
         retention = None
         if name == "student" and _is_number(metrics.get("retention")):
@@ -182,10 +176,10 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "latency_shape": (_get(rec, "latency_ms", "batch"), _get(rec, "latency_ms", "seq")),
                 "throughput": throughput,
                 "throughput_shape": (_get(rec, "throughput", "batch"), _get(rec, "throughput", "seq")),
-                "latency_speedup": lat_speedup,
-                "throughput_speedup": tp_speedup,
-                "flop_ideal_latency": lat_ideal,
-                "flop_ideal_throughput": tp_ideal,
+                "latency_speedup": speedup.get("latency"),
+                "throughput_speedup": speedup.get("throughput"),
+                "flop_ideal_latency": speedup.get("flop_ideal_latency"),
+                "flop_ideal_throughput": speedup.get("flop_ideal_throughput"),
                 "metrics": values,
                 "main": score,
                 "retention": retention,

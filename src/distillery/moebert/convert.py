@@ -8,15 +8,15 @@ is kept once. Attention, embeddings, LayerNorms and the task head are copied unc
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
-
-import heapq
 
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from distillery.baseline import find_encoder_layers
 from distillery.errors import DistilleryError
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
@@ -95,8 +95,6 @@ def count_tokens(input_ids: Iterable[Sequence[int]], vocab_size: int) -> Tensor:
 
 def dense_ffns(teacher: PreTrainedModel) -> list[tuple[nn.Linear, nn.Linear]]:
     """(W1 = intermediate.dense, W2 = output.dense) of every layer of a BERT-family encoder."""
-    from distillery.baseline import find_encoder_layers
-
     _, layers = find_encoder_layers(teacher)
     try:
         return [(layer.intermediate.dense, layer.output.dense) for layer in layers]
@@ -168,7 +166,7 @@ def convert(
 
     # Everything but the FFNs keeps the teacher's name under the "moebert" prefix.
     prefix = teacher.base_model_prefix
-    layer_key = _layer_prefix(teacher)
+    layer_key, _ = find_encoder_layers(teacher)
     state = {}
     for key, value in teacher.state_dict().items():
         if ".intermediate." in key or (".output.dense." in key and ".attention." not in key):  # the dense FFN
@@ -209,10 +207,3 @@ def convert(
     for layer, table in zip(student.moebert.layers, tables):
         layer.hash_table.copy_(table)
     return student.eval()
-
-
-def _layer_prefix(teacher: PreTrainedModel) -> str:
-    from distillery.baseline import find_encoder_layers
-
-    name, _ = find_encoder_layers(teacher)
-    return name

@@ -33,23 +33,21 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from distillery.data.encode import example_lengths
+from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths
 from distillery.distill.losses import task_loss
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import dense_ffns
 
 logger = logging.getLogger("distillery")
 
-INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
-TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 
 def _inputs(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in INPUT_KEYS}
+    return {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
 
 
 def _targets(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in TARGET_KEYS}
+    return {k: v.to(device) for k, v in batch.items() if k in TARGETS}
 
 
 def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,

@@ -26,10 +26,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
+from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
-from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
-from distillery.evaluation import score
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
 from distillery.moebert.importance import ffn_importance
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
@@ -52,7 +51,6 @@ DEFAULTS: dict[str, Any] = {
     "init": None,
 }
 DISTILL_LAYERS = ("all", "last", "skip", "none")
-TARGET_KEYS = ("labels", "start_positions", "end_positions")
 
 # Table 7 of the paper (BERT-base): lr, batch (GPUs × per-GPU), epochs, weight decay, λ_distill.
 # No warm-up. --preset paper applies the row of the task; tasks without a row keep the budget's.
@@ -144,7 +142,7 @@ def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float,
     distill = layers is not None and lam > 0
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGET_KEYS}
+        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
         hidden = distill and bool(layers)
         out = model(**inputs, output_hidden_states=hidden)
         ce = task_loss(kind, out, batch)
@@ -166,22 +164,45 @@ def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float,
     return loss_fn
 
 
-def importance_for(ctx: MethodContext, opts: dict[str, Any]) -> torch.Tensor:
-    """Eq. 4 scores on the train split; kept in the run folder so that a resumed run converts the same way."""
-    path = ctx.out_dir / "importance.safetensors"
-    if ctx.resume and path.is_file():
-        return load_file(path)["importance"]
-    data = ctx.task_data
+def compute_importance(teacher: PreTrainedModel, task_data, config, opts: dict[str, Any]) -> torch.Tensor:
+    """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample)."""
     n = opts["importance_examples"]
-    logger.info("Importance of the FFN neurons on %s training examples.", n if n and n < len(data.train) else len(data.train))
-    scores = ffn_importance(ctx.teacher, data.train, data.collate, data.task.kind, batch_size=ctx.config.student.batch_size,
-                            max_examples=n, seed=ctx.config.student.seed)
-    save_file({"importance": scores.contiguous()}, str(path))
-    return scores
+    logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(task_data.train), len(task_data.train)))
+    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
+                          batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
+
+
+def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: dict[str, Any]) -> Path:
+    """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = opts["importance_examples"]
+    save_file({"importance": scores.contiguous()}, str(path), metadata={
+        "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
+        "examples": str(min(n or len(task_data.train), len(task_data.train)))})
+    return path
+
+
+def load_importance(path: str | Path) -> torch.Tensor:
+    try:
+        return load_file(str(path))["importance"]
+    except Exception as e:  # safetensors raises its own error types
+        raise DistilleryError(f"Cannot read importance scores from {path}: {e}") from None
+
+
+def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str, Any],
+                    importance: torch.Tensor | None) -> PreTrainedModel:
+    """The teacher converted by the options (importance None: the random split needs none)."""
+    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
+    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
+    return convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
+                   shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
+                   token_counts=counts, seed=config.student.seed)
 
 
 def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
-    """The converted model (or the --init one), before training."""
+    """The converted model (or the --init one), before training. The importance scores are kept in
+    the run folder, so that a resumed run converts the same way without scoring again."""
     if opts["init"] is not None:
         from distillery.modeling import load_pretrained
 
@@ -190,16 +211,18 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
             raise DistilleryError(f"--init {opts['init']} holds a {type(student).__name__}, not a MoEBERT model.")
         ctx.notes.append(f"Student: the converted MoEBERT model in {opts['init']}.")
         return student
-    teacher = ctx.teacher
-    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
-    importance = None if opts["split"] == "random" else importance_for(ctx, opts)
-    counts = None
-    if opts["routing"] == "hash-b":
-        counts = count_tokens(ctx.task_data.train["input_ids"], teacher.config.vocab_size)
-    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
-                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
-                      token_counts=counts, seed=ctx.config.student.seed)
-    d_h = teacher.config.intermediate_size
+    teacher, task_data, config = ctx.teacher, ctx.task_data, ctx.config
+    importance = None
+    if opts["split"] != "random":
+        path = ctx.out_dir / "importance.safetensors"
+        if ctx.resume and path.is_file():
+            importance = load_importance(path)
+        else:
+            importance = compute_importance(teacher, task_data, config, opts)
+            save_importance(importance, path, config, task_data, opts)
+    student = convert_teacher(teacher, task_data, config, opts, importance)
+    d_h, c = teacher.config.intermediate_size, student.config
+    n, d_e, s = c.num_experts, c.expert_size, c.shared_size
     ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
                      f"shared ({opts['shared_mode']}), split {opts['split']}, routing {opts['routing']}; "
                      f"{d_h - s - n * (d_e - s)} least important neurons per layer dropped.")
@@ -215,7 +238,7 @@ def expert_load(model: PreTrainedModel, task_data, batch_size: int) -> torch.Ten
     model.eval()
     with torch.inference_mode():
         for batch in DataLoader(task_data.dev, batch_size=batch_size, collate_fn=task_data.collate):
-            inputs = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            inputs = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
             load = model(**inputs, output_expert_load=True).expert_load.cpu()
             total = load if total is None else total + load
     return total
@@ -256,22 +279,9 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     lam = float(opts["lambda"])
     ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
                      + (f" + {opts['balance_weight']}·load balance" if student.config.routing == "gate" else "") + ".")
-    train_cfg = ctx.config.student
-    trainer = Trainer(
-        student,
-        train_cfg,
-        task_data.train,
-        task_data.collate,
-        layerwise_distillation_loss(kind, teacher, lam, layers, float(opts["balance_weight"])),
-        out_dir=ctx.out_dir,
-        eval_fn=lambda m: score(m, task_data, batch_size=train_cfg.eval_batch_size),
-        main_metric=task_data.task.main_metric,
-        resume=ctx.resume,
-        desc="moebert",
-    )
-    teacher.to(trainer.device)
-    student = trainer.train().model
-    ctx.notes.extend(write_expert_load(expert_load(student, task_data, train_cfg.eval_batch_size), ctx.out_dir))
+    loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts["balance_weight"]))
+    student = ctx.train(student, loss_fn, desc="moebert")
+    ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
     return student
 
 
@@ -293,19 +303,10 @@ def _teacher_and_data(config):
 
 
 def importance_step(config, out: str | Path) -> Path:
-    """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file
-    (``importance``: (layers, d_h)) with the settings in its metadata."""
+    """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file."""
     opts = options(config)
     teacher, _, task_data = _teacher_and_data(config)
-    n = opts["importance_examples"]
-    scores = ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
-                            batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"importance": scores.contiguous()}, str(out), metadata={
-        "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
-        "examples": str(min(n or len(task_data.train), len(task_data.train)))})
-    return out
+    return save_importance(compute_importance(teacher, task_data, config, opts), out, config, task_data, opts)
 
 
 def convert_step(config, importance_path: str | Path | None, out: str | Path, overwrite: bool = False) -> Path:
@@ -318,21 +319,10 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
         raise DistilleryError(f"{out} already exists; pass --overwrite to replace it.")
     opts = options(config)
     teacher, tokenizer, task_data = _teacher_and_data(config)
-    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
+    expert_shape(opts, teacher.config.intermediate_size)  # an impossible shape fails before any scoring
     importance = None
     if opts["split"] != "random":
-        if importance_path is not None:
-            try:
-                importance = load_file(str(importance_path))["importance"]
-            except (OSError, KeyError, Exception) as e:  # safetensors raises its own error types
-                raise DistilleryError(f"Cannot read importance scores from {importance_path}: {e}") from None
-        else:
-            importance = ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
-                                        batch_size=config.student.batch_size, max_examples=opts["importance_examples"],
-                                        seed=config.student.seed)
-    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
-    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
-                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
-                      token_counts=counts, seed=config.student.seed)
-    save_model(student, tokenizer, out)
+        importance = (load_importance(importance_path) if importance_path is not None
+                      else compute_importance(teacher, task_data, config, opts))
+    save_model(convert_teacher(teacher, task_data, config, opts, importance), tokenizer, out)
     return out
