@@ -89,6 +89,7 @@ class TrainConfig:
     eval_every: int | None = None  # optimizer steps; None: once at the end of each epoch
     eval_batch_size: int = 128
     select_best: bool = True  # keep the weights with the best dev main metric
+    patience: int | None = None  # early stopping: stop after this many evaluations without a new best
     seed: int = 42
     log_every: int = 50  # optimizer steps between log lines (the progress bar updates every step)
     tensorboard: bool = False
@@ -100,6 +101,8 @@ class TrainConfig:
             raise DistilleryError("batch_size and grad_accum must be at least 1.")
         if self.lr <= 0:
             raise DistilleryError(f"learning rate must be positive, got {self.lr}.")
+        if self.patience is not None and self.patience < 1:
+            raise DistilleryError(f"patience must be at least 1 evaluation (or unset), got {self.patience}.")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise DistilleryError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
 

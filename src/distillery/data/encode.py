@@ -27,7 +27,7 @@ from distillery.errors import DistilleryError
 logger = logging.getLogger("distillery")
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
-TARGETS = ("labels", "start_positions", "end_positions")
+TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits")  # teacher_logits: cached soft targets (cmow)
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
 MAP_BATCH = 1000
@@ -81,7 +81,8 @@ class PadCollator:
         for key in TARGETS:
             if key in first:
                 values = [f[key] for f in features]
-                dtype = torch.float32 if isinstance(values[0], float) else torch.long
+                first_value = values[0][0] if isinstance(values[0], (list, tuple)) and values[0] else values[0]
+                dtype = torch.float32 if isinstance(first_value, float) else torch.long
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
 

@@ -657,7 +657,7 @@ class Trainer:
                 )
                 self._after_step(run, step_loss.mean(), epoch_end)
                 step_loss = _Window()
-                if run.state["global_step"] >= run.total_steps:
+                if run.state["global_step"] >= run.total_steps or self._out_of_patience(run.state):
                     return True
         return False
 
@@ -706,6 +706,21 @@ class Trainer:
         if do_save:
             state["log_window"], state["eval_window"] = run.log_window.to_dict(), run.eval_window.to_dict()
             self._save_last(run.model, run.optimizer, run.scheduler, state)
+
+    def _out_of_patience(self, state: dict) -> bool:
+        """Early stopping: ``patience`` evaluations in a row without a new best main metric. Read
+        from the history and best step alone, so a resumed run stops where the first one would have."""
+        patience = self.config.patience
+        if not patience or self.eval_fn is None or state["best_step"] is None:
+            return False
+        since_best = sum(1 for e in state["history"] if e.get("metrics") and e["step"] > state["best_step"])
+        if since_best < patience:
+            return False
+        if not state.get("stopped_early"):
+            state["stopped_early"] = True
+            self._info(f"{self.desc}: stopping early at step {state['global_step']}: {since_best} evaluations "
+                       f"without a better {self.main_metric} (best at step {state['best_step']}).")
+        return True
 
     def _finish(self, run: "_Session") -> TrainResult:
         acc, state = self.accelerator, run.state

@@ -1,0 +1,453 @@
+"""Bidirectional CMOW/CBOW-Hybrid: an attention-free student of matrix and vector word embeddings.
+
+Every token id owns a d×d matrix per direction (CMOW) and a vector (CBOW). A sentence is
+
+    h = flatten(X^fw_1 ⋯ X^fw_n) ‖ flatten(X^bw_n ⋯ X^bw_1) ‖ Σ_j x_j          (hybrid, bidirectional)
+
+and the per-token representation used for masked-LM pretraining is, at position i (both directions
+include token i, and both halves describe the *same* position — the paper's code pairs mirrored
+positions instead):
+
+    h_i = flatten(X^fw_1 ⋯ X^fw_i) ‖ flatten(X^bw_n ⋯ X^bw_i) ‖ Σ_{j≤i} x_j ‖ Σ_{j≥i} x_j
+
+Implementation choices (why):
+
+- Matrices are stored as deviations Δ from the identity (X = I + Δ), in an ``nn.Embedding`` whose
+  padding row is Δ = 0: padding is exactly the identity matrix (and the zero vector) — its gradient is
+  zero and weight decay pulls a zero row nowhere, so it cannot drift. Masked positions (padding, or
+  the other sentence of a DiffCat pair) are mapped to the padding id before the lookup, so "padded ==
+  unpadded" holds by construction. Weight decay on Δ regularises towards the identity.
+- Embedding dropout acts on Δ, not on X: dropping a diagonal 1 would zero a whole direction of the
+  product, which is not "mild" noise.
+- The sequence product is a batched tree reduction (adjacent pairs multiplied level by level:
+  ⌈log2 n⌉ batched matmuls), the per-token prefix/suffix products a Hillis–Steele scan (⌈log2 n⌉
+  steps, no loop over positions). Products are computed in fp32 whatever the model's dtype.
+- Sentence pairs: ``joint`` encodes the BERT-style ``[CLS] A [SEP] B [SEP]`` sequence as one;
+  ``diffcat`` encodes A and B on their own from the same joint encoding (segments by
+  ``token_type_ids``, or by the first separator when a tokenizer has none) and feeds
+  ``h_A ‖ |h_A − h_B| ‖ h_B`` to the head. Teacher and student thus read the same encoded examples.
+- Regression as classification (STS-B, as in the paper): ``score_bins`` holds the bin values; the
+  head predicts a distribution over bins, ``logits`` is its expected score (what metrics read) and
+  ``bin_logits`` the distribution's logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+
+COMPONENTS = ("hybrid", "cmow", "cbow")
+PAIR_MODES = ("joint", "diffcat")
+HEADS = ("linear", "mlp", "cnn", "bilstm")
+
+
+@strict
+class CMOWConfig(PreTrainedConfig):
+    """The CMOW/CBOW-Hybrid encoder and its head.
+
+    ``matrix_dim`` is d (each token has a d×d matrix per direction), ``vector_dim`` the CBOW size.
+    ``init_std`` is σ of the initial deviation from the identity. ``head``: linear probe, MLP
+    (``head_hidden`` units), 2D-CNN over the aggregated matrices, or BiLSTM over the token
+    embeddings (``head_hidden`` units per direction).
+    """
+
+    model_type = "cmow"
+
+    vocab_size: int = 30522
+    component: str = "hybrid"
+    bidirectional: bool = True
+    matrix_dim: int = 20
+    vector_dim: int = 400
+    init_std: float = 0.01
+    vector_init_std: float = 0.1
+    dropout: float = 0.1
+    pair_mode: str = "joint"
+    head: str = "mlp"
+    head_hidden: int = 1000
+    head_dropout: float = 0.2
+    score_bins: list[float] | None = None
+    pad_token_id: int | None = 0
+    sep_token_id: int | None = 102
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        for name, value, allowed in (("component", self.component, COMPONENTS), ("pair_mode", self.pair_mode, PAIR_MODES),
+                                     ("head", self.head, HEADS)):
+            if value not in allowed:
+                raise ValueError(f"Unknown CMOW {name} {value!r}; choose one of {', '.join(allowed)}.")
+        if self.uses_matrices and self.matrix_dim < 1:
+            raise ValueError(f"The CMOW matrix side d must be at least 1, got {self.matrix_dim}.")
+        if self.uses_vectors and self.vector_dim < 1:
+            raise ValueError(f"The CBOW vector size must be at least 1, got {self.vector_dim}.")
+        if self.vocab_size < 1:
+            raise ValueError(f"The vocabulary must have at least one token, got {self.vocab_size}.")
+        if self.pad_token_id is None or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"CMOW needs a padding id inside the vocabulary (its identity row), got {self.pad_token_id}.")
+        if not 0 <= self.dropout < 1 or not 0 <= self.head_dropout < 1:
+            raise ValueError(f"Dropout must be in [0, 1), got {self.dropout} and {self.head_dropout}.")
+        if self.head == "cnn" and self.component != "cmow" and self.uses_vectors and self.vector_dim != self.matrix_dim ** 2:
+            raise ValueError(f"The CNN head reads the CBOW vector as a {self.matrix_dim}×{self.matrix_dim} map: "
+                             f"vector_dim must be {self.matrix_dim ** 2}, got {self.vector_dim}.")
+        if self.score_bins is not None and len(self.score_bins) < 2:
+            raise ValueError("score_bins needs at least two bin values.")
+
+    @property
+    def uses_matrices(self) -> bool:
+        return self.component in ("hybrid", "cmow")
+
+    @property
+    def uses_vectors(self) -> bool:
+        return self.component in ("hybrid", "cbow")
+
+    @property
+    def directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def sentence_size(self) -> int:
+        """Size of one sentence's representation h."""
+        return self.directions * self.matrix_dim ** 2 * self.uses_matrices + self.vector_dim * self.uses_vectors
+
+    @property
+    def token_size(self) -> int:
+        """Size of the per-token (MLM) representation h_i: prefix and suffix sums when bidirectional."""
+        return self.directions * (self.matrix_dim ** 2 * self.uses_matrices + self.vector_dim * self.uses_vectors)
+
+    @property
+    def embedding_size(self) -> int:
+        """Size of one token's own embedding (the BiLSTM head's input per step)."""
+        return self.sentence_size
+
+
+# ------------------------------------------------------------------------------------------------
+# Products: tree reduction and parallel scan
+
+
+def identity_like(x: Tensor) -> Tensor:
+    return torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x)
+
+
+def tree_product(x: Tensor) -> Tensor:
+    """Ordered product x[..., 0, :, :] @ x[..., 1, :, :] @ … over dim -3, by pairs: (..., T, d, d) -> (..., d, d)."""
+    while x.shape[-3] > 1:
+        if x.shape[-3] % 2:  # an odd count: the last matrix waits a level (times the identity)
+            x = torch.cat([x, identity_like(x[..., :1, :, :])], dim=-3)
+        x = x[..., 0::2, :, :] @ x[..., 1::2, :, :]
+    return x[..., 0, :, :]
+
+
+def prefix_products(x: Tensor) -> Tensor:
+    """Inclusive prefix products P_i = x_1 ⋯ x_i along dim 1 (Hillis–Steele: ⌈log2 T⌉ batched steps)."""
+    k, length = 1, x.shape[1]
+    while k < length:
+        x = torch.cat([x[:, :k], x[:, :-k] @ x[:, k:]], dim=1)  # P_i ← P_{i−k} · P_i
+        k *= 2
+    return x
+
+
+def sequential_product(x: Tensor) -> Tensor:
+    """The slow, obvious reference for tests: a Python loop of matmuls over dim 1. (B, T, d, d) -> (B, d, d)."""
+    out = identity_like(x[:, 0])
+    for t in range(x.shape[1]):
+        out = out @ x[:, t]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The encoder
+
+
+def segment_masks(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, sep_token_id: int | None) -> tuple[Tensor, Tensor]:
+    """(keep_a, keep_b), each (B, T) bool: the real tokens of the first and second sentence of a
+    joint pair encoding. Segments come from ``token_type_ids`` when the tokenizer makes them, else
+    everything after the first separator is the second sentence (RoBERTa-style ``<s> A </s></s> B </s>``)."""
+    real = attention_mask.bool()
+    if token_type_ids is not None and bool((token_type_ids * attention_mask).any()):
+        second = token_type_ids.bool()
+    else:
+        if sep_token_id is None:
+            raise ValueError("DiffCat needs token_type_ids or a separator id to split the pair.")
+        sep = (input_ids == sep_token_id).long()
+        second = (sep.cumsum(1) - sep) >= 1
+    return real & ~second, real & second
+
+
+class CMOWEncoder(nn.Module):
+    def __init__(self, config: CMOWConfig):
+        super().__init__()
+        self.config = config
+        d2, pad = config.matrix_dim ** 2, config.pad_token_id
+        # deviations from the identity; the padding row is 0 (the identity) and gets no gradient
+        self.fw = nn.Embedding(config.vocab_size, d2, padding_idx=pad) if config.uses_matrices else None
+        self.bw = nn.Embedding(config.vocab_size, d2, padding_idx=pad) if config.uses_matrices and config.bidirectional else None
+        self.vec = nn.Embedding(config.vocab_size, config.vector_dim, padding_idx=pad) if config.uses_vectors else None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def _matrices(self, table: nn.Embedding, ids: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, d, d) fp32 matrices I + dropout(Δ)."""
+        d = self.config.matrix_dim
+        x = self.dropout(table(ids).float()).view(*ids.shape, d, d)
+        return x + torch.eye(d, dtype=x.dtype, device=x.device)
+
+    def tokens(self, input_ids: Tensor, keep: Tensor) -> dict[str, Tensor]:
+        """Each token's own matrices and vector, masked positions mapped to the padding row."""
+        ids = input_ids.masked_fill(~keep, self.config.pad_token_id)
+        out = {}
+        if self.fw is not None:
+            out["fw"] = self._matrices(self.fw, ids)
+        if self.bw is not None:
+            out["bw"] = self._matrices(self.bw, ids)
+        if self.vec is not None:
+            out["vec"] = self.dropout(self.vec(ids).float())  # (B, T, d_vec); padding rows are 0
+        return out
+
+    def sentence(self, input_ids: Tensor, keep: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """h (B, sentence_size) for the kept tokens of each row, and the token embeddings."""
+        tok = self.tokens(input_ids, keep)
+        parts = []
+        if "fw" in tok:
+            parts.append(tree_product(tok["fw"]).flatten(1))  # X_1 ⋯ X_n
+        if "bw" in tok:
+            parts.append(tree_product(tok["bw"].flip(1)).flatten(1))  # X_n ⋯ X_1 (padding at the end is I)
+        if "vec" in tok:
+            parts.append(tok["vec"].sum(1))
+        return torch.cat(parts, dim=-1), tok
+
+    def per_token(self, input_ids: Tensor, keep: Tensor) -> Tensor:
+        """h_i for every position (B, T, token_size): prefix (and suffix) products and sums."""
+        tok = self.tokens(input_ids, keep)
+        parts = []
+        if "fw" in tok:
+            parts.append(prefix_products(tok["fw"]).flatten(2))  # X_1 ⋯ X_i
+        if "bw" in tok:
+            parts.append(prefix_products(tok["bw"].flip(1)).flip(1).flatten(2))  # X_n ⋯ X_i, aligned at i
+        if "vec" in tok:
+            prefix = tok["vec"].cumsum(1)
+            parts.append(prefix)
+            if self.config.bidirectional:
+                parts.append(tok["vec"].sum(1, keepdim=True) - prefix + tok["vec"])  # Σ_{j ≥ i}
+        return torch.cat(parts, dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Heads (appendix A)
+
+
+class CNNHead(nn.Module):
+    """The paper's 2D-CNN over the aggregated d×d maps (fw, bw, CBOW reshaped; ×3 with DiffCat):
+    a 4× transposed-conv upsampling, three convolutions, batch norm, dropout 0.4, linear."""
+
+    def __init__(self, channels: int, d: int, num_outputs: int):
+        super().__init__()
+        c = channels
+        self.d = d
+        self.net = nn.Sequential(
+            nn.ConvTranspose2d(c, c, 4, stride=4), nn.Conv2d(c, c, 4), nn.ReLU(),
+            nn.Conv2d(c, c + 2, 3, stride=2), nn.ReLU(), nn.Conv2d(c + 2, c + 2, 3, stride=2), nn.ReLU(),
+            nn.BatchNorm2d(c + 2), nn.Flatten(), nn.Dropout(0.4),
+        )
+        with torch.no_grad():
+            size = self.net(torch.zeros(2, c, d, d)).shape[1]
+        self.out = nn.Linear(size, num_outputs)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.out(self.net(h.view(h.shape[0], -1, self.d, self.d)))
+
+
+class BiLSTMHead(nn.Module):
+    """A BiLSTM over each sentence's token embeddings (the paper's appendix A), final states of both
+    directions as the sentence, then DiffCat for pairs, then two linear layers (ReLU, dropout 0.5)."""
+
+    def __init__(self, config: CMOWConfig, num_outputs: int, pieces: int):
+        super().__init__()
+        hidden = config.head_hidden
+        self.lstm = nn.LSTM(config.embedding_size, hidden, batch_first=True, bidirectional=True)
+        self.mlp = nn.Sequential(nn.Linear(2 * hidden * pieces, hidden), nn.ReLU(), nn.Dropout(0.5), nn.Linear(hidden, num_outputs))
+
+    def sentence(self, tok: dict[str, Tensor], keep: Tensor) -> Tensor:
+        x = torch.cat([v.flatten(2) for v in tok.values()], dim=-1)  # (B, T, embedding_size)
+        order = torch.argsort((~keep).int(), dim=1, stable=True)  # the sentence's tokens first, in order
+        x = x.gather(1, order.unsqueeze(-1).expand_as(x))
+        lengths = keep.sum(1).clamp_min(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        _, (h, _) = self.lstm(packed)  # h: (2, B, hidden)
+        return torch.cat([h[0], h[1]], dim=-1)
+
+
+def make_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
+    pieces = 3 if config.pair_mode == "diffcat" else 1
+    size = config.sentence_size * pieces
+    if config.head == "linear":
+        return nn.Sequential(nn.LayerNorm(size), nn.Linear(size, num_outputs))
+    if config.head == "mlp":
+        return nn.Sequential(nn.Linear(size, config.head_hidden), nn.LayerNorm(config.head_hidden), nn.ReLU(),
+                             nn.Dropout(config.head_dropout), nn.Linear(config.head_hidden, num_outputs))
+    if config.head == "cnn":
+        maps = config.directions * config.uses_matrices + config.uses_vectors
+        return CNNHead(maps * pieces, config.matrix_dim, num_outputs)
+    return BiLSTMHead(config, num_outputs, pieces)
+
+
+# ------------------------------------------------------------------------------------------------
+# Models
+
+
+@dataclass
+class CMOWModelOutput(ModelOutput):
+    pooler_output: Tensor | None = None  # (B, sentence_size) the sentence representation h
+    last_hidden_state: Tensor | None = None  # (B, T, token_size) per-token h_i, when asked for
+
+
+@dataclass
+class CMOWSequenceClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    bin_logits: Tensor | None = None  # regression as classification: logits over score_bins
+
+
+@dataclass
+class CMOWMaskedLMOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    hidden_states: Tensor | None = None  # (B, T, token_size)
+
+
+class CMOWPreTrainedModel(PreTrainedModel):
+    config_class = CMOWConfig
+    config: CMOWConfig
+    base_model_prefix = "cmow"
+    main_input_name = "input_ids"
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        # transformers initialises leaf modules (a container with no own parameters is skipped)
+        if isinstance(module, nn.Embedding):
+            matrix = module.embedding_dim == self.config.matrix_dim ** 2 and self.config.uses_matrices and (
+                not self.config.uses_vectors or module is not getattr(getattr(self, "encoder", None), "vec", None))
+            module.weight.normal_(0.0, self.config.init_std if matrix else self.config.vector_init_std)
+            module.weight[self.config.pad_token_id].zero_()  # the identity matrix / the zero vector
+        elif isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, (nn.LayerNorm, nn.BatchNorm2d)):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+
+    def num_effective_parameters(self) -> int:
+        """Parameters one sentence uses: one row of each embedding table per token, plus the head."""
+        total = 0
+        for module in self.modules():
+            for p in module.parameters(recurse=False):
+                total += p.shape[1] if isinstance(module, nn.Embedding) else p.numel()
+        return total
+
+
+class CMOWModel(CMOWPreTrainedModel):
+    def __init__(self, config: CMOWConfig):
+        super().__init__(config)
+        self.encoder = CMOWEncoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.encoder.vec if self.encoder.vec is not None else self.encoder.fw
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_hidden_states: bool | None = None, **kwargs) -> CMOWModelOutput:
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        h, _ = self.encoder.sentence(input_ids, mask)
+        per_token = self.encoder.per_token(input_ids, mask) if output_hidden_states else None
+        return CMOWModelOutput(pooler_output=h, last_hidden_state=per_token)
+
+
+class CMOWForSequenceClassification(CMOWPreTrainedModel):
+    def __init__(self, config: CMOWConfig):
+        super().__init__(config)
+        self.encoder = CMOWEncoder(config)
+        self.num_labels = config.num_labels
+        bins = config.score_bins
+        self.register_buffer("bin_values", torch.tensor(bins if bins else [0.0], dtype=torch.float32), persistent=False)
+        self.head_dropout = nn.Dropout(config.dropout)  # on the aggregated representation (§2.1)
+        self.head = make_head(config, len(bins) if bins else config.num_labels)
+        self.post_init()
+
+    def sentence_features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+        """The head's input: h, or h_A ‖ |h_A − h_B| ‖ h_B for DiffCat (both from one joint encoding)."""
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        bilstm = isinstance(self.head, BiLSTMHead)
+        if self.config.pair_mode == "joint":
+            h, tok = self.encoder.sentence(input_ids, mask)
+            return self.head.sentence(tok, mask) if bilstm else h
+        keep_a, keep_b = segment_masks(input_ids, mask.long(), token_type_ids, self.config.sep_token_id)
+        both, tok = self.encoder.sentence(input_ids.repeat(2, 1), torch.cat([keep_a, keep_b]))  # one pass for A and B
+        if bilstm:
+            both = self.head.sentence(tok, torch.cat([keep_a, keep_b]))
+        a, b = both.chunk(2)
+        return torch.cat([a, (a - b).abs(), b], dim=-1)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, **kwargs) -> CMOWSequenceClassifierOutput:
+        h = self.sentence_features(input_ids, attention_mask, token_type_ids)
+        head = self.head.mlp if isinstance(self.head, BiLSTMHead) else self.head
+        out = head(self.head_dropout(h))
+        bin_logits = None
+        if self.config.score_bins:
+            bin_logits, out = out, (out.softmax(-1) @ self.bin_values).unsqueeze(-1)  # (B, 1) expected score
+        loss = None
+        if labels is not None:
+            if bin_logits is not None:
+                loss = soft_cross_entropy_to(bin_logits, two_hot(labels.float(), self.bin_values))
+            elif self.num_labels == 1:
+                loss = F.mse_loss(out.squeeze(-1), labels.float())
+            else:
+                loss = F.cross_entropy(out, labels)
+        return CMOWSequenceClassifierOutput(loss=loss, logits=out, bin_logits=bin_logits)
+
+
+class CMOWForMaskedLM(CMOWPreTrainedModel):
+    """Per-token h_i → dropout → a linear MLM head (general distillation, §2.2)."""
+
+    def __init__(self, config: CMOWConfig):
+        super().__init__(config)
+        self.encoder = CMOWEncoder(config)
+        self.head_dropout = nn.Dropout(config.dropout)
+        self.mlm_head = nn.Linear(config.token_size, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                **kwargs) -> CMOWMaskedLMOutput:
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        hidden = self.encoder.per_token(input_ids, mask)  # (B, T, token_size)
+        logits = self.mlm_head(self.head_dropout(hidden))
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100) if labels is not None else None
+        return CMOWMaskedLMOutput(loss=loss, logits=logits, hidden_states=hidden)
+
+
+def two_hot(scores: Tensor, bins: Tensor) -> Tensor:
+    """(B,) scores -> (B, K) distributions over the sorted bin values whose expected value is the
+    score (clamped to the bins' range): the weight is split between the two nearest bins."""
+    scores = scores.clamp(bins[0], bins[-1])
+    upper = torch.searchsorted(bins, scores.contiguous()).clamp(1, len(bins) - 1)
+    lo, hi = bins[upper - 1], bins[upper]
+    w = ((scores - lo) / (hi - lo)).clamp(0, 1)
+    target = torch.zeros(scores.shape[0], len(bins), dtype=scores.dtype, device=scores.device)
+    target.scatter_(1, (upper - 1).unsqueeze(1), (1 - w).unsqueeze(1))
+    target.scatter_add_(1, upper.unsqueeze(1), w.unsqueeze(1))
+    return target
+
+
+def soft_cross_entropy_to(logits: Tensor, target: Tensor) -> Tensor:
+    """Mean over examples of −Σ_k target_k log softmax(logits)_k."""
+    return -(target * F.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
+
+
+AutoConfig.register("cmow", CMOWConfig, exist_ok=True)
+AutoModel.register(CMOWConfig, CMOWModel, exist_ok=True)
+AutoModelForSequenceClassification.register(CMOWConfig, CMOWForSequenceClassification, exist_ok=True)
+AutoModelForMaskedLM.register(CMOWConfig, CMOWForMaskedLM, exist_ok=True)

@@ -1,0 +1,187 @@
+"""CMOW/CBOW-Hybrid: products against a sequential reference, padding as identity, aligned
+directions, DiffCat, heads, save/load, bad configurations, long inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from distillery.cmow.modeling_cmow import (
+    COMPONENTS,
+    HEADS,
+    CMOWConfig,
+    CMOWForMaskedLM,
+    CMOWForSequenceClassification,
+    prefix_products,
+    sequential_product,
+    tree_product,
+    two_hot,
+)
+
+VOCAB, SEP = 99, 3
+# Products of T near-identity fp32 matrices in a different association order differ by rounding
+# only: ~T·eps relative (eps = 1.2e-7); 1e-5 leaves room for T = 64 with entries of order 1.
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def tiny(**kw) -> CMOWConfig:
+    base = dict(vocab_size=VOCAB, matrix_dim=4, vector_dim=16, head_hidden=8, sep_token_id=SEP, init_std=0.1)
+    base.update(kw)
+    return CMOWConfig(**base)
+
+
+def matrices(*shape, d=4, std=0.1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.eye(d) + std * torch.randn(*shape, d, d, generator=g)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 7, 8, 33, 64])
+def test_tree_and_scan_equal_the_sequential_product(length):
+    x = matrices(3, length)
+    assert_close(tree_product(x), sequential_product(x), **TOL)
+    prefix = prefix_products(x)
+    for i in range(length):
+        assert_close(prefix[:, i], sequential_product(x[:, : i + 1]), **TOL)
+
+
+def test_per_token_last_position_is_the_sequence_product_and_directions_align():
+    torch.manual_seed(0)
+    model = CMOWForMaskedLM(tiny()).eval()
+    enc, d = model.encoder, 4
+    ids = torch.randint(4, VOCAB, (2, 6))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, 4:] = False  # the second sentence has 4 real tokens
+    per_token = enc.per_token(ids, mask)  # (B, T, 2·16 + 2·16)
+    sent, tok = enc.sentence(ids, mask)
+    for b, n in ((0, 6), (1, 4)):
+        fw, bw = tok["fw"][b, :n], tok["bw"][b, :n]
+        for i in range(n):
+            h = per_token[b, i]
+            assert_close(h[:16].view(d, d), sequential_product(fw[None, : i + 1])[0], **TOL)  # X_1 ⋯ X_i
+            assert_close(h[16:32].view(d, d), sequential_product(bw.flip(0)[None, : n - i])[0], **TOL)  # X_n ⋯ X_i
+            assert_close(h[32:48], tok["vec"][b, : i + 1].sum(0), **TOL)
+            assert_close(h[48:], tok["vec"][b, i:n].sum(0), **TOL)
+        # the last real position's forward product (and the first one's backward) is the sentence's
+        assert_close(per_token[b, n - 1, :16], sent[b, :16], **TOL)
+        assert_close(per_token[b, 0, 16:32], sent[b, 16:32], **TOL)
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_padded_equals_unpadded(component, bidirectional):
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(tiny(component=component, bidirectional=bidirectional)).eval()
+    ids = torch.randint(4, VOCAB, (1, 5))
+    padded = torch.cat([ids, torch.full((1, 4), 7)], 1)  # junk ids under the mask: still the identity
+    mask = torch.cat([torch.ones(1, 5), torch.zeros(1, 4)], 1).long()
+    with torch.no_grad():
+        assert_close(model(input_ids=padded, attention_mask=mask).logits, model(input_ids=ids).logits, **TOL)
+
+
+def test_padding_row_is_the_identity_and_gets_no_gradient():
+    model = CMOWForSequenceClassification(tiny())
+    enc = model.encoder
+    for table in (enc.fw, enc.bw, enc.vec):
+        assert torch.count_nonzero(table.weight[0]) == 0  # Δ = 0: X = I, x = 0
+    ids = torch.tensor([[5, 6, 0, 0]])
+    model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 0, 0]]), labels=torch.tensor([1])).loss.backward()
+    for table in (enc.fw, enc.bw, enc.vec):
+        assert torch.count_nonzero(table.weight.grad[0]) == 0
+
+
+def pair(a: list[int], b: list[int]):
+    ids = torch.tensor([[2, *a, SEP, *b, SEP]])
+    types = torch.tensor([[0] * (len(a) + 2) + [1] * (len(b) + 1)])
+    return ids, types
+
+
+def test_diffcat_shape_and_symmetry():
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(tiny(pair_mode="diffcat")).eval()
+    size = model.config.sentence_size
+    a, b = [11, 12, 13], [21, 22]
+    ids_ab, types_ab = pair(a, b)
+    with torch.no_grad():
+        f_ab = model.sentence_features(ids_ab, None, types_ab)
+        f_ba = model.sentence_features(ids_ab, None, 1 - types_ab)  # the same two segments, roles swapped
+        no_types = model.sentence_features(ids_ab, None, None)  # segments from the first separator
+    assert f_ab.shape == (1, 3 * size)
+    ha, diff, hb = f_ab.split(size, dim=-1)
+    assert_close(diff, (ha - hb).abs())
+    assert_close(f_ba, torch.cat([hb, diff, ha], -1), **TOL)  # swapping the sentences swaps the outer parts
+    assert_close(no_types, f_ab)
+    # each part is its segment encoded alone: "[CLS] A [SEP]" and "B [SEP]"
+    for part, segment in ((ha, [2, *a, SEP]), (hb, [*b, SEP])):
+        alone = model.encoder.sentence(torch.tensor([segment]), torch.ones(1, len(segment), dtype=torch.bool))[0]
+        assert_close(part, alone, **TOL)
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("pair_mode", ["joint", "diffcat"])
+def test_every_head_trains_for_classification_and_regression(head, pair_mode):
+    torch.manual_seed(0)
+    ids, types = pair([11, 12, 13], [21, 22])
+    ids, types = ids.repeat(4, 1), types.repeat(4, 1)
+    for cfg, labels in ((tiny(head=head, pair_mode=pair_mode), torch.tensor([0, 1, 1, 0])),
+                        (tiny(head=head, pair_mode=pair_mode, num_labels=1), torch.tensor([0.5, 1.5, 2.0, 4.0])),
+                        (tiny(head=head, pair_mode=pair_mode, num_labels=1, score_bins=[0.2 * i for i in range(26)]),
+                         torch.tensor([0.5, 1.5, 2.0, 4.9]))):
+        model = CMOWForSequenceClassification(cfg)
+        out = model(input_ids=ids, token_type_ids=types, labels=labels)
+        assert out.logits.shape == (4, cfg.num_labels)
+        out.loss.backward()
+        assert all(p.grad is not None for n, p in model.named_parameters() if "bw" in n or "head" in n)
+
+
+def test_two_hot_keeps_the_expected_score():
+    bins = torch.tensor([0.2 * i for i in range(26)])
+    scores = torch.tensor([0.0, 0.3, 2.5, 4.99, 5.0, 7.0])
+    target = two_hot(scores, bins)
+    assert_close(target.sum(-1), torch.ones(6))
+    assert_close(target @ bins, scores.clamp(0, 5))
+
+
+def test_save_load_equal(tmp_path):
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(tiny(pair_mode="diffcat", head="cnn")).eval()
+    model.save_pretrained(tmp_path)
+    import distillery
+    from transformers import AutoModelForSequenceClassification
+
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert type(loaded) is CMOWForSequenceClassification
+    ids, types = pair([11, 12], [21, 22, 23])
+    with torch.no_grad():
+        assert_close(loaded(input_ids=ids, token_type_ids=types).logits, model(input_ids=ids, token_type_ids=types).logits)
+    assert list(tmp_path.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(matrix_dim=0), "matrix side"),
+    (dict(component="lstm"), "Unknown CMOW component"),
+    (dict(head="transformer"), "Unknown CMOW head"),
+    (dict(pair_mode="concat"), "Unknown CMOW pair_mode"),
+    (dict(vector_dim=15, head="cnn"), "vector_dim must be 16"),
+    (dict(pad_token_id=None), "padding id"),
+])
+def test_bad_configs_fail_with_a_sentence(bad, match):
+    with pytest.raises(Exception, match=match):  # huggingface_hub's strict wrapper keeps our sentence
+        tiny(**bad)
+
+
+def test_length_512_is_finite_after_training_like_perturbations():
+    """Matrices moved well past their init (σ = 0.05 instead of 0.01, as after training with
+    Adam at 1e-3, measured): 512-token products, outputs and gradients stay finite."""
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(CMOWConfig(vocab_size=500, init_std=0.05))
+    ids = torch.randint(1, 500, (2, 512))
+    out = model(input_ids=ids, labels=torch.tensor([0, 1]))
+    out.loss.backward()
+    assert torch.isfinite(out.logits).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    mlm = CMOWForMaskedLM(CMOWConfig(vocab_size=500, init_std=0.05))
+    out = mlm(input_ids=ids, labels=ids)
+    out.loss.backward()
+    assert torch.isfinite(out.logits).all() and all(torch.isfinite(p.grad).all() for p in mlm.parameters() if p.grad is not None)
