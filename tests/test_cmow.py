@@ -185,3 +185,68 @@ def test_length_512_is_finite_after_training_like_perturbations():
     out = mlm(input_ids=ids, labels=ids)
     out.loss.backward()
     assert torch.isfinite(out.logits).all() and all(torch.isfinite(p.grad).all() for p in mlm.parameters() if p.grad is not None)
+
+
+# ------------------------------------------------------------------------------------------------
+# The method: task-specific distillation through the pipeline, on tiny data
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    from tests.test_pipeline import write_glue
+
+    return write_glue(tmp_path_factory.mktemp("cmow-data"))
+
+
+def cmow_config(teacher, data_dir, out, task="sst2", **more):
+    from distillery.pipeline import build_run_config
+    from tests.test_pipeline import TINY
+
+    return build_run_config(method="cmow", task=task, budget="quick", teacher=str(teacher), data_dir=str(data_dir),
+                            out=str(out), overrides={**TINY, "method_options.matrix_dim": 4, "method_options.vector_dim": 16, **more})
+
+
+def test_compress_cmow_classification_and_binned_regression_pairs(tiny_bert, glue_dir, tmp_path, monkeypatch):
+    import json
+
+    import distillery
+    from distillery.pipeline import compress
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    out = compress(cmow_config(tiny_bert, glue_dir, tmp_path / "sst2"))
+    for name in ("report.md", "metrics.json", "bench.json"):
+        assert (out / name).is_file(), name
+    student = distillery.load_student(out)
+    assert type(student) is CMOWForSequenceClassification and student.config.pair_mode == "joint"
+    assert len(list((tmp_path / "cache" / "logits").glob("sst2-*.npy"))) == 1  # the teacher's outputs, cached
+    out = compress(cmow_config(tiny_bert, glue_dir, tmp_path / "stsb", task="stsb"))
+    student = distillery.load_student(out)
+    assert student.config.pair_mode == "diffcat"  # a sentence pair
+    assert student.config.score_bins[0] >= 0 and abs(student.config.score_bins[1] - student.config.score_bins[0] - 0.2) < 1e-6
+    assert "pearson" in json.loads((out / "metrics.json").read_text())["student"]
+
+
+def test_cmow_bad_options_fail_before_training(tiny_bert, glue_dir, tmp_path):
+    from distillery.errors import DistilleryError
+    from distillery.pipeline import compress
+
+    with pytest.raises(DistilleryError, match="Unknown cmow head 'rnn'"):
+        compress(cmow_config(tiny_bert, glue_dir, tmp_path / "a", **{"method_options.head": "rnn"}))
+    with pytest.raises(DistilleryError, match="matrix_dim must be at least 1"):
+        compress(cmow_config(tiny_bert, glue_dir, tmp_path / "b", **{"method_options.matrix_dim": 0}))
+    other = CMOWForSequenceClassification(tiny(vocab_size=50))
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(DistilleryError, match="vocabulary of 50 tokens"):
+        compress(cmow_config(tiny_bert, glue_dir, tmp_path / "c", **{"method_options.init": str(tmp_path / "other")}))
+    assert not any((tmp_path / n).exists() for n in "abc")
+
+
+def test_early_stopping_stops_after_patience_evaluations():
+    from distillery.distill.trainer import Trainer
+
+    state = {"best_step": 10, "global_step": 40, "history": [{"step": s, "metrics": {"accuracy": 0.5}} for s in (10, 20, 30, 40)]}
+    stub = type("T", (), {"config": type("C", (), {"patience": 3})(), "eval_fn": object(), "desc": "t",
+                          "main_metric": "accuracy", "_info": lambda self, msg: None})()
+    assert Trainer._out_of_patience(stub, state)
+    stub.config.patience = 4
+    assert not Trainer._out_of_patience(stub, state)

@@ -14,20 +14,18 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from distillery.data.encode import TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.errors import DistilleryError
-from distillery.evaluation import predict
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
 
 DEFAULTS = {"student_layers": None, "alpha": 0.5, "temperature": 2.0, "hidden_weight": 0.0}
-TARGET_KEYS = ("labels", "start_positions", "end_positions", "teacher_logits")
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
@@ -86,30 +84,12 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
     return student
 
 
-def with_teacher_logits(task_data, teacher: PreTrainedModel, batch_size: int):
-    """Train features plus a ``teacher_logits`` column, computed once (the teacher is frozen and
-    the logits do not depend on the student, so recomputing them every epoch is waste)."""
-    logits = predict(teacher, task_data, batch_size=batch_size, split="train")
-    logits = np.asarray(logits, dtype=np.float32).reshape(len(task_data.train), -1)
-    return task_data.train.add_column("teacher_logits", logits.tolist())
-
-
-def collate_with_teacher(base_collate):
-    def collate(features):
-        extra = [f.pop("teacher_logits") for f in features]
-        batch = base_collate(features)
-        batch["teacher_logits"] = torch.tensor(extra, dtype=torch.float32)
-        return batch
-
-    return collate
-
-
 def distillation_loss(kind: str, teacher: PreTrainedModel, alpha: float, temperature: float,
                       hidden_weight: float = 0.0, layer_map: list[int] | None = None):
     """loss_fn for the trainer: (1 − α)·task loss + α·prediction KD (+ β·hidden MSE)."""
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGET_KEYS}
+        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
         out = model(**inputs, output_hidden_states=hidden_weight > 0)
         if "teacher_logits" in batch:
             logits = batch["teacher_logits"]
@@ -155,13 +135,10 @@ def run(ctx: MethodContext) -> PreTrainedModel:
                      + (f" + {opts['hidden_weight']}·hidden MSE" if opts["hidden_weight"] else "") + ".")
     logger.info("Student keeps teacher layers %s.", layers)
 
-    train_cfg = ctx.config.student
-    collate = task_data.collate
     train = task_data.train
     teacher.eval()
     if kind != "qa" and not opts["hidden_weight"]:
-        logger.info("Computing the teacher's logits on %d training examples once.", len(train))
-        train = with_teacher_logits(task_data, teacher, train_cfg.eval_batch_size)
-        collate = collate_with_teacher(task_data.collate)
+        logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
+        train = ctx.train_with_teacher_logits()
     loss_fn = distillation_loss(kind, teacher, opts["alpha"], opts["temperature"], opts["hidden_weight"], layers)
-    return ctx.train(student, loss_fn, desc="student", train_dataset=train, collate_fn=collate)
+    return ctx.train(student, loss_fn, desc="student", train_dataset=train)

@@ -26,6 +26,7 @@ from distillery.errors import DistilleryError
 METHODS: dict[str, str] = {
     "distill": "distillery.baseline",
     "moebert": "distillery.moebert.recipe",
+    "cmow": "distillery.cmow.recipe",
 }
 
 
@@ -67,6 +68,40 @@ class MethodContext:
         )
         self.teacher.to(trainer.device)
         return trainer.train().model
+
+
+    def train_with_teacher_logits(self):
+        """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
+        score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a
+        hash of the teacher's weights and the encoded train split, so a second student of the same
+        task (another method, an ablation, a resumed run) does not pay the teacher's passes again."""
+        import hashlib
+
+        import numpy as np
+        import torch
+
+        from distillery.evaluation import predict
+        from distillery.teacher import cache_root
+
+        train = self.task_data.train
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.teacher.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(str(getattr(train, "_fingerprint", len(train))).encode())
+        path = cache_root() / "logits" / f"{self.task_data.task.name}-{digest.hexdigest()[:16]}.npy"
+        if path.is_file():
+            logits = np.load(path)
+        else:
+            logits = predict(self.teacher, self.task_data, batch_size=self.config.student.eval_batch_size, split="train")
+            logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp.npy")
+            np.save(tmp, logits)
+            tmp.replace(path)  # atomic: a killed run leaves no half-written cache entry
+        if logits.shape[0] != len(train):
+            raise DistilleryError(f"Cached teacher logits {path} have {logits.shape[0]} rows for {len(train)} examples; delete the file.")
+        return train.add_column("teacher_logits", logits.tolist())
 
 
 def get_method(name: str) -> ModuleType:

@@ -1,0 +1,162 @@
+"""Method ``cmow``: a bidirectional CMOW/CBOW-Hybrid student by task-specific distillation (§2.3, §3.2).
+
+setup:  a CMOW classifier over the teacher's vocabulary (random init, or the encoder of a general-
+        distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise.
+train:  L = α·CE(y) + (1 − α)·CE(softmax(teacher / T), student) with the one trainer; the teacher's
+        logits are computed once and cached. Regression (STS-B) is trained as classification over
+        score bins (``bin_width``, 0.2 as in the paper): the targets are two-hot distributions whose
+        expected value is the gold (or the teacher's) score, and the model predicts the expected score.
+        Early stopping on dev (``student.patience`` evaluations without a new best).
+
+Options (``RunConfig.method_options``): see DEFAULTS.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from distillery.cmow.modeling_cmow import COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, soft_cross_entropy_to, two_hot
+from distillery.data.encode import TARGETS
+from distillery.distill.losses import soft_cross_entropy
+from distillery.errors import DistilleryError
+from distillery.recipe import MethodContext
+
+logger = logging.getLogger("distillery")
+
+DEFAULTS: dict[str, Any] = {
+    "component": "hybrid",
+    "bidirectional": True,
+    "matrix_dim": 20,
+    "vector_dim": 400,
+    "pair_mode": None,  # None: diffcat for sentence pairs (the paper's), joint otherwise
+    "head": "mlp",
+    "alpha": 0.5,
+    "temperature": 1.0,
+    "bin_width": 0.2,
+    "init": None,
+}
+
+
+def budget_overrides(budget: str, task: str) -> dict[str, Any]:
+    """The paper's student optimisation: Adam 1e-3 with linear decay, no warm-up; batch 64; up to 20
+    epochs with patience 5 (full), 5 epochs with patience 2 (quick); an evaluation per epoch."""
+    epochs, patience = (5.0, 2) if budget == "quick" else (20.0, 5)
+    return {"student": {"lr": 1e-3, "batch_size": 64, "epochs": epochs, "patience": patience, "weight_decay": 0.0,
+                        "warmup_ratio": 0.0, "eval_every": None, "max_grad_norm": 1.0}}
+
+
+def options(config) -> dict[str, Any]:
+    opts = dict(config.method_options)
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise DistilleryError(f"Unknown option(s) for method cmow: {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}.")
+    opts = {**DEFAULTS, **opts}
+    for name, allowed in (("component", COMPONENTS), ("head", HEADS)):
+        if opts[name] not in allowed:
+            raise DistilleryError(f"Unknown cmow {name} {opts[name]!r}; choose one of {', '.join(allowed)}.")
+    if opts["pair_mode"] is not None and opts["pair_mode"] not in PAIR_MODES:
+        raise DistilleryError(f"Unknown cmow pair_mode {opts['pair_mode']!r}; choose one of {', '.join(PAIR_MODES)}.")
+    if isinstance(opts["bidirectional"], str):
+        opts["bidirectional"] = opts["bidirectional"].lower() in ("1", "true", "yes", "on")
+    for name in ("matrix_dim", "vector_dim"):
+        if int(opts[name]) < 1:
+            raise DistilleryError(f"cmow {name} must be at least 1, got {opts[name]}.")
+    if not 0.0 <= float(opts["alpha"]) <= 1.0:
+        raise DistilleryError(f"cmow alpha must be between 0 and 1, got {opts['alpha']}.")
+    if float(opts["temperature"]) <= 0 or float(opts["bin_width"]) <= 0:
+        raise DistilleryError("cmow temperature and bin_width must be positive.")
+    return opts
+
+
+def check(config, teacher_config) -> None:
+    opts = options(config)
+    if config.data.task in ("squad", "squad_v2"):
+        raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
+    if opts["init"] is not None:
+        init_config = CMOWConfig.from_pretrained(_model_dir(opts["init"]))
+        if init_config.vocab_size != teacher_config.vocab_size:
+            raise DistilleryError(f"--init {opts['init']} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
+                                  f"{teacher_config.vocab_size}: CMOW students share the teacher's tokenizer.")
+
+
+def _model_dir(path):
+    from distillery.modeling import model_folder
+
+    return model_folder(path)
+
+
+def score_bins(labels, width: float) -> list[float]:
+    """Bin values from the smallest to the largest gold score in steps of ``width`` (STS-B: 0, 0.2, …, 5)."""
+    lo, hi = float(min(labels)), float(max(labels))
+    n = int(round((hi - lo) / width)) + 1
+    return [lo + i * width for i in range(n)] if n > 1 else [lo, lo + width]
+
+
+def build_student(ctx: MethodContext, opts: dict[str, Any]) -> CMOWForSequenceClassification:
+    task, tokenizer = ctx.task_data.task, ctx.tokenizer
+    pair_mode = opts["pair_mode"] or ("diffcat" if task.is_pair else "joint")
+    bins = None
+    if task.kind == "regression":
+        bins = score_bins(ctx.task_data.train["labels"], float(opts["bin_width"]))
+    config = CMOWConfig(
+        vocab_size=ctx.teacher.config.vocab_size, component=opts["component"], bidirectional=bool(opts["bidirectional"]),
+        matrix_dim=int(opts["matrix_dim"]), vector_dim=int(opts["vector_dim"]), pair_mode=pair_mode, head=opts["head"],
+        num_labels=1 if task.kind == "regression" else ctx.teacher.config.num_labels, score_bins=bins,
+        pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
+        id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),
+    )
+    student = CMOWForSequenceClassification(config)
+    if opts["init"] is not None:
+        from safetensors.torch import load_file
+
+        folder = _model_dir(opts["init"])
+        source = CMOWConfig.from_pretrained(folder)
+        for name in ("component", "bidirectional", "matrix_dim", "vector_dim"):
+            if getattr(source, name) != getattr(config, name):
+                raise DistilleryError(f"--init {opts['init']} has {name}={getattr(source, name)!r}, this run {getattr(config, name)!r}.")
+        state = load_file(str(folder / "model.safetensors"))
+        encoder = {k.split("encoder.", 1)[1]: v for k, v in state.items() if "encoder." in k}
+        student.encoder.load_state_dict(encoder, strict=True)
+        ctx.notes.append(f"Student encoder initialised from the general-distilled {opts['init']}.")
+    ctx.notes.append(f"Student: {'bidirectional ' if config.bidirectional else ''}CMOW/CBOW {config.component} "
+                     f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {pair_mode} encoding"
+                     + (f", {len(bins)} score bins of {opts['bin_width']}" if bins else "") + ".")
+    return student
+
+
+def distillation_loss(alpha: float, temperature: float):
+    """loss_fn for the trainer: α·CE(gold) + (1 − α)·soft CE(teacher). Binned regression: both
+    targets are two-hot distributions over the bins (gold score, teacher's score)."""
+
+    def loss_fn(model, batch):
+        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
+        out = model(**inputs)
+        teacher = batch["teacher_logits"]
+        if out.bin_logits is not None:
+            bins = model.bin_values
+            ce = soft_cross_entropy_to(out.bin_logits, two_hot(batch["labels"].float(), bins))
+            kd = soft_cross_entropy_to(out.bin_logits, two_hot(teacher.squeeze(-1), bins))
+        elif out.logits.shape[-1] == 1:
+            ce = torch.nn.functional.mse_loss(out.logits.squeeze(-1), batch["labels"].float())
+            kd = torch.nn.functional.mse_loss(out.logits.squeeze(-1), teacher.squeeze(-1))
+        else:
+            ce = torch.nn.functional.cross_entropy(out.logits.float(), batch["labels"])
+            kd = soft_cross_entropy(out.logits, teacher, temperature=temperature)
+        return alpha * ce + (1 - alpha) * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
+
+    return loss_fn
+
+
+def run(ctx: MethodContext) -> PreTrainedModel:
+    opts = options(ctx.config)
+    ctx.teacher.eval()
+    student = build_student(ctx, opts)
+    alpha, t = float(opts["alpha"]), float(opts["temperature"])
+    ctx.notes.append(f"Loss: {alpha}·CE(gold) + {1 - alpha}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
+    logger.info("Teacher outputs on %d training examples (computed once, then cached).", len(ctx.task_data.train))
+    train = ctx.train_with_teacher_logits()
+    return ctx.train(student, distillation_loss(alpha, t), desc="cmow", train_dataset=train)
