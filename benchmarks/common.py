@@ -49,6 +49,35 @@ def rebench(run_dir: Path, **bench_options) -> None:
     write_report(run_dir)
 
 
+def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
+    """``distillery compress --method <method>`` per task of ``args.tasks`` into
+    runs/bench-<task>-<method>[-<option values>]-<budget>/ (or ``--rebench`` / ``--reuse`` the finished
+    folder), then one record per task in benchmarks/results/<method>[...]-<budget>.json and the README
+    table. ``args.option`` (KEY=VALUE method options) makes a variant with its own runs and rows."""
+    from distillery.pipeline import build_run_config, compress
+
+    options = dict(pair.split("=", 1) for pair in args.option)
+    label = " ".join([method, *(f"{k}={v}" for k, v in options.items())])  # the results table's method column
+    suffix = "".join(f"-{v}" for v in options.values())
+    name = f"{method}{suffix}-{args.budget}"
+    for task in args.tasks:
+        out = Path(args.runs_dir) / f"bench-{task}-{method}{suffix}-{args.budget}"
+        if args.rebench:
+            rebench(out)
+        elif not (args.reuse and (out / "report.md").is_file()):
+            overrides = dict(task_overrides(task))
+            overrides.update({f"method_options.{k}": v for k, v in options.items()})
+            compress(build_run_config(method=method, task=task, budget=args.budget, data_dir=args.data_dir,
+                                      out=str(out), overrides=overrides), overwrite=True)
+        record = record_from_run(out, label, args.budget)
+        # read again just before writing: several of these scripts may run at once, one task each
+        records = {r["task"]: r for r in load_all_results() if r["method"] == label and r["budget"] == args.budget}
+        records[task] = record
+        save_results(name, list(records.values()))
+        update_readme(load_all_results())
+        print(f"{task}: recorded in benchmarks/results/{name}.json")
+
+
 def save_results(name: str, records: list[dict]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from common import RESULTS, load_all_results, rebench, record_from_run, replace_readme_block, save_results, update_readme
+from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging
@@ -63,26 +63,7 @@ GROUPS = [
 
 
 def run_main(args) -> None:
-    options = dict(pair.split("=", 1) for pair in args.option)
-    label = " ".join(["moebert", *(f"{k}={v}" for k, v in options.items())])  # the results table's method column
-    suffix = "".join(f"-{v}" for v in options.values())
-    name = f"moebert{suffix}-{args.budget}"
-    for task in args.tasks:
-        out = Path(args.runs_dir) / f"bench-{task}-moebert{suffix}-{args.budget}"
-        if args.rebench:
-            rebench(out)
-        elif not (args.reuse and (out / "report.md").is_file()):
-            overrides = {"data.squad_holdout": 0.2} if task.startswith("squad") else {}
-            overrides.update({f"method_options.{k}": v for k, v in options.items()})
-            compress(build_run_config(method="moebert", task=task, budget=args.budget, data_dir=args.data_dir,
-                                      out=str(out), overrides=overrides), overwrite=True)
-        record = record_from_run(out, label, args.budget)
-        # read again just before writing: several of these scripts may run at once, one task each
-        records = {r["task"]: r for r in load_all_results() if r["method"] == label and r["budget"] == args.budget}
-        records[task] = record
-        save_results(name, list(records.values()))
-        update_readme(load_all_results())
-        print(f"{task}: recorded in benchmarks/results/{name}.json")
+    run_tasks("moebert", args, lambda task: {"data.squad_holdout": 0.2} if task.startswith("squad") else {})
 
 
 def run_importance(args) -> None:

@@ -250,3 +250,59 @@ def test_early_stopping_stops_after_patience_evaluations():
     assert Trainer._out_of_patience(stub, state)
     stub.config.patience = 4
     assert not Trainer._out_of_patience(stub, state)
+
+
+# ------------------------------------------------------------------------------------------------
+# General distillation
+
+
+def write_corpus(path, lines=60, seed=0):
+    import random
+
+    from tests.test_pipeline import sentence
+
+    rng = random.Random(seed)
+    path.write_text("<doc id=1>\nTitle\n" + "\n".join(sentence(rng, i % 2) for i in range(lines)) + "\n</doc>\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm_teacher(tiny_bert, tmp_path_factory):
+    """A tiny random BertForMaskedLM (trained head weights present) with the tiny BERT's tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    folder = tmp_path_factory.mktemp("tiny-mlm")
+    config = BertConfig.from_pretrained(tiny_bert)
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("which", ["mlm-head", "hidden"])
+def test_pretrain_both_teacher_kinds_then_init_a_task_student(which, tiny_bert, tiny_mlm_teacher, glue_dir, tmp_path, monkeypatch):
+    import json
+
+    from distillery.cmow.pretrain import load_mlm_teacher, pretrain
+    from distillery.config import TrainConfig
+    from distillery.pipeline import compress
+
+    teacher = tiny_mlm_teacher if which == "mlm-head" else tiny_bert
+    assert (load_mlm_teacher(str(teacher))[1] is not None) == (which == "mlm-head")
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    train = TrainConfig(epochs=1.0, max_steps=4, batch_size=8, lr=1e-3, weight_decay=0.0, select_best=False)
+    model = pretrain([corpus], tmp_path / "pre", teacher=str(teacher), train=train, max_length=16,
+                     model_options={"matrix_dim": 4, "vector_dim": 16})
+    facts = json.loads((tmp_path / "pre" / "pretrain.json").read_text())
+    assert facts["kd"] == ("mlm-distribution" if which == "mlm-head" else "hidden-mse") and facts["steps"] == 4
+    assert facts["last_parts"]["mlm"] > 0 and facts["last_parts"]["kd"] >= 0
+    mlm = CMOWForMaskedLM.from_pretrained(model)
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    out = compress(cmow_config(teacher, glue_dir, tmp_path / "task", **{"method_options.init": str(model)}))
+    import distillery
+
+    student = distillery.load_student(out)
+    assert any("initialised from the general-distilled" in n for n in json.loads((out / "train.json").read_text())["notes"])
+    # the task student's encoder started from the pretrained one: the padding row is still the identity
+    assert torch.count_nonzero(student.encoder.fw.weight[0]) == 0
+    assert student.encoder.fw.weight.shape == mlm.encoder.fw.weight.shape

@@ -48,7 +48,7 @@ def _parse_options(pairs: list[str]) -> dict:
 
 @app.command()
 def compress(
-    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline) or moebert."),
+    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline), moebert or cmow."),
     task: str = typer.Option("sst2", help="cola sst2 mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
     teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
@@ -356,6 +356,47 @@ def moebert_train(
     folder = run_compress(config, overwrite=overwrite, resume=resume)
     typer.echo((folder / "report.md").read_text())
     typer.echo(f"Run folder: {folder}")
+
+
+cmow_app = typer.Typer(no_args_is_help=True, help="CMOW/CBOW-Hybrid: general distillation on a text corpus.")
+app.add_typer(cmow_app, name="cmow")
+
+
+@cmow_app.command("pretrain")
+def cmow_pretrain(
+    out: str = typer.Option(..., help="Run folder; the encoder is saved to <out>/model."),
+    corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
+    teacher: str = typer.Option("minilm", help="minilm (built in, no MLM head: hidden-state distillation), a folder or a Hub id."),
+    max_lines: Optional[int] = typer.Option(None, help="Read at most this many lines of text."),
+    max_length: int = typer.Option(128, help="Tokens per MLM block."),
+    epochs: float = typer.Option(1.0),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+    batch_size: int = typer.Option(64),
+    lr: float = typer.Option(5e-4, help="Adam learning rate, decayed linearly (Table 6's grid: 1e-3 … 1e-5)."),
+    alpha: float = typer.Option(0.5, help="Weight of the MLM loss; 1 − alpha on the distillation term."),
+    temperature: float = typer.Option(1.0, help="Softmax temperature of the MLM-distribution distillation."),
+    hidden_loss: str = typer.Option("mse", help="Teacher without an MLM head: mse or cosine on its last hidden state."),
+    option: list[str] = typer.Option([], help="Model option key=value (component, bidirectional, matrix_dim, vector_dim, ...)."),
+    seed: int = typer.Option(42),
+    overwrite: bool = typer.Option(False),
+    resume: bool = typer.Option(False, help="Continue from the last checkpoint in --out."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """General distillation (pretraining) of a CMOW/CBOW-Hybrid encoder: masked LM + distillation."""
+    setup_logging(verbose)
+    from distillery.cmow.pretrain import pretrain
+    from distillery.config import TrainConfig
+
+    model_options = _parse_options(option)
+    train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, weight_decay=0.0,
+                        select_best=False, seed=seed, eval_every=None)
+    try:
+        folder = pretrain(corpus, out, teacher=teacher, train=train, max_lines=max_lines, max_length=max_length,
+                          alpha=alpha, temperature=temperature, hidden_loss=hidden_loss, model_options=model_options,
+                          overwrite=overwrite, resume=resume)
+    except (ValueError, TypeError) as e:  # a bad model option, from the config's own check
+        raise DistilleryError(str(getattr(e, "__cause__", None) or e)) from None
+    typer.echo(f"General-distilled CMOW encoder: {folder}\nUse it: distillery compress --method cmow --option init={folder}")
 
 
 def main() -> None:

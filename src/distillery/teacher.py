@@ -145,8 +145,14 @@ def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task: TaskSpec) 
         if data_fields.get(custom):
             p = Path(data_fields[custom])
             data_fields[custom] = [str(p.resolve()), p.stat().st_mtime_ns if p.exists() else None]
+    train_fields = dataclasses.asdict(teacher.train)
+    # Settings added after teachers were cached are left out while unset (their unset value is the
+    # old behaviour), so adding one does not orphan every cached teacher.
+    for later in ("patience",):
+        if train_fields.get(later) is None:
+            train_fields.pop(later, None)
     blob = json.dumps(
-        {"teacher": source, "task": task.name, "data": data_fields, "train": dataclasses.asdict(teacher.train)},
+        {"teacher": source, "task": task.name, "data": data_fields, "train": train_fields},
         sort_keys=True,
         default=str,
     )

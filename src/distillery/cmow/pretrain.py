@@ -1,0 +1,146 @@
+"""General distillation of a CMOW/CBOW-Hybrid encoder on unlabelled text (§2.2).
+
+Masked LM on a corpus (15 % of tokens chosen, 80/10/10), per-token representations h_i → a linear
+MLM head, with the teacher reading the same masked blocks:
+
+    L = α · CE(MLM) + (1 − α) · KD
+
+- a teacher **with** an MLM head (e.g. ``bert-base-uncased``): KD = soft cross-entropy against the
+  teacher's MLM distribution at temperature T on the masked positions (the paper's);
+- a teacher **without** one (the built-in MiniLM is a sentence encoder with no MLM head): KD = the
+  teacher's last hidden state per real token, predicted from h_i through a learned linear projection
+  (MSE, or 1 − cosine). This is our extension: the paper has no recipe for such a teacher.
+
+The trained encoder initialises task students: ``distillery compress --method cmow --option init=<out>/model``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM
+from distillery.config import TrainConfig
+from distillery.errors import DistilleryError
+
+logger = logging.getLogger("distillery")
+
+HIDDEN_LOSSES = ("mse", "cosine")
+
+
+def load_mlm_teacher(name: str):
+    """(teacher, mlm_head or None, tokenizer): the teacher's base encoder, and its MLM head when the
+    checkpoint has trained weights for one."""
+    from transformers import AutoModelForMaskedLM
+
+    from distillery.teacher import load_tokenizer, resolve_teacher
+
+    path = resolve_teacher(name)
+    tokenizer = load_tokenizer(path)
+    model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    head = getattr(model, "cls", None) or getattr(model, "lm_head", None)
+    head_names = ("cls.", "lm_head.")
+    has_head = head is not None and not any(k.startswith(head_names) for k in info.get("missing_keys", []))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, (head if has_head else None), tokenizer
+
+
+def general_distillation_loss(teacher, teacher_head, alpha: float, temperature: float, projection: nn.Module | None,
+                              hidden_loss: str = "mse"):
+    """loss_fn for the trainer (batches from :func:`distillery.data.corpus.mlm_collator`)."""
+    from distillery.distill.losses import soft_cross_entropy
+
+    def loss_fn(model, batch):
+        ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        hidden = model.encoder.per_token(ids, mask.bool())  # (B, T, token_size)
+        masked = labels != -100
+        logits = model.mlm_head(model.head_dropout(hidden[masked]))  # only where a token is to be predicted
+        mlm = F.cross_entropy(logits.float(), labels[masked])
+        with torch.no_grad():
+            t_hidden = teacher.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        if teacher_head is not None:
+            with torch.no_grad():
+                t_logits = teacher_head(t_hidden[masked])
+            kd = soft_cross_entropy(logits, t_logits, temperature=temperature)
+        else:
+            real = mask.bool()
+            pred, target = projection(hidden[real]), t_hidden[real].float()
+            kd = F.mse_loss(pred, target) if hidden_loss == "mse" else (1 - F.cosine_similarity(pred, target, dim=-1)).mean()
+        return alpha * mlm + (1 - alpha) * kd, {"mlm": float(mlm.detach()), "kd": float(kd.detach())}
+
+    return loss_fn
+
+
+def pretrain(
+    corpus: list[str | Path],
+    out: str | Path,
+    *,
+    teacher: str = "minilm",
+    train: TrainConfig | None = None,
+    max_lines: int | None = None,
+    max_length: int = 128,
+    alpha: float = 0.5,
+    temperature: float = 1.0,
+    hidden_loss: str = "mse",
+    model_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> Path:
+    """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
+    and the run's facts to ``out/pretrain.json``. Checkpoints live in ``out/checkpoints`` (resumable)."""
+    from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
+    from distillery.distill.trainer import Trainer
+
+    out = Path(out)
+    if not 0.0 <= alpha <= 1.0:
+        raise DistilleryError(f"alpha must be between 0 and 1, got {alpha}.")
+    if hidden_loss not in HIDDEN_LOSSES:
+        raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
+    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
+        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it or --resume to continue.")
+    if overwrite and not resume:
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
+    started = time.time()
+
+    texts = read_corpus(corpus, max_lines=max_lines)
+    teacher_model, teacher_head, tokenizer = load_mlm_teacher(teacher)
+    dataset = mlm_dataset(tokenizer, texts, max_length)
+    config = CMOWConfig(vocab_size=teacher_model.config.vocab_size, pad_token_id=tokenizer.pad_token_id,
+                        sep_token_id=tokenizer.sep_token_id, **(model_options or {}))
+    student = CMOWForMaskedLM(config)
+    projection = None
+    if teacher_head is None:
+        projection = nn.Linear(config.token_size, teacher_model.config.hidden_size)
+    how = ("the teacher's MLM distribution (soft CE, T = %g)" % temperature if teacher_head is not None
+           else f"the teacher's last hidden state through a learned projection ({hidden_loss}; the teacher has no MLM head)")
+    logger.info("General distillation: %d lines → %d blocks of ≤ %d tokens; α = %g; KD on %s.",
+                len(texts), len(dataset), max_length, alpha, how)
+    trainer = Trainer(student, train, dataset, mlm_collator(tokenizer),
+                      general_distillation_loss(teacher_model, teacher_head, alpha, temperature, projection, hidden_loss),
+                      out_dir=out, resume=resume, extra_parameters=[projection] if projection is not None else (),
+                      desc="cmow-pretrain")
+    teacher_model.to(trainer.device)
+    result = trainer.train()
+    model = result.model.eval()
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    last = result.history[-1] if result.history else {}
+    facts = {"teacher": teacher, "kd": "mlm-distribution" if teacher_head is not None else f"hidden-{hidden_loss}",
+             "corpus": [str(p) for p in corpus], "lines": len(texts), "blocks": len(dataset), "max_length": max_length,
+             "alpha": alpha, "temperature": temperature, "steps": result.global_step, "seconds": time.time() - started,
+             "examples_per_s": result.examples_per_s, "last_loss": last.get("loss"), "last_parts": last.get("parts")}
+    (out / "pretrain.json").write_text(json.dumps(facts, indent=2))
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return out / "model"
