@@ -15,6 +15,7 @@ from distillery.cmow.modeling_cmow import (
     CMOWForSequenceClassification,
     prefix_products,
     sequential_product,
+    suffix_products,
     tree_product,
     two_hot,
 )
@@ -40,9 +41,11 @@ def matrices(*shape, d=4, std=0.1, seed=0):
 def test_tree_and_scan_equal_the_sequential_product(length):
     x = matrices(3, length)
     assert_close(tree_product(x), sequential_product(x), **TOL)
-    prefix = prefix_products(x)
+    assert_close(tree_product(x, reverse=True), sequential_product(x.flip(1)), **TOL)
+    prefix, suffix = prefix_products(x), suffix_products(x)
     for i in range(length):
         assert_close(prefix[:, i], sequential_product(x[:, : i + 1]), **TOL)
+        assert_close(suffix[:, i], sequential_product(x[:, i:].flip(1)), **TOL)
 
 
 def test_per_token_last_position_is_the_sequence_product_and_directions_align():
@@ -53,7 +56,8 @@ def test_per_token_last_position_is_the_sequence_product_and_directions_align():
     mask = torch.ones_like(ids, dtype=torch.bool)
     mask[1, 4:] = False  # the second sentence has 4 real tokens
     per_token = enc.per_token(ids, mask)  # (B, T, 2·16 + 2·16)
-    sent, tok = enc.sentence(ids, mask)
+    sent, tok = enc.sentence(ids, mask, need_tokens=True)
+    assert_close(enc.sentence(ids, mask)[0], sent, **TOL)  # the CBOW sum as an embedding bag (fast path) = the gathered sum
     for b, n in ((0, 6), (1, 4)):
         fw, bw = tok["fw"][b, :n], tok["bw"][b, :n]
         for i in range(n):
@@ -87,7 +91,7 @@ def test_padding_row_is_the_identity_and_gets_no_gradient():
     ids = torch.tensor([[5, 6, 0, 0]])
     model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 0, 0]]), labels=torch.tensor([1])).loss.backward()
     for table in (enc.fw, enc.bw, enc.vec):
-        assert torch.count_nonzero(table.weight.grad[0]) == 0
+        assert torch.count_nonzero(table.weight.grad[0]) == 0 and torch.count_nonzero(table.weight.grad[5]) > 0
 
 
 def pair(a: list[int], b: list[int]):
