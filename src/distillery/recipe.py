@@ -70,11 +70,12 @@ class MethodContext:
         return trainer.train().model
 
 
-    def train_with_teacher_logits(self):
+    def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
         score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a
         hash of the teacher's weights and the encoded train split, so a second student of the same
-        task (another method, an ablation, a resumed run) does not pay the teacher's passes again."""
+        task (another method, an ablation, a resumed run) does not pay the teacher's passes again.
+        ``task_data``: another encoding of the task to label (default the run's)."""
         import hashlib
 
         import numpy as np
@@ -83,17 +84,18 @@ class MethodContext:
         from distillery.evaluation import predict
         from distillery.teacher import cache_root
 
-        train = self.task_data.train
+        task_data = task_data or self.task_data
+        train = task_data.train
         digest = hashlib.sha256()
         for name, tensor in sorted(self.teacher.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
         digest.update(str(getattr(train, "_fingerprint", len(train))).encode())
-        path = cache_root() / "logits" / f"{self.task_data.task.name}-{digest.hexdigest()[:16]}.npy"
+        path = cache_root() / "logits" / f"{task_data.task.name}-{digest.hexdigest()[:16]}.npy"
         if path.is_file():
             logits = np.load(path)
         else:
-            logits = predict(self.teacher, self.task_data, batch_size=self.config.student.eval_batch_size, split="train")
+            logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
             logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp.npy")

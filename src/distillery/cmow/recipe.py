@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,
     "bin_width": 0.2,
     "init": None,
+    "train_examples": "all",  # "all": the whole train split, labelled by the teacher; "budget": the run's limit
 }
 
 
@@ -67,6 +68,8 @@ def options(config) -> dict[str, Any]:
             raise DistilleryError(f"cmow {name} must be at least 1, got {opts[name]}.")
     if not 0.0 <= float(opts["alpha"]) <= 1.0:
         raise DistilleryError(f"cmow alpha must be between 0 and 1, got {opts['alpha']}.")
+    if opts["train_examples"] not in ("all", "budget"):
+        raise DistilleryError(f"cmow train_examples is 'all' or 'budget', got {opts['train_examples']!r}.")
     if float(opts["temperature"]) <= 0 or float(opts["bin_width"]) <= 0:
         raise DistilleryError("cmow temperature and bin_width must be positive.")
     return opts
@@ -157,6 +160,18 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     student = build_student(ctx, opts)
     alpha, t = float(opts["alpha"]), float(opts["temperature"])
     ctx.notes.append(f"Loss: {alpha}·CE(gold) + {1 - alpha}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
-    logger.info("Teacher outputs on %d training examples (computed once, then cached).", len(ctx.task_data.train))
-    train = ctx.train_with_teacher_logits()
+    task_data = ctx.task_data
+    if opts["train_examples"] == "all" and ctx.config.data.train_limit is not None:
+        # A CMOW student costs a few minutes per epoch of the whole split; the teacher, fine-tuned on
+        # the budget's examples, labels all of them (distillation data, as the paper's students use).
+        from dataclasses import replace
+
+        from distillery.data.encode import prepare_task_data
+
+        full = prepare_task_data(task_data.task, ctx.tokenizer, replace(ctx.config.data, train_limit=None), splits=("train",))
+        task_data = replace(task_data, train=full.train)
+        ctx.notes.append(f"Student data: all {len(task_data.train)} training examples, labelled by the teacher "
+                         f"(fine-tuned on {len(ctx.task_data.train)}).")
+    logger.info("Teacher outputs on %d training examples (computed once, then cached).", len(task_data.train))
+    train = ctx.train_with_teacher_logits(task_data)
     return ctx.train(student, distillation_loss(alpha, t), desc="cmow", train_dataset=train)
