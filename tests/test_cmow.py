@@ -176,8 +176,9 @@ def test_bad_configs_fail_with_a_sentence(bad, match):
 
 
 def test_length_512_is_finite_after_training_like_perturbations():
-    """Matrices moved well past their init (σ = 0.05 instead of 0.01, as after training with
-    Adam at 1e-3, measured): 512-token products, outputs and gradients stay finite."""
+    """Matrices moved well past their init: σ = 0.05 instead of 0.01 (the SST-2 student's trained
+    deviations measured σ = 0.034, spectral norms up to 1.53): 512-token products, outputs and
+    gradients stay finite in fp32, with no rescaling of the products."""
     torch.manual_seed(0)
     model = CMOWForSequenceClassification(CMOWConfig(vocab_size=500, init_std=0.05))
     ids = torch.randint(1, 500, (2, 512))

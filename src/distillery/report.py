@@ -308,11 +308,19 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
         )
     text = " and ".join(parts) + "."
     if teacher["params"] and student["params"]:
-        text += f" It has {teacher['params'] / student['params']:.1f}× fewer parameters"
+        text += f" It has {_ratio_words(teacher['params'], student['params'], 'parameters')}"
         if teacher["effective_params"] and student["effective_params"]:
-            text += f" ({teacher['effective_params'] / student['effective_params']:.1f}× fewer used per token)"
+            text += f" ({_ratio_words(teacher['effective_params'], student['effective_params'], 'used per token')})"
         text += "."
     return text
+
+
+def _ratio_words(teacher: float, student: float, what: str) -> str:
+    """'2.0× fewer parameters' or, for a student with more (CMOW's embedding tables), '1.6× more parameters'."""
+    if student <= teacher:
+        return f"{teacher / student:.1f}× fewer {what}"
+    return f"{student / teacher:.1f}× more {what}"
+
 
 
 def _config_lines(
