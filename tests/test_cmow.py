@@ -311,3 +311,34 @@ def test_pretrain_both_teacher_kinds_then_init_a_task_student(which, tiny_bert, 
     # the task student's encoder started from the pretrained one: the padding row is still the identity
     assert torch.count_nonzero(student.encoder.fw.weight[0]) == 0
     assert student.encoder.fw.weight.shape == mlm.encoder.fw.weight.shape
+
+
+def test_pretrain_resumes_exactly_after_an_interruption(tiny_bert, tmp_path, monkeypatch):
+    from distillery.cmow import pretrain as pre
+    from distillery.config import TrainConfig
+
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=80)
+    kw = dict(teacher=str(tiny_bert), max_length=16, model_options={"matrix_dim": 4, "vector_dim": 16}, checkpoint_every=2)
+    train = TrainConfig(epochs=1.0, max_steps=6, batch_size=4, lr=1e-3, weight_decay=0.0, select_best=False)
+    whole = CMOWForMaskedLM.from_pretrained(pre.pretrain([corpus], tmp_path / "whole", train=train, **kw))
+
+    real_loss = pre.general_distillation_loss
+    calls = {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        fn = real_loss(*args, **kwargs)
+
+        def loss_fn(model, batch):
+            calls["n"] += 1
+            if calls["n"] == 5:  # during step 5: steps 1–4 are done, the checkpoint is from step 4
+                raise KeyboardInterrupt
+            return fn(model, batch)
+        return loss_fn
+
+    monkeypatch.setattr(pre, "general_distillation_loss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pre.pretrain([corpus], tmp_path / "cut", train=train, **kw)
+    monkeypatch.setattr(pre, "general_distillation_loss", real_loss)
+    resumed = CMOWForMaskedLM.from_pretrained(pre.pretrain([corpus], tmp_path / "cut", train=train, resume=True, **kw))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert_close(a, b, msg=name)

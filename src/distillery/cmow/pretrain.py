@@ -95,9 +95,11 @@ def pretrain(
     model_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    checkpoint_every: int = 200,
 ) -> Path:
     """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
-    and the run's facts to ``out/pretrain.json``. Checkpoints live in ``out/checkpoints`` (resumable)."""
+    and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
+    ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
 
@@ -119,6 +121,7 @@ def pretrain(
     dataset = mlm_dataset(tokenizer, texts, max_length)
     config = CMOWConfig(vocab_size=teacher_model.config.vocab_size, pad_token_id=tokenizer.pad_token_id,
                         sep_token_id=tokenizer.sep_token_id, **(model_options or {}))
+    torch.manual_seed(train.seed)  # the initial encoder and projection are part of a reproducible run
     student = CMOWForMaskedLM(config)
     projection = None
     if teacher_head is None:
@@ -130,7 +133,7 @@ def pretrain(
     trainer = Trainer(student, train, dataset, mlm_collator(tokenizer),
                       general_distillation_loss(teacher_model, teacher_head, alpha, temperature, projection, hidden_loss),
                       out_dir=out, resume=resume, extra_parameters=[projection] if projection is not None else (),
-                      desc="cmow-pretrain")
+                      desc="cmow-pretrain", checkpoint_every=checkpoint_every)
     teacher_model.to(trainer.device)
     result = trainer.train()
     model = result.model.eval()
