@@ -16,11 +16,10 @@ ablations   the paper's ablations, each a quick run beside the main one → resu
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results
+from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, task_parser
 
 from distillery.cli import setup_logging
 
@@ -130,14 +129,7 @@ def write_readme_block() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "stsb", "cola", "rte"])
-    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
-    parser.add_argument("--rebench", action="store_true", help="Measure finished runs again, do not train.")
-    parser.add_argument("--option", nargs="+", default=[], metavar="KEY=VALUE", help="cmow options of a variant.")
+    parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte"], "cmow")
     parser.add_argument("--only", nargs="+", choices=["main", "pretrain", "ablations"], default=["main", "pretrain", "ablations"])
     parser.add_argument("--ablations", nargs="+", choices=list(ABLATIONS), help="A subset of the ablations.")
     parser.add_argument("--corpus-lines", type=int, default=100_000)

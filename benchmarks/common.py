@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -47,6 +48,22 @@ def rebench(run_dir: Path, **bench_options) -> None:
     models = {"teacher": load_model(train["teacher_path"]), "student": load_model(run_dir / "student")}
     (run_dir / "bench.json").write_text(json.dumps(benchmark(models, **bench_options), indent=2))
     write_report(run_dir)
+
+
+def task_parser(doc: str, tasks: list[str], method: str, variants: bool = True) -> argparse.ArgumentParser:
+    """The arguments every benchmark script that runs tasks shares (``--option`` with ``variants``)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--tasks", nargs="+", default=tasks)
+    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
+    parser.add_argument("--rebench", action="store_true",
+                        help="Do not train: measure the finished runs again, on a quiet machine, and record them.")
+    if variants:
+        parser.add_argument("--option", nargs="+", default=[], metavar="KEY=VALUE",
+                            help=f"{method} options of a variant (its own runs and rows).")
+    return parser
 
 
 def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:

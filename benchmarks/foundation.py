@@ -10,24 +10,16 @@ published latencies come from that pass).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from common import load_all_results, rebench, record_from_run, save_results, update_readme
+from common import load_all_results, rebench, record_from_run, save_results, task_parser, update_readme
 
 from distillery.cli import setup_logging
 from distillery.pipeline import build_run_config, compress
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "stsb", "cola", "rte"])
-    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
-    parser.add_argument("--rebench", action="store_true",
-                        help="Do not train: measure the finished runs again, on a quiet machine, and record them.")
+    parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte"], "distill", variants=False)
     args = parser.parse_args()
     setup_logging()
 

@@ -20,12 +20,11 @@ speed       teacher, tied, cloned, hash-b and gate students (from the ablation r
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results
+from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results, task_parser
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging
@@ -190,17 +189,9 @@ def write_readme_block() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data")
+    parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte", "squad"], "moebert")
     parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed"],
                         default=["main", "importance", "ablations", "speed"])
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "stsb", "cola", "rte", "squad"])
-    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
-    parser.add_argument("--rebench", action="store_true", help="main: measure finished runs again, do not train.")
-    parser.add_argument("--option", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="main: moebert options of a variant (e.g. shared_mode=cloned); its own runs and rows.")
     parser.add_argument("--importance-examples", type=int, default=512)
     parser.add_argument("--ablation-task", default="sst2")
     parser.add_argument("--ablation-steps", type=int, default=300)
