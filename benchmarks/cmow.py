@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, task_parser
+from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
 
 from distillery.cli import setup_logging
 
@@ -88,10 +88,6 @@ def run_ablations(args) -> None:
     write_readme_block()
 
 
-def _score(rec):
-    return rec["metrics"]["student"][rec["main_metric"]]
-
-
 def readme_block() -> str:
     lines = []
     pre = RESULTS / "cmow-pretrain.json"
@@ -105,9 +101,9 @@ def readme_block() -> str:
     main = {r["task"]: r for r in json.loads((RESULTS / "cmow-quick.json").read_text())} if (RESULTS / "cmow-quick.json").is_file() else {}
     if path.is_file() and main:
         recs = json.loads(path.read_text())
-        scores = {"default": {t: _score(r) for t, r in main.items()}}
+        scores = {"default": {t: student_score(r) for t, r in main.items()}}
         for r in recs:
-            scores.setdefault(r["ablation"], {})[r["task"]] = _score(r)
+            scores.setdefault(r["ablation"], {})[r["task"]] = student_score(r)
         lines += ["**Ablations** (quick budget, one seed each: differences under about one point are noise; each "
                   "task's main metric on dev):", "",
                   "| ablation | scores per task | paper's direction | held here? |", "|---|---|---|---|"]

@@ -95,6 +95,11 @@ def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
         print(f"{task}: recorded in benchmarks/results/{name}.json")
 
 
+def student_score(rec: dict) -> float:
+    """The student's main metric in a results record."""
+    return rec["metrics"]["student"][rec["main_metric"]]
+
+
 def save_results(name: str, records: list[dict]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

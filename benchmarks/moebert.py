@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results, task_parser
+from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging
@@ -143,10 +143,6 @@ def run_speed(args) -> None:
     write_readme_block()
 
 
-def _score(rec):
-    return rec["metrics"]["student"][rec["main_metric"]]
-
-
 def readme_block() -> str:
     lines = []
     imp = RESULTS / "moebert-importance.json"
@@ -168,7 +164,7 @@ def readme_block() -> str:
         for title, names, claim, held in GROUPS:
             if not all(n in recs for n in names):
                 continue
-            scores = {n: _score(recs[n]) for n in names}
+            scores = {n: student_score(recs[n]) for n in names}
             cells = ", ".join(f"{'default (import, s=256, all, hash-r, tied)' if n == 'default' else n} {scores[n]:.4f}"
                               for n in names)
             verdict = "—" if held is None else ("yes" if held(scores) else "no")
