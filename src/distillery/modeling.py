@@ -23,7 +23,7 @@ from distillery.errors import DistilleryError
 EXPORT_MANIFEST = "distillery_export.json"
 
 # Packages whose import registers a student type (its config and heads) with the Auto classes.
-MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow")
+MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow", "distillery.autotinybert")
 
 
 def register_models() -> None:

@@ -1,0 +1,118 @@
+"""AutoTinyBERT's search space: one architecture α = (l, d_m, d_f, h, d_qkv) shared by every layer.
+
+Two ways to shrink multi-head attention (the paper's Fig. 3):
+
+- ``heads``: keep each head's size (the super-net's d_qkv / H) and take the first h heads; d_qkv
+  follows as h · head size.
+- ``head-dims``: keep all H heads and take the first d_qkv / H dimensions of each head, so head
+  boundaries are preserved (the paper's code re-splits the heads instead, which is wrong for a
+  super-net initialised from a pretrained model).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+STRATEGIES = ("heads", "head-dims")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """α: layers l, hidden d_m, FFN d_f, heads h, attention width d_qkv."""
+
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    qkv: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"l={self.layers} d_m={self.hidden} d_f={self.ffn} h={self.heads} d_qkv={self.qkv}"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Ranges (inclusive) and steps of each dimension, and the attention strategy.
+
+    ``head_size`` is the super-net's per-head width (d_qkv / H of the full model)."""
+
+    layers: tuple[int, int, int]
+    hidden: tuple[int, int, int]
+    ffn: tuple[int, int, int]
+    heads: tuple[int, int, int]
+    head_size: int
+    max_heads: int
+    strategy: str = "heads"
+    qkv_step: int | None = None  # head-dims: d_qkv steps (a multiple of H); default H · 4
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"Unknown attention strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        for name in ("layers", "hidden", "ffn", "heads"):
+            lo, hi, step = getattr(self, name)
+            if not (1 <= lo <= hi and step >= 1):
+                raise ValueError(f"The {name} range {lo}..{hi} step {step} is empty or invalid.")
+
+    @classmethod
+    def from_supernet(cls, num_layers: int, hidden: int, ffn: int, heads: int, strategy: str = "heads",
+                      hidden_step: int = 32, ffn_step: int = 64) -> "SearchSpace":
+        """The default space of a super-net: 1..L layers, d_m from 2 steps up to d, d_f from one step up
+        to D_f, 1..H heads (``heads``) or d_qkv in steps of 4·H (``head-dims``)."""
+        return cls(layers=(1, num_layers, 1), hidden=(min(2 * hidden_step, hidden), hidden, hidden_step),
+                   ffn=(min(ffn_step, ffn), ffn, ffn_step), heads=(1, heads, 1), head_size=hidden // heads,
+                   max_heads=heads, strategy=strategy, qkv_step=4 * heads)
+
+    # -- values ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _values(lo: int, hi: int, step: int) -> list[int]:
+        values = list(range(lo, hi + 1, step))
+        return values if values[-1] == hi else values + [hi]  # the full size is always reachable
+
+    def choices(self) -> dict[str, list[int]]:
+        """Every allowed value per dimension; d_qkv's depend on the strategy."""
+        out = {name: self._values(*getattr(self, name)) for name in ("layers", "hidden", "ffn")}
+        if self.strategy == "heads":
+            out["heads"] = self._values(*self.heads)
+            out["qkv"] = []  # follows the heads
+        else:
+            step = self.qkv_step or 4 * self.max_heads
+            out["heads"] = [self.max_heads]
+            out["qkv"] = self._values(step, self.max_heads * self.head_size, step)
+        return out
+
+    def full(self) -> Arch:
+        c = self.choices()
+        heads = c["heads"][-1]
+        return Arch(c["layers"][-1], c["hidden"][-1], c["ffn"][-1], heads,
+                    heads * self.head_size if self.strategy == "heads" else c["qkv"][-1])
+
+    def contains(self, arch: Arch) -> bool:
+        c = self.choices()
+        ok = arch.layers in c["layers"] and arch.hidden in c["hidden"] and arch.ffn in c["ffn"] and arch.heads in c["heads"]
+        if self.strategy == "heads":
+            return ok and arch.qkv == arch.heads * self.head_size
+        return ok and arch.qkv in c["qkv"]
+
+    def sample(self, rng: random.Random) -> Arch:
+        """A uniformly random architecture (each dimension independently)."""
+        c = self.choices()
+        heads = rng.choice(c["heads"])
+        qkv = heads * self.head_size if self.strategy == "heads" else rng.choice(c["qkv"])
+        return Arch(rng.choice(c["layers"]), rng.choice(c["hidden"]), rng.choice(c["ffn"]), heads, qkv)
+
+    def mutate(self, arch: Arch, p: float, rng: random.Random) -> Arch:
+        """Each dimension re-drawn with probability ``p`` (Algorithm 2's mutation)."""
+        c = self.choices()
+        draw = lambda name, value: rng.choice(c[name]) if rng.random() < p else value
+        layers, hidden, ffn = draw("layers", arch.layers), draw("hidden", arch.hidden), draw("ffn", arch.ffn)
+        heads = draw("heads", arch.heads)
+        if self.strategy == "heads":
+            qkv = heads * self.head_size
+        else:
+            qkv = draw("qkv", arch.qkv)
+        return Arch(layers, hidden, ffn, heads, qkv)

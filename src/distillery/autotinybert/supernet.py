@@ -1,0 +1,175 @@
+"""The one-shot super-network: a BERT that runs any α of its search space by slicing its weights.
+
+Every sub-network uses the bottom-left sub-matrices (AutoTinyBERT §3.2): the first l layers, the first
+d_m dimensions of embeddings, LayerNorms and every hidden-side weight, the first d_f FFN neurons, and
+the attention rows of :func:`qkv_rows` (first h heads, or the first d_qkv / H dimensions of each head).
+A LayerNorm of a sub-network normalises over its own d_m dimensions. At full size the super-net is
+exactly the BERT it was built from (a test), and :meth:`SuperNet.extract` turns α into a standalone
+:class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel, PreTrainedModel
+
+from distillery.autotinybert.modeling_autotinybert import (
+    AutoTinyBertConfig,
+    AutoTinyBertForQuestionAnswering,
+    AutoTinyBertForSequenceClassification,
+    AutoTinyBertModel,
+    additive_mask,
+    attention,
+)
+from distillery.autotinybert.space import Arch, SearchSpace
+from distillery.errors import DistilleryError
+
+
+def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str) -> Tensor:
+    """Indices of the Q/K/V output rows (and attention-output input columns) α keeps."""
+    if strategy == "heads":
+        return torch.arange(arch.heads * head_size)  # whole heads, the first h of them
+    per_head = arch.qkv // max_heads
+    return (torch.arange(max_heads)[:, None] * head_size + torch.arange(per_head)[None, :]).flatten()
+
+
+class SuperNet(nn.Module):
+    """A BERT (base model plus an optional task head) that runs sub-architectures by slicing."""
+
+    def __init__(self, bert: BertModel, head: nn.Module | None = None, head_kind: str | None = None,
+                 strategy: str = "heads", dropout: float | None = None):
+        super().__init__()
+        if not isinstance(bert, BertModel):
+            raise DistilleryError(f"The AutoTinyBERT super-net is built from a BERT model, got {type(bert).__name__}.")
+        self.bert = bert
+        self.head = head
+        self.head_kind = head_kind  # "classification", "qa" or None (encoder only)
+        self.config: BertConfig = bert.config
+        c = self.config
+        self.space = SearchSpace.from_supernet(c.num_hidden_layers, c.hidden_size, c.intermediate_size,
+                                               c.num_attention_heads, strategy)
+        self.head_size = c.hidden_size // c.num_attention_heads
+        self.classifier_dropout = nn.Dropout(dropout if dropout is not None else c.hidden_dropout_prob)
+
+    @classmethod
+    def from_teacher(cls, teacher: PreTrainedModel, strategy: str = "heads") -> "SuperNet":
+        """A super-net initialised from a (fine-tuned) BERT teacher: a copy of its weights."""
+        teacher = copy.deepcopy(teacher)
+        if isinstance(teacher, BertForSequenceClassification):
+            return cls(teacher.bert, teacher.classifier, "classification", strategy)
+        if isinstance(teacher, BertForQuestionAnswering):
+            return cls(teacher.bert, teacher.qa_outputs, "qa", strategy)
+        if isinstance(teacher, BertModel):
+            return cls(teacher, None, None, strategy)
+        raise DistilleryError(f"AutoTinyBERT builds its super-net from BERT models; {type(teacher).__name__} is not one.")
+
+    # -- the sliced forward ----------------------------------------------------------------------
+
+    def check(self, arch: Arch) -> None:
+        if not self.space.contains(arch):
+            raise DistilleryError(f"{arch} is not in the super-net's search space ({self.space.strategy}).")
+
+    def _layer_norm(self, ln: nn.LayerNorm, x: Tensor, d: int) -> Tensor:
+        return F.layer_norm(x, (d,), ln.weight[:d], ln.bias[:d], ln.eps)
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+               arch: Arch | None = None, output_hidden_states: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+        """Last hidden state (B, T, d_m) of sub-network α (default: the full super-net)."""
+        arch = arch or self.space.full()
+        d, f = arch.hidden, arch.ffn
+        emb = self.bert.embeddings
+        seq = input_ids.shape[1]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = (F.embedding(input_ids, emb.word_embeddings.weight[:, :d])
+             + emb.position_embeddings.weight[:seq, :d] + F.embedding(token_type_ids, emb.token_type_embeddings.weight[:, :d]))
+        x = emb.dropout(self._layer_norm(emb.LayerNorm, x, d))
+        mask = additive_mask(attention_mask, x.dtype)
+        rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy).to(x.device)
+        heads = arch.heads
+        hidden = [x] if output_hidden_states else None
+        for layer in self.bert.encoder.layer[: arch.layers]:
+            s, o = layer.attention.self, layer.attention.output
+            q, k, v = (F.linear(x, lin.weight[rows, :d], lin.bias[rows]) for lin in (s.query, s.key, s.value))
+            p = s.dropout.p if self.training else 0.0
+            a = attention(q, k, v, heads, mask, p)
+            x = self._layer_norm(o.LayerNorm, o.dropout(F.linear(a, o.dense.weight[:d, rows], o.dense.bias[:d])) + x, d)
+            inter, out = layer.intermediate, layer.output
+            h = inter.intermediate_act_fn(F.linear(x, inter.dense.weight[:f, :d], inter.dense.bias[:f]))
+            x = self._layer_norm(out.LayerNorm, out.dropout(F.linear(h, out.dense.weight[:d, :f], out.dense.bias[:d])) + x, d)
+            if hidden is not None:
+                hidden.append(x)
+        return x, hidden
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                arch: Arch | None = None, output_hidden_states: bool = False, **kwargs) -> dict[str, Tensor]:
+        """Outputs of sub-network α: ``logits`` (classification), ``start_logits``/``end_logits`` (QA),
+        ``last_hidden_state`` always, ``hidden_states`` when asked."""
+        arch = arch or self.space.full()
+        x, hidden = self.encode(input_ids, attention_mask, token_type_ids, arch, output_hidden_states)
+        out: dict[str, Tensor] = {"last_hidden_state": x}
+        if hidden is not None:
+            out["hidden_states"] = tuple(hidden)
+        d = arch.hidden
+        if self.head_kind == "classification":
+            pool = self.bert.pooler.dense
+            pooled = torch.tanh(F.linear(x[:, 0], pool.weight[:d, :d], pool.bias[:d]))
+            out["logits"] = F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)
+        elif self.head_kind == "qa":
+            start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
+            out["start_logits"], out["end_logits"] = start.squeeze(-1), end.squeeze(-1)
+        return out
+
+    # -- extraction ------------------------------------------------------------------------------
+
+    def extract_config(self, arch: Arch) -> AutoTinyBertConfig:
+        c = self.config.to_dict()
+        for key in ("model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype"):
+            c.pop(key, None)
+        c.update(num_hidden_layers=arch.layers, hidden_size=arch.hidden, intermediate_size=arch.ffn,
+                 num_attention_heads=arch.heads, qkv_size=arch.qkv)
+        return AutoTinyBertConfig(**c)
+
+    @torch.no_grad()
+    def extract(self, arch: Arch) -> PreTrainedModel:
+        """α as a standalone dense model with copies of the sliced weights (what ships)."""
+        self.check(arch)
+        config = self.extract_config(arch)
+        model_cls = {"classification": AutoTinyBertForSequenceClassification, "qa": AutoTinyBertForQuestionAnswering}
+        model = model_cls.get(self.head_kind, AutoTinyBertModel)(config)
+        base = model if isinstance(model, AutoTinyBertModel) else model.bert
+        d, f = arch.hidden, arch.ffn
+        rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy)
+        src_emb, dst_emb = self.bert.embeddings, base.embeddings
+        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+            getattr(dst_emb, name).weight.copy_(getattr(src_emb, name).weight[:, :d])
+        _copy_ln(dst_emb.LayerNorm, src_emb.LayerNorm, d)
+        for src, dst in zip(self.bert.encoder.layer[: arch.layers], base.encoder.layer):
+            for name in ("query", "key", "value"):
+                _copy_linear(getattr(dst.attention.self, name), getattr(src.attention.self, name), rows, slice(0, d))
+            _copy_linear(dst.attention.output.dense, src.attention.output.dense, slice(0, d), rows)
+            _copy_ln(dst.attention.output.LayerNorm, src.attention.output.LayerNorm, d)
+            _copy_linear(dst.intermediate.dense, src.intermediate.dense, slice(0, f), slice(0, d))
+            _copy_linear(dst.output.dense, src.output.dense, slice(0, d), slice(0, f))
+            _copy_ln(dst.output.LayerNorm, src.output.LayerNorm, d)
+        if base.pooler is not None and self.bert.pooler is not None:
+            _copy_linear(base.pooler.dense, self.bert.pooler.dense, slice(0, d), slice(0, d))
+        if self.head_kind == "classification":
+            _copy_linear(model.classifier, self.head, slice(None), slice(0, d))
+        elif self.head_kind == "qa":
+            _copy_linear(model.qa_outputs, self.head, slice(None), slice(0, d))
+        return model.eval()
+
+
+def _copy_linear(dst: nn.Linear, src: nn.Linear, out_index, in_index) -> None:
+    dst.weight.copy_(src.weight[out_index][:, in_index])
+    dst.bias.copy_(src.bias[out_index])
+
+
+def _copy_ln(dst: nn.LayerNorm, src: nn.LayerNorm, d: int) -> None:
+    dst.weight.copy_(src.weight[:d])
+    dst.bias.copy_(src.bias[:d])

@@ -1,0 +1,117 @@
+"""AutoTinyBERT: search space, the sliced super-net against its BERT, extraction against the slice."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+
+from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
+from distillery.autotinybert.space import Arch, SearchSpace
+from distillery.autotinybert.supernet import SuperNet, qkv_rows
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64)
+
+
+def tiny_teacher(cls=BertForSequenceClassification, **kw):
+    torch.manual_seed(0)
+    labels = 2 if cls is BertForQuestionAnswering else 3
+    config = BertConfig(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")
+    return cls(config).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 99, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+@pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits")])
+def test_full_size_supernet_equals_its_bert(strategy, cls, key):
+    teacher = tiny_teacher(cls)
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    assert net.space.full() == Arch(3, 32, 37, 4, 32)
+    with torch.no_grad():
+        expected = teacher(**batch(), output_hidden_states=True)
+        got = net(**batch(), output_hidden_states=True)
+    assert_close(got[key], getattr(expected, key))
+    for a, b in zip(got["hidden_states"], expected.hidden_states):
+        assert_close(a, b)
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_extraction_equals_the_supernet_slice(strategy, tmp_path):
+    net = SuperNet.from_teacher(tiny_teacher(), strategy).eval()
+    rng = random.Random(0)
+    for _ in range(6):
+        arch = net.space.sample(rng)
+        model = net.extract(arch)
+        assert isinstance(model, AutoTinyBertForSequenceClassification)
+        assert (model.config.hidden_size, model.config.qkv_size, model.config.num_attention_heads) == (arch.hidden, arch.qkv, arch.heads)
+        with torch.no_grad():
+            assert_close(model(**batch()).logits, net(**batch(), arch=arch)["logits"])
+    model.save_pretrained(tmp_path)
+    import distillery
+    from transformers import AutoModelForSequenceClassification
+
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert_close(loaded(**batch()).logits, model(**batch()).logits)
+
+
+def test_qkv_rows_keep_whole_heads_or_head_boundaries():
+    # 4 heads of 8: heads strategy, 2 heads -> rows 0..15; head-dims, d_qkv 16 -> 4 rows of each head
+    assert qkv_rows(Arch(1, 32, 37, 2, 16), 4, 8, "heads").tolist() == list(range(16))
+    assert qkv_rows(Arch(1, 32, 37, 4, 16), 4, 8, "head-dims").tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27]
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_sampler_stays_in_bounds_and_is_seeded(strategy):
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, strategy)
+    a = [space.sample(random.Random(7)) for _ in range(3)]
+    assert a[0] == a[1] == a[2]  # same seed, same draw
+    rng = random.Random(3)
+    for _ in range(200):
+        arch = space.sample(rng)
+        assert space.contains(arch)
+        assert 1 <= arch.layers <= 6 and 64 <= arch.hidden <= 384 and 64 <= arch.ffn <= 1536
+        assert arch.qkv % arch.heads == 0
+        if strategy == "heads":
+            assert arch.qkv == 32 * arch.heads
+        else:
+            assert arch.heads == 12
+        mutated = space.mutate(arch, 0.5, rng)
+        assert space.contains(mutated)
+    assert space.mutate(arch, 0.0, rng) == arch  # p_m = 0 changes nothing
+
+
+def test_bad_configs_and_architectures_fail_with_a_sentence():
+    with pytest.raises(Exception, match="does not split into 5 heads"):
+        AutoTinyBertConfig(hidden_size=32, qkv_size=32, num_attention_heads=5)
+    with pytest.raises(ValueError, match="Unknown attention strategy"):
+        SearchSpace.from_supernet(2, 32, 37, 4, "rows")
+    net = SuperNet.from_teacher(tiny_teacher())
+    from distillery.errors import DistilleryError
+
+    with pytest.raises(DistilleryError, match="not in the super-net's search space"):
+        net.extract(Arch(4, 32, 37, 4, 32))
+
+
+def test_qa_extraction_equals_the_slice():
+    net = SuperNet.from_teacher(tiny_teacher(BertForQuestionAnswering), "head-dims").eval()
+    arch = Arch(2, 64 // 2, 37, 4, 16)
+    model = net.extract(arch)
+    with torch.no_grad():
+        out, ref = model(**batch()), net(**batch(), arch=arch)
+    assert_close(out.start_logits, ref["start_logits"])
+    assert_close(out.end_logits, ref["end_logits"])
