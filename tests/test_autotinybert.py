@@ -115,3 +115,79 @@ def test_qa_extraction_equals_the_slice():
         out, ref = model(**batch()), net(**batch(), arch=arch)
     assert_close(out.start_logits, ref["start_logits"])
     assert_close(out.end_logits, ref["end_logits"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Latency predictor and search (synthetic latencies: no timing in tests)
+
+
+def synthetic_latency(arch):
+    from distillery.autotinybert.latency import arch_flops
+
+    return 0.5 + arch_flops(arch) / 2e6
+
+
+def test_predictor_fits_on_held_out_architectures_and_round_trips(tmp_path):
+    from distillery.autotinybert.latency import fit_predictor, load_predictor, mape, save_predictor
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "heads")
+    rng = random.Random(0)
+    archs = list({space.sample(rng) for _ in range(80)})
+    ms = [synthetic_latency(a) for a in archs]
+    predictor, report = fit_predictor(space, archs, ms)
+    assert report["mape_flops"] < 1.0  # the synthetic latency is affine in FLOPs
+    assert report["mape_mlp"] < 10.0
+    path = save_predictor(tmp_path / "latency.json", predictor, report, archs, ms, (1, 128), 2)
+    again, record = load_predictor(path, space)
+    assert record["report"]["measured"] == len(archs)
+    assert mape(again.predict(archs), predictor.predict(archs)) < 1e-4
+
+
+def test_search_never_leaves_the_budget_and_is_seeded(tmp_path):
+    from distillery.autotinybert.search import evolutionary_search
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
+    budget = synthetic_latency(space.full()) / 3
+    size = lambda a: a.layers * a.hidden * a.ffn * a.qkv  # a score that prefers big models: the budget must bind
+    first = evolutionary_search(space, size, synthetic_latency, budget, generations=3, population=8, seed=5,
+                                log_path=tmp_path / "search.json")
+    assert all(c.latency_ms <= budget for c in first.evaluated) and first.best
+    assert len(first.evaluated) == len({c.arch for c in first.evaluated})  # each candidate evaluated once
+    again = evolutionary_search(space, size, synthetic_latency, budget, generations=3, population=8, seed=5)
+    assert [c.arch for c in again.evaluated] == [c.arch for c in first.evaluated]
+    import json
+
+    log = json.loads((tmp_path / "search.json").read_text())
+    assert len(log["candidates"]) == len(first.evaluated)
+    # later generations improve on the first
+    gen0 = max(c.score for c in first.evaluated if c.generation == 0)
+    assert first.best[0].score >= gen0
+
+
+def test_roulette_never_picks_the_worst_and_mutation_rate():
+    from distillery.autotinybert.search import Candidate, roulette
+
+    pop = [Candidate(Arch(1, 64, 64, 1, 32), s, 1.0, 0) for s in (0.1, 0.5, 0.9)]
+    rng = random.Random(0)
+    picks = [roulette(pop, rng).score for _ in range(2000)]
+    assert 0.1 not in picks
+    assert picks.count(0.9) > picks.count(0.5)  # weights 0.8 vs 0.4
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "heads")
+    arch = space.full()
+    changed = sum(space.mutate(arch, 1.0, rng) != arch for _ in range(200))
+    assert changed > 150
+
+
+def test_fast_rule_and_conventional_baseline_respect_their_shapes_and_the_budget():
+    from distillery.autotinybert.search import conventional, fast_candidates
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "heads")
+    budget = synthetic_latency(space.full()) / 2
+    fast = fast_candidates(space, synthetic_latency, budget)
+    assert fast and len({a.layers for a in fast}) == len(fast)
+    for a in fast:
+        assert 1.6 * a.hidden <= a.ffn <= 1.9 * a.hidden and 0.7 * a.hidden <= a.qkv <= a.hidden
+        assert synthetic_latency(a) <= budget
+    base = conventional(space, synthetic_latency, budget)
+    assert synthetic_latency(base) <= budget
+    assert abs(base.ffn - 4 * base.hidden) <= 64 * 2 and abs(base.qkv - base.hidden) <= 32

@@ -289,6 +289,23 @@ def _interleaved_times(
     return times
 
 
+def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128), runs: int = 20, warmup: int = 3,
+               threads: int | None = None, seed: int = 0) -> dict[str, float]:
+    """Median milliseconds per forward pass of each model at ``shape`` (batch, seq), the models taking
+    turns in one process (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
+    batch, seq = _check_shape("shape", shape)
+    previous = torch.get_num_threads()
+    try:
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        with torch.inference_mode():
+            inputs = {n: make_inputs(m, batch, seq, seed) for n, m in models.items()}
+            times = _interleaved_times({n: m.eval() for n, m in models.items()}, inputs, int(runs), int(warmup))
+    finally:
+        torch.set_num_threads(previous)
+    return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
+
+
 def benchmark(
     models: Mapping[str, nn.Module | str | os.PathLike],
     *,
