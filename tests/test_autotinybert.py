@@ -191,3 +191,45 @@ def test_fast_rule_and_conventional_baseline_respect_their_shapes_and_the_budget
     base = conventional(space, synthetic_latency, budget)
     assert synthetic_latency(base) <= budget
     assert abs(base.ffn - 4 * base.hidden) <= 64 * 2 and abs(base.qkv - base.hidden) <= 32
+
+
+# ------------------------------------------------------------------------------------------------
+# One-shot training (Algorithm 1)
+
+
+def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
+    from distillery.autotinybert.oneshot import kd_loss, make_projection, teacher_targets
+
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    proj = make_projection(net, teacher.config.hidden_size)
+    b = batch()
+    hidden, att = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+    assert hidden.item() < 1e-10 and att.item() < 1e-10
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
+    from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, teacher_targets
+
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    with torch.no_grad():  # move the super-net off its teacher so the loss has gradients everywhere
+        for p in net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    proj = make_projection(net, teacher.config.hidden_size)
+    b = batch()
+    loss, logs = one_shot_loss(teacher, proj, samples=3, seed=4)(net, b)
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+    net.zero_grad()
+    rng, targets = batch_rng(b["input_ids"], 4), teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"])
+    archs = [net.space.sample(rng) for _ in range(3)]
+    for arch in archs:  # the reference: one backward per sub-network, gradients accumulated
+        hidden, att = kd_loss(net, proj, arch, b, targets)
+        ((hidden + att) / 3).backward()
+    ref = {n: p.grad for n, p in net.named_parameters() if p.grad is not None}
+    assert got.keys() == ref.keys() and len(got) > 10
+    for n in got:
+        assert_close(got[n], ref[n], atol=1e-6, rtol=1e-5, msg=n)
+    assert logs["hidden"] > 0

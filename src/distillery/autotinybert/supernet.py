@@ -11,6 +11,7 @@ exactly the BERT it was built from (a test), and :meth:`SuperNet.extract` turns 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,13 @@ from distillery.autotinybert.modeling_autotinybert import (
 )
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
+
+
+def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
+    """Pre-softmax scores q·kᵀ/√d_head per head: (B, T, d_qkv) × 2 -> (B, h, T, T)."""
+    bsz, seq, width = q.shape
+    split = lambda x: x.view(bsz, seq, heads, width // heads).transpose(1, 2)
+    return split(q) @ split(k).transpose(-1, -2) / math.sqrt(width // heads)
 
 
 def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str) -> Tensor:
@@ -77,8 +85,11 @@ class SuperNet(nn.Module):
         return F.layer_norm(x, (d,), ln.weight[:d], ln.bias[:d], ln.eps)
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-               arch: Arch | None = None, output_hidden_states: bool = False) -> tuple[Tensor, list[Tensor] | None]:
-        """Last hidden state (B, T, d_m) of sub-network α (default: the full super-net)."""
+               arch: Arch | None = None, output_hidden_states: bool = False,
+               last_scores: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+        """Last hidden state (B, T, d_m) of sub-network α (default: the full super-net), and the hidden
+        states of every layer when asked; with ``last_scores`` the list holds the last layer's
+        pre-softmax attention scores (B, h, T, T) instead (what the KD objective compares)."""
         arch = arch or self.space.full()
         d, f = arch.hidden, arch.ffn
         emb = self.bert.embeddings
@@ -92,9 +103,12 @@ class SuperNet(nn.Module):
         rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy).to(x.device)
         heads = arch.heads
         hidden = [x] if output_hidden_states else None
-        for layer in self.bert.encoder.layer[: arch.layers]:
+        scores = None
+        for i, layer in enumerate(self.bert.encoder.layer[: arch.layers]):
             s, o = layer.attention.self, layer.attention.output
             q, k, v = (F.linear(x, lin.weight[rows, :d], lin.bias[rows]) for lin in (s.query, s.key, s.value))
+            if last_scores and i == arch.layers - 1:
+                scores = attention_scores(q, k, heads)
             p = s.dropout.p if self.training else 0.0
             a = attention(q, k, v, heads, mask, p)
             x = self._layer_norm(o.LayerNorm, o.dropout(F.linear(a, o.dense.weight[:d, rows], o.dense.bias[:d])) + x, d)
@@ -103,7 +117,7 @@ class SuperNet(nn.Module):
             x = self._layer_norm(out.LayerNorm, out.dropout(F.linear(h, out.dense.weight[:d, :f], out.dense.bias[:d])) + x, d)
             if hidden is not None:
                 hidden.append(x)
-        return x, hidden
+        return x, ([scores] if last_scores else hidden)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 arch: Arch | None = None, output_hidden_states: bool = False, **kwargs) -> dict[str, Tensor]:

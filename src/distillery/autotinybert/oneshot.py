@@ -1,0 +1,87 @@
+"""One-shot training of the super-network (AutoTinyBERT's Algorithm 1), knowledge-distillation setting.
+
+Each optimizer step, every process takes its share of the batch (Accelerate splits it), samples M
+sub-networks and accumulates their gradients; one update follows with the averaged gradients. The
+objective is the paper's KD setting on unlabelled text: the last layer's hidden state of the
+sub-network, through a shared projection (d_m → the teacher's width; its first d_m columns for a
+narrower sub-network), against the teacher's (MSE), plus the MSE between the last layer's pre-softmax
+attention scores (padding entries zeroed), sub-network head j against teacher head j.
+
+Sub-networks are drawn from an RNG seeded by the run seed, the process rank and the batch's own token
+ids: the same batch gets the same sub-networks on a resume, and ranks (which see different batches)
+draw their own, as the paper intends (its code gives every GPU the same draw).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from distillery.autotinybert.space import Arch
+from distillery.autotinybert.supernet import SuperNet, attention_scores
+
+
+def batch_rng(input_ids: Tensor, seed: int, rank: int = 0) -> random.Random:
+    digest = hashlib.sha256(input_ids.detach().cpu().numpy().tobytes()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little") ^ (seed * 1_000_003 + rank))
+
+
+def make_projection(supernet: SuperNet, teacher_hidden: int) -> nn.Linear:
+    """d_m → the teacher's width; the identity when the widths match (a super-net cut from the teacher
+    then starts with a zero loss at full size)."""
+    d = supernet.config.hidden_size
+    proj = nn.Linear(d, teacher_hidden)
+    if d == teacher_hidden:
+        with torch.no_grad():
+            proj.weight.copy_(torch.eye(d))
+            proj.bias.zero_()
+    return proj
+
+
+@torch.no_grad()
+def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None):
+    """The teacher's last hidden state (B, T, D) and last-layer pre-softmax scores (B, H, T, T)."""
+    base = teacher.base_model
+    out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, output_hidden_states=True)
+    last = base.encoder.layer[-1].attention.self
+    x = out.hidden_states[-2]
+    scores = attention_scores(last.query(x), last.key(x), base.config.num_attention_heads)
+    return out.last_hidden_state, scores
+
+
+def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets, attention_weight: float = 1.0):
+    """(hidden MSE, attention-score MSE) of sub-network α against the teacher's targets."""
+    t_hidden, t_scores = targets
+    mask = batch["attention_mask"]
+    h, (scores,) = supernet.encode(batch["input_ids"], mask, batch.get("token_type_ids"), arch, last_scores=True)
+    pred = F.linear(h, projection.weight[:, : arch.hidden], projection.bias)
+    real = mask.bool()
+    hidden = F.mse_loss(pred[real], t_hidden[real])
+    pair = (real[:, None, :, None] & real[:, None, None, :]).to(scores.dtype)  # (B, 1, T, T): padding entries zeroed
+    heads = scores.shape[1]
+    att = F.mse_loss(scores * pair, t_scores[:, :heads] * pair)
+    return hidden, att
+
+
+def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 0, attention_weight: float = 1.0,
+                  rank: int = 0):
+    """loss_fn for the trainer: the mean over ``samples`` sub-networks of hidden MSE + w · score MSE.
+    One backward of the mean accumulates exactly the gradients of one backward per sub-network / M."""
+
+    def loss_fn(model: SuperNet, batch):
+        targets = teacher_targets(teacher, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        rng = batch_rng(batch["input_ids"], seed, rank)
+        total, hid_sum, att_sum = 0.0, 0.0, 0.0
+        for _ in range(samples):
+            arch = model.space.sample(rng)
+            hidden, att = kd_loss(model, projection, arch, batch, targets, attention_weight)
+            total = total + (hidden + attention_weight * att) / samples
+            hid_sum += float(hidden.detach()) / samples
+            att_sum += float(att.detach()) / samples
+        return total, {"hidden": hid_sum, "attention": att_sum}
+
+    return loss_fn
