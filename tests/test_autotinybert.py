@@ -233,3 +233,21 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     for n in got:
         assert_close(got[n], ref[n], atol=1e-6, rtol=1e-5, msg=n)
     assert logs["hidden"] > 0
+
+
+def test_train_supernet_on_a_corpus_saves_a_loadable_supernet(tiny_bert, tmp_path):
+    from tests.test_cmow import write_corpus
+
+    from distillery.autotinybert.oneshot import load_supernet, train_supernet
+    from distillery.config import TrainConfig
+
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=60)
+    train = TrainConfig(epochs=1.0, max_steps=3, batch_size=4, lr=1e-4, select_best=False)
+    folder = train_supernet([corpus], tmp_path / "sn", teacher=str(tiny_bert), strategy="heads", train=train,
+                            samples=2, max_length=16)
+    net = load_supernet(folder)
+    assert net.space.strategy == "heads"
+    ids = torch.randint(5, 99, (2, 9))
+    arch = net.space.sample(random.Random(0))
+    with torch.no_grad():
+        assert net(ids, arch=arch)["last_hidden_state"].shape == (2, 9, arch.hidden)

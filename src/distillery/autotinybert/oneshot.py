@@ -30,6 +30,12 @@ def batch_rng(input_ids: Tensor, seed: int, rank: int = 0) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "little") ^ (seed * 1_000_003 + rank))
 
 
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def make_projection(supernet: SuperNet, teacher_hidden: int) -> nn.Linear:
     """d_m → the teacher's width; the identity when the widths match (a super-net cut from the teacher
     then starts with a zero loss at full size)."""
@@ -68,13 +74,13 @@ def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, 
 
 
 def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 0, attention_weight: float = 1.0,
-                  rank: int = 0):
+                  rank: int | None = None):
     """loss_fn for the trainer: the mean over ``samples`` sub-networks of hidden MSE + w · score MSE.
     One backward of the mean accumulates exactly the gradients of one backward per sub-network / M."""
 
     def loss_fn(model: SuperNet, batch):
         targets = teacher_targets(teacher, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        rng = batch_rng(batch["input_ids"], seed, rank)
+        rng = batch_rng(batch["input_ids"], seed, _rank() if rank is None else rank)
         total, hid_sum, att_sum = 0.0, 0.0, 0.0
         for _ in range(samples):
             arch = model.space.sample(rng)
@@ -85,3 +91,67 @@ def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 
         return total, {"hidden": hid_sum, "attention": att_sum}
 
     return loss_fn
+
+
+def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str = "head-dims", train=None,
+                   samples: int = 3, attention_weight: float = 1.0, max_lines: int | None = None, max_length: int = 128,
+                   overwrite: bool = False, resume: bool = False, checkpoint_every: int = 200):
+    """Algorithm 1 on a text corpus: a super-net cut from ``teacher``, trained by KD from it; saved to
+    ``out/supernet`` (the BERT weights + ``supernet.json``). Checkpoints every ``checkpoint_every`` steps;
+    ``resume`` continues exactly (same batches, same sub-networks)."""
+    import json
+    import shutil
+    import time
+    from pathlib import Path
+
+    from transformers import AutoModel
+
+    from distillery.config import TrainConfig
+    from distillery.data.corpus import mlm_dataset, read_corpus
+    from distillery.data.encode import make_collate
+    from distillery.distill.trainer import Trainer
+    from distillery.errors import DistilleryError
+    from distillery.teacher import load_tokenizer, resolve_teacher
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
+        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it or --resume to continue.")
+    if overwrite and not resume:
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
+    started = time.time()
+    path = resolve_teacher(teacher)
+    tokenizer = load_tokenizer(path)
+    teacher_model = AutoModel.from_pretrained(path).eval()
+    for p in teacher_model.parameters():
+        p.requires_grad_(False)
+    supernet = SuperNet.from_teacher(teacher_model, strategy)
+    projection = make_projection(supernet, teacher_model.config.hidden_size)
+    dataset = mlm_dataset(tokenizer, read_corpus(corpus, max_lines=max_lines), max_length)
+    trainer = Trainer(supernet, train, dataset, make_collate(tokenizer),
+                      one_shot_loss(teacher_model, projection, samples, train.seed, attention_weight),
+                      out_dir=out, resume=resume, extra_parameters=[projection], desc="supernet",
+                      checkpoint_every=checkpoint_every)
+    teacher_model.to(trainer.device)
+    result = trainer.train()
+    trained: SuperNet = result.model
+    trained.bert.save_pretrained(out / "supernet")
+    tokenizer.save_pretrained(out / "supernet")
+    facts = {"teacher": teacher, "strategy": strategy, "samples": samples, "blocks": len(dataset), "max_length": max_length,
+             "steps": result.global_step, "seconds": time.time() - started}
+    (out / "supernet" / "supernet.json").write_text(json.dumps(facts, indent=2))
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return out / "supernet"
+
+
+def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
+    """A trained super-net saved by :func:`train_supernet` (optionally with a task head to slice)."""
+    import json
+    from pathlib import Path
+
+    from transformers import BertModel
+
+    folder = Path(folder)
+    facts = json.loads((folder / "supernet.json").read_text())
+    return SuperNet(BertModel.from_pretrained(folder), head, head_kind, facts["strategy"])
