@@ -251,3 +251,44 @@ def test_train_supernet_on_a_corpus_saves_a_loadable_supernet(tiny_bert, tmp_pat
     arch = net.space.sample(random.Random(0))
     with torch.no_grad():
         assert net(ids, arch=arch)["last_hidden_state"].shape == (2, 9, arch.hidden)
+
+
+# ------------------------------------------------------------------------------------------------
+# The method through the pipeline (tiny data, tiny teacher, a handful of steps)
+
+
+def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path, monkeypatch):
+    import json
+
+    import distillery
+    from distillery.pipeline import build_run_config, compress
+    from tests.test_pipeline import TINY, write_glue
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    data = write_glue(tmp_path / "data")
+    opts = {"supernet_steps": 3, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
+            "proxy_examples": 16, "speedup": 1.5}
+    config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
+                              out=str(tmp_path / "run"), overrides={**TINY, **{f"method_options.{k}": v for k, v in opts.items()}})
+    out = compress(config)
+    arch = json.loads((out / "architecture.json").read_text())
+    assert arch["predicted_ms"] <= arch["budget_ms"]
+    assert (out / "search.json").is_file() and (out / "search.png").is_file() and (out / "latency.json").is_file()
+    student = distillery.load_student(out)
+    assert type(student).__name__ == "AutoTinyBertForSequenceClassification"
+    assert student.config.hidden_size == arch["hidden"] and student.config.qkv_size == arch["qkv"]
+    latency = json.loads((out / "latency.json").read_text())
+    assert latency["report"]["test"] >= 2 and "mape_mlp" in latency["report"]
+
+
+def test_autotinybert_bad_options_fail_before_training(tiny_bert, tmp_path):
+    from distillery.errors import DistilleryError
+    from distillery.pipeline import build_run_config, compress
+
+    for bad, match in (({"speedup": 0.5}, "must be above 1"), ({"strategy": "rows"}, "Unknown autotinybert strategy"),
+                       ({"arch": "1,2"}, "five integers")):
+        config = build_run_config(method="autotinybert", task="sst2", teacher=str(tiny_bert), out=str(tmp_path / "r"),
+                                  overrides={f"method_options.{k}": v for k, v in bad.items()})
+        with pytest.raises(DistilleryError, match=match):
+            compress(config)
+    assert not (tmp_path / "r").exists()

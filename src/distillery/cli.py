@@ -48,7 +48,7 @@ def _parse_options(pairs: list[str]) -> dict:
 
 @app.command()
 def compress(
-    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline), moebert or cmow."),
+    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline), moebert, cmow or autotinybert."),
     task: str = typer.Option("sst2", help="cola sst2 mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
     teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
@@ -71,6 +71,7 @@ def compress(
     lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
     balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
     importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
+    speedup: Optional[float] = typer.Option(None, help="autotinybert: latency budget as a speed-up over the teacher measured here (default 2)."),
     preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
     epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
@@ -101,7 +102,7 @@ def compress(
                        ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
                        ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
                        ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
-                       ("importance_examples", importance_examples)):
+                       ("importance_examples", importance_examples), ("speedup", speedup)):
         if value is not None:
             method_options[key] = value
     overrides = {

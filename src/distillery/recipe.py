@@ -27,6 +27,7 @@ METHODS: dict[str, str] = {
     "distill": "distillery.baseline",
     "moebert": "distillery.moebert.recipe",
     "cmow": "distillery.cmow.recipe",
+    "autotinybert": "distillery.autotinybert.recipe",
 }
 
 

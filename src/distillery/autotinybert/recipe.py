@@ -1,0 +1,225 @@
+"""Method ``autotinybert``: the best sub-architecture of a one-shot super-network under a latency budget.
+
+setup:   a super-net cut from the fine-tuned teacher (full size = the teacher), trained one-shot
+         (Algorithm 1, KD from the teacher on the task's train text: hidden state + attention scores).
+latency: K sampled architectures extracted and timed on this machine at 1×128 → an MLP predictor
+         (held-out MAPE, beside a FLOP-count baseline's) → latency.json; the budget is the teacher's
+         latency measured here divided by ``speedup`` (or ``budget_ms``).
+search:  Algorithm 2 (evolution under the predicted-latency constraint; proxy score = −KD loss of the
+         sub-network on a held-out slice of the train split) → search.json / search.png; the winner is
+         extracted and timed, and the next best taken if it misses the budget by more than 5 %.
+         ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
+         d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
+train:   the extracted model, further trained on the task with the one trainer: (1 − α)·CE + α·KD(T).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from distillery.autotinybert.space import STRATEGIES, Arch
+from distillery.errors import DistilleryError
+from distillery.recipe import MethodContext
+
+logger = logging.getLogger("distillery")
+
+DEFAULTS: dict[str, Any] = {
+    "speedup": 2.0,
+    "budget_ms": None,
+    "strategy": "head-dims",
+    "arch": None,  # None: search; "fast", "conventional" or "l,d_m,d_f,h,d_qkv"
+    "samples": 3,  # M sub-networks per batch (Algorithm 1)
+    "supernet_steps": None,  # quick 300, full 3000
+    "supernet_lr": 1e-4,
+    "latency_archs": None,  # quick 40, full 200
+    "latency_runs": 10,
+    "generations": None,  # quick 3, full 4
+    "population": None,  # quick 10, full 25
+    "p_mutation": 0.5,
+    "p_exploration": 0.5,
+    "proxy_examples": 256,
+    "alpha": 0.5,
+    "temperature": 2.0,
+}
+QUICK = {"supernet_steps": 300, "latency_archs": 40, "generations": 3, "population": 10}
+FULL = {"supernet_steps": 3000, "latency_archs": 200, "generations": 4, "population": 25}
+
+
+def options(config) -> dict[str, Any]:
+    opts = dict(config.method_options)
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise DistilleryError(f"Unknown option(s) for method autotinybert: {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}.")
+    sized = QUICK if config.budget == "quick" else FULL
+    opts = {**DEFAULTS, **{k: v for k, v in sized.items()}, **opts}
+    if opts["strategy"] not in STRATEGIES:
+        raise DistilleryError(f"Unknown autotinybert strategy {opts['strategy']!r}; choose one of {', '.join(STRATEGIES)}.")
+    if opts["budget_ms"] is None and float(opts["speedup"]) <= 1.0:
+        raise DistilleryError(f"--speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
+    if opts["latency_archs"] < 8:
+        raise DistilleryError("latency_archs must be at least 8 (the predictor needs training and held-out architectures).")
+    return opts
+
+
+def check(config, teacher_config) -> None:
+    opts = options(config)
+    if getattr(teacher_config, "model_type", None) != "bert":
+        raise DistilleryError(f"autotinybert builds its super-net from a BERT teacher; this one is {teacher_config.model_type!r}.")
+    if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
+        parse_arch(opts["arch"])
+
+
+def parse_arch(text: str) -> Arch:
+    try:
+        values = [int(v) for v in str(text).split(",")]
+        return Arch(*values)
+    except (TypeError, ValueError):
+        raise DistilleryError(f"arch must be 'fast', 'conventional' or five integers l,d_m,d_f,h,d_qkv; got {text!r}.") from None
+
+
+def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
+    """Algorithm 1 on the task's train split, KD from the fine-tuned teacher."""
+    from dataclasses import replace
+
+    from distillery.autotinybert.oneshot import make_projection, one_shot_loss
+    from distillery.autotinybert.supernet import SuperNet
+    from distillery.distill.trainer import Trainer
+
+    supernet = SuperNet.from_teacher(ctx.teacher, opts["strategy"])
+    projection = make_projection(supernet, ctx.teacher.config.hidden_size)
+    cfg = replace(ctx.config.student, max_steps=int(opts["supernet_steps"]), lr=float(opts["supernet_lr"]),
+                  eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
+    trainer = Trainer(supernet, cfg, ctx.task_data.train, ctx.task_data.collate,
+                      one_shot_loss(ctx.teacher, projection, int(opts["samples"]), cfg.seed),
+                      out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
+                      desc="supernet", checkpoint_every=100)
+    ctx.teacher.to(trainer.device)
+    supernet = trainer.train().model.eval()
+    return supernet.cpu(), projection.cpu()
+
+
+def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, seed: int):
+    """−(hidden + attention KD loss) of a sub-network on a fixed held-out slice of the train split."""
+    from torch.utils.data import DataLoader
+
+    from distillery.autotinybert.oneshot import kd_loss, teacher_targets
+
+    n = len(task_data.train)
+    idx = random.Random(seed).sample(range(n), min(examples, n))
+    loader = DataLoader(task_data.train.select(idx), batch_size=64, collate_fn=task_data.collate)
+    batches = [(b, teacher_targets(teacher.cpu(), b["input_ids"], b["attention_mask"], b.get("token_type_ids"))) for b in loader]
+
+    @torch.no_grad()
+    def evaluate(arch: Arch) -> float:
+        total = 0.0
+        for b, targets in batches:
+            hidden, att = kd_loss(supernet, projection, arch, b, targets)
+            total += float(hidden + att) * b["input_ids"].shape[0]
+        return -total / len(idx)
+
+    return evaluate
+
+
+def write_search_plot(candidates, budget_ms: float, chosen: Arch, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([c.latency_ms for c in candidates], [c.score for c in candidates], c=[c.generation for c in candidates],
+               cmap="viridis", s=18, label="candidates (colour: generation)")
+    best = next(c for c in candidates if c.arch == chosen)
+    ax.scatter([best.latency_ms], [best.score], marker="*", s=160, color="red", label=f"chosen: {chosen}")
+    ax.axvline(budget_ms, color="gray", linestyle="--", linewidth=0.8, label="budget")
+    ax.set_xlabel("predicted latency at 1×128 (ms)")
+    ax.set_ylabel("proxy score (−KD loss)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
+    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
+    from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates
+    from distillery.bench import latency_ms
+
+    space, seed = supernet.space, ctx.config.student.seed
+    runs = int(opts["latency_runs"])
+    teacher_ms = latency_ms({"teacher": ctx.teacher.cpu().eval()}, runs=runs)["teacher"]
+    budget = float(opts["budget_ms"]) if opts["budget_ms"] is not None else teacher_ms / float(opts["speedup"])
+    if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
+        arch = parse_arch(opts["arch"])
+        supernet.check(arch)
+        ctx.notes.append(f"Architecture given: {arch}.")
+        return arch
+    rng = random.Random(seed)
+    wanted, archs = int(opts["latency_archs"]), {}
+    for _ in range(100 * wanted):  # distinct architectures (a small space may hold fewer than asked)
+        archs[space.sample(rng)] = None
+        if len(archs) == wanted:
+            break
+    archs = list(archs)
+    logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
+                len(archs), teacher_ms, budget)
+    ms = measure(supernet, archs, runs=runs)
+    predictor, report = fit_predictor(space, archs, ms, seed=seed)
+    save_predictor(ctx.out_dir / "latency.json", predictor, {**report, "teacher_ms": teacher_ms, "budget_ms": budget},
+                   archs, ms, (1, 128), None)
+    ctx.notes.append(f"Latency predictor: {len(archs)} architectures timed here; held-out MAPE {report['mape_mlp']:.1f} % "
+                     f"(FLOP-count baseline {report['mape_flops']:.1f} %). Budget {budget:.2f} ms = teacher {teacher_ms:.2f} ms"
+                     + (f" / {float(opts['speedup']):g}." if opts["budget_ms"] is None else "."))
+    predict = lambda a: float(predictor.predict([a])[0])
+    if opts["arch"] == "conventional":
+        candidates = [conventional(space, predict, budget)]
+    elif opts["arch"] == "fast":
+        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+        fast = fast_candidates(space, predict, budget)
+        if not fast:
+            raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
+        candidates = sorted(fast, key=evaluate, reverse=True)
+    else:
+        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+        result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
+                                     population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
+                                     p_exploration=float(opts["p_exploration"]), seed=seed,
+                                     log_path=ctx.out_dir / "search.json")
+        candidates = [c.arch for c in result.best]
+        write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png")
+        ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "
+                         f"(search.json, search.png).")
+    for arch in candidates:  # what ships must meet the budget as measured, not only as predicted
+        measured = measure(supernet, [arch], runs=runs, progress=False)[0]
+        if measured <= 1.05 * budget:
+            ctx.notes.append(f"Architecture: {arch}; predicted {predict(arch):.2f} ms, measured {measured:.2f} ms "
+                             f"(budget {budget:.2f} ms).")
+            (ctx.out_dir / "architecture.json").write_text(json.dumps(
+                {**arch.as_dict(), "predicted_ms": predict(arch), "measured_ms": measured, "budget_ms": budget,
+                 "teacher_ms": teacher_ms, "choice": opts["arch"] or "search"}, indent=2))
+            return arch
+        logger.info("%s measured %.2f ms, over the budget by more than 5 %%: next candidate.", arch, measured)
+    raise DistilleryError(f"No candidate met the {budget:.2f} ms budget when measured.")
+
+
+def run(ctx: MethodContext) -> PreTrainedModel:
+    from distillery.baseline import distillation_loss
+
+    opts = options(ctx.config)
+    ctx.teacher.eval()
+    supernet, projection = train_supernet_on_task(ctx, opts)
+    arch = choose_architecture(ctx, opts, supernet, projection)
+    student = supernet.extract(arch)
+    kind = ctx.task_data.task.kind
+    train = ctx.task_data.train
+    if kind != "qa":
+        train = ctx.train_with_teacher_logits()
+    alpha, t = float(opts["alpha"]), float(opts["temperature"])
+    ctx.notes.append(f"Further training: (1 − {alpha})·CE + {alpha}·KD(T = {t}) from the extracted sub-network.")
+    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, alpha, t), desc="autotinybert", train_dataset=train)
