@@ -21,6 +21,7 @@ from distillery.bench import benchmark
 from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import get_task, task_for
+from distillery.distill.trainer import prepare_out_dir
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.recipe import METHODS, MethodContext, get_method
@@ -148,11 +149,7 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
     if resume:
         logger.info("Resuming the run in %s with its saved settings.", out)
         return
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise DistilleryError(f"Run folder {out} already exists; pass --overwrite to replace it or --resume to continue it.")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_out_dir(out, overwrite=overwrite)
     config.out = str(out)
     config.save(out / "config.yaml")
 

@@ -109,16 +109,11 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.config import TrainConfig
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
-    from distillery.distill.trainer import Trainer
+    from distillery.distill.trainer import Trainer, prepare_out_dir
     from distillery.errors import DistilleryError
     from distillery.teacher import load_tokenizer, resolve_teacher
 
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
-        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it or --resume to continue.")
-    if overwrite and not resume:
-        shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_out_dir(out, overwrite=overwrite, resume=resume)
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
     started = time.time()
     path = resolve_teacher(teacher)

@@ -101,18 +101,14 @@ def pretrain(
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
-    from distillery.distill.trainer import Trainer
+    from distillery.distill.trainer import Trainer, prepare_out_dir
 
     out = Path(out)
     if not 0.0 <= alpha <= 1.0:
         raise DistilleryError(f"alpha must be between 0 and 1, got {alpha}.")
     if hidden_loss not in HIDDEN_LOSSES:
         raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
-    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
-        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it or --resume to continue.")
-    if overwrite and not resume:
-        shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_out_dir(out, overwrite=overwrite, resume=resume)
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
 
