@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 DATA   ?= ../shared/data
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow bench bench-moebert clean
+.PHONY: install demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,19 @@ test-slow: install
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/foundation.py --data-dir $(DATA)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/moebert.py --data-dir $(DATA)
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cmow.py --data-dir $(DATA)
 
 ## make bench-moebert: MoEBERT only (tasks, importance timing, the paper's ablations, variant speed)
 bench-moebert: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/moebert.py --data-dir $(DATA)
+
+## make bench-cmow: CMOW only (tasks, general distillation on a corpus slice, the paper's ablations)
+bench-cmow: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cmow.py --data-dir $(DATA)
+
+## make bench-autotinybert: the latency predictor; searched vs conventional architectures (hours on 2 cores)
+bench-autotinybert: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/autotinybert.py --data-dir $(DATA)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
