@@ -11,8 +11,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned, so nothing later can pull a CUDA build
 	$(BIN)/pip install -q "torch==2.13.0"
-	# the onnx extra too: the export tests (ONNX parity, int8) are part of the default suite
-	$(BIN)/pip install -q -e ".[dev,onnx]"
+	# the onnx and search extras too: the export tests (ONNX parity, int8) and the Optuna backend are in the default suite
+	$(BIN)/pip install -q -e ".[dev,onnx,search]"
 	touch $@
 
 install: $(VENV)/.installed

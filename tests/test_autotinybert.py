@@ -292,3 +292,17 @@ def test_autotinybert_bad_options_fail_before_training(tiny_bert, tmp_path):
         with pytest.raises(DistilleryError, match=match):
             compress(config)
     assert not (tmp_path / "r").exists()
+
+
+def test_optuna_nsga2_backend_respects_the_budget_and_shares_a_journal(tmp_path):
+    pytest.importorskip("optuna")
+    from distillery.autotinybert.search import optuna_search
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
+    budget = synthetic_latency(space.full()) / 3
+    size = lambda a: a.layers * a.hidden * a.ffn * a.qkv
+    journal = tmp_path / "study.journal"
+    first = optuna_search(space, size, synthetic_latency, budget, trials=12, population=4, seed=1, journal=journal)
+    assert first.best and all(c.latency_ms <= budget for c in first.best)
+    second = optuna_search(space, size, synthetic_latency, budget, trials=6, population=4, seed=2, journal=journal)
+    assert len(second.evaluated) == 18  # a second worker continued the same study

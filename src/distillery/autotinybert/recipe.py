@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "latency_runs": 10,
     "generations": None,  # quick 3, full 4
     "population": None,  # quick 10, full 25
+    "search_backend": "evolution",  # or "optuna" (NSGA-II, constraint on the predicted latency)
     "p_mutation": 0.5,
     "p_exploration": 0.5,
     "proxy_examples": 256,
@@ -62,6 +63,8 @@ def options(config) -> dict[str, Any]:
         raise DistilleryError(f"Unknown autotinybert strategy {opts['strategy']!r}; choose one of {', '.join(STRATEGIES)}.")
     if opts["budget_ms"] is None and float(opts["speedup"]) <= 1.0:
         raise DistilleryError(f"--speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
+    if opts["search_backend"] not in ("evolution", "optuna"):
+        raise DistilleryError(f"search_backend is 'evolution' or 'optuna', got {opts['search_backend']!r}.")
     if opts["latency_archs"] < 8:
         raise DistilleryError("latency_archs must be at least 8 (the predictor needs training and held-out architectures).")
     return opts
@@ -132,10 +135,11 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    candidates = [c for c in candidates if c.score > -1e8]  # Optuna's over-budget trials were not evaluated
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter([c.latency_ms for c in candidates], [c.score for c in candidates], c=[c.generation for c in candidates],
                cmap="viridis", s=18, label="candidates (colour: generation)")
-    best = next(c for c in candidates if c.arch == chosen)
+    best = next(c for c in candidates if c.arch == chosen and c.latency_ms <= budget_ms)
     ax.scatter([best.latency_ms], [best.score], marker="*", s=160, color="red", label=f"chosen: {chosen}")
     ax.axvline(budget_ms, color="gray", linestyle="--", linewidth=0.8, label="budget")
     ax.set_xlabel("predicted latency at 1×128 (ms)")
@@ -187,10 +191,17 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         candidates = sorted(fast, key=evaluate, reverse=True)
     else:
         evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
-        result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
-                                     population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
-                                     p_exploration=float(opts["p_exploration"]), seed=seed,
-                                     log_path=ctx.out_dir / "search.json")
+        if opts["search_backend"] == "optuna":
+            from distillery.autotinybert.search import optuna_search, write_log
+
+            result = optuna_search(space, evaluate, predict, budget, trials=int(opts["generations"]) * int(opts["population"]),
+                                   population=int(opts["population"]), seed=seed, journal=ctx.out_dir / "search.journal")
+            write_log(ctx.out_dir / "search.json", result.evaluated, budget)
+        else:
+            result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
+                                         population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
+                                         p_exploration=float(opts["p_exploration"]), seed=seed,
+                                         log_path=ctx.out_dir / "search.json")
         candidates = [c.arch for c in result.best]
         write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png")
         ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "

@@ -73,7 +73,7 @@ def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], l
             cache[arch] = Candidate(arch, float(evaluate(arch)), float(latency(arch)), generation)
             evaluated.append(cache[arch])
             if log_path is not None:
-                _write_log(log_path, evaluated, budget_ms)
+                write_log(log_path, evaluated, budget_ms)
         return cache[arch]
 
     current = [score(feasible(lambda: space.sample(rng)), 0) for _ in range(population)]
@@ -91,7 +91,7 @@ def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], l
     return SearchResult(best=sorted(current, key=lambda c: c.score, reverse=True), evaluated=evaluated)
 
 
-def _write_log(path: str | Path, evaluated: list[Candidate], budget_ms: float) -> None:
+def write_log(path: str | Path, evaluated: list[Candidate], budget_ms: float) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -141,3 +141,45 @@ def conventional(space: SearchSpace, latency: Callable[[Arch], float], budget_ms
     if best is None:
         raise DistilleryError(f"No conventional architecture is predicted under {budget_ms:.2f} ms.")
     return best[1]
+
+
+def optuna_search(space: SearchSpace, evaluate: Callable[[Arch], float], latency: Callable[[Arch], float],
+                  budget_ms: float, trials: int = 100, population: int = 25, seed: int = 0,
+                  journal: str | Path | None = None, study_name: str = "autotinybert") -> SearchResult:
+    """The alternative backend: Optuna's NSGA-II on (score ↑, predicted latency ↓) with the budget as a
+    constraint. With ``journal`` (a file) the study lives in Optuna's journal storage, so several
+    workers can search the same study in parallel (each calls this with the same journal and name).
+    An architecture over budget is not evaluated (its score is recorded as −1e9) and never returned."""
+    try:
+        import optuna
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+    except ImportError:
+        raise DistilleryError("The Optuna backend needs optuna: pip install 'distillery[search]'.") from None
+
+    c = space.choices()
+    sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed,
+                                            constraints_func=lambda t: [t.user_attrs["latency_ms"] - budget_ms])
+    storage = JournalStorage(JournalFileBackend(str(journal))) if journal is not None else None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler, storage=storage,
+                                study_name=study_name, load_if_exists=journal is not None)
+
+    def objective(trial) -> tuple[float, float]:
+        heads = trial.suggest_categorical("heads", c["heads"])
+        qkv = heads * space.head_size if space.strategy == "heads" else trial.suggest_categorical("qkv", c["qkv"])
+        arch = Arch(trial.suggest_categorical("layers", c["layers"]), trial.suggest_categorical("hidden", c["hidden"]),
+                    trial.suggest_categorical("ffn", c["ffn"]), heads, qkv)
+        ms = float(latency(arch))
+        trial.set_user_attr("latency_ms", ms)
+        trial.set_user_attr("arch", arch.as_dict())
+        return (float(evaluate(arch)) if ms <= budget_ms else -1e9), ms
+
+    study.optimize(objective, n_trials=trials)
+    evaluated = [Candidate(Arch(**t.user_attrs["arch"]), t.values[0], t.user_attrs["latency_ms"], t.number // population)
+                 for t in study.trials if t.values is not None]
+    feasible = {cand.arch: cand for cand in evaluated if cand.latency_ms <= budget_ms}
+    if not feasible:
+        raise DistilleryError(f"Optuna found no architecture under {budget_ms:.2f} ms in {trials} trials.")
+    best = sorted(feasible.values(), key=lambda cand: cand.score, reverse=True)[:population]
+    return SearchResult(best=best, evaluated=evaluated)
