@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned, so nothing later can pull a CUDA build
 	$(BIN)/pip install -q "torch==2.13.0"
