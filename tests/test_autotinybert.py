@@ -306,3 +306,30 @@ def test_optuna_nsga2_backend_respects_the_budget_and_shares_a_journal(tmp_path)
     assert first.best and all(c.latency_ms <= budget for c in first.best)
     second = optuna_search(space, size, synthetic_latency, budget, trials=6, population=4, seed=2, journal=journal)
     assert len(second.evaluated) == 18  # a second worker continued the same study
+
+
+def test_cli_steps_supernet_latency_extract(tiny_bert, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.test_cmow import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=40)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "distillery.cli", *a], capture_output=True, text=True)
+    r = run("autotinybert", "supernet", "--out", str(tmp_path / "sn"), "--corpus", str(corpus), "--teacher", str(tiny_bert),
+            "--max-steps", "2", "--batch-size", "4", "--max-length", "16", "--strategy", "heads")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run("autotinybert", "latency", "--supernet", str(tmp_path / "sn" / "supernet"), "--out", str(tmp_path / "lat.json"),
+            "--archs", "10", "--runs", "2", "--seq", "16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "lat.json").read_text())["report"]["measured"] == 10
+    r = run("autotinybert", "extract", "--supernet", str(tmp_path / "sn" / "supernet"), "--arch", "2,32,37,2,16",
+            "--out", str(tmp_path / "small"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import distillery
+
+    assert distillery.load_student(tmp_path / "small").config.qkv_size == 16
+    r = run("autotinybert", "extract", "--supernet", str(tmp_path / "sn" / "supernet"), "--arch", "9,32,37,2,16",
+            "--out", str(tmp_path / "bad"))
+    assert r.returncode != 0 and "not in the super-net's search space" in r.stderr and "Traceback" not in r.stderr

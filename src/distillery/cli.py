@@ -400,6 +400,93 @@ def cmow_pretrain(
     typer.echo(f"General-distilled CMOW encoder: {folder}\nUse it: distillery compress --method cmow --option init={folder}")
 
 
+atb_app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: supernet, latency, extract (search and train: compress --method autotinybert).")
+app.add_typer(atb_app, name="autotinybert")
+
+
+@atb_app.command("supernet")
+def atb_supernet(
+    out: str = typer.Option(..., help="Run folder; the super-net is saved to <out>/supernet."),
+    corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
+    teacher: str = typer.Option("minilm", help="The BERT the super-net is cut from and distilled from."),
+    strategy: str = typer.Option("head-dims", help="Attention sub-matrices: heads or head-dims."),
+    samples: int = typer.Option(3, help="Sub-networks per batch (Algorithm 1's M)."),
+    max_lines: Optional[int] = typer.Option(None),
+    max_length: int = typer.Option(128),
+    max_steps: Optional[int] = typer.Option(None),
+    epochs: float = typer.Option(1.0),
+    batch_size: int = typer.Option(32),
+    lr: float = typer.Option(1e-5),
+    seed: int = typer.Option(42),
+    overwrite: bool = typer.Option(False),
+    resume: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """One-shot training of a super-net by distillation on a corpus (Algorithm 1, KD setting)."""
+    setup_logging(verbose)
+    from distillery.autotinybert.oneshot import train_supernet
+    from distillery.config import TrainConfig
+
+    train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
+                        select_best=False, seed=seed)
+    folder = train_supernet(corpus, out, teacher=teacher, strategy=strategy, train=train, samples=samples,
+                            max_lines=max_lines, max_length=max_length, overwrite=overwrite, resume=resume)
+    typer.echo(f"Super-net: {folder}")
+
+
+@atb_app.command("latency")
+def atb_latency(
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    out: str = typer.Option("latency.json", help="Where to write the measurements and the predictor."),
+    archs: int = typer.Option(150, help="Architectures to sample and time."),
+    runs: int = typer.Option(15, help="Timed runs per architecture."),
+    batch: int = typer.Option(1),
+    seq: int = typer.Option(128),
+    threads: Optional[int] = typer.Option(None, help="torch threads while timing (default: as set)."),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Time sampled architectures as standalone models on this machine; fit and save the predictor."""
+    setup_logging(verbose)
+    import random
+
+    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
+    from distillery.autotinybert.oneshot import load_supernet
+
+    net = load_supernet(supernet)
+    rng, chosen = random.Random(seed), {}
+    for _ in range(100 * archs):
+        chosen[net.space.sample(rng)] = None
+        if len(chosen) == archs:
+            break
+    sampled = list(chosen)
+    ms = measure(net, sampled, shape=(batch, seq), runs=runs, threads=threads)
+    predictor, report = fit_predictor(net.space, sampled, ms, seed=seed)
+    path = save_predictor(out, predictor, report, sampled, ms, (batch, seq), threads)
+    typer.echo(f"Held-out MAPE {report['mape_mlp']:.1f} % (FLOP baseline {report['mape_flops']:.1f} %) on "
+               f"{report['test']} architectures; saved {path}")
+
+
+@atb_app.command("extract")
+def atb_extract(
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv"),
+    out: str = typer.Option(..., help="Folder for the standalone model (safetensors + tokenizer)."),
+):
+    """Cut one architecture out of a super-net as a standalone AutoTinyBERT model."""
+    setup_logging(False)
+    from transformers import AutoTokenizer
+
+    from distillery.autotinybert.oneshot import load_supernet
+    from distillery.autotinybert.recipe import parse_arch
+
+    net = load_supernet(supernet)
+    model = net.extract(parse_arch(arch))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(supernet).save_pretrained(out)
+    typer.echo(f"{parse_arch(arch)} → {out}")
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)
