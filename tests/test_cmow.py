@@ -27,7 +27,7 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 
 
 def tiny(**kw) -> CMOWConfig:
-    base = dict(vocab_size=VOCAB, matrix_dim=4, vector_dim=16, head_hidden=8, sep_token_id=SEP, init_std=0.1)
+    base = dict(vocab_size=VOCAB, matrix_dim=4, vector_dim=16, head_hidden=8, lstm_hidden=6, sep_token_id=SEP, init_std=0.1)
     base.update(kw)
     return CMOWConfig(**base)
 

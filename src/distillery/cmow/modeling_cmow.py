@@ -70,6 +70,7 @@ class CMOWConfig(PreTrainedConfig):
     pair_mode: str = "joint"
     head: str = "mlp"
     head_hidden: int = 1000
+    lstm_hidden: int = 256  # per direction; the paper's (3 × the embedding size) is hours per epoch on a CPU
     head_dropout: float = 0.2
     score_bins: list[float] | None = None
     pad_token_id: int | None = 0
@@ -292,9 +293,10 @@ class BiLSTMHead(nn.Module):
 
     def __init__(self, config: CMOWConfig, num_outputs: int, pieces: int):
         super().__init__()
-        hidden = config.head_hidden
+        hidden = config.lstm_hidden
         self.lstm = nn.LSTM(config.embedding_size, hidden, batch_first=True, bidirectional=True)
-        self.mlp = nn.Sequential(nn.Linear(2 * hidden * pieces, hidden), nn.ReLU(), nn.Dropout(0.5), nn.Linear(hidden, num_outputs))
+        self.mlp = nn.Sequential(nn.Linear(2 * hidden * pieces, config.head_hidden), nn.ReLU(), nn.Dropout(0.5),
+                                 nn.Linear(config.head_hidden, num_outputs))
 
     def sentence(self, tok: dict[str, Tensor], keep: Tensor) -> Tensor:
         x = torch.cat([v.flatten(2) for v in tok.values()], dim=-1)  # (B, T, embedding_size)
