@@ -32,11 +32,7 @@ def run_predictor(args) -> None:
 
     teacher = AutoModel.from_pretrained(resolve_teacher("minilm")).eval()
     supernet = SuperNet.from_teacher(teacher, "head-dims")
-    rng = random.Random(args.seed)
-    archs: dict = {}
-    while len(archs) < args.archs:
-        archs[supernet.space.sample(rng)] = None
-    archs = list(archs)
+    archs = supernet.space.sample_distinct(args.archs, random.Random(args.seed))
     started = time.time()
     teacher_ms = latency_ms({"teacher": teacher}, runs=args.runs)["teacher"]
     ms = measure(supernet, archs, runs=args.runs)

@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from common import RESULTS, load_all_results, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
+from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging

@@ -19,6 +19,7 @@ one such measurement.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -289,20 +290,26 @@ def _interleaved_times(
     return times
 
 
+@contextlib.contextmanager
+def _torch_threads(threads: int | None):
+    """torch's intra-op thread count set to ``threads`` (None: left as it is) for the block, then restored."""
+    previous = torch.get_num_threads()
+    try:
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128), runs: int = 20, warmup: int = 3,
                threads: int | None = None, seed: int = 0) -> dict[str, float]:
     """Median milliseconds per forward pass of each model at ``shape`` (batch, seq), the models taking
     turns in one process (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
     batch, seq = _check_shape("shape", shape)
-    previous = torch.get_num_threads()
-    try:
-        if threads is not None:
-            torch.set_num_threads(int(threads))
-        with torch.inference_mode():
-            inputs = {n: make_inputs(m, batch, seq, seed) for n, m in models.items()}
-            times = _interleaved_times({n: m.eval() for n, m in models.items()}, inputs, int(runs), int(warmup))
-    finally:
-        torch.set_num_threads(previous)
+    with _torch_threads(threads), torch.inference_mode():
+        inputs = {n: make_inputs(m, batch, seq, seed) for n, m in models.items()}
+        times = _interleaved_times({n: m.eval() for n, m in models.items()}, inputs, int(runs), int(warmup))
     return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
 
 
@@ -348,43 +355,40 @@ def benchmark(
         _check_positions(name, model, max(lat_seq, tp_seq))
         loaded[str(name)] = model
 
-    previous_threads = torch.get_num_threads()
     modes = {name: m.training for name, m in loaded.items()}
     try:
-        if threads is not None:
-            torch.set_num_threads(int(threads))
-        for m in loaded.values():
-            m.eval()
-        devices = {_model_device(m) for m in loaded.values()}
-        hardware = hardware_fingerprint(next(iter(devices)) if len(devices) == 1 else None)
+        with _torch_threads(threads):
+            for m in loaded.values():
+                m.eval()
+            devices = {_model_device(m) for m in loaded.values()}
+            hardware = hardware_fingerprint(next(iter(devices)) if len(devices) == 1 else None)
 
-        records: dict[str, dict[str, Any]] = {}
-        for name, m in loaded.items():
-            # An exported model (ONNX graph, packed int8 weights) has no parameters to count or torch
-            # ops to trace; it reports its fp32 architecture's figures and its backend itself.
-            own = getattr(m, "bench_counts", None)
-            if callable(own):
-                records[name] = dict(own(lat_seq))
-                records[name]["flops_per_token_throughput"] = own(tp_seq).get("flops_per_token")
-                continue
-            params, effective = count_parameters(m)
-            records[name] = {
-                "params": params,
-                "effective_params": effective,
-                "flops_per_token": float(flops_per_token(m, seq=lat_seq)),
-                # attention grows with the sequence: the throughput shape has its own count
-                "flops_per_token_throughput": float(flops_per_token(m, seq=tp_seq)),
-            }
+            records: dict[str, dict[str, Any]] = {}
+            for name, m in loaded.items():
+                # An exported model (ONNX graph, packed int8 weights) has no parameters to count or torch
+                # ops to trace; it reports its fp32 architecture's figures and its backend itself.
+                own = getattr(m, "bench_counts", None)
+                if callable(own):
+                    records[name] = dict(own(lat_seq))
+                    records[name]["flops_per_token_throughput"] = own(tp_seq).get("flops_per_token")
+                    continue
+                params, effective = count_parameters(m)
+                records[name] = {
+                    "params": params,
+                    "effective_params": effective,
+                    "flops_per_token": float(flops_per_token(m, seq=lat_seq)),
+                    # attention grows with the sequence: the throughput shape has its own count
+                    "flops_per_token_throughput": float(flops_per_token(m, seq=tp_seq)),
+                }
 
-        with torch.inference_mode():
-            lat_inputs = {n: make_inputs(m, lat_batch, lat_seq, seed) for n, m in loaded.items()}
-            lat = _interleaved_times(loaded, lat_inputs, int(latency_runs), int(warmup))
-            del lat_inputs
-            tp_inputs = {n: make_inputs(m, tp_batch, tp_seq, seed) for n, m in loaded.items()}
-            tp = _interleaved_times(loaded, tp_inputs, int(throughput_runs), 1)
-            del tp_inputs
+            with torch.inference_mode():
+                lat_inputs = {n: make_inputs(m, lat_batch, lat_seq, seed) for n, m in loaded.items()}
+                lat = _interleaved_times(loaded, lat_inputs, int(latency_runs), int(warmup))
+                del lat_inputs
+                tp_inputs = {n: make_inputs(m, tp_batch, tp_seq, seed) for n, m in loaded.items()}
+                tp = _interleaved_times(loaded, tp_inputs, int(throughput_runs), 1)
+                del tp_inputs
     finally:
-        torch.set_num_threads(previous_threads)
         for name, m in loaded.items():
             m.train(modes[name])
 

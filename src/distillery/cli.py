@@ -454,12 +454,7 @@ def atb_latency(
     from distillery.autotinybert.oneshot import load_supernet
 
     net = load_supernet(supernet)
-    rng, chosen = random.Random(seed), {}
-    for _ in range(100 * archs):
-        chosen[net.space.sample(rng)] = None
-        if len(chosen) == archs:
-            break
-    sampled = list(chosen)
+    sampled = net.space.sample_distinct(archs, random.Random(seed))
     ms = measure(net, sampled, shape=(batch, seq), runs=runs, threads=threads)
     predictor, report = fit_predictor(net.space, sampled, ms, seed=seed)
     path = save_predictor(out, predictor, report, sampled, ms, (batch, seq), threads)

@@ -70,7 +70,6 @@ class MethodContext:
         self.teacher.to(trainer.device)
         return trainer.train().model
 
-
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
         score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a

@@ -322,7 +322,6 @@ def _ratio_words(teacher: float, student: float, what: str) -> str:
     return f"{student / teacher:.1f}× more {what}"
 
 
-
 def _config_lines(
     config: Mapping[str, Any], train: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
 ) -> list[str]:

@@ -51,13 +51,18 @@ class AutoTinyBertConfig(BertConfig):
             raise ValueError(f"qkv_size {self.qkv_size} does not split into {self.num_attention_heads} heads of equal size.")
 
 
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, d_qkv) -> (B, h, T, d_qkv / h)."""
+    bsz, seq, width = x.shape
+    return x.view(bsz, seq, heads, width // heads).transpose(1, 2)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None, dropout: float) -> Tensor:
     """(B, T, d_qkv) each -> (B, T, d_qkv): scaled dot-product attention over ``heads`` heads.
     ``mask``: additive (B, 1, 1, T) or None."""
-    bsz, seq, width = q.shape
-    split = lambda x: x.view(bsz, seq, heads, width // heads).transpose(1, 2)  # (B, h, T, d_head)
-    out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask, dropout_p=dropout)
-    return out.transpose(1, 2).reshape(bsz, seq, width)
+    out = F.scaled_dot_product_attention(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
+                                         attn_mask=mask, dropout_p=dropout)
+    return out.transpose(1, 2).reshape(q.shape)
 
 
 def additive_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:

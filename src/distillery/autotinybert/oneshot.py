@@ -102,7 +102,6 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     import json
     import shutil
     import time
-    from pathlib import Path
 
     from transformers import AutoModel
 
@@ -110,7 +109,6 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
     from distillery.distill.trainer import Trainer, prepare_out_dir
-    from distillery.errors import DistilleryError
     from distillery.teacher import load_tokenizer, resolve_teacher
 
     out = prepare_out_dir(out, overwrite=overwrite, resume=resume)

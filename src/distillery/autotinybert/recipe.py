@@ -116,7 +116,8 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     n = len(task_data.train)
     idx = random.Random(seed).sample(range(n), min(examples, n))
     loader = DataLoader(task_data.train.select(idx), batch_size=64, collate_fn=task_data.collate)
-    batches = [(b, teacher_targets(teacher.cpu(), b["input_ids"], b["attention_mask"], b.get("token_type_ids"))) for b in loader]
+    teacher = teacher.cpu()
+    batches = [(b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b.get("token_type_ids"))) for b in loader]
 
     @torch.no_grad()
     def evaluate(arch: Arch) -> float:
@@ -164,13 +165,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         supernet.check(arch)
         ctx.notes.append(f"Architecture given: {arch}.")
         return arch
-    rng = random.Random(seed)
-    wanted, archs = int(opts["latency_archs"]), {}
-    for _ in range(100 * wanted):  # distinct architectures (a small space may hold fewer than asked)
-        archs[space.sample(rng)] = None
-        if len(archs) == wanted:
-            break
-    archs = list(archs)
+    archs = space.sample_distinct(int(opts["latency_archs"]), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
                 len(archs), teacher_ms, budget)
     ms = measure(supernet, archs, runs=runs)

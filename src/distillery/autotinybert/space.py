@@ -108,6 +108,15 @@ class SearchSpace:
         qkv = heads * self.head_size if self.strategy == "heads" else rng.choice(c["qkv"])
         return Arch(rng.choice(c["layers"]), rng.choice(c["hidden"]), rng.choice(c["ffn"]), heads, qkv)
 
+    def sample_distinct(self, k: int, rng: random.Random) -> list[Arch]:
+        """Up to ``k`` different architectures, in draw order (a small space may hold fewer)."""
+        archs: dict[Arch, None] = {}
+        for _ in range(100 * k):
+            archs[self.sample(rng)] = None
+            if len(archs) == k:
+                break
+        return list(archs)
+
     def mutate(self, arch: Arch, p: float, rng: random.Random) -> Arch:
         """Each dimension re-drawn with probability ``p`` (Algorithm 2's mutation)."""
         c = self.choices()

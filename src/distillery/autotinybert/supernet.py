@@ -25,6 +25,7 @@ from distillery.autotinybert.modeling_autotinybert import (
     AutoTinyBertModel,
     additive_mask,
     attention,
+    split_heads,
 )
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
@@ -32,9 +33,7 @@ from distillery.errors import DistilleryError
 
 def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
     """Pre-softmax scores q·kᵀ/√d_head per head: (B, T, d_qkv) × 2 -> (B, h, T, T)."""
-    bsz, seq, width = q.shape
-    split = lambda x: x.view(bsz, seq, heads, width // heads).transpose(1, 2)
-    return split(q) @ split(k).transpose(-1, -2) / math.sqrt(width // heads)
+    return split_heads(q, heads) @ split_heads(k, heads).transpose(-1, -2) / math.sqrt(q.shape[-1] // heads)
 
 
 def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str) -> Tensor:

@@ -192,6 +192,11 @@ def segment_masks(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Ten
     return real & ~second, real & second
 
 
+def kept_tokens(input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """(B, T) bool: the real tokens (all of them without an attention mask)."""
+    return attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+
+
 class CMOWEncoder(nn.Module):
     """Three embedding tables (forward Δ, backward Δ, CBOW vectors), each with a padding row of zeros.
 
@@ -216,9 +221,15 @@ class CMOWEncoder(nn.Module):
         x.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return x
 
+    def masked_ids(self, input_ids: Tensor, keep: Tensor) -> Tensor:
+        """The ids with every position not kept mapped to the padding row (identity, zero vector)."""
+        return input_ids.masked_fill(~keep, self.config.pad_token_id)
+
     def tokens(self, input_ids: Tensor, keep: Tensor, vectors: bool = True) -> dict[str, Tensor]:
         """Each token's own matrices and (with ``vectors``) vector, masked positions mapped to the padding row."""
-        ids = input_ids.masked_fill(~keep, self.config.pad_token_id)
+        return self._lookup(self.masked_ids(input_ids, keep), vectors)
+
+    def _lookup(self, ids: Tensor, vectors: bool) -> dict[str, Tensor]:
         out = {}
         if self.fw is not None:
             out["fw"] = self._matrices(self.fw, ids)
@@ -233,14 +244,14 @@ class CMOWEncoder(nn.Module):
         with ``need_tokens``; the CBOW vectors are otherwise summed without being gathered)."""
         # Without dropout the CBOW sum is an embedding bag: no (B, T, d_vec) tensor written and read back.
         bag = self.vec is not None and not need_tokens and not (self.training and self.dropout.p > 0)
-        tok = self.tokens(input_ids, keep, vectors=not bag)
+        ids = self.masked_ids(input_ids, keep)
+        tok = self._lookup(ids, vectors=not bag)
         parts = []
         if "fw" in tok:
             parts.append(tree_product(tok["fw"]).flatten(1))  # X_1 ⋯ X_n
         if "bw" in tok:
             parts.append(tree_product(tok["bw"], reverse=True).flatten(1))  # X_n ⋯ X_1 (padding at the end is I)
         if bag:
-            ids = input_ids.masked_fill(~keep, self.config.pad_token_id)
             parts.append(F.embedding_bag(ids, self.vec.weight, mode="sum").float())
         elif "vec" in tok:
             parts.append(tok["vec"].sum(1))
@@ -387,7 +398,7 @@ class CMOWModel(CMOWPreTrainedModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 output_hidden_states: bool | None = None, **kwargs) -> CMOWModelOutput:
-        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        mask = kept_tokens(input_ids, attention_mask)
         h, _ = self.encoder.sentence(input_ids, mask)
         per_token = self.encoder.per_token(input_ids, mask) if output_hidden_states else None
         return CMOWModelOutput(pooler_output=h, last_hidden_state=per_token)
@@ -406,7 +417,7 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
 
     def sentence_features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
         """The head's input: h, or h_A ‖ |h_A − h_B| ‖ h_B for DiffCat (both from one joint encoding)."""
-        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        mask = kept_tokens(input_ids, attention_mask)
         bilstm = isinstance(self.head, BiLSTMHead)
         if self.config.pair_mode == "joint":
             h, tok = self.encoder.sentence(input_ids, mask, need_tokens=bilstm)
@@ -449,7 +460,7 @@ class CMOWForMaskedLM(CMOWPreTrainedModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 **kwargs) -> CMOWMaskedLMOutput:
-        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        mask = kept_tokens(input_ids, attention_mask)
         hidden = self.encoder.per_token(input_ids, mask)  # (B, T, token_size)
         logits = self.mlm_head(self.head_dropout(hidden))
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100) if labels is not None else None

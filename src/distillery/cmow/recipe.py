@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
 from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, soft_cross_entropy_to, two_hot
 from distillery.data.encode import TARGETS
-from distillery.distill.losses import soft_cross_entropy
+from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext
 
@@ -143,12 +142,10 @@ def distillation_loss(alpha: float, temperature: float):
             bins = model.bin_values
             ce = soft_cross_entropy_to(out.bin_logits, two_hot(batch["labels"].float(), bins))
             kd = soft_cross_entropy_to(out.bin_logits, two_hot(teacher.squeeze(-1), bins))
-        elif out.logits.shape[-1] == 1:
-            ce = torch.nn.functional.mse_loss(out.logits.squeeze(-1), batch["labels"].float())
-            kd = torch.nn.functional.mse_loss(out.logits.squeeze(-1), teacher.squeeze(-1))
         else:
-            ce = torch.nn.functional.cross_entropy(out.logits.float(), batch["labels"])
-            kd = soft_cross_entropy(out.logits, teacher, temperature=temperature)
+            kind = "regression" if out.logits.shape[-1] == 1 else "classification"
+            ce = task_loss(kind, out, batch)
+            kd = prediction_distillation(kind, out, teacher, temperature=temperature)
         return alpha * ce + (1 - alpha) * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
 
     return loss_fn
