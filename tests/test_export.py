@@ -329,3 +329,90 @@ def test_without_onnx_the_rest_still_works(bert_cls, tmp_path, monkeypatch):
         ex.export_model(bert_cls, "onnx-int8", tmp_path / "x")
     out = ex.export_model(bert_cls, "torch-int8", tmp_path / "q")
     assert distillery.load_student(out)(**_inputs(bert_cls)).logits.shape == (3, 2)
+
+
+# ------------------------------------------------------------------------------ CMOW and AutoTinyBERT
+
+
+def _cmow_folder(tiny_bert, folder, **kw):
+    from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    torch.manual_seed(0)
+    config = CMOWConfig(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id, sep_token_id=tok.sep_token_id,
+                        num_labels=2, matrix_dim=4, vector_dim=16, init_std=0.3, **kw)  # σ 0.3: orders matter
+    CMOWForSequenceClassification(config).eval().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _lengths_inputs(folder, pairs: bool):
+    """Batches of 1 and 3 at lengths around and over the CMOW graph's 16-token blocks."""
+    tok = AutoTokenizer.from_pretrained(folder)
+    words = "the plot was boring and the actors were not very good but the city looked great".split()
+    texts = [" ".join(words[:n]) for n in (3, 12, 40)]
+    if pairs:
+        return [dict(tok(texts[:1], texts[1:2], return_tensors="pt")),
+                dict(tok(texts, texts[::-1], padding=True, return_tensors="pt"))]
+    return [dict(tok(texts[:1], return_tensors="pt")), dict(tok(texts, padding=True, return_tensors="pt"))]
+
+
+@pytest.mark.parametrize("pair_mode,head", [("joint", "mlp"), ("diffcat", "mlp"), ("diffcat", "cnn")])
+def test_onnx_cmow_parity_at_any_length(pair_mode, head, tiny_bert, tmp_path):
+    """The exported CMOW graph multiplies in 16-token blocks with a fixed number of steps; the
+    wrapper pads to a block multiple. Outputs equal torch's at lengths off the block size."""
+    folder = _cmow_folder(tiny_bert, tmp_path / "cmow", pair_mode=pair_mode, head=head)
+    out = ex.export_model(folder, "onnx", tmp_path / "onnx")
+    manifest = json.loads((out / EXPORT_MANIFEST).read_text())
+    assert manifest["parity"]["fp32"]["passed"] and manifest["seq_multiple"] == 16
+    onnx_model, torch_model = distillery.load_student(out), distillery.load_student(folder)
+    for inputs in _lengths_inputs(folder, pairs=pair_mode == "diffcat"):
+        assert inputs["input_ids"].shape[1] % 16  # the wrapper has something to pad
+        with torch.no_grad():
+            torch.testing.assert_close(onnx_model(**inputs).logits, torch_model(**inputs).logits,
+                                       atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)
+    too_long = torch.ones(1, manifest["max_length"] + 1, dtype=torch.long)
+    with pytest.raises(DistilleryError, match="at most"):
+        onnx_model(input_ids=too_long)
+    int8 = distillery.load_student(ex.export_model(folder, "onnx-int8", tmp_path / "int8"))
+    assert int8(**_lengths_inputs(folder, pair_mode == "diffcat")[1]).logits.shape == (3, 2)
+
+
+def test_cmow_fixed_depth_product_equals_the_loop():
+    from distillery.cmow.modeling_cmow import EXPORT_CHUNK, _tree_product_fixed_depth, sequential_product, tree_product
+
+    torch.manual_seed(0)
+    for length in (EXPORT_CHUNK, 3 * EXPORT_CHUNK, 256):
+        x = torch.eye(5) + 0.2 * torch.randn(2, length, 5, 5)
+        torch.testing.assert_close(_tree_product_fixed_depth(x, False), tree_product(x), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(_tree_product_fixed_depth(x, True), sequential_product(x.flip(1)), atol=1e-5, rtol=1e-4)
+
+
+def test_cmow_bilstm_head_refuses_onnx_with_a_sentence(tiny_bert, tmp_path):
+    folder = _cmow_folder(tiny_bert, tmp_path / "cmow", head="bilstm", lstm_hidden=8)
+    with pytest.raises(DistilleryError, match="BiLSTM head does not export"):
+        ex.export_model(folder, "onnx", tmp_path / "onnx")
+    assert not (tmp_path / "onnx").exists()
+    assert distillery.load_student(ex.export_model(folder, "torch-int8", tmp_path / "int8"))(
+        **_lengths_inputs(folder, False)[1]).logits.shape == (3, 2)
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_onnx_autotinybert_parity(strategy, tiny_bert, tmp_path):
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    torch.manual_seed(0)
+    teacher = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).eval()
+    supernet = SuperNet.from_teacher(teacher, strategy)
+    arch = Arch(layers=1, hidden=24, ffn=20, heads=2 if strategy == "heads" else 4, qkv=16)
+    folder = tmp_path / "atb"
+    supernet.extract(arch).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(folder)
+    out = ex.export_model(folder, "onnx", tmp_path / "onnx")
+    assert json.loads((out / EXPORT_MANIFEST).read_text())["parity"]["fp32"]["passed"]
+    onnx_model, torch_model = distillery.load_student(out), distillery.load_student(folder)
+    for inputs in _lengths_inputs(folder, pairs=False):  # batch 1 without padding, batch 3 with
+        with torch.no_grad():
+            torch.testing.assert_close(onnx_model(**inputs).logits, torch_model(**inputs).logits,
+                                       atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)

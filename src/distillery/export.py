@@ -48,7 +48,7 @@ teacher's logits as targets, through the one Trainer and the losses of ``distill
 Adding a student type: its Linear layers quantize as they are; for ONNX, a model type whose inputs
 or outputs are not the usual ones registers them once::
 
-    register_onnx_export("cmow", inputs=("input_ids", "attention_mask", "input_ids_b", "attention_mask_b"))
+    register_onnx_export("cmow", seq_multiple=16, max_length=4096)
 """
 
 from __future__ import annotations
@@ -121,12 +121,18 @@ class OnnxSpec:
     ``inputs``: graph inputs, in order (None: the tokenizer's among input_ids, attention_mask,
     token_type_ids that the model's forward names). ``outputs``: output fields (None: the head's).
     ``dynamo``: the dynamo exporter (True) or the TorchScript one, for a model torch.export cannot
-    trace.
+    trace. ``seq_multiple``: the graph takes sequence lengths that are a multiple of this (a model
+    whose shape-dependent loop is exported as fixed steps over blocks); :class:`OnnxModel` pads
+    with padding tokens (attention mask 0) and cuts per-position outputs back, so a model listing it
+    must ignore masked positions exactly. ``max_length``: the longest sequence the graph computes
+    right; longer inputs are refused with a sentence.
     """
 
     inputs: tuple[str, ...] | None = None
     outputs: tuple[str, ...] | None = None
     dynamo: bool = True
+    seq_multiple: int = 1
+    max_length: int | None = None
 
 
 ONNX_SPECS: dict[str, OnnxSpec] = {}  # model_type -> spec; bert, roberta, ... use the default
@@ -265,7 +271,18 @@ class OnnxModel(nn.Module):
             raise DistilleryError(
                 f"This exported model takes {', '.join(self.input_names)}; it has no input {name!r}."
             )
+        length = input_ids.shape[1]
+        limit = self.manifest.get("max_length")
+        if limit and length > limit:
+            raise DistilleryError(f"This exported model takes sequences of at most {limit} tokens; got {length}.")
+        multiple = int(self.manifest.get("seq_multiple") or 1)
+        if length % multiple:
+            fill = {"input_ids": getattr(self.config, "pad_token_id", None) or 0}  # masks and token types: 0
+            extra = multiple - length % multiple
+            feeds = {n: np.pad(v, ((0, 0), (0, extra)), constant_values=fill.get(n, 0)) for n, v in feeds.items()}
         outputs = self._get_session().run(list(self.output_names), feeds)
+        if length % multiple:  # per-position outputs (start/end logits, hidden states) back to the input's length
+            outputs = [o[:, :length] if o.ndim >= 2 and o.shape[1] == length + extra else o for o in outputs]
         return _output_class(self.head)(**{n: torch.from_numpy(o) for n, o in zip(self.output_names, outputs)})
 
     def extra_repr(self) -> str:
@@ -488,14 +505,14 @@ class _Positional(nn.Module):
         return tuple(out[n] for n in self.outputs)
 
 
-def _example_inputs(model: nn.Module, inputs: Sequence[str]) -> tuple[torch.Tensor, ...]:
-    """Batch 2 x 16 of ordinary ids with some padding: a size-1 axis or a mask without padding
+def _example_inputs(model: nn.Module, inputs: Sequence[str], seq: int = 16) -> tuple[torch.Tensor, ...]:
+    """Batch 2 x ``seq`` of ordinary ids with some padding: a size-1 axis or a mask without padding
     could let the tracer specialise on them."""
     vocab = int(model.config.vocab_size)
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(min(1000, vocab // 2), vocab, (2, 16), generator=generator)
+    ids = torch.randint(min(1000, vocab // 2), vocab, (2, seq), generator=generator)
     values = {"attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
-    values["attention_mask"][1, 12:] = 0
+    values["attention_mask"][1, seq - 4:] = 0
     return tuple(ids if n.startswith("input_ids") else values.get(n, torch.ones_like(ids)) for n in inputs)
 
 
@@ -504,12 +521,16 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, inputs: Sequence[str]
     _require_onnx()
     spec = ONNX_SPECS.get(getattr(model.config, "model_type", ""), OnnxSpec())
     wrapper = _Positional(model, inputs, outputs).eval()
-    args = _example_inputs(model, inputs)
+    multiple = spec.seq_multiple
+    args = _example_inputs(model, inputs, seq=16 if multiple == 1 else 2 * multiple)  # two blocks: not one
     axes = {0: "batch", 1: "seq"}
     try:
         with _quiet(), torch.no_grad():
             if spec.dynamo:
                 batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+                if multiple > 1:
+                    blocks = torch.export.Dim("seq_blocks", max=(spec.max_length or 2 ** 16) // multiple)
+                    seq = multiple * blocks
                 torch.onnx.export(wrapper, args, str(path), input_names=list(inputs), output_names=list(outputs),
                                   dynamic_shapes=(tuple({0: batch, 1: seq} for _ in inputs),), dynamo=True,
                                   opset_version=OPSET, external_data=False, verbose=False)
@@ -519,10 +540,20 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, inputs: Sequence[str]
     except DistilleryError:
         raise
     except Exception as e:  # the exporters raise many types; the first line says what failed
+        cause = e
+        while cause is not None and not isinstance(cause, DistilleryError):  # a model's own sentence, wrapped
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DistilleryError(f"torch.onnx.export could not export {type(model).__name__}: {first}") from None
     exporter = "torch.onnx.export(dynamo=True)" if spec.dynamo else "torch.onnx.export(dynamo=False, TorchScript)"
-    return {"name": exporter, "opset": OPSET, "dynamic_axes": {n: axes for n in inputs}}
+    out = {"name": exporter, "opset": OPSET, "dynamic_axes": {n: axes for n in inputs}}
+    if multiple > 1:
+        out["seq_multiple"] = multiple
+    if spec.max_length:
+        out["max_length"] = spec.max_length
+    return out
 
 
 def quantize_onnx(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) -> dict[str, Any]:
@@ -657,6 +688,7 @@ def export(
         else:
             fp32_path = tmp / ONNX_FILE if fmt == "onnx" else tmp / "model.fp32.onnx"
             manifest["exporter"] = export_onnx(model, fp32_path, inputs, outputs)
+            manifest.update({k: manifest["exporter"][k] for k in ("seq_multiple", "max_length") if k in manifest["exporter"]})
             fp32 = OnnxModel(fp32_path.read_bytes(), model.config, {**manifest, "format": "onnx"})
             manifest["parity"] = {"fp32": _check_fp32_parity(compare_outputs(model, fp32, batches, outputs), "ONNX")}
             import onnxruntime

@@ -67,8 +67,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None, 
 
 def additive_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """(B, T) 1/0 -> (B, 1, 1, T) additive mask (0 or the dtype's minimum); None when all tokens are real."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
+    if attention_mask is None or (not torch.compiler.is_exporting() and bool(attention_mask.all())):
+        return None  # (an exported graph cannot branch on the data: it always applies the mask)
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 

@@ -42,6 +42,8 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
 
+from distillery.errors import DistilleryError
+
 COMPONENTS = ("hybrid", "cmow", "cbow")
 PAIR_MODES = ("joint", "diffcat")
 HEADS = ("linear", "mlp", "cnn", "bilstm")
@@ -139,12 +141,40 @@ def tree_product(x: Tensor, reverse: bool = False) -> Tensor:
 
     ``x_1 ⋯ x_T``, or with ``reverse`` ``x_T ⋯ x_1`` (each pair multiplied the other way round, so the
     backward direction needs no flipped copy of the sequence)."""
+    if torch.compiler.is_exporting():
+        return _tree_product_fixed_depth(x, reverse)
     while x.shape[-3] > 1:
         if x.shape[-3] % 2:  # an odd count: the last matrix waits a level (times the identity)
             x = torch.cat([x, identity_like(x[..., :1, :, :])], dim=-3)
         first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
         x = second @ first if reverse else first @ second
     return x[..., 0, :, :]
+
+
+# An exported (ONNX) graph has a dynamic sequence axis, and the loop above runs ⌈log2 T⌉ times, which
+# a tracer would freeze at the example's T. The exported graph instead takes T as a multiple of
+# EXPORT_CHUNK (the ONNX wrapper pads with identities, which change nothing): a static tree inside
+# each chunk, then a fixed number of doubling steps over the chunk products (steps past ⌈log2 n⌉
+# multiply by identities).
+EXPORT_CHUNK = 16
+EXPORT_MAX_LENGTH = 2 ** 12
+
+
+def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
+    """:func:`tree_product` of (B, T, d, d) with T a multiple of EXPORT_CHUNK, T ≤ EXPORT_MAX_LENGTH,
+    in shape-independent steps."""
+    batch, length, d, _ = x.shape
+    x = x.reshape(batch, length // EXPORT_CHUNK, EXPORT_CHUNK, d, d)
+    while x.shape[-3] > 1:  # static: EXPORT_CHUNK halves down to 1
+        first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
+        x = second @ first if reverse else first @ second
+    x = x[..., 0, :, :]  # (B, n, d, d) chunk products
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    for step in range((EXPORT_MAX_LENGTH // EXPORT_CHUNK).bit_length() - 1):
+        k = 2 ** step  # position i takes the product of its block with the one k further; past the end: I
+        later = F.pad(x - eye, (0, 0, 0, 0, 0, k))[:, k:] + eye
+        x = later @ x if reverse else x @ later
+    return x[:, 0]
 
 
 def prefix_products(x: Tensor) -> Tensor:
@@ -182,13 +212,17 @@ def segment_masks(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Ten
     joint pair encoding. Segments come from ``token_type_ids`` when the tokenizer makes them, else
     everything after the first separator is the second sentence (RoBERTa-style ``<s> A </s></s> B </s>``)."""
     real = attention_mask.bool()
-    if token_type_ids is not None and bool((token_type_ids * attention_mask).any()):
+    if sep_token_id is None:
+        if token_type_ids is None:
+            raise ValueError("DiffCat needs token_type_ids or a separator id to split the pair.")
         second = token_type_ids.bool()
     else:
-        if sep_token_id is None:
-            raise ValueError("DiffCat needs token_type_ids or a separator id to split the pair.")
         sep = (input_ids == sep_token_id).long()
         second = (sep.cumsum(1) - sep) >= 1
+        if token_type_ids is not None:  # per row, without a data-dependent branch (ONNX export traces this)
+            typed = (token_type_ids * attention_mask).bool()
+            has_types = typed.any(dim=1, keepdim=True)  # (ORT has no Where on bools)
+            second = (has_types & typed) | (~has_types & second)
     return real & ~second, real & second
 
 
@@ -218,6 +252,8 @@ class CMOWEncoder(nn.Module):
         x = self.dropout(table(ids).float()).view(*ids.shape, d, d)
         # in place: a fresh (B, T, d, d) tensor per call cost more than the lookup (page faults; 2× on
         # the whole forward at 256×64); the lookup's and dropout's backward do not read their outputs
+        if torch.compiler.is_exporting():  # an exported graph must be functional
+            return x + torch.eye(d, dtype=x.dtype, device=x.device)
         x.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return x
 
@@ -243,7 +279,8 @@ class CMOWEncoder(nn.Module):
         """h (B, sentence_size) for the kept tokens of each row, and the token embeddings (all of them
         with ``need_tokens``; the CBOW vectors are otherwise summed without being gathered)."""
         # Without dropout the CBOW sum is an embedding bag: no (B, T, d_vec) tensor written and read back.
-        bag = self.vec is not None and not need_tokens and not (self.training and self.dropout.p > 0)
+        bag = (self.vec is not None and not need_tokens and not (self.training and self.dropout.p > 0)
+               and not torch.compiler.is_exporting())  # ONNX has no embedding bag
         ids = self.masked_ids(input_ids, keep)
         tok = self._lookup(ids, vectors=not bag)
         parts = []
@@ -419,10 +456,16 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
         """The head's input: h, or h_A ‖ |h_A − h_B| ‖ h_B for DiffCat (both from one joint encoding)."""
         mask = kept_tokens(input_ids, attention_mask)
         bilstm = isinstance(self.head, BiLSTMHead)
+        if bilstm and torch.compiler.is_exporting():
+            raise DistilleryError("The BiLSTM head does not export to ONNX (torch.export has no packed sequences); "
+                                  "use --format torch-int8, or the linear, mlp or cnn head.")
         if self.config.pair_mode == "joint":
             h, tok = self.encoder.sentence(input_ids, mask, need_tokens=bilstm)
             return self.head.sentence(tok, mask) if bilstm else h
         keep_a, keep_b = segment_masks(input_ids, mask.long(), token_type_ids, self.config.sep_token_id)
+        if torch.compiler.is_exporting():  # the one-pass batch below would fix the graph's batch size
+            a, b = self.encoder.sentence(input_ids, keep_a)[0], self.encoder.sentence(input_ids, keep_b)[0]
+            return torch.cat([a, (a - b).abs(), b], dim=-1)
         both, tok = self.encoder.sentence(input_ids.repeat(2, 1), torch.cat([keep_a, keep_b]), need_tokens=bilstm)  # A and B in one pass
         if bilstm:
             both = self.head.sentence(tok, torch.cat([keep_a, keep_b]))
