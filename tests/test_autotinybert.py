@@ -280,6 +280,38 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     latency = json.loads((out / "latency.json").read_text())
     assert latency["report"]["test"] >= 2 and "mape_mlp" in latency["report"]
 
+    # A second run on the task starts from this run's super-net (no one-shot phase) and searches with
+    # the finetune evaluator: each candidate trained a few steps and scored on held-out train examples.
+    again = {**opts, "supernet": str(out / "supernet"), "evaluator": "finetune", "finetune_steps": 2,
+             "finetune_examples": 16, "generations": 1, "population": 2}
+    config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
+                              out=str(tmp_path / "run2"), overrides={**TINY, **{f"method_options.{k}": v for k, v in again.items()}})
+    out2 = compress(config)
+    assert not (out2 / "supernet").exists()
+    logged = json.loads((out2 / "search.json").read_text())
+    scores = [c["score"] for c in logged["candidates"]]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores)  # accuracies, not −KD losses
+    assert "loaded from" in (out2 / "report.md").read_text()
+
+
+def test_saved_supernet_with_head_and_projection_reloads_exactly(tmp_path):
+    from distillery.autotinybert.oneshot import load_projection, load_supernet, make_projection, save_supernet
+
+    from distillery.errors import DistilleryError
+
+    net = SuperNet.from_teacher(tiny_teacher(), "head-dims").eval()
+    projection = make_projection(net, 48)
+    save_supernet(net, projection, tmp_path / "sn", facts={"steps": 0})
+    again, proj = load_supernet(tmp_path / "sn").eval(), load_projection(tmp_path / "sn")
+    assert again.head_kind == "classification" and again.space == net.space
+    ids = torch.randint(5, 99, (2, 9))
+    arch = net.space.sample(random.Random(0))
+    with torch.no_grad():
+        assert_close(again(ids, arch=arch)["logits"], net(ids, arch=arch)["logits"])
+    assert_close(proj.weight, projection.weight)
+    with pytest.raises(DistilleryError, match="not a super-net folder"):
+        load_supernet(tmp_path)
+
 
 def test_autotinybert_bad_options_fail_before_training(tiny_bert, tmp_path):
     from distillery.errors import DistilleryError
@@ -333,3 +365,40 @@ def test_cli_steps_supernet_latency_extract(tiny_bert, tmp_path):
     r = run("autotinybert", "extract", "--supernet", str(tmp_path / "sn" / "supernet"), "--arch", "9,32,37,2,16",
             "--out", str(tmp_path / "bad"))
     assert r.returncode != 0 and "not in the super-net's search space" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
+    """`autotinybert search` leaves a run with the task's super-net and the chosen (untrained) architecture;
+    `autotinybert train` extracts it from that super-net and trains it further."""
+    import json
+    import sys
+
+    from distillery import cli
+    from tests.test_pipeline import write_glue
+
+    def run_cli(monkeypatch, capsys, *args):
+        monkeypatch.setattr(sys, "argv", ["distillery", *args])
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    data = write_glue(tmp_path / "data")
+    small = ["--option", "supernet_steps=2", "--option", "latency_archs=8", "--option", "latency_runs=1",
+             "--option", "generations=1", "--option", "population=2", "--option", "proxy_examples=8"]
+    common = ["--task", "sst2", "--teacher", str(tiny_bert), "--data-dir", str(data)]
+    code, out, err = run_cli(monkeypatch, capsys, "autotinybert", "search", *common, "--speedup", "1.5",
+                             "--out", str(tmp_path / "search"), *small)
+    assert code in (0, None), err[-2000:]
+    assert "No further training" in out
+    arch = json.loads((tmp_path / "search" / "architecture.json").read_text())
+    text = ",".join(str(arch[k]) for k in ("layers", "hidden", "ffn", "heads", "qkv"))
+    code, out, err = run_cli(monkeypatch, capsys, "autotinybert", "train", *common, "--supernet",
+                             str(tmp_path / "search" / "supernet"), "--arch", text, "--out", str(tmp_path / "train"),
+                             "--option", "latency_runs=1")
+    assert code in (0, None), err[-2000:]
+    assert "loaded from" in out and "Further training" in out

@@ -400,7 +400,7 @@ def cmow_pretrain(
     typer.echo(f"General-distilled CMOW encoder: {folder}\nUse it: distillery compress --method cmow --option init={folder}")
 
 
-atb_app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: supernet, latency, extract (search and train: compress --method autotinybert).")
+atb_app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: supernet, latency, search, extract, train (all in one: compress --method autotinybert).")
 app.add_typer(atb_app, name="autotinybert")
 
 
@@ -480,6 +480,60 @@ def atb_extract(
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(supernet).save_pretrained(out)
     typer.echo(f"{parse_arch(arch)} → {out}")
+
+
+def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str], overwrite: bool,
+             verbose: bool) -> None:
+    setup_logging(verbose)
+    options = {**options, **_parse_options(extra)}
+    from distillery.pipeline import build_run_config, compress as run_compress
+
+    config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
+                              overrides={f"method_options.{k}": v for k, v in options.items() if v is not None})
+    folder = run_compress(config, overwrite=overwrite)
+    typer.echo((folder / "report.md").read_text())
+    typer.echo(f"Run folder: {folder}")
+
+
+@atb_app.command("search")
+def atb_search(
+    task: str = typer.Option("sst2"),
+    supernet: Optional[str] = typer.Option(None, help="A super-net trained on the task (a run's supernet/); default: train one here."),
+    speedup: Optional[float] = typer.Option(None, help="Budget as a speed-up over the teacher measured here (default 2)."),
+    budget_ms: Optional[float] = typer.Option(None, help="Budget in ms at 1x128 (instead of --speedup)."),
+    evaluator: str = typer.Option("proxy", help="proxy (KD loss in the super-net) or finetune (short fine-tune, held-out train score)."),
+    backend: str = typer.Option("evolution", help="evolution (Algorithm 2) or optuna (NSGA-II)."),
+    teacher: str = typer.Option("minilm"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
+    budget: str = typer.Option("quick"),
+    option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    overwrite: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
+    scored and measured as is (no further training)."""
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "speedup": speedup, "budget_ms": budget_ms,
+             "evaluator": evaluator, "search_backend": backend, "further_training": False}, option, overwrite, verbose)
+
+
+@atb_app.command("train")
+def atb_train(
+    supernet: str = typer.Option(..., help="The super-net to extract from (a run's supernet/)."),
+    arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv (a search's architecture.json), or fast / conventional."),
+    task: str = typer.Option("sst2"),
+    speedup: Optional[float] = typer.Option(None, help="fast / conventional: the budget as a speed-up (default 2)."),
+    teacher: str = typer.Option("minilm"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None),
+    budget: str = typer.Option("quick"),
+    option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    overwrite: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Extract an architecture from a trained super-net and train it further on the task (CE + KD)."""
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, "speedup": speedup},
+             option, overwrite, verbose)
 
 
 def main() -> None:

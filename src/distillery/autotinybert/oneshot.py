@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
+from distillery.errors import DistilleryError
 
 
 def batch_rng(input_ids: Tensor, seed: int, rank: int = 0) -> random.Random:
@@ -97,9 +98,8 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
                    samples: int = 3, attention_weight: float = 1.0, max_lines: int | None = None, max_length: int = 128,
                    overwrite: bool = False, resume: bool = False, checkpoint_every: int = 200):
     """Algorithm 1 on a text corpus: a super-net cut from ``teacher``, trained by KD from it; saved to
-    ``out/supernet`` (the BERT weights + ``supernet.json``). Checkpoints every ``checkpoint_every`` steps;
+    ``out/supernet`` (:func:`save_supernet`). Checkpoints every ``checkpoint_every`` steps;
     ``resume`` continues exactly (same batches, same sub-networks)."""
-    import json
     import shutil
     import time
 
@@ -129,22 +129,68 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     teacher_model.to(trainer.device)
     result = trainer.train()
     trained: SuperNet = result.model
-    trained.bert.save_pretrained(out / "supernet")
-    tokenizer.save_pretrained(out / "supernet")
-    facts = {"teacher": teacher, "strategy": strategy, "samples": samples, "blocks": len(dataset), "max_length": max_length,
+    facts = {"teacher": teacher, "samples": samples, "blocks": len(dataset), "max_length": max_length,
              "steps": result.global_step, "seconds": time.time() - started}
-    (out / "supernet" / "supernet.json").write_text(json.dumps(facts, indent=2))
+    save_supernet(trained, projection, out / "supernet", tokenizer, facts)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return out / "supernet"
 
 
-def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
-    """A trained super-net saved by :func:`train_supernet` (optionally with a task head to slice)."""
+def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, tokenizer=None, facts=None):
+    """A trained super-net as a folder: the BERT weights (``save_pretrained``), its task head and the
+    KD projection (safetensors), and ``supernet.json`` (strategy, head kind, how it was trained)."""
     import json
     from pathlib import Path
 
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    supernet.bert.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    if supernet.head is not None:
+        save_file({k: v.contiguous() for k, v in supernet.head.state_dict().items()}, folder / "head.safetensors")
+    if projection is not None:
+        save_file({k: v.contiguous() for k, v in projection.state_dict().items()}, folder / "projection.safetensors")
+    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind}
+    (folder / "supernet.json").write_text(json.dumps(info, indent=2))
+    return folder
+
+
+def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
+    """A trained super-net saved by :func:`save_supernet`, with its task head when it was saved with one
+    (``head``/``head_kind`` give one to slice otherwise)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
     from transformers import BertModel
 
     folder = Path(folder)
+    if not (folder / "supernet.json").is_file():
+        raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
     facts = json.loads((folder / "supernet.json").read_text())
-    return SuperNet(BertModel.from_pretrained(folder), head, head_kind, facts["strategy"])
+    bert = BertModel.from_pretrained(folder)
+    if head is None and (folder / "head.safetensors").is_file():
+        weights = load_file(folder / "head.safetensors")
+        head = nn.Linear(weights["weight"].shape[1], weights["weight"].shape[0])
+        head.load_state_dict(weights)
+        head_kind = facts.get("head_kind")
+    return SuperNet(bert, head, head_kind, facts["strategy"])
+
+
+def load_projection(folder) -> nn.Linear | None:
+    """The KD projection saved beside a super-net (None for a folder without one)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    path = Path(folder) / "projection.safetensors"
+    if not path.is_file():
+        return None
+    weights = load_file(path)
+    projection = nn.Linear(weights["weight"].shape[1], weights["weight"].shape[0])
+    projection.load_state_dict(weights)
+    return projection
+
+

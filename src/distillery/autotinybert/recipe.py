@@ -44,7 +44,12 @@ DEFAULTS: dict[str, Any] = {
     "search_backend": "evolution",  # or "optuna" (NSGA-II, constraint on the predicted latency)
     "p_mutation": 0.5,
     "p_exploration": 0.5,
-    "proxy_examples": 256,
+    "proxy_examples": 256,  # held-out train examples a candidate is scored on
+    "evaluator": "proxy",  # or "finetune": a short fine-tune of each candidate, scored on held-out train examples
+    "finetune_examples": 1024,
+    "finetune_steps": 100,
+    "further_training": True,  # False: the chosen sub-network as extracted (`autotinybert search`)
+    "supernet": None,  # a trained super-net folder (a run's supernet/, or `autotinybert supernet`): no one-shot phase
     "alpha": 0.5,
     "temperature": 2.0,
 }
@@ -63,6 +68,8 @@ def options(config) -> dict[str, Any]:
         raise DistilleryError(f"Unknown autotinybert strategy {opts['strategy']!r}; choose one of {', '.join(STRATEGIES)}.")
     if opts["budget_ms"] is None and float(opts["speedup"]) <= 1.0:
         raise DistilleryError(f"--speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
+    if opts["evaluator"] not in ("proxy", "finetune"):
+        raise DistilleryError(f"evaluator is 'proxy' or 'finetune', got {opts['evaluator']!r}.")
     if opts["search_backend"] not in ("evolution", "optuna"):
         raise DistilleryError(f"search_backend is 'evolution' or 'optuna', got {opts['search_backend']!r}.")
     if opts["latency_archs"] < 8:
@@ -87,12 +94,27 @@ def parse_arch(text: str) -> Arch:
 
 
 def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
-    """Algorithm 1 on the task's train split, KD from the fine-tuned teacher."""
+    """Algorithm 1 on the task's train split, KD from the fine-tuned teacher; saved to ``supernet/``
+    (:func:`~distillery.autotinybert.oneshot.save_supernet`), so that other runs on the task (another
+    budget, the conventional row) can start from it with ``--option supernet=RUN/supernet``."""
     from dataclasses import replace
 
-    from distillery.autotinybert.oneshot import make_projection, one_shot_loss
+    from distillery.autotinybert.oneshot import load_projection, load_supernet, make_projection, one_shot_loss, save_supernet
     from distillery.autotinybert.supernet import SuperNet
     from distillery.distill.trainer import Trainer
+
+    if opts["supernet"]:
+        supernet, projection = load_supernet(opts["supernet"]), load_projection(opts["supernet"])
+        if supernet.head_kind != ("qa" if ctx.task_data.task.kind == "qa" else "classification") or projection is None:
+            raise DistilleryError(f"{opts['supernet']} is not a super-net trained on a task like this one (head "
+                                  f"{supernet.head_kind!r}, projection {'saved' if projection is not None else 'missing'}).")
+        if supernet.head.out_features != getattr(ctx.teacher, "num_labels", supernet.head.out_features) \
+                or supernet.config.vocab_size != ctx.teacher.config.vocab_size:
+            raise DistilleryError(f"{opts['supernet']} has another head size or vocabulary than this task's teacher.")
+        if supernet.space.strategy != opts["strategy"]:
+            raise DistilleryError(f"{opts['supernet']} uses the {supernet.space.strategy} strategy, not {opts['strategy']}.")
+        ctx.notes.append(f"Super-net: loaded from {opts['supernet']} (no one-shot phase in this run).")
+        return supernet.eval(), projection
 
     supernet = SuperNet.from_teacher(ctx.teacher, opts["strategy"])
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
@@ -103,8 +125,10 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
                       out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
-    supernet = trainer.train().model.eval()
-    return supernet.cpu(), projection.cpu()
+    supernet = trainer.train().model.eval().cpu()
+    save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
+                  {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"])})
+    return supernet, projection.cpu()
 
 
 def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, seed: int):
@@ -130,7 +154,40 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     return evaluate
 
 
-def write_search_plot(candidates, budget_ms: float, chosen: Arch, path) -> None:
+def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
+    """The main metric of a candidate after a short fine-tune: extracted, trained ``finetune_steps`` steps
+    by the one trainer on a fixed slice of the train split (the further-training loss: CE + KD from the
+    teacher's cached logits), scored on ``proxy_examples`` other train examples. The dev split stays
+    unseen by the search (the paper's own code picks on dev: a leak)."""
+    import dataclasses
+    import tempfile
+
+    from distillery.baseline import distillation_loss
+    from distillery.distill.trainer import Trainer
+    from distillery.evaluation import score
+
+    task = ctx.task_data.task
+    if task.kind == "qa":
+        raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
+    train = ctx.train_with_teacher_logits()
+    order = random.Random(seed).sample(range(len(train)), len(train))
+    held = int(opts["proxy_examples"])
+    fit = train.select(order[held: held + int(opts["finetune_examples"])])
+    held_out = dataclasses.replace(ctx.task_data, dev=train.select(order[:held]), dev_examples=None)
+    cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts["finetune_steps"]), epochs=1.0, eval_every=None,
+                              select_best=False, patience=None)
+    loss = distillation_loss(task.kind, ctx.teacher, float(opts["alpha"]), float(opts["temperature"]))
+
+    def evaluate(arch: Arch) -> float:
+        model = supernet.extract(arch).train()
+        with tempfile.TemporaryDirectory() as tmp:
+            model = Trainer(model, cfg, fit, ctx.task_data.collate, loss, out_dir=tmp, desc=f"finetune {arch}").train().model
+        return float(score(model, held_out)[task.main_metric])
+
+    return evaluate
+
+
+def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: str = "proxy score (−KD loss)") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +201,7 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path) -> None:
     ax.scatter([best.latency_ms], [best.score], marker="*", s=160, color="red", label=f"chosen: {chosen}")
     ax.axvline(budget_ms, color="gray", linestyle="--", linewidth=0.8, label="budget")
     ax.set_xlabel("predicted latency at 1×128 (ms)")
-    ax.set_ylabel("proxy score (−KD loss)")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -185,7 +242,12 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
             raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
         candidates = sorted(fast, key=evaluate, reverse=True)
     else:
-        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+        if opts["evaluator"] == "finetune":
+            evaluate = finetune_evaluator(supernet, ctx, opts, seed)
+            ylabel = f"{ctx.task_data.task.main_metric} after {opts['finetune_steps']} fine-tune steps (held-out train)"
+        else:
+            evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+            ylabel = "proxy score (−KD loss)"
         if opts["search_backend"] == "optuna":
             from distillery.autotinybert.search import optuna_search, write_log
 
@@ -198,7 +260,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
                                          p_exploration=float(opts["p_exploration"]), seed=seed,
                                          log_path=ctx.out_dir / "search.json")
         candidates = [c.arch for c in result.best]
-        write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png")
+        write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png", ylabel)
         ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "
                          f"(search.json, search.png).")
     for arch in candidates:  # what ships must meet the budget as measured, not only as predicted
@@ -222,6 +284,10 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     supernet, projection = train_supernet_on_task(ctx, opts)
     arch = choose_architecture(ctx, opts, supernet, projection)
     student = supernet.extract(arch)
+    if not opts["further_training"]:
+        ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
+                         "(`distillery autotinybert train --arch ...` trains it).")
+        return student.eval()
     kind = ctx.task_data.task.kind
     train = ctx.task_data.train
     if kind != "qa":
