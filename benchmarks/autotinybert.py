@@ -7,7 +7,8 @@ predictor  K architectures sampled from the MiniLM super-net (head-dims), each e
            as a standalone model; the MLP predictor and the FLOP-count baseline fitted on part of them and
            scored on the held-out rest → results/autotinybert-latency.json and the README's block.
 main       per speed-up and task: ``distillery compress --method autotinybert --speedup S`` (search) and the
-           conventional rule at the same budget (``--option arch=conventional``), trained identically →
+           conventional rule at the same budget (``--option arch=conventional``), all from the one super-net
+           the first run of the task trained (``--option supernet=...``), trained identically →
            results/autotinybert-<budget>.json and the README's results table.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 
 from common import RESULTS, replace_readme_block, run_tasks, task_parser
 
@@ -57,13 +59,104 @@ def readme_block() -> str:
             f"for the FLOP-count baseline ({r['seconds'] / 60:.1f} min to measure and fit).\n")
 
 
+def comparison_lines(budget: str = "quick") -> list[str]:
+    """Searched against conventional at each speed-up: per task and the mean of the tasks both have."""
+    lines = []
+    for path in sorted(RESULTS.glob(f"autotinybert-*-{budget}.json")):
+        parts = path.stem.split("-")
+        if len(parts) != 3 or not (RESULTS / f"autotinybert-{parts[1]}-conventional-{budget}.json").is_file():
+            continue
+        searched = {r["task"]: r for r in json.loads(path.read_text())}
+        conv = {r["task"]: r for r in json.loads((RESULTS / f"autotinybert-{parts[1]}-conventional-{budget}.json").read_text())}
+        tasks = sorted(set(searched) & set(conv))
+        if not tasks:
+            continue
+        score = lambda r: r["metrics"]["student"][r["main_metric"]]  # noqa: E731
+        cells = [f"{t} {score(searched[t]):.3f} vs {score(conv[t]):.3f} ({searched[t]['speedup']['latency']:.2f}× vs "
+                 f"{conv[t]['speedup']['latency']:.2f}×)" for t in tasks]
+        diff = 100 * sum(score(searched[t]) - score(conv[t]) for t in tasks) / len(tasks)
+        lines.append(f"**{parts[1]}× budget**, searched vs conventional: " + "; ".join(cells)
+                     + f". Mean over {len(tasks)} task(s): searched {'+' if diff >= 0 else '−'}{abs(diff):.1f} points.\n")
+    return lines
+
+
+def ranking_line() -> str:
+    path = RESULTS / "autotinybert-ranking.json"
+    if not path.is_file():
+        return ""
+    r = json.loads(path.read_text())
+    return (f"**Super-net ranking** ({r['task']}, {r['architectures']} sampled architectures, proxy score against "
+            f"stand-alone dev accuracy after {r['further_training_steps']} further-training steps): pairwise accuracy "
+            f"**{r['pairwise_accuracy']:.2f}** (Eq. 5), Kendall τ {r['kendall_tau']:.2f}.\n")
+
+
 def write_readme_block() -> None:
-    replace_readme_block("autotinybert", readme_block())
+    replace_readme_block("autotinybert", "\n".join([readme_block(), *comparison_lines(), ranking_line()]).strip() + "\n")
+
+
+def pairwise_accuracy(a: list[float], b: list[float]) -> float:
+    """The paper's Eq. 5: the fraction of architecture pairs that both scores order the same way."""
+    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
+    return sum((a[i] - a[j]) * (b[i] - b[j]) > 0 for i, j in pairs) / len(pairs)
+
+
+def run_ranking(args) -> None:
+    """Super-net ranking quality on SST-2: K architectures sampled from the task's super-net, each scored
+    by the search's proxy (−KD loss in the super-net, held-out train examples) and trained stand-alone
+    (extracted, further trained ``--ranking-steps`` steps with the method's loss, dev accuracy)."""
+    from scipy.stats import kendalltau
+
+    from distillery.autotinybert.oneshot import load_projection, load_supernet
+    from distillery.autotinybert.recipe import proxy_evaluator
+    from distillery.data.encode import prepare_task_data
+    from distillery.pipeline import build_run_config, compress
+    from distillery.teacher import load_tokenizer, resolve_teacher
+
+    task, budget = "sst2", args.budget
+    folder = f"{args.runs_dir}/bench-{task}-autotinybert-2-{budget}/supernet"
+    supernet, projection = load_supernet(folder).eval(), load_projection(folder)
+    archs = supernet.space.sample_distinct(args.ranking_archs, random.Random(args.seed + 1))
+    started = time.time()
+    rows = []
+    for k, arch in enumerate(archs):
+        name = "x".join(str(v) for v in arch.as_dict().values())
+        out = f"{args.runs_dir}/ranking-{task}-{name}"
+        if not (args.reuse and (Path(out) / "metrics.json").is_file()):
+            config = build_run_config(method="autotinybert", task=task, budget=budget, data_dir=args.data_dir, out=out,
+                                      overrides={"method_options.supernet": folder,
+                                                 "method_options.arch": ",".join(str(v) for v in arch.as_dict().values()),
+                                                 "student.max_steps": args.ranking_steps, "bench.latency_runs": 5,
+                                                 "bench.throughput_runs": 1})
+            compress(config, overwrite=True)
+        metrics = json.loads((Path(out) / "metrics.json").read_text())
+        rows.append({**arch.as_dict(), "trained": metrics["student"]["accuracy"], "run": out})
+        print(f"[{k + 1}/{len(archs)}] {arch}: dev accuracy {rows[-1]['trained']:.4f}", flush=True)
+    # the proxy reads the fine-tuned teacher the runs used (train.json) and the runs' encoded train split
+    from distillery.config import RunConfig
+    from distillery.data.tasks import get_task
+    from distillery.modeling import load_model
+
+    config = RunConfig.load(Path(rows[0]["run"]) / "config.yaml")
+    teacher = load_model(json.loads((Path(rows[0]["run"]) / "train.json").read_text())["teacher_path"]).eval()
+    task_data = prepare_task_data(get_task(task), load_tokenizer(resolve_teacher(config.teacher.name)), config.data)
+    evaluate = proxy_evaluator(supernet, teacher, projection, task_data, 256, config.student.seed)
+    for row, arch in zip(rows, archs):
+        row["proxy"] = evaluate(arch)
+    proxy, trained = [r["proxy"] for r in rows], [r["trained"] for r in rows]
+    record = {"task": task, "architectures": len(rows), "pairwise_accuracy": pairwise_accuracy(proxy, trained),
+              "kendall_tau": float(kendalltau(proxy, trained).statistic), "further_training_steps": args.ranking_steps,
+              "proxy": "−(hidden + attention KD loss) on 256 held-out train examples", "supernet": folder,
+              "seconds": time.time() - started, "rows": rows}
+    (RESULTS / "autotinybert-ranking.json").write_text(json.dumps(record, indent=2))
+    print(json.dumps({k: v for k, v in record.items() if k != "rows"}, indent=2))
+    write_readme_block()
 
 
 def main() -> None:
     parser = task_parser(__doc__, ["sst2", "mrpc", "rte"], "autotinybert")
-    parser.add_argument("--only", nargs="+", choices=["predictor", "main"], default=["predictor", "main"])
+    parser.add_argument("--only", nargs="+", choices=["predictor", "main", "ranking"], default=["predictor", "main", "ranking"])
+    parser.add_argument("--ranking-archs", type=int, default=8)
+    parser.add_argument("--ranking-steps", type=int, default=300)
     parser.add_argument("--speedups", nargs="+", type=float, default=[2.0, 4.0])
     parser.add_argument("--archs", type=int, default=150)
     parser.add_argument("--test-fraction", type=float, default=0.4)
@@ -75,11 +168,24 @@ def main() -> None:
     if "predictor" in args.only:
         run_predictor(args)
     if "main" in args.only:
+        run_main(args)
+    if "ranking" in args.only:
+        run_ranking(args)
+    write_readme_block()
+
+
+def run_main(args) -> None:
+    if True:
         base = list(args.option)
+        first = args.speedups[0]
         for speedup in args.speedups:
             for arch in ("search", "conventional"):
                 args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
-                run_tasks("autotinybert", args)
+                # one super-net per task, trained by the first run: every row is extracted from the same
+                # one-shot super-net and further trained identically
+                shared = (lambda task: {}) if (speedup, arch) == (first, "search") else (
+                    lambda task: {"method_options.supernet": f"{args.runs_dir}/bench-{task}-autotinybert-{first:g}-{args.budget}/supernet"})
+                run_tasks("autotinybert", args, shared)
 
 
 if __name__ == "__main__":
