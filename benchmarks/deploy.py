@@ -36,7 +36,7 @@ from distillery.cli import setup_logging
 from distillery.config import RunConfig
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.export import DEFAULT_INT8, export_model, prepare_export_data, read_manifest
+from distillery.export import export_model, prepare_export_data, read_manifest, resolve_format
 from distillery.modeling import load_model
 from distillery.report import SST2_REFERENCE_POINTS, dominates, write_plot
 
@@ -94,7 +94,8 @@ def main() -> None:
         exports = (first_run if name == "teacher" else runs[name][0]) / "exports"
         jobs = [(f"{name}-{fmt}", fmt, False) for fmt in FORMATS]
         if recover and name != "teacher":
-            jobs.append((f"{name}-{DEFAULT_INT8}-recovered", DEFAULT_INT8, True))
+            int8 = resolve_format("int8", fp32[name].config.model_type)  # the faster int8 backend of this type
+            jobs.append((f"{name}-{int8}-recovered", int8, True))
         for key, fmt, recovered in jobs:
             print(f"exporting {key}", flush=True)
             extra = dict(recover=True, recover_teacher=teacher_path, recover_steps=args.recover_steps) if recovered else {}
@@ -106,7 +107,7 @@ def main() -> None:
                 print(f"  skipped: {e}", flush=True)
                 continue
             recovery = read_manifest(folders[key]).get("recovery", {}) if recovered else {}
-            if recovered and not recovery.get("kept"):  # the same model as {name}-{DEFAULT_INT8}: not measured twice
+            if recovered and not recovery.get("kept"):  # the same model as {name}-{int8}: not measured twice
                 skipped[key] = recovery.get("skipped") or recovery.get("note") or "recovery not kept"
                 print(f"  not kept: {skipped[key]}", flush=True)
                 del folders[key]

@@ -178,6 +178,9 @@ def test_torch_int8_folder_holds_fp32_safetensors_and_reloads_exactly(bert_cls, 
 
 def test_int8_default_is_one_of_the_backends():
     assert ex.resolve_format("int8") == ex.DEFAULT_INT8 in ("onnx-int8", "torch-int8")
+    import distillery.cmow  # noqa: F401  (registers CMOW's faster int8 backend)
+
+    assert ex.resolve_format("int8", "cmow") == "torch-int8" and ex.resolve_format("onnx-int8", "cmow") == "onnx-int8"
 
 
 def test_exports_score_and_benchmark_beside_the_fp32_model(bert_cls, bert_onnx, bert_onnx_int8, bert_torch_int8, glue_dir):

@@ -125,7 +125,8 @@ class OnnxSpec:
     whose shape-dependent loop is exported as fixed steps over blocks); :class:`OnnxModel` pads
     with padding tokens (attention mask 0) and cuts per-position outputs back, so a model listing it
     must ignore masked positions exactly. ``max_length``: the longest sequence the graph computes
-    right; longer inputs are refused with a sentence.
+    right; longer inputs are refused with a sentence. ``int8``: the backend ``--format int8`` picks for
+    this type when it is not ``DEFAULT_INT8``.
     """
 
     inputs: tuple[str, ...] | None = None
@@ -133,6 +134,7 @@ class OnnxSpec:
     dynamo: bool = True
     seq_multiple: int = 1
     max_length: int | None = None
+    int8: str | None = None  # this type's faster int8 backend where it is not DEFAULT_INT8
 
 
 ONNX_SPECS: dict[str, OnnxSpec] = {}  # model_type -> spec; bert, roberta, ... use the default
@@ -589,11 +591,13 @@ def quantize_onnx(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
 # Export
 
 
-def resolve_format(fmt: str) -> str:
-    """``int8`` → the default int8 backend; unknown formats fail with the list of known ones."""
+def resolve_format(fmt: str, model_type: str | None = None) -> str:
+    """``int8`` → the faster int8 backend (for ``model_type``); unknown formats fail with the list of known ones."""
     if fmt not in EXPORT_FORMATS:
         raise DistilleryError(f"Unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
-    return DEFAULT_INT8 if fmt == "int8" else fmt
+    if fmt != "int8":
+        return fmt
+    return ONNX_SPECS.get(model_type or "", OnnxSpec()).int8 or DEFAULT_INT8
 
 
 def _versions() -> dict[str, str]:
@@ -634,11 +638,11 @@ def export(
     parity on tokenized sample sentences. The folder is written aside and moved into place only
     when every check passed.
     """
-    fmt = resolve_format(fmt)
     if not hasattr(model, "config") or not hasattr(model, "save_pretrained"):
         raise DistilleryError(f"Only Hugging Face models export; got a {type(model).__name__}.")
     if hasattr(model, "bench_counts"):  # set on exported and quantized models only
         raise DistilleryError("This model is already an export (ONNX or int8); export the fp32 model it came from.")
+    fmt = resolve_format(fmt, getattr(model.config, "model_type", None))
     if fmt != "torch-int8":
         _require_onnx()
     out_dir = Path(out_dir)
@@ -767,6 +771,7 @@ def export_model(
     if folder != src and (folder / EXPORT_MANIFEST).is_file():
         raise DistilleryError(f"{folder} is already an export; export the fp32 model it came from.")
     run_dir = folder.parent if folder.name == "student" and (folder.parent / "config.yaml").is_file() else None
+    fmt = resolve_format(fmt, json.loads((folder / "config.json").read_text()).get("model_type"))
     if out_dir is None:
         out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
     out_dir = Path(out_dir)
@@ -871,9 +876,12 @@ def build_variants(
     exported to a temporary folder and loaded into memory.
     """
     variants, metrics, manifests = {}, {}, {}
-    for fmt in dict.fromkeys(resolve_format(f) for f in formats):
+    for given in dict.fromkeys(formats):
         for name, (model, tokenizer) in models.items():
+            fmt = resolve_format(given, getattr(model.config, "model_type", None))
             key = f"{name}-{fmt}"
+            if key in variants:  # "int8" and the backend it names
+                continue
             logger.info("Exporting %s as %s.", name, fmt)
             with tempfile.TemporaryDirectory() as tmp:
                 keep = save_dir is not None and name in save
