@@ -175,17 +175,16 @@ def main() -> None:
 
 
 def run_main(args) -> None:
-    if True:
-        base = list(args.option)
-        first = args.speedups[0]
-        for speedup in args.speedups:
-            for arch in ("search", "conventional"):
-                args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
-                # one super-net per task, trained by the first run: every row is extracted from the same
-                # one-shot super-net and further trained identically
-                shared = (lambda task: {}) if (speedup, arch) == (first, "search") else (
-                    lambda task: {"method_options.supernet": f"{args.runs_dir}/bench-{task}-autotinybert-{first:g}-{args.budget}/supernet"})
-                run_tasks("autotinybert", args, shared)
+    base = list(args.option)
+    first = args.speedups[0]
+    for speedup in args.speedups:
+        for arch in ("search", "conventional"):
+            args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
+            # one super-net per task, trained by the first run: every row is extracted from the same
+            # one-shot super-net and further trained identically
+            shared = (lambda task: {}) if (speedup, arch) == (first, "search") else (
+                lambda task: {"method_options.supernet": f"{args.runs_dir}/bench-{task}-autotinybert-{first:g}-{args.budget}/supernet"})
+            run_tasks("autotinybert", args, shared)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,15 @@ def _parse_options(pairs: list[str]) -> dict:
     return out
 
 
+def _compress_and_show(config, overwrite: bool, resume: bool = False) -> None:
+    """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps)."""
+    from distillery.pipeline import compress as run_compress
+
+    folder = run_compress(config, overwrite=overwrite, resume=resume)
+    typer.echo((folder / "report.md").read_text())
+    typer.echo(f"Run folder: {folder}")
+
+
 @app.command()
 def compress(
     method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline), moebert, cmow or autotinybert."),
@@ -95,7 +104,7 @@ def compress(
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
     setup_logging(verbose)
-    from distillery.pipeline import build_run_config, compress as run_compress
+    from distillery.pipeline import build_run_config
 
     method_options = _parse_options(option)
     for key, value in (("student_layers", student_layers), ("alpha", alpha), ("temperature", temperature),
@@ -120,9 +129,7 @@ def compress(
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
     config = build_run_config(method=method, task=task, budget=budget, teacher=teacher, data_dir=data_dir,
                               out=out, overrides=overrides, preset=preset)
-    folder = run_compress(config, overwrite=overwrite, resume=resume)
-    typer.echo((folder / "report.md").read_text())
-    typer.echo(f"Run folder: {folder}")
+    _compress_and_show(config, overwrite, resume)
 
 
 @app.command("teacher")
@@ -345,7 +352,7 @@ def moebert_train(
 ):
     """Layer-wise distillation of a converted model; writes a run folder like `compress`."""
     setup_logging(verbose)
-    from distillery.pipeline import build_run_config, compress as run_compress
+    from distillery.pipeline import build_run_config
 
     options = {k: v for k, v in (("init", init), ("distill_layers", distill_layers), ("lambda", lam),
                                  ("balance_weight", balance_weight)) if v is not None}
@@ -354,9 +361,7 @@ def moebert_train(
                                   "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
                                   "data.squad_holdout": squad_holdout,
                                   **{f"method_options.{k}": v for k, v in options.items()}})
-    folder = run_compress(config, overwrite=overwrite, resume=resume)
-    typer.echo((folder / "report.md").read_text())
-    typer.echo(f"Run folder: {folder}")
+    _compress_and_show(config, overwrite, resume)
 
 
 cmow_app = typer.Typer(no_args_is_help=True, help="CMOW/CBOW-Hybrid: general distillation on a text corpus.")
@@ -486,13 +491,11 @@ def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict,
              verbose: bool) -> None:
     setup_logging(verbose)
     options = {**options, **_parse_options(extra)}
-    from distillery.pipeline import build_run_config, compress as run_compress
+    from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
                               overrides={f"method_options.{k}": v for k, v in options.items() if v is not None})
-    folder = run_compress(config, overwrite=overwrite)
-    typer.echo((folder / "report.md").read_text())
-    typer.echo(f"Run folder: {folder}")
+    _compress_and_show(config, overwrite)
 
 
 @atb_app.command("search")

@@ -277,13 +277,13 @@ class OnnxModel(nn.Module):
         limit = self.manifest.get("max_length")
         if limit and length > limit:
             raise DistilleryError(f"This exported model takes sequences of at most {limit} tokens; got {length}.")
-        multiple = int(self.manifest.get("seq_multiple") or 1)
-        if length % multiple:
-            fill = {"input_ids": getattr(self.config, "pad_token_id", None) or 0}  # masks and token types: 0
-            extra = multiple - length % multiple
-            feeds = {n: np.pad(v, ((0, 0), (0, extra)), constant_values=fill.get(n, 0)) for n, v in feeds.items()}
+        extra = -length % int(self.manifest.get("seq_multiple") or 1)  # padding up to the graph's block multiple
+        if extra:
+            pad_id = getattr(self.config, "pad_token_id", None) or 0  # masks and token types pad with 0
+            feeds = {n: np.pad(v, ((0, 0), (0, extra)), constant_values=pad_id if n == "input_ids" else 0)
+                     for n, v in feeds.items()}
         outputs = self._get_session().run(list(self.output_names), feeds)
-        if length % multiple:  # per-position outputs (start/end logits, hidden states) back to the input's length
+        if extra:  # per-position outputs (start/end logits, hidden states) back to the input's length
             outputs = [o[:, :length] if o.ndim >= 2 and o.shape[1] == length + extra else o for o in outputs]
         return _output_class(self.head)(**{n: torch.from_numpy(o) for n, o in zip(self.output_names, outputs)})
 

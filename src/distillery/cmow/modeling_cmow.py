@@ -213,7 +213,7 @@ def segment_masks(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Ten
     everything after the first separator is the second sentence (RoBERTa-style ``<s> A </s></s> B </s>``)."""
     real = attention_mask.bool()
     if sep_token_id is None:
-        if token_type_ids is None:
+        if token_type_ids is None or (not torch.compiler.is_exporting() and not bool((token_type_ids * attention_mask).any())):
             raise ValueError("DiffCat needs token_type_ids or a separator id to split the pair.")
         second = token_type_ids.bool()
     else:
@@ -465,11 +465,11 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
         keep_a, keep_b = segment_masks(input_ids, mask.long(), token_type_ids, self.config.sep_token_id)
         if torch.compiler.is_exporting():  # the one-pass batch below would fix the graph's batch size
             a, b = self.encoder.sentence(input_ids, keep_a)[0], self.encoder.sentence(input_ids, keep_b)[0]
-            return torch.cat([a, (a - b).abs(), b], dim=-1)
-        both, tok = self.encoder.sentence(input_ids.repeat(2, 1), torch.cat([keep_a, keep_b]), need_tokens=bilstm)  # A and B in one pass
-        if bilstm:
-            both = self.head.sentence(tok, torch.cat([keep_a, keep_b]))
-        a, b = both.chunk(2)
+        else:
+            both, tok = self.encoder.sentence(input_ids.repeat(2, 1), torch.cat([keep_a, keep_b]), need_tokens=bilstm)  # A and B in one pass
+            if bilstm:
+                both = self.head.sentence(tok, torch.cat([keep_a, keep_b]))
+            a, b = both.chunk(2)
         return torch.cat([a, (a - b).abs(), b], dim=-1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
