@@ -177,13 +177,21 @@ def main() -> None:
 def run_main(args) -> None:
     base = list(args.option)
     first = args.speedups[0]
+    runs = Path(args.runs_dir)
     for speedup in args.speedups:
         for arch in ("search", "conventional"):
             args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
-            # one super-net per task, trained by the first run: every row is extracted from the same
-            # one-shot super-net and further trained identically
-            shared = (lambda task: {}) if (speedup, arch) == (first, "search") else (
-                lambda task: {"method_options.supernet": f"{args.runs_dir}/bench-{task}-autotinybert-{first:g}-{args.budget}/supernet"})
+
+            def shared(task, speedup=speedup, arch=arch) -> dict:
+                # one super-net per task, trained by the first run: every row is extracted from the same
+                # one-shot super-net and further trained identically
+                out = {} if (speedup, arch) == (first, "search") else {
+                    "method_options.supernet": str(runs / f"bench-{task}-autotinybert-{first:g}-{args.budget}/supernet")}
+                if arch == "conventional":  # at the searched architecture's measured latency, not the budget
+                    searched = json.loads((runs / f"bench-{task}-autotinybert-{speedup:g}-{args.budget}/architecture.json").read_text())
+                    out["method_options.budget_ms"] = searched["measured_ms"]
+                return out
+
             run_tasks("autotinybert", args, shared)
 
 

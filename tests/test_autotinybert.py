@@ -164,6 +164,23 @@ def test_search_never_leaves_the_budget_and_is_seeded(tmp_path):
     assert first.best[0].score >= gen0
 
 
+def test_search_floor_keeps_candidates_near_the_budget_and_falls_back_when_empty():
+    from distillery.autotinybert.search import evolutionary_search
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
+    budget = synthetic_latency(space.full()) / 3
+    size = lambda a: -a.layers  # a score that prefers small models: only the floor keeps them near the budget
+    near = evolutionary_search(space, size, synthetic_latency, budget, generations=2, population=6, seed=1,
+                               floor_ms=0.85 * budget)
+    assert all(0.85 * budget <= c.latency_ms <= budget for c in near.evaluated)
+    free = evolutionary_search(space, size, synthetic_latency, budget, generations=2, population=6, seed=1)
+    assert min(c.latency_ms for c in free.evaluated) < 0.85 * budget
+    # a floor no architecture reaches is dropped, the budget still binds
+    huge = evolutionary_search(space, size, synthetic_latency, budget, generations=1, population=4, seed=1,
+                               floor_ms=10 * budget, max_tries=200)
+    assert all(c.latency_ms <= budget for c in huge.evaluated)
+
+
 def test_roulette_never_picks_the_worst_and_mutation_rate():
     from distillery.autotinybert.search import Candidate, roulette
 
@@ -188,9 +205,11 @@ def test_fast_rule_and_conventional_baseline_respect_their_shapes_and_the_budget
     for a in fast:
         assert 1.6 * a.hidden <= a.ffn <= 1.9 * a.hidden and 0.7 * a.hidden <= a.qkv <= a.hidden
         assert synthetic_latency(a) <= budget
-    base = conventional(space, synthetic_latency, budget)
-    assert synthetic_latency(base) <= budget
-    assert abs(base.ffn - 4 * base.hidden) <= 64 * 2 and abs(base.qkv - base.hidden) <= 32
+    bases = conventional(space, synthetic_latency, budget, k=3)
+    assert len(bases) == 3 and bases == sorted(bases, key=synthetic_latency, reverse=True)  # closest first
+    for base in bases:
+        assert synthetic_latency(base) <= budget
+        assert abs(base.ffn - 4 * base.hidden) <= 64 * 2 and abs(base.qkv - base.hidden) <= 32
 
 
 # ------------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "search_backend": "evolution",  # or "optuna" (NSGA-II, constraint on the predicted latency)
     "p_mutation": 0.5,
     "p_exploration": 0.5,
+    "budget_floor": 0.85,  # candidates predicted under this share of the budget are not evaluated (0: none)
     "proxy_examples": 256,  # held-out train examples a candidate is scored on
     "evaluator": "proxy",  # or "finetune": a short fine-tune of each candidate, scored on held-out train examples
     "finetune_examples": 1024,
@@ -72,6 +73,8 @@ def options(config) -> dict[str, Any]:
         raise DistilleryError(f"evaluator is 'proxy' or 'finetune', got {opts['evaluator']!r}.")
     if opts["search_backend"] not in ("evolution", "optuna"):
         raise DistilleryError(f"search_backend is 'evolution' or 'optuna', got {opts['search_backend']!r}.")
+    if not 0.0 <= float(opts["budget_floor"]) < 1.0:
+        raise DistilleryError(f"budget_floor is a share of the budget, from 0 (no floor) to below 1; got {opts['budget_floor']}.")
     if opts["latency_archs"] < 8:
         raise DistilleryError("latency_archs must be at least 8 (the predictor needs training and held-out architectures).")
     return opts
@@ -215,7 +218,8 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
 
     space, seed = supernet.space, ctx.config.student.seed
     runs = int(opts["latency_runs"])
-    teacher_ms = latency_ms({"teacher": ctx.teacher.cpu().eval()}, runs=runs)["teacher"]
+    # the budget hangs on this one figure: three times the runs of an architecture's timing
+    teacher_ms = latency_ms({"teacher": ctx.teacher.cpu().eval()}, runs=3 * runs)["teacher"]
     budget = float(opts["budget_ms"]) if opts["budget_ms"] is not None else teacher_ms / float(opts["speedup"])
     if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
         arch = parse_arch(opts["arch"])
@@ -234,7 +238,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
                      + (f" / {float(opts['speedup']):g}." if opts["budget_ms"] is None else "."))
     predict = lambda a: float(predictor.predict([a])[0])
     if opts["arch"] == "conventional":
-        candidates = [conventional(space, predict, budget)]
+        candidates = conventional(space, predict, budget, k=3)
     elif opts["arch"] == "fast":
         evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
         fast = fast_candidates(space, predict, budget)
@@ -248,17 +252,19 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         else:
             evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
             ylabel = "proxy score (−KD loss)"
+        floor = float(opts["budget_floor"]) * budget
         if opts["search_backend"] == "optuna":
             from distillery.autotinybert.search import optuna_search, write_log
 
             result = optuna_search(space, evaluate, predict, budget, trials=int(opts["generations"]) * int(opts["population"]),
-                                   population=int(opts["population"]), seed=seed, journal=ctx.out_dir / "search.journal")
+                                   population=int(opts["population"]), seed=seed, journal=ctx.out_dir / "search.journal",
+                                   floor_ms=floor)
             write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         else:
             result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
                                          population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
                                          p_exploration=float(opts["p_exploration"]), seed=seed,
-                                         log_path=ctx.out_dir / "search.json")
+                                         log_path=ctx.out_dir / "search.json", floor_ms=floor)
         candidates = [c.arch for c in result.best]
         write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png", ylabel)
         ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "
