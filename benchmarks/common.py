@@ -28,6 +28,7 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
         "train_seconds": train.get("student_seconds"),
         "teacher_train_seconds": train.get("teacher_seconds"),
         "train_examples": train.get("train_examples"),
+        "notes": train.get("notes", []),
         "run": str(run_dir),
         **bench,
     }
@@ -82,8 +83,8 @@ def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
         if args.rebench:
             rebench(out)
         elif not (args.reuse and (out / "report.md").is_file()):
-            overrides = dict(task_overrides(task))
-            overrides.update({f"method_options.{k}": v for k, v in options.items()})
+            overrides = {f"method_options.{k}": v for k, v in options.items()}
+            overrides.update(task_overrides(task))  # a task's own value wins over the variant's
             compress(build_run_config(method=method, task=task, budget=args.budget, data_dir=args.data_dir,
                                       out=str(out), overrides=overrides), overwrite=True)
         record = record_from_run(out, label, args.budget)
