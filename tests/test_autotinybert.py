@@ -127,6 +127,22 @@ def synthetic_latency(arch):
     return 0.5 + arch_flops(arch) / 2e6
 
 
+def test_measure_beside_a_reference_reports_teacher_time_units(monkeypatch):
+    import distillery.bench
+    from distillery.autotinybert.latency import measure
+
+    class Net:  # extract() is all measure needs of a super-net
+        def extract(self, arch):
+            return object()
+
+    # the machine runs at half speed "now": both models take twice their time, the ratio stands
+    monkeypatch.setattr(distillery.bench, "latency_ms", lambda models, **kw: {"m": 12.0, "reference": 60.0}
+                        if "reference" in models else {"m": 12.0})
+    arch = Arch(2, 64, 128, 4, 64)
+    assert measure(Net(), [arch], progress=False) == [12.0]
+    assert measure(Net(), [arch], progress=False, reference=object(), reference_ms=30.0) == [6.0]
+
+
 def test_predictor_fits_on_held_out_architectures_and_round_trips(tmp_path):
     from distillery.autotinybert.latency import fit_predictor, load_predictor, mape, save_predictor
 

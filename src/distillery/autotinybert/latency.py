@@ -36,16 +36,25 @@ def arch_flops(arch: Arch, seq: int = 128) -> float:
 
 
 def measure(supernet, archs: list[Arch], shape: tuple[int, int] = (1, 128), runs: int = 15, warmup: int = 3,
-            threads: int | None = None, progress: bool = True) -> list[float]:
-    """Median latency (ms) of each α's extracted model, measured one model at a time."""
+            threads: int | None = None, progress: bool = True, reference: nn.Module | None = None,
+            reference_ms: float | None = None) -> list[float]:
+    """Median latency (ms) of each α's extracted model, measured one model at a time.
+
+    With ``reference`` (the teacher) and ``reference_ms`` (its latency when the budget was set), each
+    model is timed beside the reference, interleaved, and reported as its ratio to the reference times
+    ``reference_ms``: on shared cores the machine's speed drifts by 20 % within minutes, and a budget,
+    a predictor and a final check timed at different moments would otherwise disagree by that much."""
     from tqdm.auto import tqdm
 
     from distillery.bench import latency_ms
 
     out = []
     for arch in tqdm(archs, desc="latency", disable=not progress):
-        model = supernet.extract(arch)
-        out.append(latency_ms({"m": model}, shape=shape, runs=runs, warmup=warmup, threads=threads)["m"])
+        models = {"m": supernet.extract(arch)}
+        if reference is not None:
+            models["reference"] = reference
+        ms = latency_ms(models, shape=shape, runs=runs, warmup=warmup, threads=threads)
+        out.append(ms["m"] if reference is None else ms["m"] * float(reference_ms) / ms["reference"])
     return out
 
 

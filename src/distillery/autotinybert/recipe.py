@@ -230,7 +230,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
     archs = space.sample_distinct(int(opts["latency_archs"]), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
                 len(archs), teacher_ms, budget)
-    ms = measure(supernet, archs, runs=runs)
+    ms = measure(supernet, archs, runs=runs, reference=teacher, reference_ms=teacher_ms)  # in teacher-time units
     predictor, report = fit_predictor(space, archs, ms, seed=seed)
     save_predictor(ctx.out_dir / "latency.json", predictor, {**report, "teacher_ms": teacher_ms, "budget_ms": budget},
                    archs, ms, (1, 128), None)
@@ -271,20 +271,16 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "
                          f"(search.json, search.png).")
     for arch in candidates:  # what ships must meet the budget as measured, not only as predicted
-        # timed beside the teacher, interleaved, and scaled to the teacher's time when the budget was set:
-        # on shared cores the machine's speed drifts by 20 % within minutes, which would fail (or pass) a
-        # candidate for the moment's speed rather than its own
-        now = latency_ms({"teacher": teacher, "candidate": supernet.extract(arch)}, runs=3 * runs)
-        measured = now["candidate"] * teacher_ms / now["teacher"]
+        # timed beside the teacher like the predictor's architectures (see ``measure``), with more runs
+        measured = measure(supernet, [arch], runs=3 * runs, progress=False, reference=teacher, reference_ms=teacher_ms)[0]
         if measured <= 1.05 * budget:
             ctx.notes.append(f"Architecture: {arch}; predicted {predict(arch):.2f} ms, measured {measured:.2f} ms "
                              f"(budget {budget:.2f} ms).")
             (ctx.out_dir / "architecture.json").write_text(json.dumps(
                 {**arch.as_dict(), "predicted_ms": predict(arch), "measured_ms": measured, "budget_ms": budget,
-                 "teacher_ms": teacher_ms, "measured_beside_teacher_ms": now, "choice": opts["arch"] or "search"},
-                indent=2))
+                 "teacher_ms": teacher_ms, "choice": opts["arch"] or "search"}, indent=2))
             return arch
-        logger.info("%s measured %.2f ms (teacher-scaled), over the budget by more than 5 %%: next candidate.", arch, measured)
+        logger.info("%s measured %.2f ms (in teacher time), over the budget by more than 5 %%: next candidate.", arch, measured)
     raise DistilleryError(f"None of the {len(candidates)} best candidates met the {budget:.2f} ms budget when measured "
                           f"(the latency predictor is off on this machine now: re-run, or lower budget_floor).")
 
