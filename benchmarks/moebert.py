@@ -160,8 +160,8 @@ def readme_block() -> str:
         any_rec = next(iter(recs.values()))
         lines += [f"**Ablations** on {any_rec['task']} dev ({any_rec['main_metric']}), every run {any_rec['max_steps']} "
                   f"optimizer steps of batch 32 from the same fine-tuned teacher (teacher "
-                  f"{any_rec['metrics']['teacher'][any_rec['main_metric']]:.4f}); one seed, so differences under "
-                  f"about 0.5 points are within noise.", "",
+                  f"{any_rec['metrics']['teacher'][any_rec['main_metric']]:.4f}); one seed each, and two seeds of the "
+                  f"full SST-2 run differ by up to a point, so differences of that size are within noise.", "",
                   "| ablation | variants (dev score) | paper's direction | held here? |", "|---|---|---|---|"]
         for title, names, claim, held in GROUPS:
             if not all(n in recs for n in names):
