@@ -10,9 +10,9 @@ or returned.
 
 Feasible also means "not far under the budget" when a floor is given (``floor_ms``; the recipe's
 ``budget_floor`` = 0.85 of the budget). The paper constrains latency from above only, but uniform draws
-over the space land mostly far below any useful budget (at 2× on MiniLM, 25 of 29 evaluated candidates
+over the space land mostly far below any useful budget (at 2× on MiniLM, 27 of 29 evaluated candidates
 used under two thirds of it), and a sub-network that leaves latency unused is, after further training,
-almost never better than a larger one: with a few dozen evaluations the floor spends them where the
+rarely better than a larger one: with a few dozen evaluations the floor spends them where the
 answer is. If no architecture of the space lies between floor and budget, the floor is dropped.
 """
 
