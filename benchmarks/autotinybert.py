@@ -4,10 +4,11 @@
     python benchmarks/autotinybert.py --only main --data-dir ../shared/data --speedups 2 4
 
 predictor  K architectures sampled from the MiniLM super-net (head-dims), each extracted and timed at 1×128
-           as a standalone model beside the teacher (in teacher-time units, as the recipe times them); the MLP predictor and the FLOP-count baseline fitted on part of them and
-           scored on the held-out rest → results/autotinybert-latency.json and the README's block.
+           as a standalone model beside the teacher (in teacher-time units, as the recipe times them); the MLP
+           predictor and the FLOP-count baseline fitted on part of them and scored on the held-out rest →
+           results/autotinybert-latency.json and the README's block.
 main       per speed-up and task: ``distillery compress --method autotinybert --speedup S`` (search) and the
-           conventional rule at the same budget (``--option arch=conventional``), all from the one super-net
+           conventional rule at the searched model's measured speed-up (``--option arch=conventional``), all from the one super-net
            the first run of the task trained (``--option supernet=...``), trained identically →
            results/autotinybert-<budget>.json and the README's results table.
 """
@@ -72,11 +73,11 @@ def comparison_lines(budget: str = "quick") -> list[str]:
 
     score = lambda r: r["metrics"]["student"][r["main_metric"]]  # noqa: E731
     rows, means = [], []
-    for path in sorted(RESULTS.glob(f"autotinybert-*-{budget}.json"), key=lambda p: float(p.stem.split("-")[1])
-                       if p.stem.split("-")[1].replace(".", "").isdigit() else 0.0):
+    searched_files = [p for p in RESULTS.glob(f"autotinybert-*-{budget}.json") if len(p.stem.split("-")) == 3]
+    for path in sorted(searched_files, key=lambda p: float(p.stem.split("-")[1])):  # autotinybert-<speed-up>-<budget>
         parts = path.stem.split("-")
         conv_path = RESULTS / f"autotinybert-{parts[1]}-conventional-{budget}.json"
-        if len(parts) != 3 or not conv_path.is_file():
+        if not conv_path.is_file():
             continue
         searched = {r["task"]: r for r in json.loads(path.read_text())}
         conv = {r["task"]: r for r in json.loads(conv_path.read_text())}

@@ -176,8 +176,7 @@ def readme_block() -> str:
     if speed.is_file():
         from distillery.bench import format_bench_table
 
-        benches = json.loads(speed.read_text())
-        for b in benches if isinstance(benches, list) else [benches]:
+        for b in json.loads(speed.read_text()):  # one measurement per thread count
             lines += [f"**Variants measured together**, {b['hardware']['threads']} thread(s), {b['settings']['latency_runs']} "
                       f"interleaved runs (one process; FLOP-ideal ratio in brackets):", "", format_bench_table(b), ""]
     return "\n".join(lines)

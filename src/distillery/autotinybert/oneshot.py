@@ -148,10 +148,9 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     supernet.bert.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
-    if supernet.head is not None:
-        save_file({k: v.contiguous() for k, v in supernet.head.state_dict().items()}, folder / "head.safetensors")
-    if projection is not None:
-        save_file({k: v.contiguous() for k, v in projection.state_dict().items()}, folder / "projection.safetensors")
+    for name, linear in (("head", supernet.head), ("projection", projection)):
+        if linear is not None:
+            save_file({k: v.contiguous() for k, v in linear.state_dict().items()}, folder / f"{name}.safetensors")
     info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
     return folder
@@ -163,7 +162,6 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     import json
     from pathlib import Path
 
-    from safetensors.torch import load_file
     from transformers import BertModel
 
     folder = Path(folder)
@@ -171,11 +169,9 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
         raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
     facts = json.loads((folder / "supernet.json").read_text())
     bert = BertModel.from_pretrained(folder)
-    if head is None and (folder / "head.safetensors").is_file():
-        weights = load_file(folder / "head.safetensors")
-        head = nn.Linear(weights["weight"].shape[1], weights["weight"].shape[0])
-        head.load_state_dict(weights)
-        head_kind = facts.get("head_kind")
+    saved_head = _load_linear(folder / "head.safetensors")
+    if head is None and saved_head is not None:
+        head, head_kind = saved_head, facts.get("head_kind")
     return SuperNet(bert, head, head_kind, facts["strategy"])
 
 
@@ -183,14 +179,18 @@ def load_projection(folder) -> nn.Linear | None:
     """The KD projection saved beside a super-net (None for a folder without one)."""
     from pathlib import Path
 
+    return _load_linear(Path(folder) / "projection.safetensors")
+
+
+def _load_linear(path) -> nn.Linear | None:
+    """An ``nn.Linear`` from a safetensors file of its state dict (None when the file is absent)."""
     from safetensors.torch import load_file
 
-    path = Path(folder) / "projection.safetensors"
     if not path.is_file():
         return None
     weights = load_file(path)
-    projection = nn.Linear(weights["weight"].shape[1], weights["weight"].shape[0])
-    projection.load_state_dict(weights)
-    return projection
+    linear = nn.Linear(weights["weight"].shape[1], weights["weight"].shape[0])
+    linear.load_state_dict(weights)
+    return linear
 
 

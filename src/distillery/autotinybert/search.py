@@ -67,15 +67,14 @@ def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], l
     cache: dict[Arch, Candidate] = {}
     evaluated: list[Candidate] = []
 
-    floor = [floor_ms]
-
     def feasible(make: Callable[[], Arch]) -> Arch:
+        nonlocal floor_ms
         for _ in range(max_tries):
             arch = make()
-            if floor[0] <= latency(arch) <= budget_ms:
+            if floor_ms <= latency(arch) <= budget_ms:
                 return arch
-        if floor[0] > 0:  # nothing between floor and budget: the plain constraint
-            floor[0] = 0.0
+        if floor_ms > 0:  # nothing between floor and budget: the plain constraint from here on
+            floor_ms = 0.0
             return feasible(make)
         raise DistilleryError(f"No architecture of the search space is predicted under {budget_ms:.2f} ms after "
                               f"{max_tries} draws: the budget is below the smallest architecture's latency.")
