@@ -131,10 +131,11 @@ def fast_candidates(space: SearchSpace, latency: Callable[[Arch], float], budget
     return out
 
 
-def conventional(space: SearchSpace, latency: Callable[[Arch], float], budget_ms: float, k: int = 1) -> list[Arch]:
+def conventional(space: SearchSpace, latency: Callable[[Arch], float], budget_ms: float, k: int | None = None) -> list[Arch]:
     """The comparison row: the usual BERT shape d_f = 4·d_m, d_qkv = d_m (nearest allowed values) whose
     predicted latency comes closest to the budget from below — the same latency as the searched one.
-    The ``k`` closest, closest first (the next ones are the fallbacks if the first misses when measured)."""
+    The ``k`` closest (default: all under the budget), closest first: the next ones are the fallbacks if
+    the first misses the budget when measured."""
     c = space.choices()
     nearest = lambda values, target: min(values, key=lambda v: (abs(v - target), -v))
     found = []
