@@ -14,8 +14,13 @@ importance  Eq. 4 on the fine-tuned built-in teacher: the hook-based pass agains
 ablations   the paper's ablations on one task (default SST-2), each a run with the same budget
             (``--ablation-steps`` optimizer steps, the cached quick teacher) → results/moebert-ablations.json
             and the README's MoEBERT block, with a line per ablation on whether the paper's direction held.
-speed       teacher, tied, cloned, hash-b and gate students (from the ablation runs) measured in one
-            process → results/moebert-speed.json.
+speed       teacher, tied, cloned, hash-b and gate students (from the ablation runs) and the no-routing
+            bound (the teacher with every FFN narrowed to d_e neurons) measured in one process, at 2
+            and 1 threads → results/moebert-speed.json.
+seeds       the full quick SST-2 run repeated with student seeds ``--seeds`` (same cached teacher, same
+            20k examples; the seed moves the data order, the hash tables and the importance sample),
+            with ``--option`` method options and ``--set`` run settings → results/moebert-seeds.json:
+            how far run-to-run spread moves the student-teacher gap.
 """
 
 from __future__ import annotations
@@ -127,8 +132,57 @@ def run_ablations(args) -> None:
     write_readme_block()
 
 
+def run_seeds(args) -> None:
+    from distillery.config import parse_value
+
+    options = dict(pair.split("=", 1) for pair in args.option)
+    settings = {k: parse_value(v) for k, v in (pair.split("=", 1) for pair in args.set)}
+    label = " ".join(f"{k}={v}" for k, v in {**options, **settings}.items()) or "default"
+    path = RESULTS / "moebert-seeds.json"
+    for seed in args.seeds:
+        suffix = "".join(f"-{v}" for v in [*options.values(), *settings.values()])
+        out = Path(args.runs_dir) / f"seeds-sst2-moebert{suffix}-s{seed}"
+        if not (args.reuse and (out / "report.md").is_file()):
+            overrides = {"student.seed": seed, "bench.latency_runs": 10, "bench.throughput_runs": 1,
+                         **{f"method_options.{k}": v for k, v in options.items()}, **settings}
+            compress(build_run_config(method="moebert", task="sst2", budget="quick", data_dir=args.data_dir,
+                                      out=str(out), overrides=overrides), overwrite=True)
+        rec = record_from_run(out, "moebert", "quick")
+        rec.update(variant=label, options=options, settings=settings, seed=seed)
+        records = {(r["variant"], r["seed"]): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
+        records[(label, seed)] = rec
+        save_results("moebert-seeds", sorted(records.values(), key=lambda r: (r["variant"], r["seed"])))
+        print(f"seed {seed} ({label}): student {student_score(rec):.4f}, teacher {rec['metrics']['teacher']['accuracy']:.4f}")
+    write_readme_block()
+
+
+def narrow_ffn(teacher, width: int):
+    """A copy of ``teacher`` whose every FFN keeps its first ``width`` neurons: a dense model doing a
+    token's MoE FLOPs (d_e neurons) with no routing at all. No router can beat it, so its speed-up
+    is the bound the dispatch is measured against."""
+    import copy
+
+    import torch
+
+    from distillery.baseline import find_encoder_layers
+
+    model = copy.deepcopy(teacher)
+    for layer in find_encoder_layers(model)[1]:
+        w1, w2 = layer.intermediate.dense, layer.output.dense
+        layer.intermediate.dense = torch.nn.Linear(w1.in_features, width)
+        layer.output.dense = torch.nn.Linear(width, w2.out_features)
+        with torch.no_grad():
+            layer.intermediate.dense.weight.copy_(w1.weight[:width])
+            layer.intermediate.dense.bias.copy_(w1.bias[:width])
+            layer.output.dense.weight.copy_(w2.weight[:, :width])
+            layer.output.dense.bias.copy_(w2.bias)
+    model.config.intermediate_size = width
+    return model.eval()
+
+
 def run_speed(args) -> None:
-    """Every storage/routing variant and the teacher measured together, in one process."""
+    """Every storage/routing variant and the teacher measured together, in one process, with the
+    dense model of the experts' width as the no-routing bound."""
     from distillery.modeling import load_model
 
     first = ablation_out(args, "default")
@@ -138,6 +192,8 @@ def run_speed(args) -> None:
         out = ablation_out(args, name)
         if (out / "student").is_dir():
             models[{"default": "hash-r tied"}.get(name, name)] = load_model(out / "student")
+    d_e = models["hash-r tied"].config.expert_size
+    models[f"dense FFN {d_e} (no-routing bound)"] = narrow_ffn(models["teacher"], d_e)
     # 2 threads (every core here) and 1: the fixed costs the experts do not shrink (attention's softmax,
     # LayerNorms, dispatch) parallelise worse than the matmuls, so the ratio depends on the thread count
     benches = [benchmark(models, latency_runs=args.latency_runs, threads=t) for t in args.speed_threads]
@@ -172,6 +228,21 @@ def readme_block() -> str:
             verdict = "—" if held is None else ("yes" if held(scores) else "no")
             lines.append(f"| {title} | {cells} | {claim} | {verdict} |")
         lines.append("")
+    seeds = RESULTS / "moebert-seeds.json"
+    if seeds.is_file():
+        by_variant: dict[str, list[dict]] = {}
+        for r in json.loads(seeds.read_text()):
+            by_variant.setdefault(r["variant"], []).append(r)
+        lines += ["**Seeds** (SST-2, quick budget, the same cached teacher and 20k examples, student seed varied): "
+                  "student − teacher dev accuracy in points.", "",
+                  "| setting | seeds | teacher | student per seed | gap per seed | mean gap |", "|---|---|---|---|---|---|"]
+        for variant, recs in by_variant.items():
+            teacher = recs[0]["metrics"]["teacher"]["accuracy"]
+            gaps = [100 * (student_score(r) - teacher) for r in recs]
+            lines.append(f"| {variant} | {', '.join(str(r['seed']) for r in recs)} | {teacher:.4f} | "
+                         f"{', '.join(f'{student_score(r):.4f}' for r in recs)} | {', '.join(f'{g:+.2f}' for g in gaps)} | "
+                         f"{sum(gaps) / len(gaps):+.2f} |")
+        lines.append("")
     speed = RESULTS / "moebert-speed.json"
     if speed.is_file():
         from distillery.bench import format_bench_table
@@ -188,19 +259,22 @@ def write_readme_block() -> None:
 
 def main() -> None:
     parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte", "squad"], "moebert")
-    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed"],
+    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed", "seeds"],
                         default=["main", "importance", "ablations", "speed"])
     parser.add_argument("--importance-examples", type=int, default=512)
     parser.add_argument("--ablation-task", default="sst2")
     parser.add_argument("--ablation-steps", type=int, default=300)
     parser.add_argument("--ablations", nargs="+", choices=list(ABLATIONS), help="A subset of the ablation runs.")
     parser.add_argument("--latency-runs", type=int, default=100)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="seeds: the student seeds.")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="seeds: a dotted run setting, e.g. student.batch_size=16 (repeatable).")
     parser.add_argument("--speed-threads", type=int, nargs="+", default=[2, 1])
     args = parser.parse_args()
     setup_logging()
     RESULTS.mkdir(parents=True, exist_ok=True)
     for step in args.only:
-        {"main": run_main, "importance": run_importance, "ablations": run_ablations, "speed": run_speed}[step](args)
+        {"main": run_main, "importance": run_importance, "ablations": run_ablations, "speed": run_speed, "seeds": run_seeds}[step](args)
 
 
 if __name__ == "__main__":

@@ -76,3 +76,9 @@ def test_existing_run_folder(monkeypatch, capsys, tmp_path):
 def test_bench_of_a_folder_that_is_not_a_model(monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(monkeypatch, capsys, "bench", str(tmp_path))
     assert_one_line_error(code, err, "not a saved model")
+
+
+def test_option_values_are_yaml_and_exponent_floats():
+    """``--option`` values: YAML types, and ``3e-4`` a float (YAML 1.1 leaves it a string)."""
+    assert cli._parse_options(["lambda=3e-4", "experts=4", "routing=hash-r", "shared-mode=tied", "flag=true"]) == {
+        "lambda": 3e-4, "experts": 4, "routing": "hash-r", "shared_mode": "tied", "flag": True}

@@ -35,14 +35,14 @@ def setup_logging(verbose: bool = False) -> None:
 
 def _parse_options(pairs: list[str]) -> dict:
     """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans)."""
-    import yaml
+    from distillery.config import parse_value
 
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
             raise DistilleryError(f"--option expects key=value, got {pair!r}.")
         key, value = pair.split("=", 1)
-        out[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        out[key.strip().replace("-", "_")] = parse_value(value)
     return out
 
 

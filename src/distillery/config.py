@@ -22,6 +22,18 @@ EXPORT_FORMATS = ("onnx", "onnx-int8", "torch-int8", "int8")
 DEFAULT_DATA_ENV = "DISTILLERY_DATA"
 
 
+def parse_value(text: str) -> Any:
+    """A command-line setting's value: YAML (numbers, lists, booleans), plus the exponent floats
+    YAML 1.1 leaves as strings (``3e-4``)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     """The local data folder: the explicit option, else ``$DISTILLERY_DATA``, else None (the Hub)."""
     value = data_dir if data_dir not in (None, "") else os.environ.get(DEFAULT_DATA_ENV) or None
