@@ -164,18 +164,13 @@ def narrow_ffn(teacher, width: int):
 
     import torch
 
-    from distillery.baseline import find_encoder_layers
+    from distillery.moebert.convert import dense_ffns
 
     model = copy.deepcopy(teacher)
-    for layer in find_encoder_layers(model)[1]:
-        w1, w2 = layer.intermediate.dense, layer.output.dense
-        layer.intermediate.dense = torch.nn.Linear(w1.in_features, width)
-        layer.output.dense = torch.nn.Linear(width, w2.out_features)
-        with torch.no_grad():
-            layer.intermediate.dense.weight.copy_(w1.weight[:width])
-            layer.intermediate.dense.bias.copy_(w1.bias[:width])
-            layer.output.dense.weight.copy_(w2.weight[:, :width])
-            layer.output.dense.bias.copy_(w2.bias)
+    for w1, w2 in dense_ffns(model):
+        w1.weight, w1.bias = torch.nn.Parameter(w1.weight[:width].clone()), torch.nn.Parameter(w1.bias[:width].clone())
+        w2.weight = torch.nn.Parameter(w2.weight[:, :width].clone())
+        w1.out_features = w2.in_features = width
     model.config.intermediate_size = width
     return model.eval()
 
