@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
+from common import RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser, upsert_result
 
 from distillery.cli import setup_logging
 
@@ -68,7 +68,6 @@ def run_pretrain(args) -> None:
 def run_ablations(args) -> None:
     from distillery.pipeline import build_run_config, compress
 
-    path = RESULTS / "cmow-ablations.json"
     for name in args.ablations or list(ABLATIONS):
         tasks, options = ABLATIONS[name]
         options = {k: (str(pretrain_out(args) / "model") if v == "PRETRAINED" else v) for k, v in options.items()}
@@ -81,10 +80,7 @@ def run_ablations(args) -> None:
                                           out=str(out), overrides=overrides), overwrite=True)
             rec = record_from_run(out, "cmow", "quick")
             rec.update(ablation=name, options=options)
-            # read again just before writing: two of these scripts may run at once, on different ablations
-            records = {(r["ablation"], r["task"]): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
-            records[(name, task)] = rec
-            save_results("cmow-ablations", list(records.values()))
+            upsert_result("cmow-ablations", rec, key=lambda r: (r["ablation"], r["task"]))
             print(f"ablation {name} on {task}: {rec['metrics']['student'][rec['main_metric']]:.4f}")
     write_readme_block()
 

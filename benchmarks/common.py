@@ -108,6 +108,16 @@ def save_results(name: str, records: list[dict]) -> Path:
     return path
 
 
+def upsert_result(name: str, record: dict, key) -> Path:
+    """Put ``record`` into benchmarks/results/<name>.json in place of the record with the same
+    ``key(record)`` (others keep their order), reading the file again just before writing: several
+    benchmark scripts may run at once, on different rows."""
+    path = RESULTS / f"{name}.json"
+    records = {key(r): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
+    records[key(record)] = record
+    return save_results(name, list(records.values()))
+
+
 def load_all_results(variants: bool = False) -> list[dict]:
     """Every teacher-vs-student record under benchmarks/results/. Deployment records
     (benchmarks/deploy.py: a ``variant`` such as ``student-onnx-int8``) have their own README table

@@ -26,10 +26,11 @@ seeds       the full quick SST-2 run repeated with student seeds ``--seeds`` (sa
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, save_results, student_score, task_parser
+from common import RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser, upsert_result
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import setup_logging
@@ -110,7 +111,6 @@ def run_ablations(args) -> None:
     from distillery.teacher import teacher_config
 
     d_h = teacher_config("minilm").intermediate_size
-    path = RESULTS / "moebert-ablations.json"
     names = args.ablations or list(ABLATIONS)
     for name in names:
         out = ablation_out(args, name)
@@ -125,9 +125,7 @@ def run_ablations(args) -> None:
                                       data_dir=args.data_dir, out=str(out), overrides=overrides), overwrite=True)
         rec = record_from_run(out, "moebert", "quick")
         rec.update(ablation=name, options=options, max_steps=args.ablation_steps)
-        records = {r["ablation"]: r for r in (json.loads(path.read_text()) if path.is_file() else [])}
-        records[name] = rec
-        save_results("moebert-ablations", list(records.values()))
+        upsert_result("moebert-ablations", rec, key=lambda r: r["ablation"])
         print(f"ablation {name}: {rec['metrics']['student'][rec['main_metric']]:.4f}")
     write_readme_block()
 
@@ -138,7 +136,6 @@ def run_seeds(args) -> None:
     options = dict(pair.split("=", 1) for pair in args.option)
     settings = {k: parse_value(v) for k, v in (pair.split("=", 1) for pair in args.set)}
     label = " ".join(f"{k}={v}" for k, v in {**options, **settings}.items()) or "default"
-    path = RESULTS / "moebert-seeds.json"
     for seed in args.seeds:
         suffix = "".join(f"-{v}" for v in [*options.values(), *settings.values()])
         out = Path(args.runs_dir) / f"seeds-sst2-moebert{suffix}-s{seed}"
@@ -149,9 +146,7 @@ def run_seeds(args) -> None:
                                       out=str(out), overrides=overrides), overwrite=True)
         rec = record_from_run(out, "moebert", "quick")
         rec.update(variant=label, options=options, settings=settings, seed=seed)
-        records = {(r["variant"], r["seed"]): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
-        records[(label, seed)] = rec
-        save_results("moebert-seeds", sorted(records.values(), key=lambda r: (r["variant"], r["seed"])))
+        upsert_result("moebert-seeds", rec, key=lambda r: (r["variant"], r["seed"]))
         print(f"seed {seed} ({label}): student {student_score(rec):.4f}, teacher {rec['metrics']['teacher']['accuracy']:.4f}")
     write_readme_block()
 
@@ -230,13 +225,15 @@ def readme_block() -> str:
             by_variant.setdefault(r["variant"], []).append(r)
         lines += ["**Seeds** (SST-2, quick budget, the same cached teacher and 20k examples, student seed varied): "
                   "student − teacher dev accuracy in points.", "",
-                  "| setting | seeds | teacher | student per seed | gap per seed | mean gap |", "|---|---|---|---|---|---|"]
+                  "| setting | seeds | teacher | student per seed | gap per seed | mean gap ± standard error |",
+                  "|---|---|---|---|---|---|"]
         for variant, recs in by_variant.items():
             teacher = recs[0]["metrics"]["teacher"]["accuracy"]
             gaps = [100 * (student_score(r) - teacher) for r in recs]
+            error = f" ± {statistics.stdev(gaps) / len(gaps) ** 0.5:.2f}" if len(gaps) > 1 else ""
             lines.append(f"| {variant} | {', '.join(str(r['seed']) for r in recs)} | {teacher:.4f} | "
                          f"{', '.join(f'{student_score(r):.4f}' for r in recs)} | {', '.join(f'{g:+.2f}' for g in gaps)} | "
-                         f"{sum(gaps) / len(gaps):+.2f} |")
+                         f"{statistics.mean(gaps):+.2f}{error} |")
         lines.append("")
     speed = RESULTS / "moebert-speed.json"
     if speed.is_file():
