@@ -136,8 +136,8 @@ def run_seeds(args) -> None:
     options = dict(pair.split("=", 1) for pair in args.option)
     settings = {k: parse_value(v) for k, v in (pair.split("=", 1) for pair in args.set)}
     label = " ".join(f"{k}={v}" for k, v in {**options, **settings}.items()) or "default"
+    suffix = "".join(f"-{v}" for v in [*options.values(), *settings.values()])
     for seed in args.seeds:
-        suffix = "".join(f"-{v}" for v in [*options.values(), *settings.values()])
         out = Path(args.runs_dir) / f"seeds-sst2-moebert{suffix}-s{seed}"
         if not (args.reuse and (out / "report.md").is_file()):
             overrides = {"student.seed": seed, "bench.latency_runs": 10, "bench.throughput_runs": 1,
