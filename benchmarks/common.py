@@ -72,9 +72,10 @@ def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
     runs/bench-<task>-<method>[-<option values>]-<budget>/ (or ``--rebench`` / ``--reuse`` the finished
     folder), then one record per task in benchmarks/results/<method>[...]-<budget>.json and the README
     table. ``args.option`` (KEY=VALUE method options) makes a variant with its own runs and rows."""
+    from distillery.cli import parse_options
     from distillery.pipeline import build_run_config, compress
 
-    options = dict(pair.split("=", 1) for pair in args.option)
+    options = parse_options(args.option)
     label = " ".join([method, *(f"{k}={v}" for k, v in options.items())])  # the results table's method column
     suffix = "".join(f"-{v}" for v in options.values())
     name = f"{method}{suffix}-{args.budget}"

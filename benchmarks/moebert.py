@@ -33,7 +33,7 @@ from pathlib import Path
 from common import RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser, upsert_result
 
 from distillery.bench import benchmark, hardware_fingerprint
-from distillery.cli import setup_logging
+from distillery.cli import parse_options, setup_logging
 from distillery.pipeline import build_run_config, compress
 
 # name -> (method options, what the paper's figure/table is); "default" is the reference of every group
@@ -131,10 +131,7 @@ def run_ablations(args) -> None:
 
 
 def run_seeds(args) -> None:
-    from distillery.config import parse_value
-
-    options = dict(pair.split("=", 1) for pair in args.option)
-    settings = {k: parse_value(v) for k, v in (pair.split("=", 1) for pair in args.set)}
+    options, settings = parse_options(args.option), parse_options(args.set)
     label = " ".join(f"{k}={v}" for k, v in {**options, **settings}.items()) or "default"
     suffix = "".join(f"-{v}" for v in [*options.values(), *settings.values()])
     for seed in args.seeds:

@@ -80,5 +80,5 @@ def test_bench_of_a_folder_that_is_not_a_model(monkeypatch, capsys, tmp_path):
 
 def test_option_values_are_yaml_and_exponent_floats():
     """``--option`` values: YAML types, and ``3e-4`` a float (YAML 1.1 leaves it a string)."""
-    assert cli._parse_options(["lambda=3e-4", "experts=4", "routing=hash-r", "shared-mode=tied", "flag=true"]) == {
+    assert cli.parse_options(["lambda=3e-4", "experts=4", "routing=hash-r", "shared-mode=tied", "flag=true"]) == {
         "lambda": 3e-4, "experts": 4, "routing": "hash-r", "shared_mode": "tied", "flag": True}

@@ -293,6 +293,81 @@ def test_importance_sample_is_seeded():
 
 
 # ------------------------------------------------------------------------------------------------
+# Output refit
+
+
+def _ffn_inputs(teacher, batches):
+    """The teacher's FFN input of every real token, per layer: [(tokens, d)], with the token ids."""
+    from distillery.moebert.convert import dense_ffns
+
+    seen = {i: [] for i in range(teacher.config.num_hidden_layers)}
+    hooks = [w1.register_forward_pre_hook(lambda m, a, i=i: seen[i].append(a[0].detach()))
+             for i, (w1, _) in enumerate(dense_ffns(teacher))]
+    with torch.no_grad():
+        for b in batches:
+            teacher(**b)
+    for h in hooks:
+        h.remove()
+    real = [b["attention_mask"].bool() for b in batches]
+    ids = torch.cat([b["input_ids"][r] for b, r in zip(batches, real)])
+    return [torch.cat([x[r] for x, r in zip(seen[i], real)]) for i in seen], ids
+
+
+@pytest.mark.parametrize("mode", ["tied", "cloned"])
+def test_refit_equals_a_least_squares_solve_on_the_explicit_design_matrix(mode):
+    from distillery.moebert.convert import dense_ffns
+    from distillery.moebert.refit import refit_outputs
+
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=10, shared_size=4, shared_mode=mode)
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    batches = [batch(seed=s) for s in range(3)]
+    inputs, ids = _ffn_inputs(teacher, batches)
+    refit_outputs(student, teacher, batches, ridge=1e-2, progress=False)
+    for i, layer in enumerate(student.moebert.layers):
+        ex, p = layer.experts, f"moebert.layers.{i}.experts."
+        w1, b1, w2 = before[p + "w1"].double(), before[p + "b1"].double(), before[p + "w2"].double()
+        n, d, k = w1.shape
+        shared = mode == "tied"
+        rows = []
+        for a, tok in zip(inputs[i].double(), ids):  # one design row per token, the obvious way
+            e = int(layer.hash_table[tok])
+            own = torch.zeros(n * k, dtype=torch.double)
+            own[e * k:(e + 1) * k] = ex.act(a @ w1[e] + b1[e])
+            common = [torch.ones(1, dtype=torch.double)]
+            if shared:
+                common.append(ex.act(a @ before[p + "shared_w1"].double() + before[p + "shared_b1"].double()))
+            rows.append(torch.cat([*common, own]))
+        phi = torch.stack(rows)
+        fc1, fc2 = dense_ffns(teacher)[i]
+        hidden = ex.act(torch.nn.functional.linear(inputs[i].double(), fc1.weight.double(), fc1.bias.double()))
+        y = torch.nn.functional.linear(hidden, fc2.weight.double(), fc2.bias.double())
+        w0 = torch.cat([before[p + "b2"].double()[None], *([before[p + "shared_w2"].double()] if shared else []),
+                        w2.reshape(n * k, d)])
+        gram = phi.t() @ phi
+        lam = 1e-2 * gram.diagonal().mean()
+        expected = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=torch.double), phi.t() @ y + lam * w0)
+        got = torch.cat([ex.b2[None], *([ex.shared_w2] if shared else []), ex.w2.reshape(n * k, d)]).double()
+        assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_refit_leaves_an_exact_conversion_as_it_is_and_improves_a_lossy_one():
+    from distillery.moebert.refit import refit_outputs
+
+    teacher = tiny_teacher()
+    batches = [batch(seed=s) for s in range(3)]
+    exact = convert(teacher, IMPORTANCE, num_experts=1, expert_size=D_H, shared_size=5)
+    errors = refit_outputs(exact, teacher, batches, progress=False)
+    assert all(after < 1e-10 for _, after in errors)
+    x = batch(seed=9)
+    assert_close(exact(**x).logits, teacher(**x).logits)
+    for routing in ("hash-r", "gate"):
+        lossy = convert(teacher, IMPORTANCE, num_experts=4, expert_size=6, shared_size=2, routing=routing)
+        errors = refit_outputs(lossy, teacher, batches, progress=False)
+        assert all(after < before for before, after in errors), errors
+
+
+# ------------------------------------------------------------------------------------------------
 # Loss, options, method end to end
 
 
@@ -327,6 +402,8 @@ def test_paper_preset_and_bad_options(tmp_path):
         build_run_config(method="moebert", task="stsb", preset="paper")
     with pytest.raises(DistilleryError, match="Unknown routing 'hash'"):
         compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.routing": "hash"}))
+    with pytest.raises(DistilleryError, match="--refit is true or false, got 'yes'"):
+        compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.refit": "yes"}))
     with pytest.raises(DistilleryError, match="need 168 \\+ 4×216 = 1032 distinct neurons, but the FFN has 1000"):
         from distillery.moebert.recipe import expert_shape
 
@@ -385,7 +462,7 @@ def test_cli_steps_importance_convert_train(tiny_bert, glue_dir, tmp_path, monke
                                  "--out", str(tmp_path / "imp.safetensors")])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["moebert", "convert", *common, "--importance", str(tmp_path / "imp.safetensors"),
-                                 "--experts", "2", "--shared", "4", "--out", str(tmp_path / "converted")])
+                                 "--experts", "2", "--shared", "4", "--refit", "--out", str(tmp_path / "converted")])
     assert result.exit_code == 0, result.output
     converted = distillery.load_student(tmp_path / "converted")
     assert converted.config.num_experts == 2 and converted.config.shared_size == 4

@@ -33,7 +33,7 @@ def setup_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _parse_options(pairs: list[str]) -> dict:
+def parse_options(pairs: list[str]) -> dict:
     """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans)."""
     from distillery.config import parse_value
 
@@ -80,6 +80,7 @@ def compress(
     lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
     balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
     importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
+    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="moebert: least-squares refit of the experts' output weights after conversion (default on)."),
     speedup: Optional[float] = typer.Option(None, help="autotinybert: latency budget as a speed-up over the teacher measured here (default 2)."),
     preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
@@ -106,12 +107,12 @@ def compress(
     setup_logging(verbose)
     from distillery.pipeline import build_run_config
 
-    method_options = _parse_options(option)
+    method_options = parse_options(option)
     for key, value in (("student_layers", student_layers), ("alpha", alpha), ("temperature", temperature),
                        ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
                        ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
                        ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
-                       ("importance_examples", importance_examples), ("speedup", speedup)):
+                       ("importance_examples", importance_examples), ("refit", refit), ("speedup", speedup)):
         if value is not None:
             method_options[key] = value
     overrides = {
@@ -314,6 +315,7 @@ def moebert_convert(
     split: Optional[str] = typer.Option(None, help="import (default), random or inverse."),
     routing: Optional[str] = typer.Option(None, help="hash-r (default), hash-b or gate."),
     shared_mode: Optional[str] = typer.Option(None, help="tied (default) or cloned."),
+    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="Least-squares refit of the experts' output weights on the train sample (default on)."),
     squad_holdout: Optional[float] = typer.Option(None),
     seed: Optional[int] = typer.Option(None, help="Seed of the random split and the hash tables."),
     overwrite: bool = typer.Option(False),
@@ -324,7 +326,7 @@ def moebert_convert(
     from distillery.moebert.recipe import convert_step
 
     opts = {k: v for k, v in (("experts", experts), ("expert_size", expert_size), ("shared", shared), ("split", split),
-                              ("routing", routing), ("shared_mode", shared_mode)) if v is not None}
+                              ("routing", routing), ("shared_mode", shared_mode), ("refit", refit)) if v is not None}
     config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, opts, seed)
     path = convert_step(config, importance, out, overwrite=overwrite)
     typer.echo(f"Converted MoEBERT model: {path}")
@@ -393,7 +395,7 @@ def cmow_pretrain(
     from distillery.cmow.pretrain import pretrain
     from distillery.config import TrainConfig
 
-    model_options = _parse_options(option)
+    model_options = parse_options(option)
     train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, weight_decay=0.0,
                         select_best=False, seed=seed, eval_every=None)
     try:
@@ -490,7 +492,7 @@ def atb_extract(
 def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str], overwrite: bool,
              verbose: bool) -> None:
     setup_logging(verbose)
-    options = {**options, **_parse_options(extra)}
+    options = {**options, **parse_options(extra)}
     from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,

@@ -50,6 +50,19 @@ def _targets(batch, device):
     return {k: v.to(device) for k, v in batch.items() if k in TARGETS}
 
 
+def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None, seed: int) -> DataLoader:
+    """Batches of a seeded sample of ``max_examples`` examples (all when None), shortest first: the
+    conversion's passes treat examples independently, so batching similar lengths only saves padding.
+    The importance scores and the output refit (:mod:`distillery.moebert.refit`) read the same sample."""
+    indices = np.arange(len(dataset))
+    if max_examples is not None and max_examples < len(dataset):
+        indices = np.random.default_rng(seed).choice(len(dataset), size=max_examples, replace=False)
+    lengths = example_lengths(dataset)
+    if lengths is not None:
+        indices = indices[np.argsort(lengths.numpy()[indices], kind="stable")]
+    return DataLoader(torch.utils.data.Subset(dataset, indices.tolist()), batch_size=batch_size, collate_fn=collate_fn)
+
+
 def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,
                    seed: int = 0, progress: bool = True) -> Tensor:
     """(layers, d_h) importance scores of the FFN neurons of a BERT-family ``model``.
@@ -60,12 +73,6 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
     """
     if len(dataset) == 0:
         raise DistilleryError("Importance needs at least one training example.")
-    indices = np.arange(len(dataset))
-    if max_examples is not None and max_examples < len(dataset):
-        indices = np.random.default_rng(seed).choice(len(dataset), size=max_examples, replace=False)
-    lengths = example_lengths(dataset)
-    if lengths is not None:  # examples do not interact, so batch similar lengths: far less padding
-        indices = indices[np.argsort(lengths.numpy()[indices], kind="stable")]
     ffns = dense_ffns(model)
     device = next(model.parameters()).device
     scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64, device=device)
@@ -108,8 +115,7 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
             p.requires_grad_(False)
         for w1, _ in ffns:
             w1.bias.requires_grad_(True)
-        loader = DataLoader(torch.utils.data.Subset(dataset, indices.tolist()), batch_size=batch_size,
-                            collate_fn=collate_fn)
+        loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
         for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
             out = model(**_inputs(batch, device))
             loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()

@@ -1,7 +1,9 @@
 """Method ``moebert``: importance → conversion → layer-wise distillation (MoEBERT §3).
 
 setup:  importance of every FFN neuron on the task's train split (Eq. 4), then the fine-tuned
-        teacher's FFNs cut into experts (§3.1), routed by hash or a sentence gate.
+        teacher's FFNs cut into experts (§3.1), routed by hash or a sentence gate; with ``refit``
+        (ours, off by default) the experts' output weights are then refitted by least squares to
+        reproduce the dense FFN on the same train sample (:mod:`distillery.moebert.refit`).
 train:  L = CE(f(x), y) + λ·(L_trm + L_pred) (§3.2–3.3) with the one trainer, the teacher being the
         dense model the student was converted from:
         L_trm = Σ_l MSE(X_l, X_l_teacher) over the distilled layers (l = 0 is the embedding output),
@@ -30,7 +32,8 @@ from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
-from distillery.moebert.importance import ffn_importance
+from distillery.moebert.importance import ffn_importance, sample_loader
+from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
 from distillery.recipe import MethodContext
 
@@ -48,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "lambda": 1.0,
     "balance_weight": 0.01,
     "importance_examples": 2048,
+    "refit": False,  # least-squares refit of the output weights after conversion (refit.py); measured in README
     "init": None,
 }
 DISTILL_LAYERS = ("all", "last", "skip", "none")
@@ -104,6 +108,8 @@ def options(config) -> dict[str, Any]:
             raise DistilleryError(f"Unknown {key.replace('_', '-')} {opts[key]!r}; choose one of {', '.join(allowed)}.")
     if float(opts["lambda"]) < 0 or float(opts["balance_weight"]) < 0:
         raise DistilleryError("--lambda and --balance-weight must be zero or more.")
+    if not isinstance(opts["refit"], bool):
+        raise DistilleryError(f"--refit is true or false, got {opts['refit']!r}.")
     if opts["importance_examples"] is not None and int(opts["importance_examples"]) < 1:
         raise DistilleryError("--importance-examples must be at least 1.")
     return opts
@@ -199,9 +205,16 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str,
     """The teacher converted by the options (importance None: the random split needs none)."""
     n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
     counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
-    return convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
-                   shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
-                   token_counts=counts, seed=config.student.seed)
+    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
+                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
+                      token_counts=counts, seed=config.student.seed)
+    if opts["refit"]:
+        loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
+                               opts["importance_examples"], config.student.seed)
+        errors = refit_outputs(student, teacher, loader)
+        logger.info("Refit of the expert outputs: FFN output MSE against the dense FFN per layer %s -> %s.",
+                    " ".join(f"{b:.3g}" for b, _ in errors), " ".join(f"{a:.3g}" for _, a in errors))
+    return student
 
 
 def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
