@@ -441,8 +441,10 @@ def test_compress_moebert_writes_a_run_folder(tiny_bert, glue_dir, tmp_path, rou
 
 def test_compress_moebert_regression_and_squad(tiny_bert, glue_dir, tmp_path):
     out = compress(moe_config(tiny_bert, glue_dir, tmp_path / "stsb", task="stsb",
-                              **{"method_options.routing": "hash-b", "method_options.distill_layers": "skip"}))
+                              **{"method_options.routing": "hash-b", "method_options.distill_layers": "skip",
+                                 "method_options.refit": True}))
     assert "pearson" in json.loads((out / "metrics.json").read_text())["student"]
+    assert "Output weights refitted by least squares on 40 training examples" in (out / "report.md").read_text()
     data = write_squad(tmp_path / "squad-data")
     out = compress(moe_config(tiny_bert, data, tmp_path / "squad", task="squad", **{
         "data.max_length": 48, "data.doc_stride": 16, "data.squad_holdout": 0.5}))

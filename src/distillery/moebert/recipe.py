@@ -201,8 +201,9 @@ def load_importance(path: str | Path) -> torch.Tensor:
 
 
 def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str, Any],
-                    importance: torch.Tensor | None) -> PreTrainedModel:
-    """The teacher converted by the options (importance None: the random split needs none)."""
+                    importance: torch.Tensor | None) -> tuple[PreTrainedModel, str | None]:
+    """The teacher converted by the options (importance None: the random split needs none), and a
+    line on the output refit when there was one."""
     n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
     counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
@@ -212,9 +213,12 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str,
         loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
                                opts["importance_examples"], config.student.seed)
         errors = refit_outputs(student, teacher, loader)
-        logger.info("Refit of the expert outputs: FFN output MSE against the dense FFN per layer %s -> %s.",
-                    " ".join(f"{b:.3g}" for b, _ in errors), " ".join(f"{a:.3g}" for _, a in errors))
-    return student
+        line = (f"Output weights refitted by least squares on {len(loader.dataset)} training examples: FFN output "
+                f"MSE against the dense FFN per layer {' '.join(f'{b:.3g}' for b, _ in errors)} -> "
+                f"{' '.join(f'{a:.3g}' for _, a in errors)}.")
+        logger.info(line)
+        return student, line
+    return student, None
 
 
 def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
@@ -237,12 +241,14 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
         else:
             importance = compute_importance(teacher, task_data, config, opts)
             save_importance(importance, path, config, task_data, opts)
-    student = convert_teacher(teacher, task_data, config, opts, importance)
+    student, refit_line = convert_teacher(teacher, task_data, config, opts, importance)
     d_h, c = teacher.config.intermediate_size, student.config
     n, d_e, s = c.num_experts, c.expert_size, c.shared_size
     ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
                      f"shared ({opts['shared_mode']}), split {opts['split']}, routing {opts['routing']}; "
                      f"{d_h - s - n * (d_e - s)} least important neurons per layer dropped.")
+    if refit_line:
+        ctx.notes.append(refit_line)
     return student
 
 
@@ -341,5 +347,5 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     if opts["split"] != "random":
         importance = (load_importance(importance_path) if importance_path is not None
                       else compute_importance(teacher, task_data, config, opts))
-    save_model(convert_teacher(teacher, task_data, config, opts, importance), tokenizer, out)
+    save_model(convert_teacher(teacher, task_data, config, opts, importance)[0], tokenizer, out)
     return out
