@@ -80,7 +80,7 @@ def compress(
     lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
     balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
     importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
-    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="moebert: least-squares refit of the experts' output weights after conversion (default on)."),
+    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="moebert: least-squares refit of the experts' output weights after conversion (default on; --no-refit: the paper's conversion)."),
     speedup: Optional[float] = typer.Option(None, help="autotinybert: latency budget as a speed-up over the teacher measured here (default 2)."),
     preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
