@@ -83,19 +83,20 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
             shared = [ex.act(torch.addmm(ex.shared_b1, x, ex.shared_w1))] if ex.shared_w1 is not None else []
             c = torch.cat([ones, *shared], dim=1)  # (tokens, 1 + s): what every token has
             assign = None if gate else layers[i].hash_table[batch["input_ids"][real]]
-            width, k = c.shape[1], ex.w1.shape[2]
-            for e in range(ex.w1.shape[0]):  # a handful of experts, each one matmul
+            (n, _, k), width = ex.w1.shape, c.shape[1]
+            copies = n if gate else 1  # the gate counts every token once per expert, hashing once in all
+            st.gram[:width, :width] += copies * (c.t() @ c).double()
+            st.rhs[:width] += copies * (c.t() @ y).double()
+            st.yy += copies * float((y.double() ** 2).sum())
+            st.tokens += copies * x.shape[0]
+            for e in range(n):  # a handful of experts, each one matmul
                 rows = slice(None) if assign is None else (assign == e).nonzero().squeeze(1)
                 xe, ce, ye = x[rows], c[rows], y[rows]
                 he = ex.act(torch.addmm(ex.b1[e], xe, ex.w1[e]))  # (tokens of e, k)
                 o = slice(width + e * k, width + (e + 1) * k)
-                st.gram[:width, :width] += (ce.t() @ ce).double()
                 st.gram[:width, o] += (ce.t() @ he).double()
                 st.gram[o, o] += (he.t() @ he).double()
-                st.rhs[:width] += (ce.t() @ ye).double()
                 st.rhs[o] += (he.t() @ ye).double()
-                st.yy += float((ye.double() ** 2).sum())
-                st.tokens += xe.shape[0]
         return pre_hook
 
     handles = [w1.register_forward_pre_hook(hook(i)) for i, (w1, _) in enumerate(ffns)]
@@ -116,12 +117,12 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
 
 def _solve(ex, st: _Normal, ridge: float) -> tuple[float, float]:
     """Solve one layer's ridge system and write b2, shared W2 and W2 back; (MSE before, after)."""
+    if st.tokens == 0:
+        return 0.0, 0.0
     n, k, d = ex.w2.shape
     parts = [ex.b2.unsqueeze(0)] + ([ex.shared_w2] if ex.shared_w1 is not None else []) + [ex.w2.reshape(n * k, d)]
     w0 = torch.cat(parts).double()  # (D, d)
     gram = torch.triu(st.gram) + torch.triu(st.gram, 1).t()  # only the upper blocks were accumulated
-    if st.tokens == 0:
-        return 0.0, 0.0
 
     def mse(w: Tensor) -> float:
         return float(((w * (gram @ w)).sum() - 2 * (w * st.rhs).sum() + st.yy) / (st.tokens * d))
