@@ -140,6 +140,25 @@ def test_padding_takes_no_expert_slots():
     assert_close(got[real], ffn.reference(x, experts)[real])
 
 
+def test_plans_for_several_layers_share_one_capacity():
+    """All layers are planned together (hash routing): every row's plan routes like the per-token
+    loop, padding included, with the capacity of the busiest expert of any row."""
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3)
+    ffn = student.moebert.layers[0].experts
+    x = torch.randn(2, 7, 32)
+    experts = torch.randint(0, 3, (4, 2, 7))
+    experts[2, :, :] = 2  # one row with every token on one expert sets the capacity for all
+    valid = torch.ones(2, 7, dtype=torch.long)
+    valid[0, 5:] = 0
+    plans = plan_dispatch(experts.reshape(4, -1), 3, valid.reshape(-1))
+    real = valid.bool()
+    assert {p.capacity for p in plans} == {int(real.sum())}
+    for row, plan in zip(experts, plans):
+        assert plan.load.tolist() == [int(((row == e) & real).sum()) for e in range(3)]
+        assert_close(ffn(x, plan)[real], ffn.reference(x, row)[real])
+
+
 def test_sentence_gate_at_batch_one_equals_the_batched_path():
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing="gate")

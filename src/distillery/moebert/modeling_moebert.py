@@ -25,7 +25,7 @@ Routing (``config.routing``):
   ``N · Σ_i f_i · P_i`` is returned as ``balance_loss``.
 
 Dispatch never loops over tokens or experts: the slots of an (N, capacity, d) buffer gather their
-tokens (one ``index_select``), all experts run as one batched matmul pair with b2 folded in, and
+tokens (one gather), all experts run as one batched matmul pair with b2 folded in, and
 each token's row, read back, enters as the bias of the shared block's last matmul
 (:func:`plan_dispatch` plans every layer at once; measured on 2 cores at 1×128 this is ~3 % faster
 than scattering into a zeroed buffer and adding, which it replaced). A per-expert loop over sorted rows was measured slower at 1×128 on a
@@ -135,58 +135,49 @@ def check_expert_shape(d_h: int, num_experts: int, expert_size: int, shared_size
 class DispatchPlan:
     """Where each token goes, for one layer.
 
-    The experts run on an (N · capacity, d) buffer of slots: expert e owns rows ``e · capacity`` to
-    ``(e + 1) · capacity − 1``. ``source[r]`` is the token that slot r reads its input from (a slot
-    no token fills reads token 0: its output row is computed and never read, so it costs its share
-    of the matmul and no gradient). ``slot[t]`` is the row token t reads its output from. Padding
-    tokens take no slot: they read row 0 and ``valid`` (M, 1) zeroes them; ``valid`` is None when
-    every token is real, and the multiply is skipped.
+    The experts run on an (N, capacity, d) buffer of slots: expert e owns ``slots[e]``.
+    ``source[e, r]`` is the token that slot (e, r) reads its input from (a slot no token fills reads
+    some other token: its output row is computed and never read, so it costs its share of the matmul
+    and no gradient). ``slot[t]`` is the row of the flattened (N · capacity, d) output that token t
+    reads. Padding tokens take no slot: they read a row that ``valid`` (M, 1) zeroes; ``valid`` is
+    None when every token is real, and the multiply is skipped.
     """
 
     slot: Tensor  # (M,) long
-    source: Tensor  # (N · capacity,) long
+    source: Tensor  # (N, capacity) long
     capacity: int  # (a symbolic size while exporting)
     load: Tensor  # (N,) real tokens per expert
     valid: Tensor | None = None  # (M, 1) 1.0 for real tokens, 0.0 for padding
 
 
 def plan_dispatch(expert: Tensor, num_experts: int, valid: Tensor | None = None) -> list[DispatchPlan]:
-    """Dispatch plans for token->expert assignments ``expert`` of shape (L, M): one per row.
-    ``valid`` (M,) marks real tokens (default: all).
+    """Dispatch plans for token->expert assignments ``expert`` of shape (L, M): one per row, all with
+    the same capacity (the busiest expert of any row). ``valid`` (M,) marks real tokens (default: all).
 
-    All rows are planned together with a handful of tensor ops and one host sync (the capacities,
-    and whether the batch has padding), so hash routing plans every layer before the first one runs.
+    All rows are planned together in a dozen tensor ops and one host sync (the capacity), so hash
+    routing plans every layer before the first one runs. Each op costs several microseconds in the
+    middle of a forward pass (its code and data are cold after the matmuls), which is why this is
+    written for few ops rather than for the fewest FLOPs; sharing one capacity across rows costs a
+    few padded slots and nothing measurable.
     """
     n_rows, m = expert.shape
-    onehot = F.one_hot(expert, num_experts)  # (L, M, N)
-    if valid is not None:
-        onehot = onehot * valid.to(onehot.dtype).unsqueeze(-1)  # padding counts for no expert
-    load = onehot.sum(1)  # (L, N)
-    rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # (L, M): position among the real tokens of its expert
-    if torch.compiler.is_exporting():  # no host sync in a graph: every expert gets room for all tokens
-        caps, padded = [m] * n_rows, valid is not None
-        cap = torch.full((n_rows, 1), m, dtype=expert.dtype, device=expert.device)
-    else:
-        busiest = load.amax(1).clamp_min(1)
-        flags = busiest if valid is None else torch.cat([busiest, (valid == 0).any().view(1).to(busiest.dtype)])
-        flags = flags.tolist()
-        caps, padded = flags[:n_rows], bool(flags[n_rows:] and flags[n_rows])
-        cap = busiest.unsqueeze(1)
-    slot = expert * cap + rank  # (L, M)
-    # All layers' slot buffers end to end, plus one spare entry that padding tokens write to.
-    sizes = [num_experts * c for c in caps]
-    offset = F.pad(torch.cumsum(cap.squeeze(1) * num_experts, 0), (1, 0))  # (L + 1,)
-    write = slot + offset[:-1].unsqueeze(1)
+    exporting = torch.compiler.is_exporting()  # no host sync in a graph: every expert gets room for all tokens
+    padded = valid is not None and (exporting or not bool(valid.all()))
+    key = expert.masked_fill(valid == 0, num_experts) if padded else expert  # padding: an expert of its own
+    count = F.one_hot(key, num_experts + int(padded)).cumsum(1)  # (L, M, N[+1]): running count per expert
+    load = count[:, -1, :num_experts]  # (L, N)
+    rank = count.gather(2, key.unsqueeze(2)).squeeze(2) - 1  # (L, M): place among its expert's tokens
+    cap = m if exporting else max(int(load.amax()), 1)
+    row = key * cap + rank  # (L, M) row of the flattened slot buffer; padding lands at n · cap or past it
     if padded:
-        real = valid.bool()
-        write = torch.where(real, write, offset[-1])
-        slot = torch.where(real, slot, 0)
+        row = row.clamp_max(num_experts * cap)  # padding: the spare last column of the scatter below
     tokens = torch.arange(m, device=expert.device).expand(n_rows, m)
-    source = expert.new_zeros(sum(sizes) + 1).scatter_(0, write.flatten(), tokens.flatten())
-    sources = source[:-1].split(sizes)
+    source = expert.new_zeros(n_rows, num_experts * cap + 1).scatter_(1, row, tokens)
+    source = source[:, :-1].reshape(n_rows, num_experts, cap)
+    slot = row.clamp_max(num_experts * cap - 1) if padded else row  # padding reads a real row; valid zeroes it
     multiplier = valid.to(torch.get_default_dtype()).unsqueeze(1) if padded else None
-    return [DispatchPlan(slot=slot[i], source=sources[i], capacity=caps[i], load=load[i], valid=multiplier)
-            for i in range(n_rows)]
+    return [DispatchPlan(slot=s, source=src, capacity=cap, load=n, valid=multiplier)
+            for s, src, n in zip(slot.unbind(0), source.unbind(0), load.unbind(0))]
 
 
 class MoEFeedForward(nn.Module):
@@ -239,10 +230,9 @@ class MoEFeedForward(nn.Module):
         (N, capacity, d) buffer gather their tokens, the N experts run as two ``baddbmm``, and each
         token reads its row back. Slots no token fills cost only their share of the matmuls
         (capacity = the busiest expert's token count)."""
-        n, cap, d = self.num_experts, plan.capacity, flat.shape[1]
-        slots = flat.index_select(0, plan.source).view(n, cap, d)
+        slots = F.embedding(plan.source, flat)  # (N, cap, d)
         h = self.act(torch.baddbmm(self.b1.unsqueeze(1), slots, self.w1))  # (N, cap, k)
-        rows = torch.baddbmm(self.b2, h, self.w2).view(n * cap, d).index_select(0, plan.slot)  # (M, d)
+        rows = F.embedding(plan.slot, torch.baddbmm(self.b2, h, self.w2).flatten(0, 1))  # (M, d)
         return rows if plan.valid is None else rows * plan.valid.to(rows.dtype)
 
     def reference(self, x: Tensor, token_expert: Tensor) -> Tensor:
@@ -400,8 +390,10 @@ class MoEBertModel(MoEBertPreTrainedModel):
             return [None] * n, [None] * n
         if input_ids is None:
             raise ValueError("hash routing assigns experts by token id: pass input_ids, not inputs_embeds.")
-        experts = torch.stack([layer.hash_table[input_ids] for layer in self.layers])  # (L, B, T)
-        return list(experts), plan_dispatch(experts.flatten(1), self.config.num_experts, mask.reshape(-1))
+        ids = input_ids.reshape(-1)
+        experts = torch.stack([layer.hash_table.index_select(0, ids) for layer in self.layers])  # (L, B·T)
+        plans = plan_dispatch(experts, self.config.num_experts, mask.reshape(-1))
+        return experts.view(n, *input_ids.shape).unbind(0), plans
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, output_hidden_states=None, output_expert_load=False, return_dict=None,
