@@ -164,7 +164,8 @@ def plan_dispatch(expert: Tensor, num_experts: int, valid: Tensor | None = None)
     exporting = torch.compiler.is_exporting()  # no host sync in a graph: every expert gets room for all tokens
     padded = valid is not None and (exporting or not bool(valid.all()))
     key = expert.masked_fill(valid == 0, num_experts) if padded else expert  # padding: an expert of its own
-    count = F.one_hot(key, num_experts + int(padded)).cumsum(1)  # (L, M, N[+1]): running count per expert
+    # (L, M, N[+1]): running count per expert (a comparison, not F.one_hot, which first checks the range)
+    count = (key.unsqueeze(2) == torch.arange(num_experts + int(padded), device=key.device)).cumsum(1)
     load = count[:, -1, :num_experts]  # (L, N)
     rank = count.gather(2, key.unsqueeze(2)).squeeze(2) - 1  # (L, M): place among its expert's tokens
     cap = m if exporting else max(int(load.amax()), 1)
@@ -191,7 +192,9 @@ class MoEFeedForward(nn.Module):
         super().__init__()
         d, n, own, shared = config.hidden_size, config.num_experts, config.own_size, config.shared_block_size
         self.num_experts = n
-        self.act = ACT2FN[config.hidden_act]
+        # BERT's exact GELU as the function itself: HF's activation module adds a module call to each of
+        # the two uses per layer, measurable at batch 1 (~0.09 ms of a 14.7 ms forward); same numerics.
+        self.act = F.gelu if config.hidden_act == "gelu" else ACT2FN[config.hidden_act]
         self.w1 = nn.Parameter(torch.empty(n, d, own))  # (N, d, k)
         self.b1 = nn.Parameter(torch.zeros(n, own))
         self.w2 = nn.Parameter(torch.empty(n, own, d))  # (N, k, d)
@@ -296,7 +299,9 @@ class MoEBertLayer(nn.Module):
             if a.shape[0] > 1 or torch.compiler.is_exporting():
                 plan = plan_dispatch(route["token_expert"].reshape(1, -1), self.experts.num_experts, mask.reshape(-1))[0]
         y = self.experts(a, plan, sentence_expert, scale)
-        return self.LayerNorm(self.dropout(y) + a), route
+        if self.training:  # (an identity in eval: skipping the call is worth ~5 µs a layer at batch 1)
+            y = self.dropout(y)
+        return self.LayerNorm(y + a), route
 
 
 # ------------------------------------------------------------------------------------------------
