@@ -221,8 +221,8 @@ class MoEFeedForward(nn.Module):
             out = self.expert(flat, int(sentence_expert[0]))  # the whole sentence, no gather
         else:
             out = self._dispatch(flat, plan)
-        if self.shared_w1 is not None:  # the routed rows (b2 included) enter as the bias of the last matmul
-            out = torch.addmm(out, self.act(torch.addmm(self.shared_b1, flat, self.shared_w1)), self.shared_w2)
+        if self.shared_w1 is not None:  # added in place onto the routed rows (b2 included): no copy of them
+            out = out.addmm_(self.act(torch.addmm(self.shared_b1, flat, self.shared_w1)), self.shared_w2)
         out = out.view(bsz, seq, d)
         if scale is not None:
             out = out * scale.to(out.dtype)[:, None, None]
