@@ -184,6 +184,21 @@ def test_dispatch_gradients_equal_the_per_token_loop(mode):
         assert_close(a, b)
 
 
+@pytest.mark.parametrize("routing", ["hash-r", "gate"])
+def test_runs_under_autocast(routing):
+    """Mixed precision (accelerate's bf16/fp16) autocasts the matmuls; the in-place accumulation of the
+    shared block must follow their dtype."""
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3, routing=routing).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        full = student(input_ids=ids).logits
+        for batch in (ids, ids[:1]):  # the gate at batch 1 runs its expert densely
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                low = student(input_ids=batch).logits
+            assert_close(low.float(), full[:len(batch)], atol=0.1, rtol=0.1)
+
+
 def test_sentence_gate_at_batch_one_equals_the_batched_path():
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing="gate")

@@ -222,7 +222,8 @@ class MoEFeedForward(nn.Module):
         else:
             out = self._dispatch(flat, plan)
         if self.shared_w1 is not None:  # added in place onto the routed rows (b2 included): no copy of them
-            out = out.addmm_(self.act(torch.addmm(self.shared_b1, flat, self.shared_w1)), self.shared_w2)
+            h = self.act(torch.addmm(self.shared_b1, flat, self.shared_w1))
+            out = out.addmm_(h, self.shared_w2.to(h.dtype))  # autocast skips in-place ops: match h's dtype
         out = out.view(bsz, seq, d)
         if scale is not None:
             out = out * scale.to(out.dtype)[:, None, None]
