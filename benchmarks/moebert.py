@@ -2,7 +2,7 @@
 and the speed of each variant, all measured here.
 
     python benchmarks/moebert.py --data-dir ../shared/data                # everything below
-    python benchmarks/moebert.py --data-dir ../shared/data --only main    # tasks only (or: importance, ablations, speed)
+    python benchmarks/moebert.py --data-dir ../shared/data --only main    # tasks only (or: importance, ablations, speed, latency)
     python benchmarks/moebert.py --rebench                                # re-measure finished task runs (quiet machine)
     python benchmarks/moebert.py --only main --tasks sst2 --option shared_mode=cloned   # a variant's own rows
 
@@ -17,6 +17,8 @@ ablations   the paper's ablations on one task (default SST-2), each a run with t
 speed       teacher, tied, cloned, hash-b and gate students (from the ablation runs) and the no-routing
             bound (the teacher with every FFN narrowed to d_e neurons) measured in one process, at 2
             and 1 threads → results/moebert-speed.json.
+latency     the acceptance setting: the SST-2 task run's student beside its teacher only at 1×128, eight
+            sets of 200 interleaved runs per thread count → results/moebert-latency.json.
 seeds       the full quick SST-2 run repeated with student seeds ``--seeds`` (same cached teacher, same
             20k examples; the seed moves the data order, the hash tables and the importance sample),
             with ``--option`` method options and ``--set`` run settings → results/moebert-seeds.json:
@@ -194,8 +196,41 @@ def run_speed(args) -> None:
     write_readme_block()
 
 
+def run_latency(args) -> None:
+    """The acceptance setting: the SST-2 task run's student beside its teacher only, at 1×128, in one
+    process; ``--latency-repeats`` sets of ``--pair-runs`` interleaved runs per thread count, so that
+    the spread between sets (this VM's speed drifts) is on record next to the median."""
+    from distillery.bench import latency_ms
+    from distillery.modeling import load_model
+
+    run = Path(args.runs_dir) / f"bench-sst2-moebert-{args.budget}"
+    train = json.loads((run / "train.json").read_text())
+    models = {"teacher": load_model(train["teacher_path"]), "student": load_model(run / "student")}
+    records = []
+    for threads in args.speed_threads:
+        sets = [latency_ms(models, (1, 128), runs=args.pair_runs, warmup=10, threads=threads)
+                for _ in range(args.latency_repeats)]
+        ratios = [s["teacher"] / s["student"] for s in sets]
+        records.append({"threads": threads, "runs": args.pair_runs, "teacher_ms": [s["teacher"] for s in sets],
+                        "student_ms": [s["student"] for s in sets], "ratios": ratios,
+                        "median_ratio": statistics.median(ratios)})
+        print(f"{threads} thread(s): ratios {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")
+    (RESULTS / "moebert-latency.json").write_text(json.dumps(
+        {"run": str(run), "shape": [1, 128], "hardware": hardware_fingerprint(), "records": records}, indent=2))
+    write_readme_block()
+
+
 def readme_block() -> str:
     lines = []
+    pair = RESULTS / "moebert-latency.json"
+    if pair.is_file():
+        p = json.loads(pair.read_text())
+        sets = "; ".join(f"{r['threads']} thread(s): {min(r['ratios']):.3f}–{max(r['ratios']):.3f}, "
+                         f"**median {r['median_ratio']:.2f}×** (teacher {statistics.median(r['teacher_ms']):.1f} ms)"
+                         for r in p["records"])
+        lines += [f"**Teacher beside the SST-2 student only** (1×128, hash-r tied, one process: the acceptance "
+                  f"setting), {len(p['records'][0]['ratios'])} sets of {p['records'][0]['runs']} interleaved runs: "
+                  f"{sets}.", ""]
     imp = RESULTS / "moebert-importance.json"
     if imp.is_file():
         r = json.loads(imp.read_text())
@@ -257,8 +292,8 @@ def write_readme_block() -> None:
 
 def main() -> None:
     parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte", "squad"], "moebert")
-    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed", "seeds"],
-                        default=["main", "importance", "ablations", "speed"])
+    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed", "latency", "seeds"],
+                        help="steps to run (default: main, importance, ablations, speed, latency; with --rebench: main)")
     parser.add_argument("--importance-examples", type=int, default=512)
     parser.add_argument("--ablation-task", default="sst2")
     parser.add_argument("--ablation-steps", type=int, default=300)
@@ -268,11 +303,16 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="seeds: a dotted run setting, e.g. student.batch_size=16 (repeatable).")
     parser.add_argument("--speed-threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--pair-runs", type=int, default=200, help="latency: interleaved runs per set.")
+    parser.add_argument("--latency-repeats", type=int, default=8, help="latency: sets per thread count.")
     args = parser.parse_args()
+    if args.only is None:  # --rebench re-measures the task runs; it never trains the ablations again
+        args.only = ["main"] if args.rebench else ["main", "importance", "ablations", "speed", "latency"]
     setup_logging()
     RESULTS.mkdir(parents=True, exist_ok=True)
     for step in args.only:
-        {"main": run_main, "importance": run_importance, "ablations": run_ablations, "speed": run_speed, "seeds": run_seeds}[step](args)
+        {"main": run_main, "importance": run_importance, "ablations": run_ablations, "speed": run_speed,
+         "latency": run_latency, "seeds": run_seeds}[step](args)
 
 
 if __name__ == "__main__":
