@@ -233,7 +233,7 @@ class MoEFeedForward(nn.Module):
         """Each token through its expert (b2 included) as one batched matmul pair: the slots of an
         (N, capacity, d) buffer gather their tokens, the N experts run as two ``baddbmm``, and each
         token reads its row back. Slots no token fills cost only their share of the matmuls
-        (capacity = the busiest expert's token count)."""
+        (capacity: the token count of the busiest expert in any layer of the plan)."""
         slots = F.embedding(plan.source, flat)  # (N, cap, d)
         h = self.act(torch.baddbmm(self.b1.unsqueeze(1), slots, self.w1))  # (N, cap, k)
         rows = F.embedding(plan.slot, torch.baddbmm(self.b2, h, self.w2).flatten(0, 1))  # (M, d)
