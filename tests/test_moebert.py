@@ -70,6 +70,16 @@ def test_everything_shared_is_the_teacher_for_every_routing(routing):
     assert_close(student(**x).logits, teacher(**x).logits)
 
 
+def test_everything_shared_counts_the_teachers_flops():
+    """The FLOP counter sees every matmul of the dispatch, the in-place accumulation included: with
+    every neuron shared the student does exactly the teacher's work."""
+    from distillery.bench import flops_per_token
+
+    teacher = tiny_teacher()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=D_H, shared_size=D_H)
+    assert flops_per_token(student, seq=12) == flops_per_token(teacher, seq=12)
+
+
 def test_gate_with_probability_scaling_scales_the_ffn_output():
     """The paper's gate multiplies the expert's output by its probability: with every neuron
     shared, the FFN output is exactly p times the teacher's."""

@@ -212,6 +212,10 @@ def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, 
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
+def _addmm_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+
 def flops_per_token(model: nn.Module, seq: int = 128) -> float:
     """FLOPs of one forward at batch 1 x ``seq`` divided by ``seq``.
 
@@ -226,7 +230,8 @@ def flops_per_token(model: nn.Module, seq: int = 128) -> float:
         raise DistilleryError(f"seq must be a positive number of tokens, got {seq}.")
     # The CPU fused attention kernel is missing from torch's formula table; without this entry
     # attention would count as free on CPU (the CUDA kernels are in the table).
-    custom = {}
+    # An in-place addmm_ (the MoE shared block accumulates onto the routed rows) is missing too.
+    custom = {torch.ops.aten.addmm_: _addmm_flops}
     cpu_sdpa = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if cpu_sdpa is not None:
         custom[cpu_sdpa] = _cpu_sdpa_flops
