@@ -420,6 +420,14 @@ def test_refit_equals_a_least_squares_solve_on_the_explicit_design_matrix(mode):
         assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_refit_is_on_by_default_except_for_qa():
+    from distillery.moebert.recipe import wants_refit
+
+    assert wants_refit({"refit": None}, "classification") and wants_refit({"refit": None}, "regression")
+    assert not wants_refit({"refit": None}, "qa")
+    assert wants_refit({"refit": True}, "qa") and not wants_refit({"refit": False}, "classification")
+
+
 def test_refit_leaves_an_exact_conversion_as_it_is_and_improves_a_lossy_one():
     from distillery.moebert.refit import refit_outputs
 
