@@ -34,6 +34,14 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
     }
 
 
+def teacher_and_student(run_dir: Path) -> dict:
+    """A finished run's teacher and student, loaded, in the order the benchmarks report them."""
+    from distillery.modeling import load_model
+
+    train = json.loads((Path(run_dir) / "train.json").read_text())
+    return {"teacher": load_model(train["teacher_path"]), "student": load_model(Path(run_dir) / "student")}
+
+
 def rebench(run_dir: Path, **bench_options) -> None:
     """Measure a finished run's teacher and student again and rewrite bench.json and report.md.
 
@@ -41,13 +49,10 @@ def rebench(run_dir: Path, **bench_options) -> None:
     from one quiet pass over all runs, each teacher and student interleaved in one process.
     """
     from distillery.bench import benchmark
-    from distillery.modeling import load_model
     from distillery.report import write_report
 
     run_dir = Path(run_dir)
-    train = json.loads((run_dir / "train.json").read_text())
-    models = {"teacher": load_model(train["teacher_path"]), "student": load_model(run_dir / "student")}
-    (run_dir / "bench.json").write_text(json.dumps(benchmark(models, **bench_options), indent=2))
+    (run_dir / "bench.json").write_text(json.dumps(benchmark(teacher_and_student(run_dir), **bench_options), indent=2))
     write_report(run_dir)
 
 

@@ -32,7 +32,8 @@ import statistics
 import time
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser, upsert_result
+from common import (RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser,
+                    teacher_and_student, upsert_result)
 
 from distillery.bench import benchmark, hardware_fingerprint
 from distillery.cli import parse_options, setup_logging
@@ -201,11 +202,9 @@ def run_latency(args) -> None:
     process; ``--latency-repeats`` sets of ``--pair-runs`` interleaved runs per thread count, so that
     the spread between sets (this VM's speed drifts) is on record next to the median."""
     from distillery.bench import latency_ms
-    from distillery.modeling import load_model
 
     run = Path(args.runs_dir) / f"bench-sst2-moebert-{args.budget}"
-    train = json.loads((run / "train.json").read_text())
-    models = {"teacher": load_model(train["teacher_path"]), "student": load_model(run / "student")}
+    models = teacher_and_student(run)
     records = []
     for threads in args.speed_threads:
         sets = [latency_ms(models, (1, 128), runs=args.pair_runs, warmup=10, threads=threads)
