@@ -525,3 +525,23 @@ def test_hub_failure_is_a_sentence(monkeypatch):
 def test_custom_is_not_a_registered_task():
     with pytest.raises(DistilleryError, match="custom_task"):
         get_task("custom")
+
+
+def test_length_batches_cover_every_example_once_with_bounded_padding():
+    from distillery.data.encode import length_batches
+
+    lengths = np.random.default_rng(0).integers(3, 60, size=500)
+    batches = length_batches(lengths, max_batch=32, slack=16)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(500))
+    assert all(1 <= len(b) <= 32 for b in batches)
+    assert [lengths[b].max() for b in batches] == sorted(lengths[b].max() for b in batches)  # shortest first
+    for b in batches:  # each step up in length was taken with at most `slack` padding tokens added
+        steps = np.diff(lengths[b])
+        assert all(s * (k + 1) <= 16 for k, s in enumerate(steps))
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    fixed = sum(len(c) * lengths[c].max() for c in np.array_split(np.argsort(lengths, kind="stable"), 500 // 32 + 1))
+    assert padded < fixed
+    assert length_batches(lengths, 8, slack=0) and all(len(set(lengths[b])) == 1 for b in length_batches(lengths, 8, slack=0))
+    with pytest.raises(ValueError, match="max_batch"):
+        length_batches(lengths, 0)

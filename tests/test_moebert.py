@@ -16,7 +16,8 @@ from transformers import (
 
 import distillery
 from distillery.errors import DistilleryError
-from distillery.moebert.convert import balanced_hash_table, convert, count_tokens, expert_indices, neuron_ranking, shared_default
+from distillery.moebert.convert import (balanced_hash_table, convert, count_tokens, dense_ffns, expert_indices,
+                                        neuron_ranking, shared_default)
 from distillery.moebert.importance import ffn_importance, reference_importance
 from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch
 from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss, preset_overrides
@@ -351,6 +352,23 @@ def test_importance_equals_the_per_example_autograd_reference(kind):
     assert fast.shape == (2, D_H)
     assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     assert all(p.requires_grad and p.grad is None for p in model.parameters())
+
+
+def test_importance_runs_the_last_ffn_on_cls_alone_only_where_the_head_reads_cls_alone():
+    cls_head = tiny_teacher(num_labels=3)
+    mean_head = tiny_teacher(num_labels=3)
+    pooler = mean_head.bert.pooler
+    pooler.forward = lambda hidden: pooler.activation(pooler.dense(hidden.mean(1)))  # reads every token
+    # 10 examples: 3 batches of at most 4; one length, as the mean over positions would read padding
+    data = _examples("classification", fixed_length=8)
+    # one-token passes of the last FFN: the check's, then every batch's only where the check held
+    for model, one_token_passes in ((cls_head, 1 + 3), (mean_head, 1)):
+        seen = []
+        handle = dense_ffns(model)[-1][0].register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
+        fast = ffn_importance(model, data, _collate, "classification", batch_size=4, progress=False)
+        handle.remove()
+        assert seen.count(1) == one_token_passes
+        assert_close(fast, reference_importance(model, data, _collate, "classification"), rtol=1e-5, atol=1e-5)
 
 
 def test_importance_sample_is_seeded():
