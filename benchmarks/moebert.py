@@ -238,7 +238,7 @@ def readme_block() -> str:
         r = json.loads(imp.read_text())
         lines += [f"**Importance (Eq. 4)** on {r['examples']} SST-2 training examples with the fine-tuned built-in teacher: "
                   f"hooks {r['fast_seconds']:.2f} s, per-example `torch.autograd.grad` reference {r['reference_seconds']:.1f} s "
-                  f"(medians of {len(r.get('fast_runs', [0]))} turns each; **{r['speedup']:.1f}× faster**), "
+                  f"(medians of {len(r['fast_runs'])} turns each; **{r['speedup']:.1f}× faster**), "
                   f"largest difference {r['max_abs_diff']:.1e} "
                   f"(relative {r['max_rel_diff']:.1e}; scores up to {r['max_score']:.2f}).", ""]
     abl = RESULTS / "moebert-ablations.json"

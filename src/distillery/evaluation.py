@@ -64,10 +64,11 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
     # so each pads little (on SST-2 sorting alone more than halves the work of a pass in file order);
     # the outputs are put back in dataset order at the end.
     lengths = example_lengths(dataset)
-    batches = length_batches(lengths.numpy(), batch_size)[::-1] if lengths is not None else None
-    order = np.concatenate(batches) if batches is not None else None  # dataset index of each output row
-    loader = (DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate) if batches is not None
-              else DataLoader(dataset, batch_size=batch_size, collate_fn=task_data.collate))
+    n = len(dataset)
+    batches = (length_batches(lengths.numpy(), batch_size)[::-1] if lengths is not None
+               else [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)])
+    order = np.array([i for b in batches for i in b], dtype=np.int64)  # dataset index of each output row
+    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
     was_training = model.training
     model.eval()
     chunks: list = []
@@ -88,7 +89,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
                     chunks.append(_output(outputs, "logits", 0).float().cpu().numpy())
     finally:
         model.train(was_training)
-    restore = (lambda a: a) if order is None else (lambda a: a[np.argsort(order, kind="stable")])  # noqa: E731
+    restore = lambda a: a[np.argsort(order, kind="stable")]  # noqa: E731
     if is_qa:
         longest = max(s.shape[1] for s, _ in chunks)
         pad = lambda a: np.pad(a, ((0, 0), (0, longest - a.shape[1])), constant_values=LOGIT_PAD)  # noqa: E731
