@@ -131,7 +131,7 @@ def run_ranking(args) -> None:
     from distillery.autotinybert.recipe import proxy_evaluator
     from distillery.data.encode import prepare_task_data
     from distillery.pipeline import build_run_config, compress
-    from distillery.teacher import load_tokenizer, resolve_teacher
+    from distillery.teacher import teacher_tokenizer
 
     task, budget = "sst2", args.budget
     folder = f"{args.runs_dir}/bench-{task}-autotinybert-2-{budget}/supernet"
@@ -159,7 +159,7 @@ def run_ranking(args) -> None:
 
     config = RunConfig.load(Path(rows[0]["run"]) / "config.yaml")
     teacher = load_model(json.loads((Path(rows[0]["run"]) / "train.json").read_text())["teacher_path"]).eval()
-    task_data = prepare_task_data(get_task(task), load_tokenizer(resolve_teacher(config.teacher.name)), config.data)
+    task_data = prepare_task_data(get_task(task), teacher_tokenizer(config.teacher.name), config.data)
     evaluate = proxy_evaluator(supernet, teacher, projection, task_data, 256, config.student.seed)
     for row, arch in zip(rows, archs):
         row["proxy"] = evaluate(arch)

@@ -81,11 +81,11 @@ def run_importance(args) -> None:
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import task_for
     from distillery.moebert.importance import ffn_importance, reference_importance
-    from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher
+    from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 
     config = build_run_config(method="moebert", task="sst2", data_dir=args.data_dir)
     task = task_for(config.data)
-    task_data = prepare_task_data(task, load_tokenizer(resolve_teacher("minilm")), config.data)
+    task_data = prepare_task_data(task, teacher_tokenizer("minilm"), config.data)
     teacher, _, _ = get_finetuned_teacher(config.teacher, task, config.data, task_data)
     subset = task_data.train.select(range(args.importance_examples))
     warm = task_data.train.select(range(args.importance_examples, args.importance_examples + 64))

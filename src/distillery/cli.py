@@ -46,25 +46,26 @@ def parse_options(pairs: list[str]) -> dict:
     return out
 
 
-def _compress_and_show(config, overwrite: bool, resume: bool = False) -> None:
+def _compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None) -> None:
     """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps)."""
     from distillery.pipeline import compress as run_compress
 
-    folder = run_compress(config, overwrite=overwrite, resume=resume)
+    folder = run_compress(config, overwrite=overwrite, resume=resume, given=given)
     typer.echo((folder / "report.md").read_text())
     typer.echo(f"Run folder: {folder}")
 
 
 @app.command()
 def compress(
-    method: str = typer.Option("distill", help="Compression method: distill (the layer-drop baseline), moebert, cmow or autotinybert."),
-    task: str = typer.Option("sst2", help="cola sst2 mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
-    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    # None means "not given" (so that --resume can tell what was): the defaults are distill, sst2, minilm, quick
+    method: Optional[str] = typer.Option(None, help="Compression method: distill (the layer-drop baseline, default), moebert, cmow or autotinybert."),
+    task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
+    teacher: Optional[str] = typer.Option(None, help="minilm (built in, default), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-<method>-<time>)."),
-    budget: str = typer.Option("quick", help="quick (minutes on a CPU) or full (paper-like)."),
-    overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
+    budget: Optional[str] = typer.Option(None, help="quick (minutes on a CPU, default) or full (paper-like)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing run folder (only one distillery wrote)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     student_layers: Optional[int] = typer.Option(None, help="distill: number of teacher layers the student keeps."),
     alpha: Optional[float] = typer.Option(None, help="distill: weight of the KD loss (1-alpha on the labels)."),
@@ -128,9 +129,15 @@ def compress(
         "export": list(export) or None,
     }
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
-    config = build_run_config(method=method, task=task, budget=budget, teacher=teacher, data_dir=data_dir,
-                              out=out, overrides=overrides, preset=preset)
-    _compress_and_show(config, overwrite, resume)
+    config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",
+                              teacher=teacher or "minilm", data_dir=data_dir, out=out, overrides=overrides, preset=preset)
+    given = {**overrides, "method": method, "data.task": task, "budget": budget, "teacher.name": teacher,
+             "data.data_dir": data_dir}
+    if preset:  # a preset's settings count as given
+        from distillery.recipe import get_method
+
+        given.update(get_method(config.method).preset_overrides(preset, config.data.task))
+    _compress_and_show(config, overwrite, resume, given)
 
 
 @app.command("teacher")
@@ -140,6 +147,7 @@ def teacher_cmd(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option("quick"),
     out: Optional[str] = typer.Option(None, help="Also save the fine-tuned teacher here."),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out folder written by distillery."),
     epochs: Optional[float] = typer.Option(None),
     lr: Optional[float] = typer.Option(None),
     max_length: Optional[int] = typer.Option(None),
@@ -150,15 +158,18 @@ def teacher_cmd(
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
     setup_logging(verbose)
     from distillery.data.tasks import task_for
-    from distillery.pipeline import build_run_config, save_model
+    from distillery.folders import check_target
+    from distillery.pipeline import build_run_config, run_inputs, save_model
     from distillery.teacher import get_finetuned_teacher
 
     config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
         "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
         "data.train_limit": train_limit, "data.squad_holdout": squad_holdout})
+    if out:  # checked before the fine-tuning, not after it
+        check_target(out, overwrite=overwrite, inputs=run_inputs(config), kind="model")
     model, tokenizer, info = get_finetuned_teacher(config.teacher, task_for(config.data), config.data)
     if out:
-        save_model(model, tokenizer, Path(out))
+        save_model(model, tokenizer, Path(out), kind="teacher")
         info["saved_to"] = out
     typer.echo(json.dumps(info, indent=2))
 
@@ -474,6 +485,7 @@ def atb_extract(
     supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
     arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv"),
     out: str = typer.Option(..., help="Folder for the standalone model (safetensors + tokenizer)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing model folder written by distillery."),
 ):
     """Cut one architecture out of a super-net as a standalone AutoTinyBERT model."""
     setup_logging(False)
@@ -482,10 +494,13 @@ def atb_extract(
     from distillery.autotinybert.oneshot import load_supernet
     from distillery.autotinybert.recipe import parse_arch
 
+    from distillery.folders import check_target
+    from distillery.pipeline import save_model
+
+    check_target(out, overwrite=overwrite, inputs=[supernet], kind="model")
     net = load_supernet(supernet)
     model = net.extract(parse_arch(arch))
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(supernet).save_pretrained(out)
+    save_model(model, AutoTokenizer.from_pretrained(supernet), Path(out))
     typer.echo(f"{parse_arch(arch)} → {out}")
 
 

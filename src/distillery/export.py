@@ -73,6 +73,7 @@ from torch import nn
 
 from distillery.config import EXPORT_FORMATS, TrainConfig
 from distillery.errors import DistilleryError
+from distillery.folders import check_target, mark, replace_with, temporary_sibling
 from distillery.modeling import EXPORT_MANIFEST, load_pretrained, model_folder, register_models
 
 logger = logging.getLogger("distillery")
@@ -646,8 +647,7 @@ def export(
     if fmt != "torch-int8":
         _require_onnx()
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise DistilleryError(f"{out_dir} already exists; pass --overwrite to replace it.")
+    check_target(out_dir, overwrite=overwrite, inputs=[source], kind="export")
     started = time.time()
     model = copy.deepcopy(model).cpu().eval()
     head, _ = _head(model.config)
@@ -659,9 +659,7 @@ def export(
         batches = sample_batches(tokenizer, inputs)
         parity_inputs = f"{len(SAMPLE_TEXTS)} tokenized sample sentences"
 
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = temporary_sibling(out_dir)
     try:
         model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -713,11 +711,11 @@ def export(
         manifest["versions"] = _versions()
         manifest["seconds"] = round(time.time() - started, 1)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        mark(tmp, "export")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+    replace_with(tmp, out_dir)
     return out_dir
 
 
@@ -775,8 +773,7 @@ def export_model(
     if out_dir is None:
         out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise DistilleryError(f"{out_dir} already exists; pass --overwrite to replace it.")
+    check_target(out_dir, overwrite=overwrite, inputs=[folder, recover_teacher, data_dir], kind="export")
     if recover and fmt == "onnx":
         raise DistilleryError("--recover is for int8 formats; an fp32 ONNX export loses nothing to recover.")
     if recover and not (task or task_data is not None):

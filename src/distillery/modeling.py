@@ -19,8 +19,7 @@ from transformers import (
 )
 
 from distillery.errors import DistilleryError
-
-EXPORT_MANIFEST = "distillery_export.json"
+from distillery.folders import EXPORT_MANIFEST
 
 # Packages whose import registers a student type (its config and heads) with the Auto classes.
 MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow", "distillery.autotinybert")

@@ -21,12 +21,12 @@ from distillery.bench import benchmark
 from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import get_task, task_for
-from distillery.distill.trainer import prepare_out_dir
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
+from distillery.folders import claim, discard_unstarted, mark, replace_with, temporary_sibling
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher, teacher_config
+from distillery.teacher import get_finetuned_teacher, teacher_config, teacher_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -131,50 +131,87 @@ def default_out(config: RunConfig) -> Path:
     return Path("runs") / f"{config.data.task}-{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def run_folder_config(config: RunConfig, resume: bool) -> tuple[Path, RunConfig]:
-    """The run folder, and the config to run: the saved one when resuming. Writes nothing."""
+def _setting(config: RunConfig, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+    return node
+
+
+def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[Path, RunConfig]:
+    """The run folder, and the config to run: the saved one when resuming. Writes nothing.
+
+    ``given``: the settings the user gave explicitly (dotted keys). A resumed run continues with
+    its saved settings, so one given with another value is refused rather than silently ignored;
+    only the data folder may differ (the same files may have moved)."""
     out = Path(config.out) if config.out else default_out(config)
     if not resume:
         return out, config
     saved = out / "config.yaml"
     if not saved.is_file():
         raise DistilleryError(f"Cannot resume: {out} holds no config.yaml of an earlier run.")
-    config = RunConfig.load(saved)
+    fresh, config = config, RunConfig.load(saved)
     config.out = str(out)
+    given = {k: v for k, v in (given or {}).items() if v is not None and k != "out"}
+    if "data.data_dir" in given:
+        config.data.data_dir = fresh.data.data_dir
+    differing = [f"{key} (saved {_setting(config, key)!r}, given {_setting(fresh, key)!r})"
+                 for key in given if key != "data.data_dir" and _setting(config, key) != _setting(fresh, key)]
+    if differing:
+        raise DistilleryError(
+            f"--resume continues the run in {out} with its saved settings, but these were given differently: "
+            f"{'; '.join(differing)}. Drop them to resume, or start a new run (another --out) to change them.")
     return out, config
 
 
+def run_inputs(config: RunConfig) -> list[str]:
+    """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
+    model): its output folder may be none of them, nor hold one."""
+    from distillery.config import resolve_data_dir
+
+    paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file]
+    paths += [v for v in config.method_options.values() if isinstance(v, str) and ("/" in v or os.sep in v)]
+    return [str(p) for p in paths if p]
+
+
 def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bool) -> None:
-    """Create the run folder and its config.yaml; refuse to clobber an existing run."""
+    """Create (and mark) the run folder and its config.yaml; refuse to clobber anything (see folders)."""
     if resume:
         logger.info("Resuming the run in %s with its saved settings.", out)
         return
-    prepare_out_dir(out, overwrite=overwrite)
+    claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
     config.out = str(out)
     config.save(out / "config.yaml")
 
 
-def save_model(model, tokenizer, folder: Path) -> None:
-    """save_pretrained (safetensors) + tokenizer into a temporary folder, then rename into place."""
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
+    """save_pretrained (safetensors) + tokenizer into a temporary folder, marked as distillery's,
+    then moved into place; an existing ``folder`` is replaced only if distillery wrote it."""
+    folder = Path(folder)
+    tmp = temporary_sibling(folder)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        mark(tmp, kind)
+        replace_with(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
-def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume: bool = False, **kwargs) -> Path:
+def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume: bool = False,
+             given: dict[str, Any] | None = None, **kwargs) -> Path:
     """Run the whole job and return the run folder.
 
     Either pass a RunConfig, or keyword arguments of :func:`build_run_config` (method, task, budget,
-    teacher, data_dir, out, overrides).
+    teacher, data_dir, out, overrides). ``given``: with ``resume``, the settings the caller gave
+    explicitly (dotted keys), which must match the saved run's (see :func:`run_folder_config`).
     """
     if config is None:
         config = build_run_config(**kwargs)
     elif kwargs:
         raise DistilleryError("Pass either a RunConfig or keyword settings to compress(), not both.")
-    out, config = run_folder_config(config, resume)
+    out, config = run_folder_config(config, resume, given)
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
@@ -183,11 +220,11 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     prepare_run_folder(out, config, overwrite, resume)
     try:
         return _run(config, out, task, method, resume)
-    except DistilleryError:
-        # A bad input found before any training (e.g. a missing data file) must not leave behind a
-        # folder that the next attempt would refuse to overwrite.
-        if not resume and not (out / "checkpoints").exists():
-            shutil.rmtree(out, ignore_errors=True)
+    except Exception:
+        # A failure before training (a missing data file, a bug) must not leave behind a folder that
+        # the corrected rerun would trip over. An interrupted run keeps its folder for --resume.
+        if not resume:
+            discard_unstarted(out)
         raise
 
 
@@ -196,7 +233,7 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
 
     logger.info("[1/5] Teacher: %s on %s (%s budget).", config.teacher.name, task.name, config.budget)
     # A fine-tuned teacher keeps its base's tokenizer, so the data is encoded once for both.
-    tokenizer = load_tokenizer(resolve_teacher(config.teacher.name))
+    tokenizer = teacher_tokenizer(config.teacher.name)
     task_data = prepare_task_data(task, tokenizer, config.data)
     teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data, task_data)
     teacher.eval()

@@ -19,7 +19,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from distillery.config import RunConfig
-from distillery.data.encode import TaskData
+from distillery.data.encode import TaskData, content_digest
 from distillery.errors import DistilleryError
 
 # name -> module. Imported lazily so a method's extra dependencies load only when used.
@@ -90,7 +90,7 @@ class MethodContext:
         for name, tensor in sorted(self.teacher.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        digest.update(str(getattr(train, "_fingerprint", len(train))).encode())
+        digest.update(content_digest(train).encode())
         path = cache_root() / "logits" / f"{task_data.task.name}-{digest.hexdigest()[:16]}.npy"
         if path.is_file():
             logits = np.load(path)

@@ -22,10 +22,11 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     PreTrainedModel,
+    set_seed,
 )
 
 from distillery.config import DataConfig, TeacherConfig
-from distillery.data.encode import TaskData, prepare_task_data
+from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
@@ -75,13 +76,31 @@ def first_line(e: BaseException) -> str:
 
 
 def check_vocabulary(tokenizer, config, source: str) -> None:
-    """A tokenizer that emits ids the model cannot embed would fail deep inside the forward pass."""
+    """A tokenizer that emits ids the model cannot embed would fail deep inside the forward pass;
+    one far smaller than the model's vocabulary is not the model's (a folder without tokenizer
+    files loads as a tokenizer of its five special tokens, which would train without complaint)."""
     vocab = getattr(config, "vocab_size", None)
-    if vocab is not None and len(tokenizer) > vocab:
+    if vocab is None:
+        return
+    if len(tokenizer) > vocab:
         raise DistilleryError(
             f"The tokenizer of {source} has {len(tokenizer)} tokens but the model embeds only {vocab}: "
             "tokenizer and model come from different vocabularies."
         )
+    if len(tokenizer) < vocab // 2:
+        raise DistilleryError(
+            f"The tokenizer of {source} has only {len(tokenizer)} tokens for a model that embeds {vocab}: "
+            "the folder is missing its tokenizer files (vocab.txt, tokenizer.json, ...); save the "
+            "tokenizer beside the model (tokenizer.save_pretrained)."
+        )
+
+
+def teacher_tokenizer(name: str):
+    """The teacher's tokenizer, checked against its vocabulary."""
+    source = resolve_teacher(name)
+    tokenizer = load_tokenizer(source)
+    check_vocabulary(tokenizer, teacher_config(name), source)
+    return tokenizer
 
 
 def task_model_class(task: TaskSpec):
@@ -115,15 +134,20 @@ def teacher_config(name: str):
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
     """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer."""
     source = resolve_teacher(name)
-    config = teacher_config(name)
-    tokenizer = load_tokenizer(source)
-    check_vocabulary(tokenizer, config, source)
+    tokenizer = teacher_tokenizer(name)
     cls = task_model_class(task)
     kwargs = {} if finetuned else head_kwargs(task)
     try:
-        model = cls.from_pretrained(source, **kwargs)
+        model, loading = cls.from_pretrained(source, output_loading_info=True, **kwargs)
     except (OSError, ValueError) as e:
         raise DistilleryError(f"Could not load teacher {name!r} for {task.name}: {first_line(e)}") from None
+    if finetuned and loading["missing_keys"]:
+        # transformers would initialise the missing head at random and only log it
+        missing = ", ".join(sorted(loading["missing_keys"])[:4])
+        raise DistilleryError(
+            f"Teacher {name!r} is given as fine-tuned (--teacher-finetuned) but has no trained {task.name} "
+            f"head (missing weights: {missing}); drop --teacher-finetuned to fine-tune it here."
+        )
     if finetuned and task.kind != "qa" and model.config.num_labels != task.num_labels:
         raise DistilleryError(
             f"Teacher {name!r} has {model.config.num_labels} outputs but task {task.name} needs {task.num_labels}."
@@ -131,7 +155,12 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
     return model, tokenizer
 
 
-def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task: TaskSpec) -> str:
+def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task_data: TaskData) -> str:
+    """The cache entry of a teacher fine-tuned on ``task_data``: a hash of the teacher, the training
+    settings and the encoded data itself (train, dev and the raw dev examples), so that other data
+    behind the same task name and paths (a re-downloaded or edited file, a slice) never reuses a
+    teacher tuned and scored on something else."""
+    task = task_data.task
     # The packaged teacher lives in whichever environment is active; its identity is the package version.
     if teacher.name == BUILTIN_TEACHER:
         from importlib.metadata import version
@@ -140,11 +169,9 @@ def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task: TaskSpec) 
     else:
         source = resolve_teacher(teacher.name)
     data_fields = dataclasses.asdict(data)
-    data_fields.pop("data_dir")  # the same files reached by another path give the same teacher
-    for custom in ("train_file", "dev_file"):
-        if data_fields.get(custom):
-            p = Path(data_fields[custom])
-            data_fields[custom] = [str(p.resolve()), p.stat().st_mtime_ns if p.exists() else None]
+    for where in ("data_dir", "train_file", "dev_file"):  # the content below says what was read
+        data_fields.pop(where)
+    data_fields["content"] = content_digest(task_data.train, task_data.dev, task_data.dev_examples)
     train_fields = dataclasses.asdict(teacher.train)
     # Settings added after teachers were cached are left out while unset (their unset value is the
     # old behaviour), so adding one does not orphan every cached teacher.
@@ -210,7 +237,9 @@ def get_finetuned_teacher(
         model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
         return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}
 
-    folder = cache_root() / "teachers" / teacher_cache_key(teacher, data, task)
+    if task_data is None:
+        task_data = prepare_task_data(task, teacher_tokenizer(teacher.name), data)
+    folder = cache_root() / "teachers" / teacher_cache_key(teacher, data, task_data)
     info_file = folder / "teacher.json"
     if info_file.is_file():
         info = json.loads(info_file.read_text())
@@ -220,9 +249,8 @@ def get_finetuned_teacher(
         tokenizer = load_tokenizer(str(folder / "model"))
         return model, tokenizer, {**info, "path": str(folder / "model"), "cached": True}
 
+    set_seed(teacher.train.seed)  # the new head's initial weights are part of a reproducible run
     model, tokenizer = load_teacher(teacher.name, task)
-    if task_data is None:
-        task_data = prepare_task_data(task, tokenizer, data)
     logger.info("Fine-tuning teacher %s on %s (%d training examples); it is cached in %s.",
                 teacher.name, task.name, len(task_data.train), folder)
     work = folder.with_name(folder.name + ".work")

@@ -98,6 +98,29 @@ def example_lengths(dataset) -> torch.Tensor | None:
     return torch.from_numpy(pc.list_value_length(column).to_numpy(zero_copy_only=False).astype("int64"))
 
 
+def content_digest(*splits) -> str:
+    """sha256 of the rows of datasets (each column's Arrow data in row order, None for a missing
+    split): two encodings hash alike exactly when they hold the same examples, whatever files,
+    folders or settings they came from. Keys the caches of fine-tuned teachers and teacher logits."""
+    import hashlib
+
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+    for split in splits:
+        if split is None:
+            digest.update(b"<none>")
+            continue
+        table = split.with_format("arrow")[:]  # the selected rows (a train_limit subsample) in order
+        # one chunk per column, so the bytes do not depend on how the table happened to be chunked
+        batch = pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        digest.update(sink.getvalue().to_pybytes())
+    return digest.hexdigest()
+
+
 def length_batches(lengths, max_batch: int, slack: int = 16) -> list[list[int]]:
     """Indices of examples in batches for a pass in which examples do not interact (evaluation, the
     MoEBERT importance and refit passes), shortest first, with little padding.

@@ -263,18 +263,6 @@ def _commit_folder(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def prepare_out_dir(out: str | os.PathLike, overwrite: bool = False, resume: bool = False) -> Path:
-    """A run's folder, ready: kept as it is to ``resume``, emptied with ``overwrite``, created when
-    missing; a folder that already holds something is never clobbered silently."""
-    out = Path(out)
-    if not resume and out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise DistilleryError(f"{out} already exists; pass --overwrite to replace it or --resume to continue it.")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def find_checkpoint(out_dir: str | os.PathLike, name: str = LAST) -> Path | None:
     """The complete checkpoint folder ``out_dir/checkpoints/<name>``, or its previous version, or None."""
     root = Path(out_dir) / CHECKPOINTS_DIR

@@ -323,10 +323,10 @@ def run(ctx: MethodContext) -> PreTrainedModel:
 def _teacher_and_data(config):
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import task_for
-    from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher
+    from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 
     task = task_for(config.data)
-    tokenizer = load_tokenizer(resolve_teacher(config.teacher.name))
+    tokenizer = teacher_tokenizer(config.teacher.name)
     task_data = prepare_task_data(task, tokenizer, config.data)
     teacher, tokenizer, _ = get_finetuned_teacher(config.teacher, task, config.data, task_data)
     return teacher.eval(), tokenizer, task_data
@@ -342,11 +342,13 @@ def importance_step(config, out: str | Path) -> Path:
 def convert_step(config, importance_path: str | Path | None, out: str | Path, overwrite: bool = False) -> Path:
     """Fine-tuned teacher → MoEBERT model saved in ``out`` (with the tokenizer), not yet trained.
     Importance comes from ``importance_path``, or is computed when none is given."""
+    from distillery.config import resolve_data_dir
+    from distillery.folders import check_target
     from distillery.pipeline import save_model
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it.")
+    check_target(out, overwrite=overwrite, kind="model",
+                 inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])
     opts = options(config)
     teacher, tokenizer, task_data = _teacher_and_data(config)
     expert_shape(opts, teacher.config.intermediate_size)  # an impossible shape fails before any scoring

@@ -1,0 +1,174 @@
+"""Where distillery may write, and what it may delete: only folders it made itself.
+
+Every folder a command creates for its output (a run, an export, a saved teacher, a converted or
+pre-trained model, a super-net run) carries a small marker file, ``.distillery``. ``--overwrite``
+replaces a folder only when it carries that marker (or an export's manifest, which exports made
+before the marker also carry), and never when the folder is the current directory or one above
+it, the home folder, or a folder that is or holds an input of the same command (the teacher, the
+data, an init model). A user's folder therefore survives any combination of ``--out`` and ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from distillery.errors import DistilleryError
+
+MARKER = ".distillery"
+# An export folder's manifest marks it as distillery's too (exports predate the marker).
+EXPORT_MANIFEST = "distillery_export.json"
+# What a run folder holds before its first checkpoint: nothing that a rerun would lose.
+UNSTARTED = {MARKER, "config.yaml"}
+
+
+def is_ours(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` was written by distillery (it carries the marker or an export manifest)."""
+    folder = Path(folder)
+    return (folder / MARKER).is_file() or (folder / EXPORT_MANIFEST).is_file()
+
+
+def mark(folder: str | os.PathLike, kind: str) -> None:
+    """Mark ``folder`` (which must exist) as a distillery ``kind`` folder (run, export, model...)."""
+    from distillery import __version__
+
+    record = {"kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": __version__}
+    (Path(folder) / MARKER).write_text(json.dumps(record) + "\n")
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _is_within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], option: str = "--out") -> None:
+    """Refuse an output folder that is, or holds, one of the command's inputs: replacing it would
+    delete the input. (An output inside an input folder is allowed: ``--data-dir .`` with the
+    default ``runs/...`` is common.) Inputs that are not local paths (a Hub id, None) are skipped."""
+    target = _resolved(out)
+    for given in inputs:
+        if given is None or str(given) == "" or not Path(given).expanduser().exists():
+            continue
+        source = _resolved(given)
+        if _is_within(source, target):
+            which = "is" if source == target else "holds"
+            raise DistilleryError(f"{option} {out} {which} an input of this command ({given}); "
+                                  f"choose an output folder outside it.")
+
+
+def _refuse_home_or_cwd(folder: Path, option: str) -> None:
+    target = _resolved(folder)
+    if _is_within(Path.cwd().resolve(), target) or target == Path.home().resolve():
+        raise DistilleryError(
+            f"{option} {folder} is the current directory, one of its parents or the home folder; "
+            f"distillery never deletes it. Choose another {option}.")
+
+
+def remove_ours(folder: str | os.PathLike, option: str = "--out") -> None:
+    """Delete ``folder`` if distillery wrote it; anything else is refused with a sentence."""
+    folder = Path(folder)
+    _refuse_home_or_cwd(folder, option)
+    if not is_ours(folder):
+        raise DistilleryError(
+            f"{folder} was not written by distillery (it has no {MARKER} marker), so it is not deleted. "
+            f"Choose another {option}, or empty it yourself.")
+    shutil.rmtree(folder)
+
+
+def check_target(
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    option: str = "--out",
+    kind: str = "run",
+) -> None:
+    """Refuse, before any work, an output folder a command must not write: a file, an input of the
+    command, a non-empty folder distillery did not write, or one it did write without ``overwrite``
+    (a run that stopped before its first checkpoint excepted: it holds nothing to lose)."""
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise DistilleryError(f"{option} {out} is a file; give a folder (it is created when missing).")
+    check_not_input(out, inputs, option)
+    if resume or not out.is_dir():
+        return
+    entries = {p.name for p in out.iterdir()}
+    if not entries:
+        return
+    if not is_ours(out):
+        raise DistilleryError(
+            f"{out} already exists and was not written by distillery (it has no {MARKER} marker); "
+            f"distillery neither writes into nor deletes a folder it did not create, --overwrite "
+            f"included. Choose another {option}.")
+    if entries <= UNSTARTED:
+        return
+    if not overwrite:
+        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it"
+                              + (" or --resume to continue it." if kind == "run" else "."))
+    _refuse_home_or_cwd(out, option)
+
+
+def claim(
+    out: str | os.PathLike,
+    kind: str,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    option: str = "--out",
+) -> Path:
+    """The output folder, created and marked, ready for a command to write into (see
+    :func:`check_target` for what is refused); with ``resume`` an existing folder is kept as it is."""
+    check_target(out, overwrite=overwrite, resume=resume, inputs=inputs, option=option, kind=kind)
+    out = Path(out).expanduser()
+    if out.is_dir() and not resume:
+        entries = {p.name for p in out.iterdir()}
+        if entries <= UNSTARTED:  # empty, or a run that stopped before training: its config.yaml is rewritten
+            for name in entries - {MARKER}:
+                (out / name).unlink()
+        else:
+            remove_ours(out, option)
+    out.mkdir(parents=True, exist_ok=True)
+    if not is_ours(out):
+        mark(out, kind)
+    return out
+
+
+def discard_unstarted(out: str | os.PathLike) -> None:
+    """After a failure before training: remove what :func:`claim` wrote (marker, config.yaml), and
+    the folder when that leaves it empty, so that nothing blocks the corrected rerun."""
+    out = Path(out)
+    if not out.is_dir() or not is_ours(out) or not {p.name for p in out.iterdir()} <= UNSTARTED:
+        return
+    for name in UNSTARTED:
+        (out / name).unlink(missing_ok=True)
+    if _resolved(out) != Path.cwd().resolve():
+        out.rmdir()
+
+
+def temporary_sibling(final: str | os.PathLike) -> Path:
+    """A new, empty folder beside ``final`` to write into before :func:`replace_with` (a fresh
+    name each time: a fixed one such as ``<name>.tmp`` could be a user's folder)."""
+    final = Path(final).expanduser()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+
+
+def replace_with(tmp: str | os.PathLike, final: str | os.PathLike, option: str = "--out") -> None:
+    """Move the finished folder ``tmp`` to ``final``, replacing ``final`` only if distillery wrote it."""
+    final = Path(final)
+    if final.exists():
+        if final.is_dir() and not any(final.iterdir()):
+            final.rmdir()
+        else:
+            remove_ours(final, option)
+    os.replace(tmp, final)
