@@ -236,3 +236,25 @@ def test_reported_teacher_metrics_equal_a_fresh_score_of_the_saved_teacher(tiny_
     fresh = distillery.evaluate(teacher_path, "sst2", data_dir=str(glue_dir), max_length=32)
     reported = json.loads((out / "metrics.json").read_text())["teacher"]
     assert reported == pytest.approx(fresh["metrics"], abs=1e-9)
+
+
+def test_resume_refuses_settings_given_differently(tmp_path, monkeypatch, capsys):
+    """--resume runs with the saved settings: a flag that disagrees with them is refused by name
+    (it used to be silently ignored); flags that agree, and another data folder, are accepted."""
+    from distillery.folders import claim
+    from distillery.pipeline import run_folder_config
+    from tests.test_cli import assert_one_line_error, run_cli
+
+    run = claim(tmp_path / "run", "run")
+    saved = build_run_config(out=str(run), overrides={"student.epochs": 3.0, "student.lr": 1e-4})
+    saved.save(run / "config.yaml")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", str(run), "--resume", "--epochs", "5",
+                           "--lr", "1e-4")
+    assert_one_line_error(code, err, "student.epochs (saved 3.0, given 5.0)")
+    assert "student.lr" not in err
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", str(run), "--resume", "--method", "moebert")
+    assert_one_line_error(code, err, "method (saved 'distill', given 'moebert')")
+
+    again = build_run_config(out=str(run), data_dir=str(tmp_path / "moved"), overrides={"student.epochs": 3})
+    _, config = run_folder_config(again, True, {"student.epochs": 3, "data.data_dir": str(tmp_path / "moved")})
+    assert config.student.epochs == 3.0 and config.data.data_dir == str(tmp_path / "moved")

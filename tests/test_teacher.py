@@ -57,3 +57,85 @@ def test_builtin_teacher_resolves():
     from pathlib import Path
 
     assert (Path(resolve_teacher("minilm")) / "config.json").is_file()
+
+
+# -- the cache and reproducibility ----------------------------------------------------------------
+
+def _key(teacher, data_dir, **data):
+    from distillery.config import DataConfig, TeacherConfig
+    from distillery.data.encode import prepare_task_data
+    from distillery.teacher import teacher_cache_key, teacher_tokenizer
+
+    config = DataConfig(task="sst2", data_dir=str(data_dir), max_length=16, **data)
+    task_data = prepare_task_data(get_task("sst2"), teacher_tokenizer(teacher), config)
+    return teacher_cache_key(TeacherConfig(name=teacher), config, task_data)
+
+
+def test_cache_key_follows_the_data_content_not_its_path(tmp_path, tiny_bert):
+    """The same files in another folder reuse the teacher; other rows behind the same path (an
+    edited file, a slice) never do."""
+    from tests.test_pipeline import write_glue
+
+    a = write_glue(tmp_path / "a", n_train=16, n_dev=8)
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    assert _key(tiny_bert, a) == _key(tiny_bert, b)
+    assert _key(tiny_bert, a) != _key(tiny_bert, a, train_limit=8)
+    shutil.rmtree(b)
+    write_glue(b, n_train=16, n_dev=8, seed=1)  # same path, same sizes, other sentences
+    assert _key(tiny_bert, a) != _key(tiny_bert, b)
+
+
+def test_teacher_fine_tuned_on_other_data_is_not_reused(tmp_path, tiny_bert, monkeypatch):
+    from distillery.config import DataConfig, TeacherConfig, TrainConfig
+    from distillery.teacher import get_finetuned_teacher
+    from tests.test_pipeline import write_glue
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    teacher = TeacherConfig(name=tiny_bert, train=TrainConfig(epochs=1, batch_size=8, lr=1e-3))
+    config = DataConfig(task="sst2", data_dir=str(data), max_length=16)
+    write_glue(data, n_train=8, n_dev=8)
+    assert not get_finetuned_teacher(teacher, get_task("sst2"), config)[2]["cached"]
+    assert get_finetuned_teacher(teacher, get_task("sst2"), config)[2]["cached"]
+    shutil.rmtree(data)
+    write_glue(data, n_train=16, n_dev=8, seed=3)  # the same folder now holds other data
+    assert not get_finetuned_teacher(teacher, get_task("sst2"), config)[2]["cached"]
+
+
+def test_teacher_fine_tuning_is_reproducible_under_its_seed(tmp_path, tiny_bert, monkeypatch):
+    """The new task head is initialised after seeding: same seed, same teacher, bit for bit."""
+    import torch
+
+    from distillery.config import DataConfig, TeacherConfig, TrainConfig
+    from distillery.teacher import get_finetuned_teacher
+    from tests.test_pipeline import write_glue
+
+    data = write_glue(tmp_path / "data", n_train=8, n_dev=8)
+    config = DataConfig(task="sst2", data_dir=str(data), max_length=16)
+
+    def tuned(seed, cache):
+        monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / cache))
+        torch.manual_seed(1000 + len(cache))  # whatever ran before must not matter
+        teacher = TeacherConfig(name=tiny_bert, train=TrainConfig(epochs=1, batch_size=8, lr=1e-3, seed=seed))
+        return get_finetuned_teacher(teacher, get_task("sst2"), config)[0].state_dict()
+
+    first, again, other = tuned(1, "c1"), tuned(1, "c22"), tuned(2, "c333")
+    for name in first:
+        torch.testing.assert_close(first[name], again[name], rtol=0, atol=0)
+    assert not torch.equal(first["classifier.weight"], other["classifier.weight"])
+
+
+def test_teacher_folder_without_tokenizer_files_is_refused(tmp_path, tiny_bert):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{tiny_bert}/{name}", bare / name)
+    with pytest.raises(DistilleryError, match="tokenizer files"):
+        load_teacher(str(bare), get_task("sst2"))
+
+
+def test_finetuned_teacher_without_a_head_is_refused(tiny_bert):
+    """--teacher-finetuned on an encoder without the task head would score a random head."""
+    with pytest.raises(DistilleryError, match="no trained sst2 head"):
+        load_teacher(tiny_bert, get_task("sst2"), finetuned=True)
