@@ -35,9 +35,13 @@ def is_ours(folder: str | os.PathLike) -> bool:
 
 def mark(folder: str | os.PathLike, kind: str) -> None:
     """Mark ``folder`` (which must exist) as a distillery ``kind`` folder (run, export, model...)."""
-    from distillery import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    record = {"kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": __version__}
+    try:
+        made_by = version("distillery")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        made_by = None
+    record = {"kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": made_by}
     (Path(folder) / MARKER).write_text(json.dumps(record) + "\n")
 
 
