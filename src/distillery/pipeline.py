@@ -113,18 +113,7 @@ def build_run_config(
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
-    try:
-        return RunConfig(
-            method=tree["method"], budget=tree["budget"], out=tree["out"],
-            data=DataConfig(**tree["data"]),
-            teacher=TeacherConfig(train=TrainConfig(**tree["teacher"].pop("train", {})), **tree["teacher"]),
-            student=TrainConfig(**tree.get("student", {})),
-            method_options=tree.get("method_options", {}),
-            bench=tree.get("bench", {}),
-            export=tree.get("export") or [],
-        )
-    except TypeError as e:
-        raise DistilleryError(f"Unknown setting: {e}") from None
+    return RunConfig.from_dict(tree)
 
 
 def default_out(config: RunConfig) -> Path:
