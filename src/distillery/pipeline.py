@@ -26,7 +26,7 @@ from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import get_finetuned_teacher, load_tokenizer, resolve_teacher, teacher_config
+from distillery.teacher import ENCODER_TYPES, check_teacher, get_finetuned_teacher, load_tokenizer, resolve_teacher, teacher_config
 
 logger = logging.getLogger("distillery")
 
@@ -167,8 +167,11 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    model_config = teacher_config(config.teacher.name)
+    check_teacher(config.teacher.name, model_config, config.data, getattr(method, "TEACHER_TYPES", ENCODER_TYPES),
+                  f"method {config.method}")
     if hasattr(method, "check"):
-        method.check(config, teacher_config(config.teacher.name))
+        method.check(config, model_config)
     prepare_run_folder(out, config, overwrite, resume)
     try:
         return _run(config, out, task, method, resume)

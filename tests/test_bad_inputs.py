@@ -1,0 +1,121 @@
+"""Bad inputs through the CLI, one table: each fails before any training with exactly one plain
+``distillery: error:`` line naming what is wrong (a file, a line, a field or an option), a non-zero
+exit and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_pipeline import write_glue
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("glue"), n_train=16, n_dev=8)
+
+
+class Paths:
+    """What a case's command line may refer to."""
+
+    def __init__(self, tmp, glue, bert, roberta, gpt2):
+        self.tmp, self.glue, self.bert, self.roberta, self.gpt2 = tmp, glue, bert, roberta, gpt2
+
+    def compress(self, *args, teacher=None):
+        return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
+                "--out", str(self.tmp / "run"), *args]
+
+
+def saved_run(p: Paths, config_yaml: str) -> list[str]:
+    """A run folder whose config.yaml holds ``config_yaml``, resumed."""
+    run = p.tmp / "run"
+    run.mkdir(exist_ok=True)
+    (run / "config.yaml").write_text(config_yaml)
+    return ["compress", "--out", str(run), "--resume"]
+
+
+GOOD_CONFIG = "method: distill\nbudget: quick\nteacher: {{name: {bert}}}\ndata: {{data_dir: {glue}}}\n"
+
+CASES = {
+    # training and data settings (config.py's dataclasses)
+    "epochs-nan": (lambda p: p.compress("--epochs", "nan"), "student.epochs"),
+    "epochs-inf": (lambda p: p.compress("--epochs", "inf"), "student.epochs"),
+    "epochs-not-a-number": (lambda p: p.compress("--epochs", "abc"), "--epochs"),
+    "lr-nan": (lambda p: p.compress("--lr", "nan"), "student.lr"),
+    "lr-inf": (lambda p: p.compress("--lr", "inf"), "student.lr"),
+    "lr-negative": (lambda p: p.compress("--lr", "-1e-4"), "student.lr"),
+    "teacher-epochs-inf": (lambda p: p.compress("--teacher-epochs", "inf"), "teacher.train.epochs"),
+    "batch-size-0": (lambda p: p.compress("--batch-size", "0"), "student.batch_size"),
+    "max-length-4": (lambda p: p.compress("--max-length", "4"), "data.max_length"),
+    "train-limit-negative": (lambda p: p.compress("--train-limit", "-5"), "data.train_limit"),
+    "dev-limit-0": (lambda p: p.compress("--dev-limit", "0"), "data.dev_limit"),
+    "squad-holdout-nan": (lambda p: p.compress("--task", "squad", "--squad-holdout", "nan"), "data.squad_holdout"),
+    "export-bogus": (lambda p: p.compress("--export", "bogus"), "bogus"),
+    # distill options
+    "temperature-0": (lambda p: p.compress("--temperature", "0"), "temperature"),
+    "temperature-negative": (lambda p: p.compress("--temperature", "-2"), "temperature"),
+    "temperature-nan": (lambda p: p.compress("--temperature", "nan"), "temperature"),
+    "alpha-2.5": (lambda p: p.compress("--alpha", "2.5"), "alpha"),
+    "alpha-negative": (lambda p: p.compress("--alpha", "-0.1"), "alpha"),
+    "hidden-weight-negative": (lambda p: p.compress("--hidden-weight", "-1"), "hidden_weight"),
+    "student-layers-abc": (lambda p: p.compress("--option", "student_layers=abc"), "student_layers"),
+    "student-layers-list-of-text": (lambda p: p.compress("--option", "student_layers=[0, a]"), "student_layers"),
+    "unknown-option": (lambda p: p.compress("--option", "bogus=1"), "bogus"),
+    "option-without-value": (lambda p: p.compress("--option", "alpha"), "--option"),
+    "option-python-tag": (lambda p: p.compress("--option", 'x=!!python/object/apply:os.system ["true"]'), "--option x"),
+    "option-binary-tag": (lambda p: p.compress("--option", "x=!!binary abc"), "--option x"),
+    "option-malformed-yaml": (lambda p: p.compress("--option", "alpha=[1, 2"), "--option alpha"),
+    # moebert options
+    "moebert-experts-0": (lambda p: p.compress("--method", "moebert", "--experts", "0"), "experts"),
+    "moebert-experts-text": (lambda p: p.compress("--method", "moebert", "--option", "experts=abc"), "experts"),
+    "moebert-expert-size-negative": (lambda p: p.compress("--method", "moebert", "--expert-size", "-3"), "expert_size"),
+    "moebert-shared-float": (lambda p: p.compress("--method", "moebert", "--option", "shared=1.5"), "shared"),
+    "moebert-split": (lambda p: p.compress("--method", "moebert", "--split", "sorted"), "split"),
+    "moebert-routing": (lambda p: p.compress("--method", "moebert", "--routing", "hash"), "routing"),
+    "moebert-shared-mode": (lambda p: p.compress("--method", "moebert", "--shared-mode", "copied"), "shared_mode"),
+    "moebert-distill-layers": (lambda p: p.compress("--method", "moebert", "--distill-layers", "odd"), "distill_layers"),
+    "moebert-lambda-negative": (lambda p: p.compress("--method", "moebert", "--lambda", "-1"), "lambda"),
+    "moebert-balance-nan": (lambda p: p.compress("--method", "moebert", "--balance-weight", "nan"), "balance_weight"),
+    "moebert-importance-0": (lambda p: p.compress("--method", "moebert", "--importance-examples", "0"), "importance_examples"),
+    "moebert-refit-number": (lambda p: p.compress("--method", "moebert", "--option", "refit=3"), "refit"),
+    "moebert-unknown": (lambda p: p.compress("--method", "moebert", "--option", "expert=4"), "expert"),
+    # cmow options
+    "cmow-matrix-dim-0": (lambda p: p.compress("--method", "cmow", "--option", "matrix_dim=0"), "matrix_dim"),
+    "cmow-alpha-2": (lambda p: p.compress("--method", "cmow", "--option", "alpha=2"), "alpha"),
+    "cmow-temperature-0": (lambda p: p.compress("--method", "cmow", "--option", "temperature=0"), "temperature"),
+    "cmow-bidirectional": (lambda p: p.compress("--method", "cmow", "--option", "bidirectional=maybe"), "bidirectional"),
+    "cmow-head": (lambda p: p.compress("--method", "cmow", "--option", "head=rnn"), "head"),
+    # autotinybert options
+    "atb-speedup": (lambda p: p.compress("--method", "autotinybert", "--speedup", "0.5"), "speedup"),
+    "atb-latency-archs": (lambda p: p.compress("--method", "autotinybert", "--option", "latency_archs=3"), "latency_archs"),
+    "atb-p-mutation": (lambda p: p.compress("--method", "autotinybert", "--option", "p_mutation=2"), "p_mutation"),
+    "atb-samples-float": (lambda p: p.compress("--method", "autotinybert", "--option", "samples=1.5"), "samples"),
+    "atb-further-training": (lambda p: p.compress("--method", "autotinybert", "--option", "further_training=3"), "further_training"),
+    # teachers the methods cannot distil, lengths they cannot read
+    "gpt2-distill": (lambda p: p.compress(teacher=p.gpt2), "'gpt2'"),
+    "gpt2-moebert": (lambda p: p.compress("--method", "moebert", teacher=p.gpt2), "'gpt2'"),
+    "gpt2-cmow": (lambda p: p.compress("--method", "cmow", teacher=p.gpt2), "'gpt2'"),
+    "roberta-autotinybert": (lambda p: p.compress("--method", "autotinybert", teacher=p.roberta), "'roberta'"),
+    "max-length-over-bert-positions": (lambda p: p.compress("--max-length", "600"), "max_length 600"),
+    "max-length-over-roberta-positions": (lambda p: p.compress("--max-length", "519", teacher=p.roberta), "518 positions"),
+    "gpt2-teacher-command": (lambda p: ["teacher", "--teacher", p.gpt2, "--data-dir", str(p.glue)], "'gpt2'"),
+    # a run folder's config.yaml read by --resume
+    "resume-epochs-text": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "student: {epochs: abc}\n"),
+                           "student.epochs"),
+    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "data: {max_length: [1]}\n"),
+                               "data.max_length"),
+    "resume-method-options-number": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "method_options: 3\n"),
+                                     "method_options"),
+    "resume-unknown-field": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "colour: blue\n"), "colour"),
+    "resume-unknown-nested-field": (lambda p: saved_run(p, "teacher: {train: {speed: 3}}\n"), "teacher.train.speed"),
+    "resume-not-a-mapping": (lambda p: saved_run(p, "- 1\n- 2\n"), "config.yaml"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2):
+    build, fragment = CASES[case]
+    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2))
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert_one_line_error(code, err, fragment)
+    assert not list(tmp_path.glob("run/checkpoints")), "no training may start"
