@@ -4,6 +4,8 @@ exit and no traceback."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.test_cli import assert_one_line_error, run_cli
@@ -15,11 +17,31 @@ def glue(tmp_path_factory):
     return write_glue(tmp_path_factory.mktemp("glue"), n_train=16, n_dev=8)
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_bert):
+    """Saved tiny BERTs with a 2-class, a 3-class and a regression head, and damaged copies."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    for name, labels in (("two", 2), ("three", 3), ("regression", 1)):
+        AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=labels).save_pretrained(root / name)
+        AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(root / name)
+    weights = (root / "two" / "model.safetensors").read_bytes()
+    for name, damage in (("truncated", lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])),
+                         ("garbage", lambda d: (d / "model.safetensors").write_bytes(b"garbage" * 50)),
+                         ("bad-config", lambda d: (d / "config.json").write_text("{not json"))):
+        shutil.copytree(root / "two", root / name)
+        damage(root / name)
+    return root
+
+
 class Paths:
     """What a case's command line may refer to."""
 
-    def __init__(self, tmp, glue, bert, roberta, gpt2):
-        self.tmp, self.glue, self.bert, self.roberta, self.gpt2 = tmp, glue, bert, roberta, gpt2
+    def __init__(self, tmp, glue, bert, roberta, gpt2, models):
+        self.tmp, self.glue, self.bert, self.roberta, self.gpt2, self.models = tmp, glue, bert, roberta, gpt2, models
+        self.file = tmp / "a-file"
+        self.file.write_text("not a folder\n")
 
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
@@ -32,6 +54,24 @@ def saved_run(p: Paths, config_yaml: str) -> list[str]:
     run.mkdir(exist_ok=True)
     (run / "config.yaml").write_text(config_yaml)
     return ["compress", "--out", str(run), "--resume"]
+
+
+def custom(p: Paths, train_rows: list[str], *args: str) -> list[str]:
+    """compress on a custom CSV whose train rows (text,label) are ``train_rows``."""
+    train, dev = p.tmp / "train.csv", p.tmp / "dev.csv"
+    train.write_text("text,label\n" + "\n".join(train_rows) + "\n")
+    dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
+    return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev), *args)
+
+
+def custom_jsonl(p: Paths, lines: list[str]) -> list[str]:
+    train = p.tmp / "train.jsonl"
+    train.write_text("\n".join(lines) + "\n")
+    return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(train))
+
+
+def evaluate(p: Paths, model: str, *args: str) -> list[str]:
+    return ["eval", str(p.models / model), "--data-dir", str(p.glue), *args]
 
 
 GOOD_CONFIG = "method: distill\nbudget: quick\nteacher: {{name: {bert}}}\ndata: {{data_dir: {glue}}}\n"
@@ -109,13 +149,64 @@ CASES = {
     "resume-unknown-field": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "colour: blue\n"), "colour"),
     "resume-unknown-nested-field": (lambda p: saved_run(p, "teacher: {train: {speed: 3}}\n"), "teacher.train.speed"),
     "resume-not-a-mapping": (lambda p: saved_run(p, "- 1\n- 2\n"), "config.yaml"),
+    # damaged saved models, heads that do not match the task
+    "eval-truncated-weights": (lambda p: evaluate(p, "truncated"), "model.safetensors"),
+    "eval-garbage-weights": (lambda p: evaluate(p, "garbage"), "model.safetensors"),
+    "eval-bad-config": (lambda p: evaluate(p, "bad-config"), "config.json"),
+    "export-truncated-weights": (lambda p: ["export", str(p.models / "truncated"), "--format", "onnx",
+                                            "--out", str(p.tmp / "x")], "model.safetensors"),
+    "export-bad-config": (lambda p: ["export", str(p.models / "bad-config"), "--out", str(p.tmp / "x")], "config.json"),
+    "bench-garbage-weights": (lambda p: ["bench", str(p.models / "garbage")], "model.safetensors"),
+    "bench-bad-config": (lambda p: ["bench", str(p.models / "bad-config")], "config.json"),
+    "eval-2-class-on-stsb": (lambda p: evaluate(p, "two", "--task", "stsb"), "head does not match"),
+    "eval-3-class-on-sst2": (lambda p: evaluate(p, "three"), "3 outputs"),
+    "eval-regression-on-sst2": (lambda p: evaluate(p, "regression"), "head does not match"),
+    # custom data: missing labels must not become a class
+    "custom-empty-label": (lambda p: custom(p, ["good movie,1", "bad movie,0", "fun plot,"]), "train.csv, line 4"),
+    "custom-nan-label": (lambda p: custom(p, ["good movie,1", "bad movie,NaN", "fun plot,0"]), "train.csv, line 3"),
+    "custom-none-label": (lambda p: custom(p, ["good movie,None", "bad movie,0", "fun plot,1"]), "train.csv, line 2"),
+    "custom-json-null-label": (lambda p: custom_jsonl(p, ['{"text": "good", "label": 1}', '{"text": "bad", "label": null}']),
+                               "train.jsonl, line 2"),
+    "custom-regression-text": (lambda p: custom(p, ["good movie,1.5", "bad movie,abc"], "--regression"), "train.csv, line 3"),
+    "custom-regression-nan": (lambda p: custom(p, ["good movie,1.5", "bad movie,nan"], "--regression"), "train.csv, line 3"),
+    "custom-regression-inf": (lambda p: custom(p, ["good movie,inf", "bad movie,2"], "--regression"), "train.csv, line 2"),
+    # files where folders are expected, and other paths
+    "teacher-is-a-file": (lambda p: p.compress(teacher=str(p.file)), "a-file"),
+    "data-dir-is-a-file": (lambda p: ["compress", "--teacher", p.bert, "--data-dir", str(p.file), "--out", str(p.tmp / "run")],
+                           "a-file"),
+    "moebert-init-is-a-file": (lambda p: p.compress("--method", "moebert", "--option", f"init={p.file}"), "a-file"),
+    "cmow-init-is-a-file": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.file}"), "a-file"),
+    "atb-supernet-is-a-file": (lambda p: ["autotinybert", "latency", "--supernet", str(p.file)], "a-file"),
+    "corpus-is-a-folder": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.glue),
+                                      "--teacher", p.bert], "Corpus file"),
+    "bench-not-a-model": (lambda p: ["bench", str(p.glue)], "not a saved model"),
+    "bench-latency-runs-0": (lambda p: ["bench", str(p.models / "two"), "--latency-runs", "0"], "latency_runs"),
+    "compress-latency-runs-0": (lambda p: p.compress("--latency-runs", "0"), "latency_runs"),
+    "export-format-bogus": (lambda p: ["export", str(p.models / "two"), "--format", "bogus"], "bogus"),
+    "export-dev-limit-0": (lambda p: ["export", str(p.models / "two"), "--task", "sst2", "--dev-limit", "0"], "dev_limit"),
+    "eval-max-length-2": (lambda p: evaluate(p, "two", "--max-length", "2"), "max_length"),
+    "budget-unknown": (lambda p: p.compress("--budget", "huge"), "huge"),
+    "cmow-on-squad": (lambda p: p.compress("--method", "cmow", "--task", "squad"), "SQuAD"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2):
+def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models):
     build, fragment = CASES[case]
-    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2))
+    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models))
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert_one_line_error(code, err, fragment)
     assert not list(tmp_path.glob("run/checkpoints")), "no training may start"
+
+
+def test_ctrl_c_exits_130_with_the_resume_hint(monkeypatch, capsys):
+    """typer turns KeyboardInterrupt into an exit code that it returns when not standalone."""
+    import distillery.pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distillery.pipeline, "build_run_config", interrupted)
+    code, _, err = run_cli(monkeypatch, capsys, "compress")
+    assert code == 130
+    assert "--resume" in err and "Traceback" not in err

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distillery.bench import benchmark
+from distillery.bench import benchmark, check_settings
 from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import get_task, task_for
@@ -167,6 +167,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data, getattr(method, "TEACHER_TYPES", ENCODER_TYPES),
                   f"method {config.method}")

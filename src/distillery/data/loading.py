@@ -101,7 +101,7 @@ def _canonical_split(task: TaskSpec, split: str) -> str:
 def _data_dir(data_config: DataConfig) -> Path | None:
     data_dir = data_config.resolved_data_dir
     if data_dir is not None and not data_dir.is_dir():
-        raise DistilleryError(f"Data folder {data_dir} does not exist.")
+        raise DistilleryError(f"Data folder {data_dir} {'is a file, not a folder' if data_dir.exists() else 'does not exist'}.")
     return data_dir
 
 
