@@ -43,6 +43,13 @@ class Paths:
         self.file = tmp / "a-file"
         self.file.write_text("not a folder\n")
 
+    def corpus_command(self, *args):
+        """A corpus step (cmow pretrain, autotinybert supernet) on a small text file."""
+        corpus = self.tmp / "corpus.txt"
+        corpus.write_text("the movie was good\nthe film was bad\n" * 20)
+        *command, option, value = args
+        return [*command, "--out", str(self.tmp / "step"), "--corpus", str(corpus), "--teacher", self.bert, option, value]
+
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
                 "--out", str(self.tmp / "run"), *args]
@@ -179,6 +186,10 @@ CASES = {
     "atb-supernet-is-a-file": (lambda p: ["autotinybert", "latency", "--supernet", str(p.file)], "a-file"),
     "corpus-is-a-folder": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.glue),
                                       "--teacher", p.bert], "Corpus file"),
+    "supernet-strategy": (lambda p: p.corpus_command("autotinybert", "supernet", "--strategy", "rows"), "strategy"),
+    "supernet-samples-0": (lambda p: p.corpus_command("autotinybert", "supernet", "--samples", "0"), "samples"),
+    "pretrain-temperature-0": (lambda p: p.corpus_command("cmow", "pretrain", "--temperature", "0"), "temperature"),
+    "pretrain-matrix-dim-0": (lambda p: p.corpus_command("cmow", "pretrain", "--option", "matrix_dim=0"), "matrix_dim"),
     "bench-not-a-model": (lambda p: ["bench", str(p.glue)], "not a saved model"),
     "bench-latency-runs-0": (lambda p: ["bench", str(p.models / "two"), "--latency-runs", "0"], "latency_runs"),
     "compress-latency-runs-0": (lambda p: p.compress("--latency-runs", "0"), "latency_runs"),
@@ -196,7 +207,7 @@ def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_ro
     args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models))
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert_one_line_error(code, err, fragment)
-    assert not list(tmp_path.glob("run/checkpoints")), "no training may start"
+    assert not list(tmp_path.glob("*/checkpoints")), "no training may start"
 
 
 def test_ctrl_c_exits_130_with_the_resume_hint(monkeypatch, capsys):

@@ -109,8 +109,12 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
     from distillery.distill.trainer import Trainer, prepare_out_dir
+    from distillery.autotinybert.recipe import SPECS
     from distillery.teacher import load_tokenizer, resolve_teacher
 
+    # the recipe's own checks of these settings, before the run folder is touched
+    SPECS["strategy"]("strategy", strategy)
+    SPECS["samples"]("samples", samples)
     out = prepare_out_dir(out, overwrite=overwrite, resume=resume)
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
     started = time.time()

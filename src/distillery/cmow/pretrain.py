@@ -103,11 +103,17 @@ def pretrain(
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer, prepare_out_dir
 
+    from distillery.cmow.recipe import SPECS
+
     out = Path(out)
-    if not 0.0 <= alpha <= 1.0:
-        raise DistilleryError(f"alpha must be between 0 and 1, got {alpha}.")
+    SPECS["alpha"]("alpha", alpha)
+    SPECS["temperature"]("temperature", temperature)
     if hidden_loss not in HIDDEN_LOSSES:
         raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
+    # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
+    for key, value in (model_options or {}).items():
+        if key in SPECS:
+            SPECS[key](key, value)
     out = prepare_out_dir(out, overwrite=overwrite, resume=resume)
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
