@@ -58,11 +58,8 @@ def make_tiny_bert(path, num_layers: int = 2, seed: int = 0):
     return path
 
 
-def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
-    """Save a tiny random ``RobertaModel`` with a byte-level BPE tokenizer (no merges) in ``path``."""
-    from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
-
-    path = str(path)
+def _write_byte_bpe(path: str) -> dict:
+    """vocab.json and merges.txt of a byte-level BPE with no merges in ``path``; returns the vocab."""
     os.makedirs(path, exist_ok=True)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     # GPT-2's byte-to-printable-character table: every byte has a token, so any text encodes.
@@ -73,6 +70,15 @@ def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
         json.dump(vocab, f)
     with open(os.path.join(path, "merges.txt"), "w") as f:
         f.write("#version: 0.2\n")
+    return vocab
+
+
+def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
+    """Save a tiny random ``RobertaModel`` with a byte-level BPE tokenizer (no merges) in ``path``."""
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
+
+    path = str(path)
+    vocab = _write_byte_bpe(path)
     tok = RobertaTokenizer(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"), model_max_length=512)
     tok.save_pretrained(path)
     torch.manual_seed(seed)
@@ -113,3 +119,17 @@ def tiny_bert4(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_roberta(tmp_path_factory):
     return make_tiny_roberta(tmp_path_factory.mktemp("tiny-roberta"))
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory):
+    """A tiny random ``GPT2Model`` with a byte-level tokenizer: a decoder no method distils."""
+    from transformers import GPT2Config, GPT2Model, GPT2Tokenizer
+
+    path = str(tmp_path_factory.mktemp("tiny-gpt2"))
+    vocab = _write_byte_bpe(path)
+    GPT2Tokenizer(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")).save_pretrained(path)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    GPT2Model(config).save_pretrained(path)
+    return path

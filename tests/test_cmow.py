@@ -235,9 +235,9 @@ def test_cmow_bad_options_fail_before_training(tiny_bert, glue_dir, tmp_path):
     from distillery.errors import DistilleryError
     from distillery.pipeline import compress
 
-    with pytest.raises(DistilleryError, match="Unknown cmow head 'rnn'"):
+    with pytest.raises(DistilleryError, match="Option head must be one of .*, got 'rnn'"):
         compress(cmow_config(tiny_bert, glue_dir, tmp_path / "a", **{"method_options.head": "rnn"}))
-    with pytest.raises(DistilleryError, match="matrix_dim must be at least 1"):
+    with pytest.raises(DistilleryError, match="Option matrix_dim must be a whole number >= 1"):
         compress(cmow_config(tiny_bert, glue_dir, tmp_path / "b", **{"method_options.matrix_dim": 0}))
     other = CMOWForSequenceClassification(tiny(vocab_size=50))
     other.save_pretrained(tmp_path / "other")

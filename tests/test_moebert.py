@@ -495,9 +495,9 @@ def test_paper_preset_and_bad_options(tmp_path):
     assert preset_overrides("paper", "squad")["student.weight_decay"] == 0.01
     with pytest.raises(DistilleryError, match="no Table 7 settings for stsb"):
         build_run_config(method="moebert", task="stsb", preset="paper")
-    with pytest.raises(DistilleryError, match="Unknown routing 'hash'"):
+    with pytest.raises(DistilleryError, match="Option routing must be one of hash-r, hash-b, gate, got 'hash'"):
         compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.routing": "hash"}))
-    with pytest.raises(DistilleryError, match="--refit is true or false, got 'yes'"):
+    with pytest.raises(DistilleryError, match="Option refit must be true or false, got 'yes'"):
         compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.refit": "yes"}))
     with pytest.raises(DistilleryError, match="need 168 \\+ 4×216 = 1032 distinct neurons, but the FFN has 1000"):
         from distillery.moebert.recipe import expert_shape

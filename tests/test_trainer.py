@@ -134,6 +134,38 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tmp_path, uninterrupted
     assert result.seconds > 0 and result.examples_per_s > 0
 
 
+CHECKPOINT_FILES = ("model.safetensors", "extra_parameters.safetensors", "optimizer.pt", "scheduler.pt",
+                    "rng_state_0.pt", "trainer_state.json")
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """A run killed after its step-4 checkpoint (a copy to damage per test)."""
+    out = tmp_path_factory.mktemp("killed")
+    with pytest.raises(KeyboardInterrupt):
+        resume_run(out, interrupt_at=9)
+    return out
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_resume_from_a_truncated_checkpoint_file(name, killed_run, tmp_path, uninterrupted):
+    """A truncated file in checkpoints/last: a plain error naming it, or, with a complete previous
+    version beside it, the run resumes from that one and ends as if never stopped."""
+    import shutil
+
+    shutil.copytree(killed_run, tmp_path, dirs_exist_ok=True)
+    last = tmp_path / "checkpoints" / "last"
+    data = (last / name).read_bytes()
+    (last / name).write_bytes(data[: len(data) // 2])
+    with pytest.raises(DistilleryError, match=f"{name} is corrupt"):
+        resume_run(tmp_path, resume=True, model_seed=5)
+
+    shutil.copytree(killed_run / "checkpoints" / "last", tmp_path / "checkpoints" / "last.old")
+    (last / name).write_bytes(b"garbage" * 3)
+    _, final = resume_run(tmp_path, resume=True, model_seed=5)
+    assert_same_weights(final, uninterrupted[1])
+
+
 def test_resume_at_an_epoch_boundary(tmp_path, uninterrupted):
     _, ref = uninterrupted
     with pytest.raises(KeyboardInterrupt):

@@ -21,11 +21,23 @@ from transformers import PreTrainedModel
 from distillery.data.encode import TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext
+from distillery.recipe import MethodContext, number, read_options
 
 logger = logging.getLogger("distillery")
 
 DEFAULTS = {"student_layers": None, "alpha": 0.5, "temperature": 2.0, "hidden_weight": 0.0}
+
+
+def _layers_option(name: str, value):
+    """A count of layers, or a list of teacher layer indices; their range is checked against the teacher."""
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if value is None or whole(value) or (isinstance(value, list) and value and all(whole(v) for v in value)):
+        return value
+    raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
+
+
+SPECS = {"student_layers": _layers_option, "alpha": number(0, 1), "temperature": number(above=0),
+         "hidden_weight": number(0)}
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
@@ -114,11 +126,7 @@ def distillation_loss(kind: str, teacher: PreTrainedModel, alpha: float, tempera
 
 
 def options(config) -> dict:
-    unknown = set(config.method_options) - set(DEFAULTS)
-    if unknown:
-        raise DistilleryError(f"Unknown option(s) for method distill: {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(DEFAULTS)}.")
-    return {**DEFAULTS, **config.method_options}
+    return read_options("distill", config.method_options, DEFAULTS, SPECS)
 
 
 def check(config, teacher_config) -> None:

@@ -318,6 +318,22 @@ def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128
     return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
 
 
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse bad :func:`benchmark` keyword settings (a run's ``bench:`` section) before any work."""
+    known = [name for name in inspect.signature(benchmark).parameters if name != "models"]
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise DistilleryError(f"Unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(known)}.")
+    for name in ("latency_shape", "throughput_shape"):
+        if name in settings:
+            _check_shape(name, settings[name])
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    for name, low in (("latency_runs", 1), ("throughput_runs", 1), ("warmup", 0), ("threads", 1)):
+        value = settings.get(name)
+        if value is not None and (not whole(value) or value < low):
+            raise DistilleryError(f"bench {name} must be a whole number of at least {low}, got {value!r}.")
+
+
 def benchmark(
     models: Mapping[str, nn.Module | str | os.PathLike],
     *,
@@ -341,15 +357,10 @@ def benchmark(
     """
     if not isinstance(models, Mapping) or not models:
         raise DistilleryError("benchmark() needs a non-empty mapping of names to models.")
+    check_settings({"latency_shape": latency_shape, "throughput_shape": throughput_shape, "latency_runs": latency_runs,
+                    "warmup": warmup, "throughput_runs": throughput_runs, "threads": threads})
     lat_batch, lat_seq = _check_shape("latency_shape", latency_shape)
     tp_batch, tp_seq = _check_shape("throughput_shape", throughput_shape)
-    for name, value in (("latency_runs", latency_runs), ("throughput_runs", throughput_runs)):
-        if int(value) < 1:
-            raise DistilleryError(f"{name} must be at least 1, got {value}.")
-    if int(warmup) < 0:
-        raise DistilleryError(f"warmup must be zero or more, got {warmup}.")
-    if threads is not None and int(threads) < 1:
-        raise DistilleryError(f"threads must be at least 1, got {threads}.")
 
     loaded: dict[str, nn.Module] = {}
     for name, model in models.items():

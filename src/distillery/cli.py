@@ -42,7 +42,8 @@ def parse_options(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise DistilleryError(f"--option expects key=value, got {pair!r}.")
         key, value = pair.split("=", 1)
-        out[key.strip().replace("-", "_")] = parse_value(value)
+        key = key.strip().replace("-", "_")
+        out[key] = parse_value(value, f"--option {key}")
     return out
 
 
@@ -556,21 +557,33 @@ def atb_train(
              option, overwrite, verbose)
 
 
+# typer >= 0.20 carries its own copy of click, whose exceptions are not click's.
+COMMAND_LINE_ERRORS = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
+ABORTS = tuple({click.exceptions.Abort, typer.Abort})
+INTERRUPTED = "distillery: interrupted. Rerun with --resume to continue from the last checkpoint."
+
+
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Not standalone, so that DistilleryError reaches us; typer then *returns* the exit code of a
+        # click Exit instead of exiting, including the 130 it makes of a KeyboardInterrupt.
+        code = app(standalone_mode=False)
     except DistilleryError as e:
         typer.echo(f"distillery: error: {e}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
-        typer.echo("distillery: interrupted. Rerun with --resume to continue from the last checkpoint.", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("distillery: interrupted. Rerun with --resume to continue from the last checkpoint.", err=True)
-        sys.exit(130)
-    except click.exceptions.ClickException as e:
-        e.show()
+    except (*ABORTS, KeyboardInterrupt):
+        code = 130
+    except COMMAND_LINE_ERRORS as e:  # a malformed command line (click's own checks), or the help
+        message = e.format_message().strip()
+        if "\n" in message:  # `distillery` alone: the help text (rich help is printed before, message empty)
+            e.show()
+        elif message:
+            typer.echo(f"distillery: error: {message}", err=True)
         sys.exit(e.exit_code)
+    if isinstance(code, int) and code != 0:
+        if code == 130:
+            typer.echo(INTERRUPTED, err=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ so a run can be repeated or resumed from its own folder.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,16 +25,149 @@ EXPORT_FORMATS = ("onnx", "onnx-int8", "torch-int8", "int8")
 DEFAULT_DATA_ENV = "DISTILLERY_DATA"
 
 
-def parse_value(text: str) -> Any:
+class ConfigError(DistilleryError):
+    """A bad value of one setting, named by its dotted path (``student.epochs``)."""
+
+    def __init__(self, name: str, problem: str):
+        self.name, self.problem = name, problem
+        super().__init__(f"{name} {problem}")
+
+    def under(self, section: str) -> "ConfigError":
+        return ConfigError(f"{section}.{self.name}", self.problem)
+
+
+def parse_value(text: str, name: str = "value") -> Any:
     """A command-line setting's value: YAML (numbers, lists, booleans), plus the exponent floats
-    YAML 1.1 leaves as strings (``3e-4``)."""
-    value = yaml.safe_load(text)
+    YAML 1.1 leaves as strings (``3e-4``). ``name`` is the setting, for the error message."""
+    try:
+        # safe_load builds plain data only; its tags (!!python/..., !!binary) fail or give bytes
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = str(e).splitlines()[0]
+        raise DistilleryError(f"{name}={text!r} is not a plain YAML value ({problem}).") from None
+    if not _plain(value):
+        raise DistilleryError(f"{name}={text!r} is not a plain value (a number, a string, true/false or a list).")
     if isinstance(value, str):
         try:
             return float(value)
         except ValueError:
             pass
     return value
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is what a setting may hold: YAML scalars, lists and mappings of them
+    (not the bytes, dates and sets that YAML tags produce)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint) if a is not type(None))
+    origin = typing.get_origin(hint)
+    if origin is not None:
+        return {list: "a list", dict: "a mapping"}.get(origin, str(origin))
+    return {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}.get(
+        hint, getattr(hint, "__name__", str(hint)))
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """``value`` as a field of type ``hint``, or TypeError. Numbers may be written as YAML leaves
+    some floats (``1e-4`` as a string); an int is a float; a bool is neither."""
+    if hint is Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg)
+            except TypeError:
+                pass
+        raise TypeError
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        return [_coerce(v, args[0]) if args else v for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError
+        return value
+    if hint is float:
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, int):
+            return float(value)
+        if isinstance(value, float):
+            return value
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise TypeError from None
+        raise TypeError
+    if hint is str:
+        if isinstance(value, os.PathLike):  # a folder or file given as a Path
+            return os.fspath(value)
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, hint):
+            raise TypeError
+        return value
+    return value
+
+
+def check_fields(obj: Any) -> None:
+    """Coerce every field of the dataclass ``obj`` to its annotated type, or name the first that
+    does not fit; every number must be finite (a NaN passes every ``<`` check unseen)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        try:
+            coerced = _coerce(value, hints[f.name])
+        except TypeError:
+            raise ConfigError(f.name, f"must be {_type_name(hints[f.name])}, got {value!r}.") from None
+        if isinstance(coerced, float) and not math.isfinite(coerced):
+            raise ConfigError(f.name, f"must be a finite number, got {coerced}.")
+        setattr(obj, f.name, coerced)
+
+
+def from_mapping(cls: type, d: Any, section: str | None = None) -> Any:
+    """The dataclass ``cls`` from a mapping of its fields (a YAML section), nested dataclasses
+    included; an unknown key or a bad value is named by its dotted path."""
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise ConfigError(section or "config", f"must be a mapping of settings, got {d!r}.")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    try:
+        for key, value in d.items():
+            if key not in names:
+                raise ConfigError(str(key), f"is not a setting; known: {', '.join(names)}.")
+            hint = hints[key]
+            kwargs[key] = from_mapping(hint, value, str(key)) if dataclasses.is_dataclass(hint) else value
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise (e.under(section) if section else e) from None
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
@@ -65,20 +201,20 @@ class DataConfig:
     null_score_threshold: float = 0.0
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.max_length < 8:
-            raise DistilleryError(f"max_length must be at least 8, got {self.max_length}.")
+            raise ConfigError("max_length", f"must be at least 8, got {self.max_length}.")
         for name in ("train_limit", "dev_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise DistilleryError(f"{name} must be a positive number of examples, got {value}.")
+                raise ConfigError(name, f"must be a positive number of examples, got {value}.")
         if self.squad_holdout is not None and not 0.0 < self.squad_holdout < 1.0:
-            raise DistilleryError(
-                f"--squad-holdout is the fraction of dev articles kept for evaluation and must be "
-                f"between 0 and 1, got {self.squad_holdout}."
-            )
+            raise ConfigError("squad_holdout", f"(--squad-holdout) is the fraction of dev articles kept for "
+                              f"evaluation and must be between 0 and 1, got {self.squad_holdout}.")
         # SQuAD encoding caps the stride to what each window leaves for the context.
-        if self.doc_stride < 1:
-            raise DistilleryError(f"doc_stride must be at least 1, got {self.doc_stride}.")
+        for name in ("doc_stride", "max_answer_length", "n_best"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}.")
 
     @property
     def resolved_data_dir(self) -> Path | None:
@@ -107,16 +243,28 @@ class TrainConfig:
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
+        check_fields(self)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("max_steps", f"must be at least 1 (or unset), got {self.max_steps}.")
         if self.epochs <= 0 and not self.max_steps:
-            raise DistilleryError(f"epochs must be positive, got {self.epochs}.")
-        if self.batch_size < 1 or self.grad_accum < 1:
-            raise DistilleryError("batch_size and grad_accum must be at least 1.")
+            raise ConfigError("epochs", f"must be positive, got {self.epochs}.")
+        for name in ("batch_size", "grad_accum", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}.")
         if self.lr <= 0:
-            raise DistilleryError(f"learning rate must be positive, got {self.lr}.")
+            raise ConfigError("lr", f"(the learning rate) must be positive, got {self.lr}.")
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", f"must be zero or more, got {self.weight_decay}.")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ConfigError("max_grad_norm", f"must be positive (or unset), got {self.max_grad_norm}.")
+        if self.eval_every is not None and self.eval_every < 1:
+            raise ConfigError("eval_every", f"must be at least 1 optimizer step (or unset), got {self.eval_every}.")
         if self.patience is not None and self.patience < 1:
-            raise DistilleryError(f"patience must be at least 1 evaluation (or unset), got {self.patience}.")
+            raise ConfigError("patience", f"must be at least 1 evaluation (or unset), got {self.patience}.")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise DistilleryError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+            raise ConfigError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
+        if self.log_every < 0:
+            raise ConfigError("log_every", f"must be zero (no log lines) or more, got {self.log_every}.")
 
 
 @dataclass
@@ -126,6 +274,9 @@ class TeacherConfig:
     name: str = "minilm"  # "minilm" (packaged all-MiniLM-L6-v2), a local folder, or a Hub id
     finetuned: bool = False  # the given teacher already has the task head: use it as it is
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -143,10 +294,13 @@ class RunConfig:
     export: list[str] = field(default_factory=list)  # deployment variants measured beside teacher and student
 
     def __post_init__(self) -> None:
-        if self.budget not in BUDGETS:
-            raise DistilleryError(f"Unknown budget {self.budget!r}; choose one of {', '.join(BUDGETS)}.")
         if isinstance(self.export, str):
             self.export = [self.export]
+        if self.export is None:
+            self.export = []
+        check_fields(self)
+        if self.budget not in BUDGETS:
+            raise DistilleryError(f"Unknown budget {self.budget!r}; choose one of {', '.join(BUDGETS)}.")
         unknown = [f for f in self.export or [] if f not in EXPORT_FORMATS]
         if unknown:
             raise DistilleryError(f"Unknown export format {unknown[0]!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
@@ -157,15 +311,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        d = dict(d)
-        teacher = dict(d.pop("teacher", {}) or {})
-        teacher_train = TrainConfig(**(teacher.pop("train", {}) or {}))
-        return cls(
-            data=DataConfig(**(d.pop("data", {}) or {})),
-            teacher=TeacherConfig(train=teacher_train, **teacher),
-            student=TrainConfig(**(d.pop("student", {}) or {})),
-            **d,
-        )
+        return from_mapping(cls, d)
 
     def save(self, path: str | os.PathLike) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -182,5 +328,5 @@ class RunConfig:
             raise DistilleryError(f"{path} must hold a mapping of settings.")
         try:
             return cls.from_dict(raw)
-        except TypeError as e:
+        except DistilleryError as e:
             raise DistilleryError(f"{path}: {e}") from None

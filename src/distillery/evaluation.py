@@ -95,6 +95,13 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
         pad = lambda a: np.pad(a, ((0, 0), (0, longest - a.shape[1])), constant_values=LOGIT_PAD)  # noqa: E731
         return (restore(np.concatenate([pad(s) for s, _ in chunks])), restore(np.concatenate([pad(e) for _, e in chunks])))
     logits = restore(np.concatenate(chunks))
+    task = task_data.task
+    outputs = 1 if logits.ndim == 1 else logits.shape[-1]
+    needed = 1 if task.kind == "regression" else task.num_labels
+    if outputs != needed:  # argmax over 3 logits, or the first of 2 as a score, would score silently wrong
+        raise DistilleryError(
+            f"The model has {outputs} output{'s' if outputs != 1 else ''} but task {task.name} ({task.kind}) needs "
+            f"{needed}: its head does not match the task.")
     if task_data.task.kind == "regression":
         logits = logits.reshape(len(logits), -1)[:, 0]  # (N, 1) -> (N,)
     return logits
@@ -153,11 +160,11 @@ def evaluate(
 
     if isinstance(model, (str, Path)):
         folder = model_folder(model)
+        model = load_model(folder)  # first: a bad config.json is named as such, not as a tokenizer problem
         if tokenizer is None:
-            from transformers import AutoTokenizer
+            from distillery.teacher import load_tokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = load_model(folder)
+            tokenizer = load_tokenizer(str(folder))
     elif tokenizer is None:
         raise DistilleryError("evaluate() needs the tokenizer when it is given a model object.")
     options = {k: v for k, v in data_options.items() if v is not None}

@@ -74,7 +74,7 @@ from torch import nn
 from distillery.config import EXPORT_FORMATS, TrainConfig
 from distillery.errors import DistilleryError
 from distillery.folders import check_target, mark, replace_with, temporary_sibling
-from distillery.modeling import EXPORT_MANIFEST, load_pretrained, model_folder, register_models
+from distillery.modeling import EXPORT_MANIFEST, load_pretrained, model_folder, read_config
 
 logger = logging.getLogger("distillery")
 
@@ -336,17 +336,10 @@ def load_export(folder: str | os.PathLike) -> nn.Module:
     if fmt == "torch-int8":
         return quantize_torch(load_pretrained(folder), weights_bytes=_file_size(folder / "model.safetensors"))
     _require_onnx()
-    from transformers import AutoConfig
-
     path = folder / manifest.get("file", ONNX_FILE)
     if not path.is_file():
         raise DistilleryError(f"The export folder {folder} has no {path.name}.")
-    register_models()
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot read the model config in {folder}: {e}") from None
-    return OnnxModel(path.read_bytes(), config, manifest).eval()
+    return OnnxModel(path.read_bytes(), read_config(folder), manifest).eval()
 
 
 def _file_size(path: Path) -> int | None:
@@ -769,7 +762,7 @@ def export_model(
     if folder != src and (folder / EXPORT_MANIFEST).is_file():
         raise DistilleryError(f"{folder} is already an export; export the fp32 model it came from.")
     run_dir = folder.parent if folder.name == "student" and (folder.parent / "config.yaml").is_file() else None
-    fmt = resolve_format(fmt, json.loads((folder / "config.json").read_text()).get("model_type"))
+    fmt = resolve_format(fmt, read_config(folder).model_type)
     if out_dir is None:
         out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
     out_dir = Path(out_dir)

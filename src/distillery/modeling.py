@@ -67,18 +67,28 @@ def load_model(path: str | Path) -> PreTrainedModel:
     return load_pretrained(folder)
 
 
-def load_pretrained(folder: str | Path) -> PreTrainedModel:
-    """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``."""
-    folder = Path(folder)
+def read_config(folder: str | Path):
+    """The PretrainedConfig saved in ``folder`` (distillery's student types included)."""
     register_models()
     try:
-        config = AutoConfig.from_pretrained(folder)
+        return AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot read the model config in {folder}: {e}") from None
+        raise DistilleryError(f"Cannot read the model config {Path(folder) / 'config.json'}: {e}") from None
+
+
+def load_pretrained(folder: str | Path) -> PreTrainedModel:
+    """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``."""
+    from safetensors import SafetensorError
+
+    folder = Path(folder)
+    config = read_config(folder)
     arch = (config.architectures or [""])[0]
     cls = next((auto for suffix, auto in HEADS.items() if arch.endswith(suffix)), AutoModel)
     try:
         model = cls.from_pretrained(folder)
+    except SafetensorError as e:  # a truncated or garbled weights file
+        weights = ", ".join(str(p) for p in sorted(folder.glob("*.safetensors"))) or str(folder)
+        raise DistilleryError(f"Cannot load the model in {folder}: {weights} is corrupt ({e}).") from None
     except (OSError, ValueError) as e:
         raise DistilleryError(f"Cannot load the model in {folder}: {e}") from None
     return model.eval()

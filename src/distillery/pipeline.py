@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distillery.bench import benchmark
+from distillery.bench import benchmark, check_settings
 from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import get_task, task_for
@@ -26,7 +26,7 @@ from distillery.evaluation import score
 from distillery.folders import claim, discard_unstarted, mark, replace_with, temporary_sibling
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import get_finetuned_teacher, teacher_config, teacher_tokenizer
+from distillery.teacher import ENCODER_TYPES, check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -113,18 +113,7 @@ def build_run_config(
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
-    try:
-        return RunConfig(
-            method=tree["method"], budget=tree["budget"], out=tree["out"],
-            data=DataConfig(**tree["data"]),
-            teacher=TeacherConfig(train=TrainConfig(**tree["teacher"].pop("train", {})), **tree["teacher"]),
-            student=TrainConfig(**tree.get("student", {})),
-            method_options=tree.get("method_options", {}),
-            bench=tree.get("bench", {}),
-            export=tree.get("export") or [],
-        )
-    except TypeError as e:
-        raise DistilleryError(f"Unknown setting: {e}") from None
+    return RunConfig.from_dict(tree)
 
 
 def default_out(config: RunConfig) -> Path:
@@ -215,8 +204,12 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    check_settings(config.bench)
+    model_config = teacher_config(config.teacher.name)
+    check_teacher(config.teacher.name, model_config, config.data, getattr(method, "TEACHER_TYPES", ENCODER_TYPES),
+                  f"method {config.method}")
     if hasattr(method, "check"):
-        method.check(config, teacher_config(config.teacher.name))
+        method.check(config, model_config)
     prepare_run_folder(out, config, overwrite, resume)
     try:
         return _run(config, out, task, method, resume)

@@ -11,6 +11,8 @@ which rejects impossible options before minutes are spent fine-tuning the teache
 from __future__ import annotations
 
 import importlib
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -104,6 +106,78 @@ class MethodContext:
         if logits.shape[0] != len(train):
             raise DistilleryError(f"Cached teacher logits {path} have {logits.shape[0]} rows for {len(train)} examples; delete the file.")
         return train.add_column("teacher_logits", logits.tolist())
+
+
+# -- method options ------------------------------------------------------------------------------
+# A method declares, beside its DEFAULTS, a spec per option: a function (name, value) -> value that
+# returns the value in its type or raises a sentence naming the option. `read_options` applies them
+# all up front, so a bad option fails before the teacher is fine-tuned, not after.
+
+Spec = Callable[[str, Any], Any]
+
+
+def number(low: float | None = None, high: float | None = None, *, above: float | None = None,
+           below: float | None = None, whole: bool = False, optional: bool = False) -> Spec:
+    """A finite number (an int with ``whole``) in [low, high], or (above, below) where given."""
+
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        kind = "a whole number" if whole else "a number"
+        ok_type = isinstance(value, int) if whole else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+            raise DistilleryError(f"Option {name} must be {kind}{' (or unset)' if optional else ''}, got {value!r}.")
+        limits = [(op, bound) for op, bound in ((">=", low), (">", above), ("<=", high), ("<", below)) if bound is not None]
+        fits = {">=": lambda b: value >= b, ">": lambda b: value > b, "<=": lambda b: value <= b, "<": lambda b: value < b}
+        if not all(fits[op](bound) for op, bound in limits):
+            wanted = " and ".join(f"{op} {bound:g}" for op, bound in limits)
+            raise DistilleryError(f"Option {name} must be {kind} {wanted}, got {value!r}.")
+        return value if whole else float(value)
+
+    return check
+
+
+def one_of(*choices: Any, optional: bool = False) -> Spec:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
+            raise DistilleryError(f"Option {name} must be one of {', '.join(map(str, choices))}, got {value!r}.")
+        return value
+
+    return check
+
+
+def flag(optional: bool = False) -> Spec:
+    def check(name: str, value: Any) -> Any:
+        if (value is None and optional) or isinstance(value, bool):
+            return value
+        raise DistilleryError(f"Option {name} must be true or false, got {value!r}.")
+
+    return check
+
+
+def text(optional: bool = False) -> Spec:
+    """A string (a path, a name); None where ``optional``."""
+
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise DistilleryError(f"Option {name} must be a non-empty string, got {value!r}.")
+        return value
+
+    return check
+
+
+def read_options(method: str, given: dict[str, Any], defaults: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
+    """``defaults`` updated by ``given``, every option checked by its spec; unknown keys named."""
+    unknown = set(given) - set(defaults)
+    if unknown:
+        raise DistilleryError(f"Unknown option(s) for method {method}: {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(defaults)}.")
+    opts = {**defaults, **given}
+    return {key: specs[key](key, value) if key in specs else value for key, value in opts.items()}
 
 
 def get_method(name: str) -> ModuleType:

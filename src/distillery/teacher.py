@@ -131,6 +131,29 @@ def teacher_config(name: str):
         raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
 
 
+# Model types the pipeline runs end to end (the tests' tiny BERT and RoBERTa; XLM-R and CamemBERT are
+# RoBERTa's code under another name). Decoders (GPT-2, ...) have no [CLS]-style head nor padding.
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
+# Embeddings that number positions after the padding index: pad_token_id + 1 positions go unused.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def check_teacher(name: str, config, data: DataConfig, supported: tuple[str, ...] = ENCODER_TYPES,
+                  user: str = "distillery") -> None:
+    """Refuse, from its config alone, a teacher ``user`` (a method) cannot distil or a ``max_length``
+    its position embeddings cannot hold."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in supported:
+        raise DistilleryError(f"Teacher {name!r} is a {model_type!r} model; {user} supports "
+                              f"{', '.join(supported)} encoders only.")
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions:
+        usable = positions - ((config.pad_token_id or 0) + 1 if model_type in OFFSET_POSITIONS else 0)
+        if data.max_length > usable:
+            raise DistilleryError(f"max_length {data.max_length} is longer than teacher {name!r} can read: "
+                                  f"it has {usable} positions.")
+
+
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
     """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer."""
     source = resolve_teacher(name)
@@ -233,6 +256,7 @@ def get_finetuned_teacher(
     Returns (model, tokenizer, info) where info holds the teacher's dev metrics, training seconds,
     and the folder it lives in.
     """
+    check_teacher(teacher.name, teacher_config(teacher.name), data)
     if teacher.finetuned:
         model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
         return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}

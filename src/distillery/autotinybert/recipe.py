@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 
 from distillery.autotinybert.space import STRATEGIES, Arch
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext
+from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
 
 logger = logging.getLogger("distillery")
 
@@ -54,36 +54,37 @@ DEFAULTS: dict[str, Any] = {
     "alpha": 0.5,
     "temperature": 2.0,
 }
+TEACHER_TYPES = ("bert",)  # the super-net is cut from BertLayer's modules
 QUICK = {"supernet_steps": 300, "latency_archs": 100, "generations": 3, "population": 10}  # 100 timed: ~30 s; 40 gave 8 % MAPE
 FULL = {"supernet_steps": 3000, "latency_archs": 200, "generations": 4, "population": 25}
 
 
+def _steps(low: int = 1):
+    return number(low, whole=True)
+
+
+SPECS = {
+    "speedup": number(above=0), "budget_ms": number(above=0, optional=True), "strategy": one_of(*STRATEGIES),
+    "arch": text(optional=True), "samples": _steps(), "supernet_steps": _steps(), "supernet_lr": number(above=0),
+    # the predictor needs training and held-out architectures
+    "latency_archs": _steps(8), "latency_runs": _steps(), "generations": _steps(), "population": _steps(),
+    "search_backend": one_of("evolution", "optuna"), "p_mutation": number(0, 1), "p_exploration": number(0, 1),
+    "budget_floor": number(0, below=1), "proxy_examples": _steps(), "evaluator": one_of("proxy", "finetune"),
+    "finetune_examples": _steps(), "finetune_steps": _steps(), "further_training": flag(), "supernet": text(optional=True),
+    "alpha": number(0, 1), "temperature": number(above=0),
+}
+
+
 def options(config) -> dict[str, Any]:
-    opts = dict(config.method_options)
-    unknown = set(opts) - set(DEFAULTS)
-    if unknown:
-        raise DistilleryError(f"Unknown option(s) for method autotinybert: {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}.")
     sized = QUICK if config.budget == "quick" else FULL
-    opts = {**DEFAULTS, **{k: v for k, v in sized.items()}, **opts}
-    if opts["strategy"] not in STRATEGIES:
-        raise DistilleryError(f"Unknown autotinybert strategy {opts['strategy']!r}; choose one of {', '.join(STRATEGIES)}.")
-    if opts["budget_ms"] is None and float(opts["speedup"]) <= 1.0:
-        raise DistilleryError(f"--speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
-    if opts["evaluator"] not in ("proxy", "finetune"):
-        raise DistilleryError(f"evaluator is 'proxy' or 'finetune', got {opts['evaluator']!r}.")
-    if opts["search_backend"] not in ("evolution", "optuna"):
-        raise DistilleryError(f"search_backend is 'evolution' or 'optuna', got {opts['search_backend']!r}.")
-    if not 0.0 <= float(opts["budget_floor"]) < 1.0:
-        raise DistilleryError(f"budget_floor is a share of the budget, from 0 (no floor) to below 1; got {opts['budget_floor']}.")
-    if opts["latency_archs"] < 8:
-        raise DistilleryError("latency_archs must be at least 8 (the predictor needs training and held-out architectures).")
+    opts = read_options("autotinybert", config.method_options, {**DEFAULTS, **sized}, SPECS)
+    if opts["budget_ms"] is None and opts["speedup"] <= 1.0:
+        raise DistilleryError(f"Option speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
     return opts
 
 
 def check(config, teacher_config) -> None:
     opts = options(config)
-    if getattr(teacher_config, "model_type", None) != "bert":
-        raise DistilleryError(f"autotinybert builds its super-net from a BERT teacher; this one is {teacher_config.model_type!r}.")
     if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
         parse_arch(opts["arch"])
 

@@ -22,7 +22,7 @@ from distillery.cmow.modeling_cmow import COMPONENTS, HEADS, PAIR_MODES, CMOWCon
 from distillery.data.encode import TARGETS
 from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext
+from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
 
 logger = logging.getLogger("distillery")
 
@@ -49,29 +49,16 @@ def budget_overrides(budget: str, task: str) -> dict[str, Any]:
                         "warmup_ratio": 0.0, "eval_every": None, "max_grad_norm": 1.0}}
 
 
+SPECS = {
+    "component": one_of(*COMPONENTS), "bidirectional": flag(), "matrix_dim": number(1, whole=True),
+    "vector_dim": number(1, whole=True), "pair_mode": one_of(*PAIR_MODES, optional=True), "head": one_of(*HEADS),
+    "alpha": number(0, 1), "temperature": number(above=0), "bin_width": number(above=0), "init": text(optional=True),
+    "train_examples": one_of("all", "budget"),
+}
+
+
 def options(config) -> dict[str, Any]:
-    opts = dict(config.method_options)
-    unknown = set(opts) - set(DEFAULTS)
-    if unknown:
-        raise DistilleryError(f"Unknown option(s) for method cmow: {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}.")
-    opts = {**DEFAULTS, **opts}
-    for name, allowed in (("component", COMPONENTS), ("head", HEADS)):
-        if opts[name] not in allowed:
-            raise DistilleryError(f"Unknown cmow {name} {opts[name]!r}; choose one of {', '.join(allowed)}.")
-    if opts["pair_mode"] is not None and opts["pair_mode"] not in PAIR_MODES:
-        raise DistilleryError(f"Unknown cmow pair_mode {opts['pair_mode']!r}; choose one of {', '.join(PAIR_MODES)}.")
-    if isinstance(opts["bidirectional"], str):
-        opts["bidirectional"] = opts["bidirectional"].lower() in ("1", "true", "yes", "on")
-    for name in ("matrix_dim", "vector_dim"):
-        if int(opts[name]) < 1:
-            raise DistilleryError(f"cmow {name} must be at least 1, got {opts[name]}.")
-    if not 0.0 <= float(opts["alpha"]) <= 1.0:
-        raise DistilleryError(f"cmow alpha must be between 0 and 1, got {opts['alpha']}.")
-    if opts["train_examples"] not in ("all", "budget"):
-        raise DistilleryError(f"cmow train_examples is 'all' or 'budget', got {opts['train_examples']!r}.")
-    if float(opts["temperature"]) <= 0 or float(opts["bin_width"]) <= 0:
-        raise DistilleryError("cmow temperature and bin_width must be positive.")
-    return opts
+    return read_options("cmow", config.method_options, DEFAULTS, SPECS)
 
 
 def check(config, teacher_config) -> None:

@@ -20,7 +20,7 @@ def read_corpus(paths: list[str | Path], max_lines: int | None = None) -> list[s
     lines: list[str] = []
     for path in map(Path, paths):
         if not path.is_file():
-            raise DistilleryError(f"Corpus file {path} does not exist.")
+            raise DistilleryError(f"Corpus file {path} {'is a folder, not a text file' if path.is_dir() else 'does not exist'}.")
         title_next = False
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:

@@ -26,7 +26,7 @@ import datasets
 import numpy as np
 
 from distillery.config import DataConfig
-from distillery.data.tasks import TaskSpec
+from distillery.data.tasks import TaskSpec, custom_label
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -101,7 +101,7 @@ def _canonical_split(task: TaskSpec, split: str) -> str:
 def _data_dir(data_config: DataConfig) -> Path | None:
     data_dir = data_config.resolved_data_dir
     if data_dir is not None and not data_dir.is_dir():
-        raise DistilleryError(f"Data folder {data_dir} does not exist.")
+        raise DistilleryError(f"Data folder {data_dir} {'is a file, not a folder' if data_dir.exists() else 'does not exist'}.")
     return data_dir
 
 
@@ -365,12 +365,9 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
         columns["text"].append(row[task.text_column])
         if task.is_pair:
             columns["text_pair"].append(row[task.text_pair_column])
-        raw = row[task.label_column]
+        raw = custom_label(row[task.label_column], f"{path}, line {number}", task.label_column, label_ids is None)
         if label_ids is None:
-            try:
-                columns["label"].append(float(raw))
-            except ValueError:
-                raise DistilleryError(f"{path}, line {number}: label {raw!r} is not a number.") from None
+            columns["label"].append(raw)
         elif raw not in label_ids:
             raise DistilleryError(
                 f"{path}, line {number}: label {raw!r} does not occur in the train file "

@@ -8,6 +8,7 @@ the Hub give the same ids (and fine-tuned Hub checkpoints keep their meaning).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -173,6 +174,26 @@ def _label_sort_key(label: str):
         return (1, 0.0, label)
 
 
+# How tables and pandas write a missing value; as a class it would be learnt and scored like any other.
+MISSING_LABELS = ("", "nan", "none", "null", "na", "n/a")
+
+
+def custom_label(raw: str, where: str, column: str, regression: bool) -> str | float:
+    """A custom file's label: a finite number for regression, else the class string; ``where`` is
+    "file, line N" for the sentence when it is missing or not a number."""
+    if raw.strip().lower() in MISSING_LABELS:
+        raise DistilleryError(f"{where}: the label in column {column!r} is missing ({raw!r}).")
+    if not regression:
+        return raw
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value):
+        raise DistilleryError(f"{where}: label {raw!r} in column {column!r} is not a number, but regression was asked for.")
+    return value
+
+
 def custom_task(data_config: "DataConfig") -> TaskSpec:
     """A TaskSpec for your own CSV/TSV/JSONL files, labels discovered from the train file.
 
@@ -199,15 +220,9 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
         label_column=label_column,
         hub_splits=(),
     )
+    for line, row in rows:
+        custom_label(row[label_column], f"{source}, line {line}", label_column, data_config.regression)
     if data_config.regression:
-        for line, row in rows:
-            try:
-                float(row[label_column])
-            except ValueError:
-                raise DistilleryError(
-                    f"{source}, line {line}: label {row[label_column]!r} in column {label_column!r} is not a number, "
-                    f"but regression was asked for."
-                ) from None
         return TaskSpec(kind="regression", labels=None, metrics=("pearson", "spearman"), main_metric="pearson", **common)
     labels = tuple(sorted({row[label_column] for _, row in rows}, key=_label_sort_key))
     if len(labels) < 2:

@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import random
 import shutil
 import time
@@ -263,14 +264,45 @@ def _commit_folder(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def find_checkpoint(out_dir: str | os.PathLike, name: str = LAST) -> Path | None:
-    """The complete checkpoint folder ``out_dir/checkpoints/<name>``, or its previous version, or None."""
+def complete_checkpoints(out_dir: str | os.PathLike, name: str = LAST) -> list[Path]:
+    """The complete folders among ``out_dir/checkpoints/<name>`` and its previous version, newest first."""
     root = Path(out_dir) / CHECKPOINTS_DIR
     marker = STATE_FILE if name == LAST else BEST_FILE
-    for candidate in (root / name, root / f"{name}.old"):
-        if (candidate / marker).is_file():
-            return candidate
-    return None
+    return [c for c in (root / name, root / f"{name}.old") if (c / marker).is_file()]
+
+
+def find_checkpoint(out_dir: str | os.PathLike, name: str = LAST) -> Path | None:
+    """The complete checkpoint folder ``out_dir/checkpoints/<name>``, or its previous version, or None."""
+    return next(iter(complete_checkpoints(out_dir, name)), None)
+
+
+class CorruptCheckpoint(DistilleryError):
+    """A checkpoint file that cannot be read (truncated by a full disk, a copy cut short, ...)."""
+
+
+# What the readers raise on a truncated or garbled file: safetensors' own error, torch.load's zip and
+# unpickling errors, json's ValueError.
+_UNREADABLE = (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, safetensors.SafetensorError)
+
+
+def _read(path: Path, reader: Callable[[Path], Any]) -> Any:
+    try:
+        return reader(path)
+    except _UNREADABLE as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CorruptCheckpoint(f"The checkpoint file {path} is corrupt ({detail}).") from None
+
+
+def _read_state(path: Path) -> dict:
+    state = json.loads(path.read_text())
+    missing = [k for k in ("format", "global_step", "epoch", "batch_in_epoch", "total_steps") if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    return state
+
+
+def _torch_load(path: Path) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _save_weights(model: nn.Module, path: Path) -> None:
@@ -282,6 +314,8 @@ def _save_weights(model: nn.Module, path: Path) -> None:
 def _load_weights(model: nn.Module, path: Path) -> None:
     try:
         safetensors.torch.load_model(model, str(path), strict=True)
+    except (safetensors.SafetensorError, OSError) as e:
+        raise CorruptCheckpoint(f"The checkpoint file {path} is corrupt ({e}).") from None
     except RuntimeError as e:
         raise DistilleryError(f"The weights in {path} do not fit this model: {e}") from None
 
@@ -592,12 +626,20 @@ class Trainer:
 
         state = self._fresh_state(total_steps)
         if self.resume:
-            ckpt = find_checkpoint(self.out_dir, LAST)
-            if ckpt is None:
+            candidates = complete_checkpoints(self.out_dir, LAST)
+            if not candidates:
                 self._info(f"{self.desc}: no checkpoint in {self.checkpoint_root}, starting from scratch.")
-            else:
-                # restores the RNG states too: nothing below may draw from the global generators
-                state = self._load_last(ckpt, model, optimizer, scheduler, total_steps)
+            for i, ckpt in enumerate(candidates):
+                try:
+                    # restores the RNG states too: nothing below may draw from the global generators
+                    state = self._load_last(ckpt, model, optimizer, scheduler, total_steps)
+                    break
+                except CorruptCheckpoint as e:
+                    if i + 1 == len(candidates):
+                        raise CorruptCheckpoint(f"{e} No complete earlier checkpoint is left: delete {ckpt} "
+                                                f"to start over.") from None
+                    # every file of the previous version is read again, so nothing of the bad one remains
+                    logger.warning(f"{self.desc}: {e} Resuming from the previous checkpoint {candidates[i + 1]}.")
         elif find_checkpoint(self.out_dir, LAST) is not None:
             self._info(f"{self.desc}: not resuming; the checkpoints in {self.checkpoint_root} will be replaced.")
 
@@ -928,7 +970,12 @@ class Trainer:
 
     def _load_last(self, ckpt: Path, model: nn.Module, optimizer: Any, scheduler: Any, total_steps: int) -> dict:
         acc, cfg = self.accelerator, self.config
-        state = json.loads((ckpt / STATE_FILE).read_text())
+        state = _read(ckpt / STATE_FILE, _read_state)
+        # every file is read before any is applied: a corrupt one leaves model and optimizer untouched
+        optimizer_state = _read(ckpt / OPTIMIZER_FILE, _torch_load)
+        scheduler_state = _read(ckpt / SCHEDULER_FILE, _torch_load)
+        rng_file = ckpt / f"rng_state_{acc.process_index}.pt"
+        rng_state = _read(rng_file, _torch_load) if rng_file.is_file() else None
         if state.get("format") != STATE_FORMAT:
             raise DistilleryError(f"{ckpt} was written by another version of distillery and cannot be resumed.")
         expected = {
@@ -954,7 +1001,7 @@ class Trainer:
         if self.extra_params:
             if not (ckpt / EXTRA_FILE).is_file():
                 raise DistilleryError(f"{ckpt} has no {EXTRA_FILE}, but this run trains extra parameters.")
-            tensors = safetensors.torch.load_file(str(ckpt / EXTRA_FILE))
+            tensors = _read(ckpt / EXTRA_FILE, lambda p: safetensors.torch.load_file(str(p)))
             if len(tensors) != len(self.extra_params):
                 raise DistilleryError(
                     f"{ckpt} holds {len(tensors)} extra parameters, this run trains {len(self.extra_params)}."
@@ -962,11 +1009,10 @@ class Trainer:
             with torch.no_grad():
                 for i, p in enumerate(self.extra_params):
                     p.copy_(tensors[str(i)])
-        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
-        scheduler.load_state_dict(torch.load(ckpt / SCHEDULER_FILE, map_location="cpu", weights_only=True))
-        rng_file = ckpt / f"rng_state_{acc.process_index}.pt"
-        if rng_file.is_file():
-            _set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=True))
+        optimizer.load_state_dict(optimizer_state)
+        scheduler.load_state_dict(scheduler_state)
+        if rng_state is not None:
+            _set_rng_state(rng_state)
         else:
             logger.warning(f"{self.desc}: no RNG state for process {acc.process_index} in {ckpt}; dropout will differ.")
         self._info(

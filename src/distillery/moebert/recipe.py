@@ -35,7 +35,7 @@ from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_def
 from distillery.moebert.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
-from distillery.recipe import MethodContext
+from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
 
 logger = logging.getLogger("distillery")
 
@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "init": None,
 }
 DISTILL_LAYERS = ("all", "last", "skip", "none")
+TEACHER_TYPES = ("bert", "roberta")  # the two embeddings and heads modeling_moebert has
 
 # Table 7 of the paper (BERT-base): lr, batch (GPUs × per-GPU), epochs, weight decay, λ_distill.
 # No warm-up. --preset paper applies the row of the task; tasks without a row keep the budget's.
@@ -94,26 +95,20 @@ def budget_overrides(budget: str, task: str) -> dict[str, Any]:
     return {"student": {"lr": 2e-4 if budget == "quick" else 1e-4}}
 
 
+SPECS = {
+    "experts": number(1, whole=True), "expert_size": number(1, whole=True, optional=True),
+    "shared": number(0, whole=True, optional=True), "split": one_of(*SPLITS), "routing": one_of(*ROUTINGS),
+    "shared_mode": one_of(*SHARED_MODES), "gate_scale": one_of(*GATE_SCALES), "distill_layers": one_of(*DISTILL_LAYERS),
+    "lambda": number(0), "balance_weight": number(0), "importance_examples": number(1, whole=True, optional=True),
+    "refit": flag(optional=True), "init": text(optional=True),
+}
+
+
 def options(config) -> dict[str, Any]:
     opts = dict(config.method_options)
     if "lam" in opts:  # `lambda` is a Python keyword; accept both spellings
         opts["lambda"] = opts.pop("lam")
-    unknown = set(opts) - set(DEFAULTS)
-    if unknown:
-        raise DistilleryError(f"Unknown option(s) for method moebert: {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(DEFAULTS)}.")
-    opts = {**DEFAULTS, **opts}
-    for key, allowed in (("split", SPLITS), ("routing", ROUTINGS), ("shared_mode", SHARED_MODES),
-                         ("gate_scale", GATE_SCALES), ("distill_layers", DISTILL_LAYERS)):
-        if opts[key] not in allowed:
-            raise DistilleryError(f"Unknown {key.replace('_', '-')} {opts[key]!r}; choose one of {', '.join(allowed)}.")
-    if float(opts["lambda"]) < 0 or float(opts["balance_weight"]) < 0:
-        raise DistilleryError("--lambda and --balance-weight must be zero or more.")
-    if opts["refit"] is not None and not isinstance(opts["refit"], bool):
-        raise DistilleryError(f"--refit is true or false, got {opts['refit']!r}.")
-    if opts["importance_examples"] is not None and int(opts["importance_examples"]) < 1:
-        raise DistilleryError("--importance-examples must be at least 1.")
-    return opts
+    return read_options("moebert", opts, DEFAULTS, SPECS)
 
 
 def expert_shape(opts: dict[str, Any], d_h: int) -> tuple[int, int, int]:

@@ -1,0 +1,223 @@
+"""Bad inputs through the CLI, one table: each fails before any training with exactly one plain
+``distillery: error:`` line naming what is wrong (a file, a line, a field or an option), a non-zero
+exit and no traceback."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_pipeline import write_glue
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("glue"), n_train=16, n_dev=8)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_bert):
+    """Saved tiny BERTs with a 2-class, a 3-class and a regression head, and damaged copies."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    for name, labels in (("two", 2), ("three", 3), ("regression", 1)):
+        AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=labels).save_pretrained(root / name)
+        AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(root / name)
+    weights = (root / "two" / "model.safetensors").read_bytes()
+    for name, damage in (("truncated", lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])),
+                         ("garbage", lambda d: (d / "model.safetensors").write_bytes(b"garbage" * 50)),
+                         ("bad-config", lambda d: (d / "config.json").write_text("{not json"))):
+        shutil.copytree(root / "two", root / name)
+        damage(root / name)
+    return root
+
+
+class Paths:
+    """What a case's command line may refer to."""
+
+    def __init__(self, tmp, glue, bert, roberta, gpt2, models):
+        self.tmp, self.glue, self.bert, self.roberta, self.gpt2, self.models = tmp, glue, bert, roberta, gpt2, models
+        self.file = tmp / "a-file"
+        self.file.write_text("not a folder\n")
+
+    def corpus_command(self, *args):
+        """A corpus step (cmow pretrain, autotinybert supernet) on a small text file."""
+        corpus = self.tmp / "corpus.txt"
+        corpus.write_text("the movie was good\nthe film was bad\n" * 20)
+        *command, option, value = args
+        return [*command, "--out", str(self.tmp / "step"), "--corpus", str(corpus), "--teacher", self.bert, option, value]
+
+    def compress(self, *args, teacher=None):
+        return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
+                "--out", str(self.tmp / "run"), *args]
+
+
+def saved_run(p: Paths, config_yaml: str) -> list[str]:
+    """A run folder whose config.yaml holds ``config_yaml``, resumed."""
+    run = p.tmp / "run"
+    run.mkdir(exist_ok=True)
+    (run / "config.yaml").write_text(config_yaml)
+    return ["compress", "--out", str(run), "--resume"]
+
+
+def custom(p: Paths, train_rows: list[str], *args: str) -> list[str]:
+    """compress on a custom CSV whose train rows (text,label) are ``train_rows``."""
+    train, dev = p.tmp / "train.csv", p.tmp / "dev.csv"
+    train.write_text("text,label\n" + "\n".join(train_rows) + "\n")
+    dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
+    return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev), *args)
+
+
+def custom_jsonl(p: Paths, lines: list[str]) -> list[str]:
+    train = p.tmp / "train.jsonl"
+    train.write_text("\n".join(lines) + "\n")
+    return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(train))
+
+
+def evaluate(p: Paths, model: str, *args: str) -> list[str]:
+    return ["eval", str(p.models / model), "--data-dir", str(p.glue), *args]
+
+
+GOOD_CONFIG = "method: distill\nbudget: quick\nteacher: {{name: {bert}}}\ndata: {{data_dir: {glue}}}\n"
+
+CASES = {
+    # training and data settings (config.py's dataclasses)
+    "epochs-nan": (lambda p: p.compress("--epochs", "nan"), "student.epochs"),
+    "epochs-inf": (lambda p: p.compress("--epochs", "inf"), "student.epochs"),
+    "epochs-not-a-number": (lambda p: p.compress("--epochs", "abc"), "--epochs"),
+    "lr-nan": (lambda p: p.compress("--lr", "nan"), "student.lr"),
+    "lr-inf": (lambda p: p.compress("--lr", "inf"), "student.lr"),
+    "lr-negative": (lambda p: p.compress("--lr", "-1e-4"), "student.lr"),
+    "teacher-epochs-inf": (lambda p: p.compress("--teacher-epochs", "inf"), "teacher.train.epochs"),
+    "batch-size-0": (lambda p: p.compress("--batch-size", "0"), "student.batch_size"),
+    "max-length-4": (lambda p: p.compress("--max-length", "4"), "data.max_length"),
+    "train-limit-negative": (lambda p: p.compress("--train-limit", "-5"), "data.train_limit"),
+    "dev-limit-0": (lambda p: p.compress("--dev-limit", "0"), "data.dev_limit"),
+    "squad-holdout-nan": (lambda p: p.compress("--task", "squad", "--squad-holdout", "nan"), "data.squad_holdout"),
+    "export-bogus": (lambda p: p.compress("--export", "bogus"), "bogus"),
+    # distill options
+    "temperature-0": (lambda p: p.compress("--temperature", "0"), "temperature"),
+    "temperature-negative": (lambda p: p.compress("--temperature", "-2"), "temperature"),
+    "temperature-nan": (lambda p: p.compress("--temperature", "nan"), "temperature"),
+    "alpha-2.5": (lambda p: p.compress("--alpha", "2.5"), "alpha"),
+    "alpha-negative": (lambda p: p.compress("--alpha", "-0.1"), "alpha"),
+    "hidden-weight-negative": (lambda p: p.compress("--hidden-weight", "-1"), "hidden_weight"),
+    "student-layers-abc": (lambda p: p.compress("--option", "student_layers=abc"), "student_layers"),
+    "student-layers-list-of-text": (lambda p: p.compress("--option", "student_layers=[0, a]"), "student_layers"),
+    "unknown-option": (lambda p: p.compress("--option", "bogus=1"), "bogus"),
+    "option-without-value": (lambda p: p.compress("--option", "alpha"), "--option"),
+    "option-python-tag": (lambda p: p.compress("--option", 'x=!!python/object/apply:os.system ["true"]'), "--option x"),
+    "option-binary-tag": (lambda p: p.compress("--option", "x=!!binary abc"), "--option x"),
+    "option-malformed-yaml": (lambda p: p.compress("--option", "alpha=[1, 2"), "--option alpha"),
+    # moebert options
+    "moebert-experts-0": (lambda p: p.compress("--method", "moebert", "--experts", "0"), "experts"),
+    "moebert-experts-text": (lambda p: p.compress("--method", "moebert", "--option", "experts=abc"), "experts"),
+    "moebert-expert-size-negative": (lambda p: p.compress("--method", "moebert", "--expert-size", "-3"), "expert_size"),
+    "moebert-shared-float": (lambda p: p.compress("--method", "moebert", "--option", "shared=1.5"), "shared"),
+    "moebert-split": (lambda p: p.compress("--method", "moebert", "--split", "sorted"), "split"),
+    "moebert-routing": (lambda p: p.compress("--method", "moebert", "--routing", "hash"), "routing"),
+    "moebert-shared-mode": (lambda p: p.compress("--method", "moebert", "--shared-mode", "copied"), "shared_mode"),
+    "moebert-distill-layers": (lambda p: p.compress("--method", "moebert", "--distill-layers", "odd"), "distill_layers"),
+    "moebert-lambda-negative": (lambda p: p.compress("--method", "moebert", "--lambda", "-1"), "lambda"),
+    "moebert-balance-nan": (lambda p: p.compress("--method", "moebert", "--balance-weight", "nan"), "balance_weight"),
+    "moebert-importance-0": (lambda p: p.compress("--method", "moebert", "--importance-examples", "0"), "importance_examples"),
+    "moebert-refit-number": (lambda p: p.compress("--method", "moebert", "--option", "refit=3"), "refit"),
+    "moebert-unknown": (lambda p: p.compress("--method", "moebert", "--option", "expert=4"), "expert"),
+    # cmow options
+    "cmow-matrix-dim-0": (lambda p: p.compress("--method", "cmow", "--option", "matrix_dim=0"), "matrix_dim"),
+    "cmow-alpha-2": (lambda p: p.compress("--method", "cmow", "--option", "alpha=2"), "alpha"),
+    "cmow-temperature-0": (lambda p: p.compress("--method", "cmow", "--option", "temperature=0"), "temperature"),
+    "cmow-bidirectional": (lambda p: p.compress("--method", "cmow", "--option", "bidirectional=maybe"), "bidirectional"),
+    "cmow-head": (lambda p: p.compress("--method", "cmow", "--option", "head=rnn"), "head"),
+    # autotinybert options
+    "atb-speedup": (lambda p: p.compress("--method", "autotinybert", "--speedup", "0.5"), "speedup"),
+    "atb-latency-archs": (lambda p: p.compress("--method", "autotinybert", "--option", "latency_archs=3"), "latency_archs"),
+    "atb-p-mutation": (lambda p: p.compress("--method", "autotinybert", "--option", "p_mutation=2"), "p_mutation"),
+    "atb-samples-float": (lambda p: p.compress("--method", "autotinybert", "--option", "samples=1.5"), "samples"),
+    "atb-further-training": (lambda p: p.compress("--method", "autotinybert", "--option", "further_training=3"), "further_training"),
+    # teachers the methods cannot distil, lengths they cannot read
+    "gpt2-distill": (lambda p: p.compress(teacher=p.gpt2), "'gpt2'"),
+    "gpt2-moebert": (lambda p: p.compress("--method", "moebert", teacher=p.gpt2), "'gpt2'"),
+    "gpt2-cmow": (lambda p: p.compress("--method", "cmow", teacher=p.gpt2), "'gpt2'"),
+    "roberta-autotinybert": (lambda p: p.compress("--method", "autotinybert", teacher=p.roberta), "'roberta'"),
+    "max-length-over-bert-positions": (lambda p: p.compress("--max-length", "600"), "max_length 600"),
+    "max-length-over-roberta-positions": (lambda p: p.compress("--max-length", "519", teacher=p.roberta), "518 positions"),
+    "gpt2-teacher-command": (lambda p: ["teacher", "--teacher", p.gpt2, "--data-dir", str(p.glue)], "'gpt2'"),
+    # a run folder's config.yaml read by --resume
+    "resume-epochs-text": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "student: {epochs: abc}\n"),
+                           "student.epochs"),
+    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "data: {max_length: [1]}\n"),
+                               "data.max_length"),
+    "resume-method-options-number": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "method_options: 3\n"),
+                                     "method_options"),
+    "resume-unknown-field": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "colour: blue\n"), "colour"),
+    "resume-unknown-nested-field": (lambda p: saved_run(p, "teacher: {train: {speed: 3}}\n"), "teacher.train.speed"),
+    "resume-not-a-mapping": (lambda p: saved_run(p, "- 1\n- 2\n"), "config.yaml"),
+    # damaged saved models, heads that do not match the task
+    "eval-truncated-weights": (lambda p: evaluate(p, "truncated"), "model.safetensors"),
+    "eval-garbage-weights": (lambda p: evaluate(p, "garbage"), "model.safetensors"),
+    "eval-bad-config": (lambda p: evaluate(p, "bad-config"), "config.json"),
+    "export-truncated-weights": (lambda p: ["export", str(p.models / "truncated"), "--format", "onnx",
+                                            "--out", str(p.tmp / "x")], "model.safetensors"),
+    "export-bad-config": (lambda p: ["export", str(p.models / "bad-config"), "--out", str(p.tmp / "x")], "config.json"),
+    "bench-garbage-weights": (lambda p: ["bench", str(p.models / "garbage")], "model.safetensors"),
+    "bench-bad-config": (lambda p: ["bench", str(p.models / "bad-config")], "config.json"),
+    "eval-2-class-on-stsb": (lambda p: evaluate(p, "two", "--task", "stsb"), "head does not match"),
+    "eval-3-class-on-sst2": (lambda p: evaluate(p, "three"), "3 outputs"),
+    "eval-regression-on-sst2": (lambda p: evaluate(p, "regression"), "head does not match"),
+    # custom data: missing labels must not become a class
+    "custom-empty-label": (lambda p: custom(p, ["good movie,1", "bad movie,0", "fun plot,"]), "train.csv, line 4"),
+    "custom-nan-label": (lambda p: custom(p, ["good movie,1", "bad movie,NaN", "fun plot,0"]), "train.csv, line 3"),
+    "custom-none-label": (lambda p: custom(p, ["good movie,None", "bad movie,0", "fun plot,1"]), "train.csv, line 2"),
+    "custom-json-null-label": (lambda p: custom_jsonl(p, ['{"text": "good", "label": 1}', '{"text": "bad", "label": null}']),
+                               "train.jsonl, line 2"),
+    "custom-regression-text": (lambda p: custom(p, ["good movie,1.5", "bad movie,abc"], "--regression"), "train.csv, line 3"),
+    "custom-regression-nan": (lambda p: custom(p, ["good movie,1.5", "bad movie,nan"], "--regression"), "train.csv, line 3"),
+    "custom-regression-inf": (lambda p: custom(p, ["good movie,inf", "bad movie,2"], "--regression"), "train.csv, line 2"),
+    # files where folders are expected, and other paths
+    "teacher-is-a-file": (lambda p: p.compress(teacher=str(p.file)), "a-file"),
+    "data-dir-is-a-file": (lambda p: ["compress", "--teacher", p.bert, "--data-dir", str(p.file), "--out", str(p.tmp / "run")],
+                           "a-file"),
+    "moebert-init-is-a-file": (lambda p: p.compress("--method", "moebert", "--option", f"init={p.file}"), "a-file"),
+    "cmow-init-is-a-file": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.file}"), "a-file"),
+    "atb-supernet-is-a-file": (lambda p: ["autotinybert", "latency", "--supernet", str(p.file)], "a-file"),
+    "corpus-is-a-folder": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.glue),
+                                      "--teacher", p.bert], "Corpus file"),
+    "supernet-strategy": (lambda p: p.corpus_command("autotinybert", "supernet", "--strategy", "rows"), "strategy"),
+    "supernet-samples-0": (lambda p: p.corpus_command("autotinybert", "supernet", "--samples", "0"), "samples"),
+    "pretrain-temperature-0": (lambda p: p.corpus_command("cmow", "pretrain", "--temperature", "0"), "temperature"),
+    "pretrain-matrix-dim-0": (lambda p: p.corpus_command("cmow", "pretrain", "--option", "matrix_dim=0"), "matrix_dim"),
+    "bench-not-a-model": (lambda p: ["bench", str(p.glue)], "not a saved model"),
+    "bench-latency-runs-0": (lambda p: ["bench", str(p.models / "two"), "--latency-runs", "0"], "latency_runs"),
+    "compress-latency-runs-0": (lambda p: p.compress("--latency-runs", "0"), "latency_runs"),
+    "export-format-bogus": (lambda p: ["export", str(p.models / "two"), "--format", "bogus"], "bogus"),
+    "export-dev-limit-0": (lambda p: ["export", str(p.models / "two"), "--task", "sst2", "--dev-limit", "0"], "dev_limit"),
+    "eval-max-length-2": (lambda p: evaluate(p, "two", "--max-length", "2"), "max_length"),
+    "budget-unknown": (lambda p: p.compress("--budget", "huge"), "huge"),
+    "cmow-on-squad": (lambda p: p.compress("--method", "cmow", "--task", "squad"), "SQuAD"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models):
+    build, fragment = CASES[case]
+    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models))
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert_one_line_error(code, err, fragment)
+    assert not list(tmp_path.glob("*/checkpoints")), "no training may start"
+
+
+def test_ctrl_c_exits_130_with_the_resume_hint(monkeypatch, capsys):
+    """typer turns KeyboardInterrupt into an exit code that it returns when not standalone."""
+    import distillery.pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distillery.pipeline, "build_run_config", interrupted)
+    code, _, err = run_cli(monkeypatch, capsys, "compress")
+    assert code == 130
+    assert "--resume" in err and "Traceback" not in err
