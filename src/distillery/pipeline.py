@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distillery.bench import benchmark, check_settings
-from distillery.config import DataConfig, RunConfig, TeacherConfig, TrainConfig
+from distillery.config import RunConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.tasks import get_task, task_for
 from distillery.errors import DistilleryError
