@@ -50,6 +50,14 @@ class Paths:
         *command, option, value = args
         return [*command, "--out", str(self.tmp / "step"), "--corpus", str(corpus), "--teacher", self.bert, option, value]
 
+    def bare_teacher(self):
+        """The tiny BERT's weights and config without its tokenizer files."""
+        bare = self.tmp / "bare-teacher"
+        bare.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(f"{self.bert}/{name}", bare / name)
+        return bare
+
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
                 "--out", str(self.tmp / "run"), *args]
@@ -198,6 +206,25 @@ CASES = {
     "eval-max-length-2": (lambda p: evaluate(p, "two", "--max-length", "2"), "max_length"),
     "budget-unknown": (lambda p: p.compress("--budget", "huge"), "huge"),
     "cmow-on-squad": (lambda p: p.compress("--method", "cmow", "--task", "squad"), "SQuAD"),
+    "seed-negative": (lambda p: p.compress("--seed", "-1"), "seed"),
+    "seed-too-large": (lambda p: p.compress("--seed", str(2**32)), "seed"),
+    "eval-encoder-without-head": (lambda p: ["eval", p.bert, "--data-dir", str(p.glue)], "no task head"),
+    "report-not-a-run-among-several": (lambda p: ["report", str(p.models / "two"), str(p.glue)], "config.yaml"),
+    "moebert-importance-step-0": (lambda p: ["moebert", "importance", "--teacher", p.bert, "--data-dir", str(p.glue),
+                                             "--importance-examples", "0", "--out", str(p.tmp / "i")],
+                                  "importance_examples"),
+    # output folders (see test_folders.py for what survives), teachers that are not what they claim
+    "out-is-a-file": (lambda p: [*p.compress(), "--out", str(p.file)], "is a file"),
+    "out-is-the-teacher": (lambda p: [*p.compress(), "--out", p.bert, "--overwrite"], "input of this command"),
+    "out-is-a-user-folder": (lambda p: [*p.compress(), "--out", str(p.models), "--overwrite"], "not written by distillery"),
+    "teacher-out-is-a-file": (lambda p: ["teacher", "--teacher", p.bert, "--data-dir", str(p.glue), "--out", str(p.file)],
+                              "is a file"),
+    "export-out-is-the-model": (lambda p: ["export", str(p.models / "two"), "--format", "torch-int8",
+                                           "--out", str(p.models / "two"), "--overwrite"], "input of this command"),
+    "teacher-without-tokenizer-files": (lambda p: p.compress(teacher=str(p.bare_teacher())), "tokenizer files"),
+    "teacher-finetuned-without-head": (lambda p: p.compress("--teacher-finetuned"), "no trained sst2 head"),
+    "resume-with-other-epochs": (lambda p: [*saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue)), "--epochs", "9"],
+                                 "student.epochs (saved"),
 }
 
 

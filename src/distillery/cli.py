@@ -275,8 +275,9 @@ def report(
         path = write_report(Path(runs[0]))
     else:
         if out is None:
-            task = json.loads((Path(runs[0]) / "metrics.json").read_text()).get("task", "task")
-            out = f"runs/comparison-{task}"
+            from distillery.report import load_run
+
+            out = f"runs/comparison-{load_run(runs[0])['metrics'].get('task', 'task')}"
         path = merge_runs([Path(r) for r in runs], Path(out))
     typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")
 
@@ -308,7 +309,7 @@ def moebert_importance(
     setup_logging(verbose)
     from distillery.moebert.recipe import importance_step
 
-    opts = {"importance_examples": importance_examples} if importance_examples else {}
+    opts = {"importance_examples": importance_examples} if importance_examples is not None else {}
     path = importance_step(_moebert_config(task, teacher, data_dir, budget, squad_holdout, opts), out)
     typer.echo(f"Importance scores: {path}")
 

@@ -215,10 +215,17 @@ class DataConfig:
         for name in ("doc_stride", "max_answer_length", "n_best"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}.")
+        check_seed(self.seed)
 
     @property
     def resolved_data_dir(self) -> Path | None:
         return resolve_data_dir(self.data_dir)
+
+
+def check_seed(seed: int) -> None:
+    # numpy and torch take seeds in [0, 2**32); a negative one fails deep inside set_seed
+    if not 0 <= seed < 2**32:
+        raise ConfigError("seed", f"must be a whole number from 0 to 2**32 - 1, got {seed}.")
 
 
 @dataclass
@@ -265,6 +272,7 @@ class TrainConfig:
             raise ConfigError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
         if self.log_every < 0:
             raise ConfigError("log_every", f"must be zero (no log lines) or more, got {self.log_every}.")
+        check_seed(self.seed)
 
 
 @dataclass

@@ -40,6 +40,9 @@ def _output(outputs, name: str, position: int) -> torch.Tensor:
     if hasattr(outputs, name) and getattr(outputs, name) is not None:
         return getattr(outputs, name)
     if isinstance(outputs, dict):
+        if name not in outputs:  # a bare encoder (BertModel) returns hidden states, not task outputs
+            raise DistilleryError(f"The model has no task head (its outputs have no {name}): it is an "
+                                  f"encoder, not a model fine-tuned for the task.")
         return outputs[name]
     return outputs[position]
 
