@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -11,7 +12,7 @@ from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceCl
 
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
-from distillery.autotinybert.supernet import SuperNet, qkv_rows
+from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64)
@@ -440,3 +441,65 @@ def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
                              "--option", "latency_runs=1")
     assert code in (0, None), err[-2000:]
     assert "loaded from" in out and "Further training" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# Rewiring by importance, layers spread as the baseline spreads them
+
+
+def random_scores(net, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    c = net.config
+    return (torch.rand(c.num_hidden_layers, c.intermediate_size, generator=g),
+            torch.rand(c.num_hidden_layers, c.num_attention_heads, generator=g))
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_rewired_full_size_supernet_equals_the_teacher(strategy):
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    orders = net.rewire(*random_scores(net))
+    assert orders["neurons"][0] != list(range(37)) and orders["heads"][0] != list(range(4))  # something moved
+    with torch.no_grad():
+        expected = teacher(**batch(), output_hidden_states=True)
+        got = net(**batch(), output_hidden_states=True)
+    assert_close(got["logits"], expected.logits)
+    for a, b in zip(got["hidden_states"], expected.hidden_states):
+        assert_close(a, b)
+
+
+def test_rewired_slice_keeps_the_most_important_units():
+    """A rewired sub-network of d_f neurons and h heads equals the teacher with every other neuron and
+    head dropped (W2 columns / attention-output columns of the dropped units zeroed: exactly their removal)."""
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, "heads").eval()
+    neurons, heads = random_scores(net)
+    net.rewire(neurons, heads)
+    arch = Arch(3, 32, 12, 2, 16)
+    assert net.space.contains(arch)
+    reference = copy.deepcopy(teacher)
+    with torch.no_grad():
+        for i, layer in enumerate(reference.bert.encoder.layer):
+            dropped = torch.argsort(neurons[i], descending=True)[arch.ffn:]
+            layer.output.dense.weight[:, dropped] = 0
+            dropped_heads = torch.argsort(heads[i], descending=True)[arch.heads:]
+            layer.attention.output.dense.weight[:, head_rows(dropped_heads, 8)] = 0
+        assert_close(net(**batch(), arch=arch)["logits"], reference(**batch()).logits)
+        assert_close(net.extract(arch)(**batch()).logits, reference(**batch()).logits)
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baseline_student(strategy):
+    from distillery.baseline import build_student, select_layers
+
+    teacher = tiny_teacher(num_hidden_layers=4)
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    net.rewire(*random_scores(net))
+    full = net.space.full()
+    arch = Arch(2, full.hidden, full.ffn, full.heads, full.qkv)
+    assert net.space.contains(arch) and sub_layers(2, 4) == select_layers(4, None) == [0, 2]
+    student = build_student(teacher, select_layers(4, None)).eval()
+    with torch.no_grad():
+        expected = student(**batch()).logits
+        assert_close(net(**batch(), arch=arch)["logits"], expected)
+        assert_close(net.extract(arch)(**batch()).logits, expected)
