@@ -246,7 +246,7 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
-    from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, teacher_targets
+    from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, sandwich, teacher_targets
 
     teacher = tiny_teacher()
     net = SuperNet.from_teacher(teacher, strategy).eval()
@@ -260,7 +260,8 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     got = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
     net.zero_grad()
     rng, targets = batch_rng(b["input_ids"], 4), teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"])
-    archs = [net.space.sample(rng) for _ in range(3)]
+    archs = sandwich(net.space, rng, 3)
+    assert archs[:2] == [net.space.full(), net.space.smallest()]
     for arch in archs:  # the reference: one backward per sub-network, gradients accumulated
         hidden, att = kd_loss(net, proj, arch, b, targets)
         ((hidden + att) / 3).backward()
@@ -503,3 +504,52 @@ def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baselin
         expected = student(**batch()).logits
         assert_close(net(**batch(), arch=arch)["logits"], expected)
         assert_close(net.extract(arch)(**batch()).logits, expected)
+
+
+def test_inplace_distillation_from_an_untrained_supernet_equals_distillation_from_its_teacher():
+    """Cut from the teacher, the largest sub-network's outputs are the teacher's: the in-place targets
+    then give the same loss and gradients as the teacher's."""
+    from distillery.autotinybert.oneshot import make_projection, one_shot_loss
+
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, "heads").eval()
+    proj = make_projection(net, teacher.config.hidden_size)
+    grads = []
+    for inplace in (False, True):
+        net.zero_grad()
+        loss, logs = one_shot_loss(teacher, proj, samples=4, seed=2, inplace=inplace)(net, batch())
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}))
+    assert logs["hidden"] > 0
+    assert_close(grads[0][0], grads[1][0])
+    for n, g in grads[0][1].items():
+        assert_close(grads[1][1][n], g, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_non_bert_teachers_are_refused_by_name_before_any_work(tiny_roberta):
+    from transformers import AutoModel, DistilBertConfig, DistilBertModel, ElectraConfig
+
+    from distillery.autotinybert.supernet import check_teacher_family
+    from distillery.errors import DistilleryError
+
+    with pytest.raises(DistilleryError, match="RoBERTa counts positions from padding_idx"):
+        SuperNet.from_teacher(AutoModel.from_pretrained(tiny_roberta))
+    distil = DistilBertModel(DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37))
+    with pytest.raises(DistilleryError, match="DistilBERT names its layers differently"):
+        SuperNet.from_teacher(distil)
+    with pytest.raises(DistilleryError, match="ELECTRA"):
+        check_teacher_family(ElectraConfig())
+    check_teacher_family(BertConfig())
+
+
+def test_search_judges_feasible_seeds_first_and_never_one_over_budget():
+    from distillery.autotinybert.search import evolutionary_search
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "heads")
+    latency = lambda a: a.layers * (a.hidden + a.ffn + a.qkv) / 1000  # noqa: E731
+    inside, over = Arch(3, 384, 1536, 12, 384), Arch(6, 384, 1536, 12, 384)
+    budget = latency(inside) * 1.01
+    result = evolutionary_search(space, lambda a: -abs(a.hidden - 200), latency, budget, generations=2, population=4,
+                                 seed=0, seeds=[inside, over])
+    assert result.evaluated[0].arch == inside and result.evaluated[0].generation == 0
+    assert over not in {c.arch for c in result.evaluated}

@@ -84,6 +84,32 @@ def permute_units(layer: nn.Module, neurons: Tensor, heads: Tensor | None, head_
     o.weight.copy_(o.weight[:, rows])
 
 
+# What each encoder family lacks for the super-net, which slices BERT's layout (absolute positions from
+# 0, embeddings as wide as the hidden size, a pooler + linear head) into a standalone AutoTinyBERT student.
+_ROBERTA = ("counts positions from padding_idx + 1 and classifies through a two-layer head without a pooler; "
+            "the AutoTinyBERT student has neither")
+MISSING = {
+    "roberta": f"RoBERTa {_ROBERTA}",
+    "xlm-roberta": f"XLM-RoBERTa {_ROBERTA}",
+    "camembert": f"CamemBERT {_ROBERTA}",
+    "electra": "ELECTRA may project narrower embeddings up to the hidden size and classifies through a two-layer "
+               "head without a pooler; the AutoTinyBERT student has neither",
+    "distilbert": "DistilBERT names its layers differently (transformer.layer, attention.q_lin, ffn.lin1), has no "
+                  "token-type embeddings and classifies through pre_classifier; the super-net slices BERT's modules only",
+}
+
+
+def check_teacher_family(teacher_config) -> None:
+    """Refuse, up front and by name, a teacher whose structure the super-net cannot slice."""
+    model_type = getattr(teacher_config, "model_type", None)
+    if model_type == "bert":
+        return
+    reason = MISSING.get(model_type, f"a {model_type!r} encoder is not BERT's layout (embeddings, encoder.layer "
+                                     f"with attention.self / intermediate / output, pooler)")
+    raise DistilleryError(f"autotinybert builds its super-net from a BERT teacher only: {reason}. "
+                          f"Use a BERT-architecture teacher, or --method distill / moebert for this one.")
+
+
 class SuperNet(nn.Module):
     """A BERT (base model plus an optional task head) that runs sub-architectures by slicing."""
 
@@ -105,6 +131,7 @@ class SuperNet(nn.Module):
     @classmethod
     def from_teacher(cls, teacher: PreTrainedModel, strategy: str = "heads") -> "SuperNet":
         """A super-net initialised from a (fine-tuned) BERT teacher: a copy of its weights."""
+        check_teacher_family(teacher.config)
         teacher = copy.deepcopy(teacher)
         if isinstance(teacher, BertForSequenceClassification):
             return cls(teacher.bert, teacher.classifier, "classification", strategy)
