@@ -553,3 +553,18 @@ def test_search_judges_feasible_seeds_first_and_never_one_over_budget():
                                  seed=0, seeds=[inside, over])
     assert result.evaluated[0].arch == inside and result.evaluated[0].generation == 0
     assert over not in {c.arch for c in result.evaluated}
+
+
+def test_a_supernet_folder_from_the_first_l_layers_era_is_refused(tmp_path):
+    import json
+
+    from distillery.autotinybert.oneshot import load_supernet, save_supernet
+    from distillery.errors import DistilleryError
+
+    folder = save_supernet(SuperNet.from_teacher(tiny_teacher()), None, tmp_path / "s")
+    load_supernet(folder)
+    facts = json.loads((folder / "supernet.json").read_text())
+    del facts["layer_rule"]
+    (folder / "supernet.json").write_text(json.dumps(facts))
+    with pytest.raises(DistilleryError, match="first l layers"):
+        load_supernet(folder)

@@ -31,6 +31,9 @@ from distillery.autotinybert.supernet import SuperNet, attention_scores
 from distillery.errors import DistilleryError
 
 
+LAYER_RULE = "spread"  # recorded in supernet.json: a folder trained under another rule is refused
+
+
 def batch_rng(input_ids: Tensor, seed: int, rank: int = 0) -> random.Random:
     digest = hashlib.sha256(input_ids.detach().cpu().numpy().tobytes()).digest()
     return random.Random(int.from_bytes(digest[:8], "little") ^ (seed * 1_000_003 + rank))
@@ -170,7 +173,8 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     for name, linear in (("head", supernet.head), ("projection", projection)):
         if linear is not None:
             save_file({k: v.contiguous() for k, v in linear.state_dict().items()}, folder / f"{name}.safetensors")
-    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind}
+    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind,
+            "layer_rule": LAYER_RULE}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
     return folder
 
@@ -187,6 +191,9 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     if not (folder / "supernet.json").is_file():
         raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
     facts = json.loads((folder / "supernet.json").read_text())
+    if facts.get("layer_rule") != LAYER_RULE:
+        raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
+                              f"spread over the depth, so its ranking does not carry over: train it again.")
     bert = BertModel.from_pretrained(folder)
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:
