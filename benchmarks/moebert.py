@@ -80,7 +80,7 @@ def run_importance(args) -> None:
 
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import task_for
-    from distillery.moebert.importance import ffn_importance, reference_importance
+    from distillery.importance import ffn_importance, reference_importance
     from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 
     config = build_run_config(method="moebert", task="sst2", data_dir=args.data_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -11,7 +12,7 @@ from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceCl
 
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
-from distillery.autotinybert.supernet import SuperNet, qkv_rows
+from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64)
@@ -245,7 +246,7 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
-    from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, teacher_targets
+    from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, sandwich, teacher_targets
 
     teacher = tiny_teacher()
     net = SuperNet.from_teacher(teacher, strategy).eval()
@@ -259,7 +260,8 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     got = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
     net.zero_grad()
     rng, targets = batch_rng(b["input_ids"], 4), teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"])
-    archs = [net.space.sample(rng) for _ in range(3)]
+    archs = sandwich(net.space, rng, 3)
+    assert archs[:2] == [net.space.full(), net.space.smallest()]
     for arch in archs:  # the reference: one backward per sub-network, gradients accumulated
         hidden, att = kd_loss(net, proj, arch, b, targets)
         ((hidden + att) / 3).backward()
@@ -440,3 +442,129 @@ def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
                              "--option", "latency_runs=1")
     assert code in (0, None), err[-2000:]
     assert "loaded from" in out and "Further training" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# Rewiring by importance, layers spread as the baseline spreads them
+
+
+def random_scores(net, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    c = net.config
+    return (torch.rand(c.num_hidden_layers, c.intermediate_size, generator=g),
+            torch.rand(c.num_hidden_layers, c.num_attention_heads, generator=g))
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_rewired_full_size_supernet_equals_the_teacher(strategy):
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    orders = net.rewire(*random_scores(net))
+    assert orders["neurons"][0] != list(range(37)) and orders["heads"][0] != list(range(4))  # something moved
+    with torch.no_grad():
+        expected = teacher(**batch(), output_hidden_states=True)
+        got = net(**batch(), output_hidden_states=True)
+    assert_close(got["logits"], expected.logits)
+    for a, b in zip(got["hidden_states"], expected.hidden_states):
+        assert_close(a, b)
+
+
+def test_rewired_slice_keeps_the_most_important_units():
+    """A rewired sub-network of d_f neurons and h heads equals the teacher with every other neuron and
+    head dropped (W2 columns / attention-output columns of the dropped units zeroed: exactly their removal)."""
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, "heads").eval()
+    neurons, heads = random_scores(net)
+    net.rewire(neurons, heads)
+    arch = Arch(3, 32, 12, 2, 16)
+    assert net.space.contains(arch)
+    reference = copy.deepcopy(teacher)
+    with torch.no_grad():
+        for i, layer in enumerate(reference.bert.encoder.layer):
+            dropped = torch.argsort(neurons[i], descending=True)[arch.ffn:]
+            layer.output.dense.weight[:, dropped] = 0
+            dropped_heads = torch.argsort(heads[i], descending=True)[arch.heads:]
+            layer.attention.output.dense.weight[:, head_rows(dropped_heads, 8)] = 0
+        assert_close(net(**batch(), arch=arch)["logits"], reference(**batch()).logits)
+        assert_close(net.extract(arch)(**batch()).logits, reference(**batch()).logits)
+
+
+@pytest.mark.parametrize("strategy", ["heads", "head-dims"])
+def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baseline_student(strategy):
+    from distillery.baseline import build_student, select_layers
+
+    teacher = tiny_teacher(num_hidden_layers=4)
+    net = SuperNet.from_teacher(teacher, strategy).eval()
+    net.rewire(*random_scores(net))
+    full = net.space.full()
+    arch = Arch(2, full.hidden, full.ffn, full.heads, full.qkv)
+    assert net.space.contains(arch) and sub_layers(2, 4) == select_layers(4, None) == [0, 2]
+    student = build_student(teacher, select_layers(4, None)).eval()
+    with torch.no_grad():
+        expected = student(**batch()).logits
+        assert_close(net(**batch(), arch=arch)["logits"], expected)
+        assert_close(net.extract(arch)(**batch()).logits, expected)
+
+
+def test_inplace_distillation_from_an_untrained_supernet_equals_distillation_from_its_teacher():
+    """Cut from the teacher, the largest sub-network's outputs are the teacher's: the in-place targets
+    then give the same loss and gradients as the teacher's."""
+    from distillery.autotinybert.oneshot import make_projection, one_shot_loss
+
+    teacher = tiny_teacher()
+    net = SuperNet.from_teacher(teacher, "heads").eval()
+    proj = make_projection(net, teacher.config.hidden_size)
+    grads = []
+    for inplace in (False, True):
+        net.zero_grad()
+        loss, logs = one_shot_loss(teacher, proj, samples=4, seed=2, inplace=inplace)(net, batch())
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}))
+    assert logs["hidden"] > 0
+    assert_close(grads[0][0], grads[1][0])
+    for n, g in grads[0][1].items():
+        assert_close(grads[1][1][n], g, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_non_bert_teachers_are_refused_by_name_before_any_work(tiny_roberta):
+    from transformers import AutoModel, DistilBertConfig, DistilBertModel, ElectraConfig
+
+    from distillery.autotinybert.supernet import check_teacher_family
+    from distillery.errors import DistilleryError
+
+    with pytest.raises(DistilleryError, match="RoBERTa counts positions from padding_idx"):
+        SuperNet.from_teacher(AutoModel.from_pretrained(tiny_roberta))
+    distil = DistilBertModel(DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37))
+    with pytest.raises(DistilleryError, match="DistilBERT names its layers differently"):
+        SuperNet.from_teacher(distil)
+    with pytest.raises(DistilleryError, match="ELECTRA"):
+        check_teacher_family(ElectraConfig())
+    check_teacher_family(BertConfig())
+
+
+def test_search_judges_feasible_seeds_first_and_never_one_over_budget():
+    from distillery.autotinybert.search import evolutionary_search
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "heads")
+    latency = lambda a: a.layers * (a.hidden + a.ffn + a.qkv) / 1000  # noqa: E731
+    inside, over = Arch(3, 384, 1536, 12, 384), Arch(6, 384, 1536, 12, 384)
+    budget = latency(inside) * 1.01
+    result = evolutionary_search(space, lambda a: -abs(a.hidden - 200), latency, budget, generations=2, population=4,
+                                 seed=0, seeds=[inside, over])
+    assert result.evaluated[0].arch == inside and result.evaluated[0].generation == 0
+    assert over not in {c.arch for c in result.evaluated}
+
+
+def test_a_supernet_folder_from_the_first_l_layers_era_is_refused(tmp_path):
+    import json
+
+    from distillery.autotinybert.oneshot import load_supernet, save_supernet
+    from distillery.errors import DistilleryError
+
+    folder = save_supernet(SuperNet.from_teacher(tiny_teacher()), None, tmp_path / "s")
+    load_supernet(folder)
+    facts = json.loads((folder / "supernet.json").read_text())
+    del facts["layer_rule"]
+    (folder / "supernet.json").write_text(json.dumps(facts))
+    with pytest.raises(DistilleryError, match="first l layers"):
+        load_supernet(folder)

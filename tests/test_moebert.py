@@ -18,7 +18,7 @@ import distillery
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import (balanced_hash_table, convert, count_tokens, dense_ffns, expert_indices,
                                         neuron_ranking, shared_default)
-from distillery.moebert.importance import ffn_importance, reference_importance
+from distillery.importance import ffn_importance, reference_importance
 from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch
 from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss, preset_overrides
 from distillery.pipeline import build_run_config, compress

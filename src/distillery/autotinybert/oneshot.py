@@ -1,7 +1,12 @@
 """One-shot training of the super-network (AutoTinyBERT's Algorithm 1), knowledge-distillation setting.
 
-Each optimizer step, every process takes its share of the batch (Accelerate splits it), samples M
-sub-networks and accumulates their gradients; one update follows with the averaged gradients. The
+Each optimizer step, every process takes its share of the batch (Accelerate splits it), takes M
+sub-networks and accumulates their gradients; one update follows with the averaged gradients. The M
+follow the sandwich rule (Yu & Huang's slimmable networks, as in BigNAS and DynaBERT): the largest,
+the smallest and M − 2 random ones — the paper draws all M at random, which leaves the extremes of
+the space rarely trained and the super-net's ranking of small against large sub-networks poor. With
+``inplace`` the smaller ones learn from the largest one's (detached) outputs instead of the teacher's
+(in-place distillation); the largest always learns from the teacher. The
 objective is the paper's KD setting on unlabelled text: the last layer's hidden state of the
 sub-network, through a shared projection (d_m → the teacher's width; its first d_m columns for a
 narrower sub-network), against the teacher's (MSE), plus the MSE between the last layer's pre-softmax
@@ -24,6 +29,9 @@ from torch import Tensor, nn
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
 from distillery.errors import DistilleryError
+
+
+LAYER_RULE = "spread"  # recorded in supernet.json: a folder trained under another rule is refused
 
 
 def batch_rng(input_ids: Tensor, seed: int, rank: int = 0) -> random.Random:
@@ -60,8 +68,10 @@ def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_ty
     return out.last_hidden_state, scores
 
 
-def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets, attention_weight: float = 1.0):
-    """(hidden MSE, attention-score MSE) of sub-network α against the teacher's targets."""
+def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets, attention_weight: float = 1.0,
+            outputs: bool = False):
+    """(hidden MSE, attention-score MSE) of sub-network α against the teacher's targets; with ``outputs``
+    also α's own (projected hidden state, scores), detached: targets for in-place distillation."""
     t_hidden, t_scores = targets
     mask = batch["attention_mask"]
     h, (scores,) = supernet.encode(batch["input_ids"], mask, batch.get("token_type_ids"), arch, last_scores=True)
@@ -71,21 +81,32 @@ def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, 
     pair = (real[:, None, :, None] & real[:, None, None, :]).to(scores.dtype)  # (B, 1, T, T): padding entries zeroed
     heads = scores.shape[1]
     att = F.mse_loss(scores * pair, t_scores[:, :heads] * pair)
-    return hidden, att
+    return (hidden, att, (pred.detach(), scores.detach())) if outputs else (hidden, att)
+
+
+def sandwich(space, rng: random.Random, samples: int) -> list[Arch]:
+    """The sub-networks of one step: largest, smallest, then ``samples`` − 2 drawn at random."""
+    fixed = [space.full(), space.smallest()][:samples]
+    return fixed + [space.sample(rng) for _ in range(samples - len(fixed))]
 
 
 def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 0, attention_weight: float = 1.0,
-                  rank: int | None = None):
-    """loss_fn for the trainer: the mean over ``samples`` sub-networks of hidden MSE + w · score MSE.
-    One backward of the mean accumulates exactly the gradients of one backward per sub-network / M."""
+                  rank: int | None = None, sandwich_rule: bool = True, inplace: bool = False):
+    """loss_fn for the trainer: the mean over ``samples`` sub-networks (the sandwich rule's, or all drawn
+    at random) of hidden MSE + w · score MSE. One backward of the mean accumulates exactly the
+    gradients of one backward per sub-network / M."""
+    if inplace and not sandwich_rule:
+        raise DistilleryError("In-place distillation learns from the largest sub-network: it needs the sandwich rule.")
 
     def loss_fn(model: SuperNet, batch):
         targets = teacher_targets(teacher, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
         rng = batch_rng(batch["input_ids"], seed, _rank() if rank is None else rank)
+        archs = sandwich(model.space, rng, samples) if sandwich_rule else [model.space.sample(rng) for _ in range(samples)]
         total, hid_sum, att_sum = 0.0, 0.0, 0.0
-        for _ in range(samples):
-            arch = model.space.sample(rng)
-            hidden, att = kd_loss(model, projection, arch, batch, targets, attention_weight)
+        for k, arch in enumerate(archs):
+            hidden, att, largest = kd_loss(model, projection, arch, batch, targets, attention_weight, outputs=True)
+            if inplace and k == 0:
+                targets = largest
             total = total + (hidden + attention_weight * att) / samples
             hid_sum += float(hidden.detach()) / samples
             att_sum += float(att.detach()) / samples
@@ -156,7 +177,8 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     for name, linear in (("head", supernet.head), ("projection", projection)):
         if linear is not None:
             save_file({k: v.contiguous() for k, v in linear.state_dict().items()}, folder / f"{name}.safetensors")
-    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind}
+    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind,
+            "layer_rule": LAYER_RULE}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
     return folder
 
@@ -173,6 +195,9 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     if not (folder / "supernet.json").is_file():
         raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
     facts = json.loads((folder / "supernet.json").read_text())
+    if facts.get("layer_rule") != LAYER_RULE:
+        raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
+                              f"spread over the depth, so its ranking does not carry over: train it again.")
     bert = BertModel.from_pretrained(folder)
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:

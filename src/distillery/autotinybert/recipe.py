@@ -1,12 +1,15 @@
 """Method ``autotinybert``: the best sub-architecture of a one-shot super-network under a latency budget.
 
-setup:   a super-net cut from the fine-tuned teacher (full size = the teacher), trained one-shot
-         (Algorithm 1, KD from the teacher on the task's train text: hidden state + attention scores).
+setup:   a super-net cut from the fine-tuned teacher (full size = the teacher), its FFN neurons and heads
+         ordered by importance on the train split (``rewire``: first-k slices keep the most important
+         units), trained one-shot (Algorithm 1 with the sandwich rule, KD from the teacher on the
+         task's train text: hidden state + attention scores).
 latency: K sampled architectures extracted and timed on this machine at 1×128 → an MLP predictor
          (held-out MAPE, beside a FLOP-count baseline's) → latency.json; the budget is the teacher's
          latency measured here divided by ``speedup`` (or ``budget_ms``).
 search:  Algorithm 2 (evolution under the predicted-latency constraint; proxy score = −KD loss of the
-         sub-network on a held-out slice of the train split) → search.json / search.png; the winner is
+         sub-network on a held-out slice of the train split; the ``distill`` baseline's shape — every
+         other layer at full width — is in generation 0 whenever it is predicted within the budget) → search.json / search.png; the winner is
          extracted and timed, and the next best taken if it misses the budget by more than 5 %.
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
@@ -35,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     "strategy": "head-dims",
     "arch": None,  # None: search; "fast", "conventional" or "l,d_m,d_f,h,d_qkv"
     "samples": 3,  # M sub-networks per batch (Algorithm 1)
+    "sandwich": True,  # the M are the largest, the smallest and M − 2 random ones (False: all random, as the paper)
+    "inplace_kd": False,  # the smaller ones learn from the largest's outputs instead of the teacher's
+    "rewire": True,  # order FFN neurons and heads by importance before one-shot training
+    "rewire_examples": 2048,  # train examples the importance is read on (None: all)
     "supernet_steps": None,  # quick 300, full 3000
     "supernet_lr": 1e-4,
     "latency_archs": None,  # quick 100, full 200
@@ -72,6 +79,7 @@ SPECS = {
     "budget_floor": number(0, below=1), "proxy_examples": _steps(), "evaluator": one_of("proxy", "finetune"),
     "finetune_examples": _steps(), "finetune_steps": _steps(), "further_training": flag(), "supernet": text(optional=True),
     "alpha": number(0, 1), "temperature": number(above=0),
+    "sandwich": flag(), "inplace_kd": flag(), "rewire": flag(), "rewire_examples": number(1, whole=True, optional=True),
 }
 
 
@@ -85,6 +93,9 @@ def options(config) -> dict[str, Any]:
 
 def check(config, teacher_config) -> None:
     opts = options(config)
+    from distillery.autotinybert.supernet import check_teacher_family
+
+    check_teacher_family(teacher_config)
     if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
         parse_arch(opts["arch"])
 
@@ -121,17 +132,30 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         return supernet.eval(), projection
 
     supernet = SuperNet.from_teacher(ctx.teacher, opts["strategy"])
+    facts = {"rewired": bool(opts["rewire"]), "sandwich": bool(opts["sandwich"]), "inplace_kd": bool(opts["inplace_kd"])}
+    if opts["rewire"]:
+        from distillery.importance import unit_importance
+
+        n = opts["rewire_examples"]
+        logger.info("Importance of the FFN neurons and heads on %s training examples (rewiring).",
+                    min(n or len(ctx.task_data.train), len(ctx.task_data.train)))
+        neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, ctx.task_data.task.kind,
+                                         batch_size=ctx.config.student.batch_size, max_examples=n, seed=ctx.config.student.seed)
+        supernet.rewire(neurons, heads)
+        ctx.notes.append(f"Super-net rewired: FFN neurons and heads of every layer ordered by importance on "
+                         f"{min(n or len(ctx.task_data.train), len(ctx.task_data.train))} train examples.")
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
     cfg = replace(ctx.config.student, max_steps=int(opts["supernet_steps"]), lr=float(opts["supernet_lr"]),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
     trainer = Trainer(supernet, cfg, ctx.task_data.train, ctx.task_data.collate,
-                      one_shot_loss(ctx.teacher, projection, int(opts["samples"]), cfg.seed),
+                      one_shot_loss(ctx.teacher, projection, int(opts["samples"]), cfg.seed,
+                                    sandwich_rule=bool(opts["sandwich"]), inplace=bool(opts["inplace_kd"])),
                       out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
     supernet = trainer.train().model.eval().cpu()
     save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
-                  {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"])})
+                  {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"]), **facts})
     return supernet, projection.cpu()
 
 
@@ -215,6 +239,7 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
 def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
     from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
     from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates
+    from distillery.baseline import select_layers
     from distillery.bench import latency_ms
 
     space, seed = supernet.space, ctx.config.student.seed
@@ -263,10 +288,12 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
                                    floor_ms=floor)
             write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         else:
+            full = space.full()  # the distill baseline's shape: every other layer, full width
+            baseline = Arch(len(select_layers(full.layers, None)), full.hidden, full.ffn, full.heads, full.qkv)
             result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
                                          population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
                                          p_exploration=float(opts["p_exploration"]), seed=seed,
-                                         log_path=ctx.out_dir / "search.json", floor_ms=floor)
+                                         log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])
         candidates = [c.arch for c in result.best]
         # if the best all miss the budget when measured (the floor keeps them near it, and sub-millisecond
         # timings are noisy), the other evaluated ones, the fastest predicted first (score −1e9: a trial

@@ -1,6 +1,7 @@
 """Evolutionary search under a latency constraint (AutoTinyBERT's Algorithm 2).
 
-Generation 0 is S random architectures whose predicted latency is within the budget. Each later
+Generation 0 is S random architectures whose predicted latency is within the budget, after any
+``seeds`` (architectures the caller wants judged, such as the ``distill`` baseline's shape) that are. Each later
 generation makes S children: with probability p_e a fresh random feasible architecture (exploration),
 otherwise a parent chosen by Russian-roulette selection among the best S so far (probability
 proportional to its score minus the worst score, so the worst is never picked unless all tie) and
@@ -57,7 +58,8 @@ def roulette(population: list[Candidate], rng: random.Random) -> Candidate:
 def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], latency: Callable[[Arch], float],
                         budget_ms: float, generations: int = 4, population: int = 25, p_mutation: float = 0.5,
                         p_exploration: float = 0.5, seed: int = 0, max_tries: int = 10_000,
-                        log_path: str | Path | None = None, floor_ms: float = 0.0) -> SearchResult:
+                        log_path: str | Path | None = None, floor_ms: float = 0.0,
+                        seeds: list[Arch] = ()) -> SearchResult:
     """Search α maximising ``evaluate`` (higher is better) subject to ``floor_ms ≤ latency(α) ≤ budget_ms``."""
     if generations < 1 or population < 1:
         raise DistilleryError("The search needs at least one generation of at least one candidate.")
@@ -87,7 +89,9 @@ def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], l
                 write_log(log_path, evaluated, budget_ms)
         return cache[arch]
 
-    current = [score(feasible(lambda: space.sample(rng)), 0) for _ in range(population)]
+    seeded = [a for a in dict.fromkeys(seeds) if space.contains(a) and floor_ms <= latency(a) <= budget_ms][:population]
+    current = [score(a, 0) for a in seeded]
+    current += [score(feasible(lambda: space.sample(rng)), 0) for _ in range(population - len(current))]
     for generation in range(1, generations):
         children = []
         for _ in range(population):

@@ -94,6 +94,13 @@ class SearchSpace:
         return Arch(c["layers"][-1], c["hidden"][-1], c["ffn"][-1], heads,
                     heads * self.head_size if self.strategy == "heads" else c["qkv"][-1])
 
+    def smallest(self) -> Arch:
+        """The smallest sub-network (the sandwich rule's lower bound)."""
+        c = self.choices()
+        heads = c["heads"][0]
+        return Arch(c["layers"][0], c["hidden"][0], c["ffn"][0], heads,
+                    heads * self.head_size if self.strategy == "heads" else c["qkv"][0])
+
     def contains(self, arch: Arch) -> bool:
         c = self.choices()
         ok = arch.layers in c["layers"] and arch.hidden in c["hidden"] and arch.ffn in c["ffn"] and arch.heads in c["heads"]

@@ -1,8 +1,17 @@
 """The one-shot super-network: a BERT that runs any α of its search space by slicing its weights.
 
-Every sub-network uses the bottom-left sub-matrices (AutoTinyBERT §3.2): the first l layers, the first
-d_m dimensions of embeddings, LayerNorms and every hidden-side weight, the first d_f FFN neurons, and
-the attention rows of :func:`qkv_rows` (first h heads, or the first d_qkv / H dimensions of each head).
+Every sub-network uses the bottom-left sub-matrices (AutoTinyBERT §3.2) — the first d_m dimensions of
+embeddings, LayerNorms and every hidden-side weight, the first d_f FFN neurons, and the attention rows
+of :func:`qkv_rows` (first h heads, or the first d_qkv / H dimensions of each head) — of l layers
+spread over the depth (:func:`sub_layers`, the ``distill`` baseline's rule: 0, 2, 4 of 6), not the
+first l: the top layers carry what the task head reads, and the baseline's shape is then one of the
+search space's sub-networks, so the search cannot lose to it except by noise.
+
+:meth:`SuperNet.rewire` (DynaBERT's network rewiring) first orders every layer's FFN neurons and
+heads by importance (:mod:`distillery.importance`), so that first-k slices keep the most important
+units. A permutation of units is exact: the rewired super-net computes what it did before (a test).
+Hidden dimensions are not rewired: the residual stream ties one order across embeddings, every layer
+and the head, and the slice of it is a projection that no single permutation makes lossless.
 A LayerNorm of a sub-network normalises over its own d_m dimensions. At full size the super-net is
 exactly the BERT it was built from (a test), and :meth:`SuperNet.extract` turns α into a standalone
 :class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
@@ -28,6 +37,7 @@ from distillery.autotinybert.modeling_autotinybert import (
     split_heads,
 )
 from distillery.autotinybert.space import Arch, SearchSpace
+from distillery.baseline import select_layers
 from distillery.errors import DistilleryError
 
 
@@ -36,12 +46,68 @@ def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
     return split_heads(q, heads) @ split_heads(k, heads).transpose(-1, -2) / math.sqrt(q.shape[-1] // heads)
 
 
+def sub_layers(arch_layers: int, num_layers: int) -> list[int]:
+    """Indices of the super-net layers a sub-network of ``arch_layers`` layers runs, spread as the
+    ``distill`` baseline spreads them (:func:`distillery.baseline.select_layers`)."""
+    return select_layers(num_layers, arch_layers)
+
+
+def head_rows(heads: Tensor, head_size: int, per_head: int | None = None) -> Tensor:
+    """Q/K/V rows of the given heads, in their order, the first ``per_head`` (default all) dimensions
+    of each: (h,) -> (h · per_head,)."""
+    return (heads[:, None] * head_size + torch.arange(per_head or head_size)[None, :]).flatten()
+
+
 def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str) -> Tensor:
     """Indices of the Q/K/V output rows (and attention-output input columns) α keeps."""
     if strategy == "heads":
-        return torch.arange(arch.heads * head_size)  # whole heads, the first h of them
-    per_head = arch.qkv // max_heads
-    return (torch.arange(max_heads)[:, None] * head_size + torch.arange(per_head)[None, :]).flatten()
+        return head_rows(torch.arange(arch.heads), head_size)  # whole heads, the first h of them
+    return head_rows(torch.arange(max_heads), head_size, arch.qkv // max_heads)
+
+
+@torch.no_grad()
+def permute_units(layer: nn.Module, neurons: Tensor, heads: Tensor | None, head_size: int) -> None:
+    """Reorder one BERT layer's FFN neurons (W1 rows and b1, W2 columns) and attention heads (Q/K/V
+    rows of each head block, attention-output columns) in place: the layer's function is unchanged."""
+    inter, out = layer.intermediate.dense, layer.output.dense
+    inter.weight.copy_(inter.weight[neurons])
+    inter.bias.copy_(inter.bias[neurons])
+    out.weight.copy_(out.weight[:, neurons])
+    if heads is None:
+        return
+    rows = head_rows(heads, head_size)
+    s = layer.attention.self
+    for lin in (s.query, s.key, s.value):
+        lin.weight.copy_(lin.weight[rows])
+        lin.bias.copy_(lin.bias[rows])
+    o = layer.attention.output.dense
+    o.weight.copy_(o.weight[:, rows])
+
+
+# What each encoder family lacks for the super-net, which slices BERT's layout (absolute positions from
+# 0, embeddings as wide as the hidden size, a pooler + linear head) into a standalone AutoTinyBERT student.
+_ROBERTA = ("counts positions from padding_idx + 1 and classifies through a two-layer head without a pooler; "
+            "the AutoTinyBERT student has neither")
+MISSING = {
+    "roberta": f"RoBERTa {_ROBERTA}",
+    "xlm-roberta": f"XLM-RoBERTa {_ROBERTA}",
+    "camembert": f"CamemBERT {_ROBERTA}",
+    "electra": "ELECTRA may project narrower embeddings up to the hidden size and classifies through a two-layer "
+               "head without a pooler; the AutoTinyBERT student has neither",
+    "distilbert": "DistilBERT names its layers differently (transformer.layer, attention.q_lin, ffn.lin1), has no "
+                  "token-type embeddings and classifies through pre_classifier; the super-net slices BERT's modules only",
+}
+
+
+def check_teacher_family(teacher_config) -> None:
+    """Refuse, up front and by name, a teacher whose structure the super-net cannot slice."""
+    model_type = getattr(teacher_config, "model_type", None)
+    if model_type == "bert":
+        return
+    reason = MISSING.get(model_type, f"a {model_type!r} encoder is not BERT's layout (embeddings, encoder.layer "
+                                     f"with attention.self / intermediate / output, pooler)")
+    raise DistilleryError(f"autotinybert builds its super-net from a BERT teacher only: {reason}. "
+                          f"Use a BERT-architecture teacher, or --method distill / moebert for this one.")
 
 
 class SuperNet(nn.Module):
@@ -65,6 +131,7 @@ class SuperNet(nn.Module):
     @classmethod
     def from_teacher(cls, teacher: PreTrainedModel, strategy: str = "heads") -> "SuperNet":
         """A super-net initialised from a (fine-tuned) BERT teacher: a copy of its weights."""
+        check_teacher_family(teacher.config)
         teacher = copy.deepcopy(teacher)
         if isinstance(teacher, BertForSequenceClassification):
             return cls(teacher.bert, teacher.classifier, "classification", strategy)
@@ -73,6 +140,23 @@ class SuperNet(nn.Module):
         if isinstance(teacher, BertModel):
             return cls(teacher, None, None, strategy)
         raise DistilleryError(f"AutoTinyBERT builds its super-net from BERT models; {type(teacher).__name__} is not one.")
+
+    @torch.no_grad()
+    def rewire(self, neuron_scores: Tensor, head_scores: Tensor | None = None) -> dict[str, list[list[int]]]:
+        """Order every layer's FFN neurons ((L, D_f) scores) and heads ((L, H) scores), most important
+        first; returns the orders applied (original unit index at each new position)."""
+        c = self.config
+        if tuple(neuron_scores.shape) != (c.num_hidden_layers, c.intermediate_size):
+            raise DistilleryError(f"Neuron scores of shape {tuple(neuron_scores.shape)}; the super-net needs "
+                                  f"({c.num_hidden_layers}, {c.intermediate_size}).")
+        if head_scores is not None and tuple(head_scores.shape) != (c.num_hidden_layers, c.num_attention_heads):
+            raise DistilleryError(f"Head scores of shape {tuple(head_scores.shape)}; the super-net needs "
+                                  f"({c.num_hidden_layers}, {c.num_attention_heads}).")
+        neuron_order = torch.argsort(neuron_scores, dim=1, descending=True, stable=True)
+        head_order = None if head_scores is None else torch.argsort(head_scores, dim=1, descending=True, stable=True)
+        for i, layer in enumerate(self.bert.encoder.layer):
+            permute_units(layer, neuron_order[i], None if head_order is None else head_order[i], self.head_size)
+        return {"neurons": neuron_order.tolist(), "heads": None if head_order is None else head_order.tolist()}
 
     # -- the sliced forward ----------------------------------------------------------------------
 
@@ -103,7 +187,8 @@ class SuperNet(nn.Module):
         heads = arch.heads
         hidden = [x] if output_hidden_states else None
         scores = None
-        for i, layer in enumerate(self.bert.encoder.layer[: arch.layers]):
+        kept = sub_layers(arch.layers, self.config.num_hidden_layers)
+        for i, layer in enumerate(self.bert.encoder.layer[j] for j in kept):
             s, o = layer.attention.self, layer.attention.output
             q, k, v = (F.linear(x, lin.weight[rows, :d], lin.bias[rows]) for lin in (s.query, s.key, s.value))
             if last_scores and i == arch.layers - 1:
@@ -161,7 +246,8 @@ class SuperNet(nn.Module):
         for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
             getattr(dst_emb, name).weight.copy_(getattr(src_emb, name).weight[:, :d])
         _copy_ln(dst_emb.LayerNorm, src_emb.LayerNorm, d)
-        for src, dst in zip(self.bert.encoder.layer[: arch.layers], base.encoder.layer):
+        kept = sub_layers(arch.layers, self.config.num_hidden_layers)
+        for src, dst in zip((self.bert.encoder.layer[j] for j in kept), base.encoder.layer):
             for name in ("query", "key", "value"):
                 _copy_linear(getattr(dst.attention.self, name), getattr(src.attention.self, name), rows, slice(0, d))
             _copy_linear(dst.attention.output.dense, src.attention.output.dense, slice(0, d), rows)

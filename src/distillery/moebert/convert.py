@@ -18,6 +18,7 @@ from transformers import PreTrainedModel
 
 from distillery.baseline import find_encoder_layers
 from distillery.errors import DistilleryError
+from distillery.importance import dense_ffns  # noqa: F401  (re-exported: refit and the tests read it here)
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
@@ -91,17 +92,6 @@ def count_tokens(input_ids: Iterable[Sequence[int]], vocab_size: int) -> Tensor:
         keys = torch.tensor(list(counter.keys()), dtype=torch.long)
         counts[keys] = torch.tensor(list(counter.values()), dtype=torch.long)
     return counts
-
-
-def dense_ffns(teacher: PreTrainedModel) -> list[tuple[nn.Linear, nn.Linear]]:
-    """(W1 = intermediate.dense, W2 = output.dense) of every layer of a BERT-family encoder."""
-    _, layers = find_encoder_layers(teacher)
-    try:
-        return [(layer.intermediate.dense, layer.output.dense) for layer in layers]
-    except AttributeError:
-        raise DistilleryError(
-            f"{type(teacher).__name__} is not a BERT-family encoder (no intermediate.dense / output.dense FFN)."
-        ) from None
 
 
 def convert(

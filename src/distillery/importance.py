@@ -1,4 +1,6 @@
-"""Importance of every FFN neuron (MoEBERT Eq. 4), from one forward and one backward pass per batch.
+"""Importance of every FFN neuron (MoEBERT Eq. 4) and attention head, from one forward and one
+backward pass per batch. MoEBERT cuts experts by the neuron scores; AutoTinyBERT rewires its
+super-network by both, so that first-k slices keep the most important units.
 
     I_j = Σ_(x,y) | w1_jᵀ ∇_{w1_j} L(x,y) + w2_jᵀ ∇_{w2_j} L(x,y) |
 
@@ -19,6 +21,14 @@ their absolute value accumulated.
 neuron's weights w1_j and w2_j go to zero. (Including b1 would add Σ_t ∂L/∂z_tj · b1_j; the paper's
 scores, and ours, leave it out.)
 
+Head importance (Michel et al., 2019, "Are Sixteen Heads Really Better than One?"): with a mask
+ξ_h = 1 multiplying head h's context vectors c_th (the input of the attention-output dense layer),
+
+    I_h = Σ_(x,y) | ∂L(x,y)/∂ξ_h | = Σ_(x,y) | Σ_t (∂L/∂c_th) · c_th |
+
+read in the same pass from the gradient of that input; the value biases of every layer then require
+grad, so that autograd records the first layer's attention too.
+
 The scores come from the task's **train** split (or a seeded sample of it), never from dev: the
 paper's code scores on dev, which leaks the evaluation set into the conversion.
 """
@@ -29,17 +39,38 @@ import logging
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
 from distillery.distill.losses import task_loss
 from distillery.errors import DistilleryError
-from distillery.moebert.convert import dense_ffns
+from distillery.baseline import find_encoder_layers
 
 logger = logging.getLogger("distillery")
 
+
+def dense_ffns(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
+    """(W1 = intermediate.dense, W2 = output.dense) of every layer of a BERT-family encoder."""
+    _, layers = find_encoder_layers(teacher)
+    try:
+        return [(layer.intermediate.dense, layer.output.dense) for layer in layers]
+    except AttributeError:
+        raise DistilleryError(
+            f"{type(teacher).__name__} is not a BERT-family encoder (no intermediate.dense / output.dense FFN)."
+        ) from None
+
+
+def attention_blocks(teacher) -> list[tuple[nn.Module, nn.Linear]]:
+    """(self-attention with query/key/value, attention-output dense) of every layer of a BERT-family encoder."""
+    _, layers = find_encoder_layers(teacher)
+    try:
+        return [(layer.attention.self, layer.attention.output.dense) for layer in layers]
+    except AttributeError:
+        raise DistilleryError(
+            f"{type(teacher).__name__} is not a BERT-family encoder (no attention.self / attention.output.dense)."
+        ) from None
 
 
 def _inputs(batch, device):
@@ -98,11 +129,21 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
     the task kind ("classification", "regression", "qa"); ``max_examples`` samples that many
     (seeded) instead of using all.
     """
+    return unit_importance(model, dataset, collate_fn, kind, batch_size=batch_size, max_examples=max_examples,
+                           seed=seed, progress=progress, heads=False)[0]
+
+
+def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,
+                    seed: int = 0, progress: bool = True, heads: bool = True) -> tuple[Tensor, Tensor | None]:
+    """(layers, d_h) FFN neuron scores and, with ``heads``, (layers, H) head scores, from one pass."""
     if len(dataset) == 0:
         raise DistilleryError("Importance needs at least one training example.")
     ffns = dense_ffns(model)
+    attns = attention_blocks(model) if heads else []
+    n_heads = model.config.num_attention_heads
     device = next(model.parameters()).device
     scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64, device=device)
+    head_scores = torch.zeros(len(ffns), n_heads, dtype=torch.float64, device=device) if heads else None
     pending: dict[int, Tensor] = {}  # layer -> per-example W2 term of the batch, waiting for the W1 term
     handles = []
 
@@ -128,20 +169,37 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
                 z.register_hook(grad_hook)
         return hook
 
+    def on_context(i):  # attention-output dense's input c: (B, T, H · d_head), heads side by side
+        def pre_hook(module, args):
+            c = args[0]
+            if c.requires_grad:
+                value = c.detach()
+
+                def grad_hook(g):
+                    term = (g * value).sum(1).unflatten(-1, (n_heads, -1)).sum(-1)  # (B, H) = ∂L/∂ξ_h per example
+                    head_scores[i] += term.abs().sum(0).double()
+                c.register_hook(grad_hook)
+        return pre_hook
+
     for i, (w1, w2) in enumerate(ffns):
         handles.append(w2.register_forward_pre_hook(on_hidden(i)))
         handles.append(w1.register_forward_hook(on_pre_activation(i, w1)))
+    for i, (_, out) in enumerate(attns):
+        handles.append(out.register_forward_pre_hook(on_context(i)))
     was_training = model.training
     model.eval()
     requires = {n: p.requires_grad for n, p in model.named_parameters()}
     try:
-        # Only activation gradients are needed. Freezing every weight but the b1 biases skips the
-        # weight-gradient matmuls; b1 still requiring grad makes autograd record the graph from
-        # the first FFN on (a bias gradient is a cheap sum over tokens).
+        # Only activation gradients are needed. Freezing every weight but the b1 biases (and the
+        # value biases, for heads) skips the weight-gradient matmuls; those biases still requiring
+        # grad make autograd record the graph from the first FFN (attention) on (a bias gradient is
+        # a cheap sum over tokens).
         for p in model.parameters():
             p.requires_grad_(False)
         for w1, _ in ffns:
             w1.bias.requires_grad_(True)
+        for attention, _ in attns:
+            attention.value.bias.requires_grad_(True)
         loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
         if kind != "qa" and _reads_first_token_only(model, _inputs(next(iter(loader)), device), ffns[-1][0]):
             handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
@@ -156,7 +214,7 @@ def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 3
             p.requires_grad_(requires[n])
             p.grad = None
         model.train(was_training)
-    return scores.float().cpu()
+    return scores.float().cpu(), (head_scores.float().cpu() if heads else None)
 
 
 def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
@@ -179,5 +237,35 @@ def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
                 term = (w1.weight * g1).sum(1) + (w2.weight * g2).sum(0)  # (d_h,)
                 scores[i] += term.detach().abs().double().cpu()
     finally:
+        model.train(was_training)
+    return scores.float()
+
+
+def reference_head_importance(model, dataset, collate_fn, kind: str) -> Tensor:
+    """Michel et al.'s head importance the obvious way, for tests: an explicit mask ξ = 1 multiplies
+    each head's context vectors, and ``torch.autograd.grad`` of each example's loss gives |∂L/∂ξ_h|."""
+    attns = attention_blocks(model)
+    n_heads = model.config.num_attention_heads
+    masks = [torch.ones(n_heads, requires_grad=True) for _ in attns]
+
+    def masking(mask):
+        def pre_hook(module, args):
+            c = args[0]
+            return ((c.unflatten(-1, (n_heads, -1)) * mask[:, None]).flatten(-2),) + args[1:]
+        return pre_hook
+
+    handles = [out.register_forward_pre_hook(masking(m)) for (_, out), m in zip(attns, masks)]
+    scores = torch.zeros(len(attns), n_heads, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        for n in range(len(dataset)):
+            batch = collate_fn([dataset[n]])
+            out = model(**_inputs(batch, "cpu"))
+            loss = task_loss(kind, out, _targets(batch, "cpu"), reduction="none").sum()
+            scores += torch.stack(torch.autograd.grad(loss, masks)).abs().double()
+    finally:
+        for h in handles:
+            h.remove()
         model.train(was_training)
     return scores.float()
