@@ -33,8 +33,9 @@ def _bert_vocab() -> list[str]:
     )
 
 
-def make_tiny_bert(path, num_layers: int = 2, seed: int = 0):
-    """Save a tiny random ``BertModel`` and its WordPiece tokenizer in ``path``; return the path."""
+def make_tiny_bert(path, num_layers: int = 2, seed: int = 0, dropout: float = 0.1):
+    """Save a tiny random ``BertModel`` and its WordPiece tokenizer in ``path``; return the path.
+    ``dropout`` 0 makes training a function of the data alone (several processes draw other masks)."""
     from transformers import BertConfig, BertModel, BertTokenizer
 
     path = str(path)
@@ -53,6 +54,8 @@ def make_tiny_bert(path, num_layers: int = 2, seed: int = 0):
         intermediate_size=37,
         max_position_embeddings=512,
         type_vocab_size=2,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     BertModel(config).save_pretrained(path)
     return path

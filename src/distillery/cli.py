@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -21,7 +22,9 @@ DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DA
 
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", force=True)
-    logging.getLogger("distillery").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # Under a launcher (RANK set by torchrun), the other processes say only what goes wrong.
+    main = os.environ.get("RANK", "0") == "0"
+    logging.getLogger("distillery").setLevel((logging.DEBUG if verbose else logging.INFO) if main else logging.WARNING)
     # transformers' and datasets' own chatter (load reports, per-map progress bars) hides ours.
     import datasets
     import transformers
@@ -51,9 +54,12 @@ def _compress_and_show(config, overwrite: bool, resume: bool = False, given: dic
     """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps)."""
     from distillery.pipeline import compress as run_compress
 
+    from distillery import distributed
+
     folder = run_compress(config, overwrite=overwrite, resume=resume, given=given)
-    typer.echo((folder / "report.md").read_text())
-    typer.echo(f"Run folder: {folder}")
+    if distributed.is_main():  # under a launcher, the others only trained
+        typer.echo((folder / "report.md").read_text())
+        typer.echo(f"Run folder: {folder}")
 
 
 @app.command()

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from distillery import distributed
 from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
 from distillery.distill.losses import task_loss
 from distillery.errors import DistilleryError
@@ -85,15 +86,20 @@ def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None
     """Batches of a seeded sample of ``max_examples`` examples (all when None), of similar lengths
     (:func:`~distillery.data.encode.length_batches`, at most ``batch_size`` each): the conversion's
     passes treat examples independently, so grouping lengths only saves padding. The importance
-    scores and the output refit (:mod:`distillery.moebert.refit`) read the same sample."""
+    scores and the output refit (:mod:`distillery.moebert.refit`) read the same sample.
+
+    Under a launcher of several processes each process gets its share of the batches
+    (:func:`distillery.distributed.shard`); the passes add their sums up over the processes."""
     indices = np.arange(len(dataset))
     if max_examples is not None and max_examples < len(dataset):
         indices = np.random.default_rng(seed).choice(len(dataset), size=max_examples, replace=False)
     subset = torch.utils.data.Subset(dataset, indices.tolist())
     lengths = example_lengths(dataset)
     if lengths is None:
-        return DataLoader(subset, batch_size=batch_size, collate_fn=collate_fn)
-    return DataLoader(subset, batch_sampler=length_batches(lengths.numpy()[indices], batch_size), collate_fn=collate_fn)
+        batches = [list(range(i, min(i + batch_size, len(indices)))) for i in range(0, len(indices), batch_size)]
+    else:
+        batches = length_batches(lengths.numpy()[indices], batch_size)
+    return DataLoader(subset, batch_sampler=distributed.shard(batches), collate_fn=collate_fn)
 
 
 def _first_token(module, args):  # forward pre-hook: the module sees token 0 of each sequence only
@@ -201,7 +207,8 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
         for attention, _ in attns:
             attention.value.bias.requires_grad_(True)
         loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
-        if kind != "qa" and _reads_first_token_only(model, _inputs(next(iter(loader)), device), ffns[-1][0]):
+        first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
+        if kind != "qa" and first is not None and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0]):
             handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
         for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
             out = model(**_inputs(batch, device))
@@ -214,6 +221,7 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
             p.requires_grad_(requires[n])
             p.grad = None
         model.train(was_training)
+    distributed.all_sum_(scores, *([head_scores] if heads else []))
     return scores.float().cpu(), (head_scores.float().cpu() if heads else None)
 
 

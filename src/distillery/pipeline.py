@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distillery import distributed
 from distillery.bench import benchmark, check_settings
 from distillery.config import RunConfig
 from distillery.data.encode import prepare_task_data
@@ -133,7 +134,8 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     ``given``: the settings the user gave explicitly (dotted keys). A resumed run continues with
     its saved settings, so one given with another value is refused rather than silently ignored;
     only the data folder may differ (the same files may have moved)."""
-    out = Path(config.out) if config.out else default_out(config)
+    # the default name holds the time: under a launcher, the main process's is everyone's
+    out = Path(config.out) if config.out else distributed.on_main(default_out, config)
     if not resume:
         return out, config
     saved = out / "config.yaml"
@@ -169,7 +171,6 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
         logger.info("Resuming the run in %s with its saved settings.", out)
         return
     claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
-    config.out = str(out)
     config.save(out / "config.yaml")
 
 
@@ -210,13 +211,16 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
                   f"method {config.method}")
     if hasattr(method, "check"):
         method.check(config, model_config)
-    prepare_run_folder(out, config, overwrite, resume)
+    config.out = str(out)
+    # Under a launcher the main process claims the folder; the others wait for it (and stop with it
+    # when it refuses: the launcher ends the group).
+    distributed.on_main(prepare_run_folder, out, config, overwrite, resume)
     try:
         return _run(config, out, task, method, resume)
     except Exception:
         # A failure before training (a missing data file, a bug) must not leave behind a folder that
         # the corrected rerun would trip over. An interrupted run keeps its folder for --resume.
-        if not resume:
+        if not resume and distributed.is_main():
             discard_unstarted(out)
         raise
 
@@ -238,6 +242,8 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     student = method.run(ctx)
     student_seconds = time.time() - t0
     student.eval()
+    if not distributed.is_main():  # every process holds the trained student; the main one reports it
+        return out
     save_model(student, tokenizer, out / "student")
 
     logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))

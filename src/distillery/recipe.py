@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
+from distillery import distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
 from distillery.errors import DistilleryError
@@ -94,15 +96,17 @@ class MethodContext:
             digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
         digest.update(content_digest(train).encode())
         path = cache_root() / "logits" / f"{task_data.task.name}-{digest.hexdigest()[:16]}.npy"
-        if path.is_file():
-            logits = np.load(path)
-        else:
-            logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
-            logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp.npy")
-            np.save(tmp, logits)
-            tmp.replace(path)  # atomic: a killed run leaves no half-written cache entry
+        # Under a launcher, each node's first process fills the cache and the others then read it.
+        with distributed.local_main_first():
+            if path.is_file():
+                logits = np.load(path)
+            else:
+                logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
+                logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # one per writer: nodes may share the cache
+                np.save(tmp, logits)
+                tmp.replace(path)  # atomic: a killed run leaves no half-written cache entry
         if logits.shape[0] != len(train):
             raise DistilleryError(f"Cached teacher logits {path} have {logits.shape[0]} rows for {len(train)} examples; delete the file.")
         return train.add_column("teacher_logits", logits.tolist())

@@ -25,6 +25,7 @@ from transformers import (
     set_seed,
 )
 
+from distillery import distributed
 from distillery.config import DataConfig, TeacherConfig
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
@@ -265,7 +266,11 @@ def get_finetuned_teacher(
         task_data = prepare_task_data(task, teacher_tokenizer(teacher.name), data)
     folder = cache_root() / "teachers" / teacher_cache_key(teacher, data, task_data)
     info_file = folder / "teacher.json"
-    if info_file.is_file():
+    # One process looks and every process follows: all load the cached teacher, or all train it (DDP).
+    if distributed.on_main(info_file.is_file):
+        if not info_file.is_file():
+            raise DistilleryError(f"Process {distributed.rank()} cannot see the cached teacher {folder} that the main "
+                                  f"process found: with several nodes, set DISTILLERY_CACHE to a folder they share.")
         info = json.loads(info_file.read_text())
         logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric,
                     info["metrics"].get(task.main_metric, float("nan")))
@@ -279,15 +284,17 @@ def get_finetuned_teacher(
                 teacher.name, task.name, len(task_data.train), folder)
     work = folder.with_name(folder.name + ".work")
     model, metrics, seconds = finetune(model, task_data, teacher.train, work, resume=True, desc="teacher")
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
     info = {"teacher": teacher.name, "task": task.name, "metrics": metrics, "seconds": seconds,
             "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
-    shutil.rmtree(work, ignore_errors=True)
+    if distributed.is_main():  # every process holds the same weights; one writes the cache entry
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        shutil.rmtree(work, ignore_errors=True)
+    distributed.barrier()
     logger.info("Teacher dev %s = %.4f after %.0f s.", task.main_metric, metrics[task.main_metric], seconds)
     return model, tokenizer, {**info, "path": str(folder / "model"), "cached": False}

@@ -69,12 +69,15 @@ def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_ty
 
 
 def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets, attention_weight: float = 1.0,
-            outputs: bool = False):
+            outputs: bool = False, encoded: tuple | None = None):
     """(hidden MSE, attention-score MSE) of sub-network α against the teacher's targets; with ``outputs``
-    also α's own (projected hidden state, scores), detached: targets for in-place distillation."""
+    also α's own (projected hidden state, scores), detached: targets for in-place distillation.
+    ``encoded``: α's (hidden state, [scores]) when the caller already ran it (``SuperNet.forward``)."""
     t_hidden, t_scores = targets
     mask = batch["attention_mask"]
-    h, (scores,) = supernet.encode(batch["input_ids"], mask, batch.get("token_type_ids"), arch, last_scores=True)
+    if encoded is None:
+        encoded = supernet.encode(batch["input_ids"], mask, batch.get("token_type_ids"), arch, last_scores=True)
+    h, (scores,) = encoded
     pred = F.linear(h, projection.weight[:, : arch.hidden], projection.bias)
     real = mask.bool()
     hidden = F.mse_loss(pred[real], t_hidden[real])
@@ -98,13 +101,18 @@ def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 
     if inplace and not sandwich_rule:
         raise DistilleryError("In-place distillation learns from the largest sub-network: it needs the sandwich rule.")
 
-    def loss_fn(model: SuperNet, batch):
+    def loss_fn(model, batch):  # model: the SuperNet, or the DDP wrapper around it under a launcher
+        net: SuperNet = getattr(model, "module", model)
         targets = teacher_targets(teacher, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
         rng = batch_rng(batch["input_ids"], seed, _rank() if rank is None else rank)
-        archs = sandwich(model.space, rng, samples) if sandwich_rule else [model.space.sample(rng) for _ in range(samples)]
+        archs = sandwich(net.space, rng, samples) if sandwich_rule else [net.space.sample(rng) for _ in range(samples)]
+        # every sub-network through one call of ``model``: DDP syncs gradients only through its forward
+        encoded = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                        sub_networks=archs)["sub_networks"]
         total, hid_sum, att_sum = 0.0, 0.0, 0.0
-        for k, arch in enumerate(archs):
-            hidden, att, largest = kd_loss(model, projection, arch, batch, targets, attention_weight, outputs=True)
+        for k, (arch, enc) in enumerate(zip(archs, encoded)):
+            hidden, att, largest = kd_loss(net, projection, arch, batch, targets, attention_weight, outputs=True,
+                                           encoded=enc)
             if inplace and k == 0:
                 targets = largest
             total = total + (hidden + attention_weight * att) / samples
@@ -131,13 +139,14 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.data.encode import make_collate
     from distillery.autotinybert.recipe import SPECS
     from distillery.distill.trainer import Trainer
+    from distillery import distributed
     from distillery.folders import claim
     from distillery.teacher import load_tokenizer, resolve_teacher
 
     # the recipe's own checks of these settings, before the run folder is touched
     SPECS["strategy"]("strategy", strategy)
     SPECS["samples"]("samples", samples)
-    out = claim(out, "supernet", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
+    out = distributed.on_main(claim, out, "supernet", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
     started = time.time()
     path = resolve_teacher(teacher)
@@ -157,8 +166,9 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     trained: SuperNet = result.model
     facts = {"teacher": teacher, "samples": samples, "blocks": len(dataset), "max_length": max_length,
              "steps": result.global_step, "seconds": time.time() - started}
-    save_supernet(trained, projection, out / "supernet", tokenizer, facts)
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    if distributed.is_main():  # under a launcher every process trained it; one saves it
+        save_supernet(trained, projection, out / "supernet", tokenizer, facts)
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return out / "supernet"
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from distillery import distributed
 from distillery.autotinybert.space import STRATEGIES, Arch
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
@@ -98,6 +99,10 @@ def check(config, teacher_config) -> None:
     check_teacher_family(teacher_config)
     if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
         parse_arch(opts["arch"])
+    if opts["evaluator"] == "finetune" and distributed.launched():
+        # the search runs on the main process alone, and a fine-tune there would wait for the others
+        raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
+                              "launcher of several processes, or use evaluator=proxy (the default).")
 
 
 def parse_arch(text: str) -> Arch:
@@ -154,8 +159,9 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
     supernet = trainer.train().model.eval().cpu()
-    save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
-                  {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"]), **facts})
+    if distributed.is_main():
+        save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
+                      {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"]), **facts})
     return supernet, projection.cpu()
 
 
@@ -325,7 +331,9 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     opts = options(ctx.config)
     ctx.teacher.eval()
     supernet, projection = train_supernet_on_task(ctx, opts)
-    arch = choose_architecture(ctx, opts, supernet, projection)
+    # timings on cores the processes share would disagree: the main process times, searches and
+    # writes the search's files; every process then trains the architecture it chose
+    arch = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
     student = supernet.extract(arch)
     if not opts["further_training"]:
         ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "

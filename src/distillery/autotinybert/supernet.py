@@ -204,9 +204,17 @@ class SuperNet(nn.Module):
         return x, ([scores] if last_scores else hidden)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                arch: Arch | None = None, output_hidden_states: bool = False, **kwargs) -> dict[str, Tensor]:
+                arch: Arch | None = None, output_hidden_states: bool = False, sub_networks: list[Arch] | None = None,
+                **kwargs) -> dict[str, Tensor]:
         """Outputs of sub-network α: ``logits`` (classification), ``start_logits``/``end_logits`` (QA),
-        ``last_hidden_state`` always, ``hidden_states`` when asked."""
+        ``last_hidden_state`` always, ``hidden_states`` when asked.
+
+        With ``sub_networks``, instead ``{"sub_networks": [(last hidden state, last-layer scores), ...]}``
+        of each, in order: the one-shot step's M sub-networks in one call, so that under DDP the step is
+        one forward of the wrapped model (DDP syncs gradients through its forward, once per backward)."""
+        if sub_networks is not None:
+            return {"sub_networks": [self.encode(input_ids, attention_mask, token_type_ids, a, last_scores=True)
+                                     for a in sub_networks]}
         arch = arch or self.space.full()
         x, hidden = self.encode(input_ids, attention_mask, token_type_ids, arch, output_hidden_states)
         out: dict[str, Tensor] = {"last_hidden_state": x}

@@ -103,6 +103,7 @@ def pretrain(
     from distillery.cmow.recipe import SPECS
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
+    from distillery import distributed
     from distillery.folders import claim
 
     out = Path(out)
@@ -114,7 +115,7 @@ def pretrain(
     for key, value in (model_options or {}).items():
         if key in SPECS:
             SPECS[key](key, value)
-    out = claim(out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
+    out = distributed.on_main(claim, out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
 
@@ -139,6 +140,8 @@ def pretrain(
     teacher_model.to(trainer.device)
     result = trainer.train()
     model = result.model.eval()
+    if not distributed.is_main():  # under a launcher: trained here too, saved by the main process
+        return out / "model"
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     last = result.history[-1] if result.history else {}

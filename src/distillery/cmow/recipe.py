@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "vector_dim": 400,
     "pair_mode": None,  # None: diffcat for sentence pairs (the paper's), joint otherwise
     "head": "mlp",
+    "dropout": 0.1,  # on the embeddings' Δ and vectors (CMOWConfig's defaults)
+    "head_dropout": 0.2,
     "alpha": 0.5,
     "temperature": 1.0,
     "bin_width": 0.2,
@@ -52,6 +54,7 @@ def budget_overrides(budget: str, task: str) -> dict[str, Any]:
 SPECS = {
     "component": one_of(*COMPONENTS), "bidirectional": flag(), "matrix_dim": number(1, whole=True),
     "vector_dim": number(1, whole=True), "pair_mode": one_of(*PAIR_MODES, optional=True), "head": one_of(*HEADS),
+    "dropout": number(0, below=1), "head_dropout": number(0, below=1),
     "alpha": number(0, 1), "temperature": number(above=0), "bin_width": number(above=0), "init": text(optional=True),
     "train_examples": one_of("all", "budget"),
 }
@@ -94,6 +97,7 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> CMOWForSequenceCl
     config = CMOWConfig(
         vocab_size=ctx.teacher.config.vocab_size, component=opts["component"], bidirectional=bool(opts["bidirectional"]),
         matrix_dim=int(opts["matrix_dim"]), vector_dim=int(opts["vector_dim"]), pair_mode=pair_mode, head=opts["head"],
+        dropout=float(opts["dropout"]), head_dropout=float(opts["head_dropout"]),
         num_labels=1 if task.kind == "regression" else ctx.teacher.config.num_labels, score_bins=bins,
         pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
         id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),

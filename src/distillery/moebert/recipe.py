@@ -32,6 +32,7 @@ from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
+from distillery import distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
@@ -242,7 +243,8 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
             importance = load_importance(path)
         else:
             importance = compute_importance(teacher, task_data, config, opts)
-            save_importance(importance, path, config, task_data, opts)
+            if distributed.is_main():
+                save_importance(importance, path, config, task_data, opts)
     student, refit_line = convert_teacher(teacher, task_data, config, opts, importance)
     d_h, c = teacher.config.intermediate_size, student.config
     n, d_e, s = c.num_experts, c.expert_size, c.shared_size
@@ -306,7 +308,8 @@ def run(ctx: MethodContext) -> PreTrainedModel:
                      + (f" + {opts['balance_weight']}·load balance" if student.config.routing == "gate" else "") + ".")
     loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts["balance_weight"]))
     student = ctx.train(student, loss_fn, desc="moebert")
-    ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
+    if distributed.is_main():  # the dev pass and its chart are part of the report
+        ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
     return student
 
 

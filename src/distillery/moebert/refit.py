@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from distillery import distributed
 from distillery.data.encode import MODEL_INPUTS
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import dense_ffns
@@ -109,6 +110,10 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
                 batch.clear()
                 batch.update({key: v.to(device) for key, v in b.items() if key in MODEL_INPUTS})
                 teacher(**batch)
+            for st in stats:  # each process summed its share of the batches (sample_loader)
+                totals = torch.tensor([st.yy, st.tokens], dtype=torch.float64, device=device)
+                distributed.all_sum_(st.gram, st.rhs, totals)
+                st.yy, st.tokens = float(totals[0]), int(totals[1])
             return [_solve(layer.experts, st, ridge) for layer, st in zip(layers, stats)]
     finally:
         for h in handles:
