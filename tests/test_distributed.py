@@ -40,7 +40,8 @@ def setup(tmp_path_factory):
 
 def run_cli(args, cwd, cache, processes: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "DISTILLERY_CACHE": str(cache),
-           "PYTHONPATH": str(HERE.parent), "HF_HUB_OFFLINE": "1"}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
+           "HF_HUB_OFFLINE": "1"}
     launcher = [sys.executable]
     if processes > 1:  # accelerate runs CPU processes through torch.distributed.run when asked for "multi_gpu"
         launcher += ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),

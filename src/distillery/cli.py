@@ -54,7 +54,7 @@ def _compress_and_show(config, overwrite: bool, resume: bool = False, given: dic
     """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps)."""
     from distillery.pipeline import compress as run_compress
 
-    from distillery import distributed
+    import distillery.distributed as distributed
 
     folder = run_compress(config, overwrite=overwrite, resume=resume, given=given)
     if distributed.is_main():  # under a launcher, the others only trained

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
 from distillery.distill.losses import task_loss
 from distillery.errors import DistilleryError

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.config import RunConfig
 from distillery.data.encode import prepare_task_data

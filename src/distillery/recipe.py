@@ -21,7 +21,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
 from distillery.errors import DistilleryError

@@ -25,7 +25,7 @@ from transformers import (
     set_seed,
 )
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.config import DataConfig, TeacherConfig
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec

@@ -139,7 +139,7 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.data.encode import make_collate
     from distillery.autotinybert.recipe import SPECS
     from distillery.distill.trainer import Trainer
-    from distillery import distributed
+    import distillery.distributed as distributed
     from distillery.folders import claim
     from distillery.teacher import load_tokenizer, resolve_teacher
 

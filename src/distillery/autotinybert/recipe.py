@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.autotinybert.space import STRATEGIES, Arch
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext, flag, number, one_of, read_options, text

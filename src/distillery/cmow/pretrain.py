@@ -103,7 +103,7 @@ def pretrain(
     from distillery.cmow.recipe import SPECS
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
-    from distillery import distributed
+    import distillery.distributed as distributed
     from distillery.folders import claim
 
     out = Path(out)

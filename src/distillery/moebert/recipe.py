@@ -32,7 +32,7 @@ from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from distillery import distributed
+import distillery.distributed as distributed
 from distillery.data.encode import MODEL_INPUTS
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import dense_ffns
