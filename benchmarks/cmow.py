@@ -28,7 +28,7 @@ from distillery.cli import setup_logging
 ABLATIONS = {
     "joint": (["mrpc", "stsb", "rte"], {"pair_mode": "joint"}),
     "unidirectional": (["sst2", "mrpc"], {"bidirectional": False}),
-    "general": (["sst2", "mrpc", "stsb"], {"init": "PRETRAINED", "alpha": 1.0}),
+    "general": (["sst2", "mrpc", "stsb"], {"init": "PRETRAINED", "kd_weight": 0.0}),  # was alpha=1.0: labels only
     "general+task": (["sst2", "mrpc", "stsb"], {"init": "PRETRAINED"}),
     "linear": (["sst2", "mrpc"], {"head": "linear"}),
     "cnn": (["sst2", "mrpc"], {"head": "cnn"}),

@@ -75,7 +75,7 @@ def compress(
     overwrite: bool = typer.Option(False, help="Replace an existing run folder (only one distillery wrote)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     student_layers: Optional[int] = typer.Option(None, help="distill: number of teacher layers the student keeps."),
-    alpha: Optional[float] = typer.Option(None, help="distill: weight of the KD loss (1-alpha on the labels)."),
+    kd_weight: Optional[float] = typer.Option(None, help="distill, cmow, autotinybert: weight of the KD term (1 - kd_weight on the labels)."),
     temperature: Optional[float] = typer.Option(None, help="distill: softmax temperature of the KD loss."),
     hidden_weight: Optional[float] = typer.Option(None, help="distill: weight of hidden-state MSE (PKD); 0 = off."),
     experts: Optional[int] = typer.Option(None, help="moebert: number of experts N (default 4)."),
@@ -116,7 +116,7 @@ def compress(
     from distillery.pipeline import build_run_config
 
     method_options = parse_options(option)
-    for key, value in (("student_layers", student_layers), ("alpha", alpha), ("temperature", temperature),
+    for key, value in (("student_layers", student_layers), ("kd_weight", kd_weight), ("temperature", temperature),
                        ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
                        ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
                        ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
@@ -400,7 +400,7 @@ def cmow_pretrain(
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(64),
     lr: float = typer.Option(5e-4, help="Adam learning rate, decayed linearly (Table 6's grid: 1e-3 … 1e-5)."),
-    alpha: float = typer.Option(0.5, help="Weight of the MLM loss; 1 − alpha on the distillation term."),
+    kd_weight: float = typer.Option(0.5, help="Weight of the distillation term; 1 − kd_weight on the MLM loss."),
     temperature: float = typer.Option(1.0, help="Softmax temperature of the MLM-distribution distillation."),
     hidden_loss: str = typer.Option("mse", help="Teacher without an MLM head: mse or cosine on its last hidden state."),
     option: list[str] = typer.Option([], help="Model option key=value (component, bidirectional, matrix_dim, vector_dim, ...)."),
@@ -419,7 +419,7 @@ def cmow_pretrain(
                         select_best=False, seed=seed, eval_every=None)
     try:
         folder = pretrain(corpus, out, teacher=teacher, train=train, max_lines=max_lines, max_length=max_length,
-                          alpha=alpha, temperature=temperature, hidden_loss=hidden_loss, model_options=model_options,
+                          kd_weight=kd_weight, temperature=temperature, hidden_loss=hidden_loss, model_options=model_options,
                           overwrite=overwrite, resume=resume)
     except (ValueError, TypeError) as e:  # a bad model option, from the config's own check
         raise DistilleryError(str(getattr(e, "__cause__", None) or e)) from None

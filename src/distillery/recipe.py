@@ -178,7 +178,9 @@ def read_options(method: str, given: dict[str, Any], defaults: dict[str, Any], s
     """``defaults`` updated by ``given``, every option checked by its spec; unknown keys named."""
     unknown = set(given) - set(defaults)
     if unknown:
-        raise DistilleryError(f"Unknown option(s) for method {method}: {', '.join(sorted(unknown))}; "
+        renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
+            if "alpha" in unknown and "kd_weight" in defaults else ""
+        raise DistilleryError(f"Unknown option(s) for method {method}: {', '.join(sorted(unknown))}{renamed}; "
                               f"known: {', '.join(defaults)}.")
     opts = {**defaults, **given}
     return {key: specs[key](key, value) if key in specs else value for key, value in opts.items()}

@@ -13,7 +13,7 @@ search:  Algorithm 2 (evolution under the predicted-latency constraint; proxy sc
          extracted and timed, and the next best taken if it misses the budget by more than 5 %.
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
-train:   the extracted model, further trained on the task with the one trainer: (1 − α)·CE + α·KD(T).
+train:   the extracted model, further trained on the task with the one trainer: (1 − w)·CE + w·KD(T), w = kd_weight.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "finetune_steps": 100,
     "further_training": True,  # False: the chosen sub-network as extracted (`autotinybert search`)
     "supernet": None,  # a trained super-net folder (a run's supernet/, or `autotinybert supernet`): no one-shot phase
-    "alpha": 0.5,
+    "kd_weight": 0.5,  # further training: (1 − w)·CE + w·KD, as the distill baseline
     "temperature": 2.0,
 }
 TEACHER_TYPES = ("bert",)  # the super-net is cut from BertLayer's modules
@@ -79,7 +79,7 @@ SPECS = {
     "search_backend": one_of("evolution", "optuna"), "p_mutation": number(0, 1), "p_exploration": number(0, 1),
     "budget_floor": number(0, below=1), "proxy_examples": _steps(), "evaluator": one_of("proxy", "finetune"),
     "finetune_examples": _steps(), "finetune_steps": _steps(), "further_training": flag(), "supernet": text(optional=True),
-    "alpha": number(0, 1), "temperature": number(above=0),
+    "kd_weight": number(0, 1), "temperature": number(above=0),
     "sandwich": flag(), "inplace_kd": flag(), "rewire": flag(), "rewire_examples": number(1, whole=True, optional=True),
 }
 
@@ -196,7 +196,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import dataclasses
     import tempfile
 
-    from distillery.baseline import distillation_loss
+    from distillery.distill.losses import distillation_loss
     from distillery.distill.trainer import Trainer
     from distillery.evaluation import score
 
@@ -210,7 +210,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     held_out = dataclasses.replace(ctx.task_data, dev=train.select(order[:held]), dev_examples=None)
     cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts["finetune_steps"]), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
-    loss = distillation_loss(task.kind, ctx.teacher, float(opts["alpha"]), float(opts["temperature"]))
+    loss = distillation_loss(task.kind, ctx.teacher, float(opts["kd_weight"]), float(opts["temperature"]))
 
     def evaluate(arch: Arch) -> float:
         model = supernet.extract(arch).train()
@@ -326,7 +326,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
 
 
 def run(ctx: MethodContext) -> PreTrainedModel:
-    from distillery.baseline import distillation_loss
+    from distillery.distill.losses import distillation_loss
 
     opts = options(ctx.config)
     ctx.teacher.eval()
@@ -343,6 +343,6 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     train = ctx.task_data.train
     if kind != "qa":
         train = ctx.train_with_teacher_logits()
-    alpha, t = float(opts["alpha"]), float(opts["temperature"])
-    ctx.notes.append(f"Further training: (1 − {alpha})·CE + {alpha}·KD(T = {t}) from the extracted sub-network.")
-    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, alpha, t), desc="autotinybert", train_dataset=train)
+    kd_weight, t = float(opts["kd_weight"]), float(opts["temperature"])
+    ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network.")
+    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert", train_dataset=train)

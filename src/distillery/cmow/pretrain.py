@@ -3,7 +3,7 @@
 Masked LM on a corpus (15 % of tokens chosen, 80/10/10), per-token representations h_i → a linear
 MLM head, with the teacher reading the same masked blocks:
 
-    L = α · CE(MLM) + (1 − α) · KD
+    L = (1 − w) · CE(MLM) + w · KD      (w: kd_weight, the share of the distillation term in every method)
 
 - a teacher **with** an MLM head (e.g. ``bert-base-uncased``): KD = soft cross-entropy against the
   teacher's MLM distribution at temperature T on the masked positions (the paper's);
@@ -55,7 +55,7 @@ def load_mlm_teacher(name: str):
     return model, (head if has_head else None), tokenizer
 
 
-def general_distillation_loss(teacher, teacher_head, alpha: float, temperature: float, projection: nn.Module | None,
+def general_distillation_loss(teacher, teacher_head, kd_weight: float, temperature: float, projection: nn.Module | None,
                               hidden_loss: str = "mse"):
     """loss_fn for the trainer (batches from :func:`distillery.data.corpus.mlm_collator`)."""
     from distillery.distill.losses import soft_cross_entropy
@@ -76,7 +76,7 @@ def general_distillation_loss(teacher, teacher_head, alpha: float, temperature: 
             real = mask.bool()
             pred, target = projection(hidden[real]), t_hidden[real].float()
             kd = F.mse_loss(pred, target) if hidden_loss == "mse" else (1 - F.cosine_similarity(pred, target, dim=-1)).mean()
-        return alpha * mlm + (1 - alpha) * kd, {"mlm": float(mlm.detach()), "kd": float(kd.detach())}
+        return (1 - kd_weight) * mlm + kd_weight * kd, {"mlm": float(mlm.detach()), "kd": float(kd.detach())}
 
     return loss_fn
 
@@ -89,7 +89,7 @@ def pretrain(
     train: TrainConfig | None = None,
     max_lines: int | None = None,
     max_length: int = 128,
-    alpha: float = 0.5,
+    kd_weight: float = 0.5,
     temperature: float = 1.0,
     hidden_loss: str = "mse",
     model_options: dict[str, Any] | None = None,
@@ -107,7 +107,7 @@ def pretrain(
     from distillery.folders import claim
 
     out = Path(out)
-    SPECS["alpha"]("alpha", alpha)
+    SPECS["kd_weight"]("kd_weight", kd_weight)
     SPECS["temperature"]("temperature", temperature)
     if hidden_loss not in HIDDEN_LOSSES:
         raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
@@ -131,10 +131,10 @@ def pretrain(
         projection = nn.Linear(config.token_size, teacher_model.config.hidden_size)
     how = ("the teacher's MLM distribution (soft CE, T = %g)" % temperature if teacher_head is not None
            else f"the teacher's last hidden state through a learned projection ({hidden_loss}; the teacher has no MLM head)")
-    logger.info("General distillation: %d lines → %d blocks of ≤ %d tokens; α = %g; KD on %s.",
-                len(texts), len(dataset), max_length, alpha, how)
+    logger.info("General distillation: %d lines → %d blocks of ≤ %d tokens; kd_weight = %g; KD on %s.",
+                len(texts), len(dataset), max_length, kd_weight, how)
     trainer = Trainer(student, train, dataset, mlm_collator(tokenizer),
-                      general_distillation_loss(teacher_model, teacher_head, alpha, temperature, projection, hidden_loss),
+                      general_distillation_loss(teacher_model, teacher_head, kd_weight, temperature, projection, hidden_loss),
                       out_dir=out, resume=resume, extra_parameters=[projection] if projection is not None else (),
                       desc="cmow-pretrain", checkpoint_every=checkpoint_every)
     teacher_model.to(trainer.device)
@@ -147,7 +147,7 @@ def pretrain(
     last = result.history[-1] if result.history else {}
     facts = {"teacher": teacher, "kd": "mlm-distribution" if teacher_head is not None else f"hidden-{hidden_loss}",
              "corpus": [str(p) for p in corpus], "lines": len(texts), "blocks": len(dataset), "max_length": max_length,
-             "alpha": alpha, "temperature": temperature, "steps": result.global_step, "seconds": time.time() - started,
+             "kd_weight": kd_weight, "temperature": temperature, "steps": result.global_step, "seconds": time.time() - started,
              "examples_per_s": result.examples_per_s, "last_loss": last.get("loss"), "last_parts": last.get("parts")}
     (out / "pretrain.json").write_text(json.dumps(facts, indent=2))
     shutil.rmtree(out / "checkpoints", ignore_errors=True)

@@ -2,7 +2,7 @@
 
 setup:  a CMOW classifier over the teacher's vocabulary (random init, or the encoder of a general-
         distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise.
-train:  L = α·CE(y) + (1 − α)·CE(softmax(teacher / T), student) with the one trainer; the teacher's
+train:  L = (1 − w)·CE(y) + w·CE(softmax(teacher / T), student) (w: kd_weight) with the one trainer; the teacher's
         logits are computed once and cached. Regression (STS-B) is trained as classification over
         score bins (``bin_width``, 0.2 as in the paper): the targets are two-hot distributions whose
         expected value is the gold (or the teacher's) score, and the model predicts the expected score.
@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "head": "mlp",
     "dropout": 0.1,  # on the embeddings' Δ and vectors (CMOWConfig's defaults)
     "head_dropout": 0.2,
-    "alpha": 0.5,
+    "kd_weight": 0.5,  # (1 − w)·CE(gold) + w·soft CE(teacher), as every method
     "temperature": 1.0,
     "bin_width": 0.2,
     "init": None,
@@ -55,7 +55,7 @@ SPECS = {
     "component": one_of(*COMPONENTS), "bidirectional": flag(), "matrix_dim": number(1, whole=True),
     "vector_dim": number(1, whole=True), "pair_mode": one_of(*PAIR_MODES, optional=True), "head": one_of(*HEADS),
     "dropout": number(0, below=1), "head_dropout": number(0, below=1),
-    "alpha": number(0, 1), "temperature": number(above=0), "bin_width": number(above=0), "init": text(optional=True),
+    "kd_weight": number(0, 1), "temperature": number(above=0), "bin_width": number(above=0), "init": text(optional=True),
     "train_examples": one_of("all", "budget"),
 }
 
@@ -121,8 +121,8 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> CMOWForSequenceCl
     return student
 
 
-def distillation_loss(alpha: float, temperature: float):
-    """loss_fn for the trainer: α·CE(gold) + (1 − α)·soft CE(teacher). Binned regression: both
+def cmow_loss(kd_weight: float, temperature: float):
+    """loss_fn for the trainer: (1 − kd_weight)·CE(gold) + kd_weight·soft CE(teacher). Binned regression: both
     targets are two-hot distributions over the bins (gold score, teacher's score)."""
 
     def loss_fn(model, batch):
@@ -137,7 +137,7 @@ def distillation_loss(alpha: float, temperature: float):
             kind = "regression" if out.logits.shape[-1] == 1 else "classification"
             ce = task_loss(kind, out, batch)
             kd = prediction_distillation(kind, out, teacher, temperature=temperature)
-        return alpha * ce + (1 - alpha) * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        return (1 - kd_weight) * ce + kd_weight * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
 
     return loss_fn
 
@@ -146,8 +146,8 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     opts = options(ctx.config)
     ctx.teacher.eval()
     student = build_student(ctx, opts)
-    alpha, t = float(opts["alpha"]), float(opts["temperature"])
-    ctx.notes.append(f"Loss: {alpha}·CE(gold) + {1 - alpha}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
+    kd_weight, t = float(opts["kd_weight"]), float(opts["temperature"])
+    ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
     task_data = ctx.task_data
     if opts["train_examples"] == "all" and ctx.config.data.train_limit is not None:
         # A CMOW student costs a few minutes per epoch of the whole split; the teacher, fine-tuned on
@@ -162,4 +162,4 @@ def run(ctx: MethodContext) -> PreTrainedModel:
                          f"(fine-tuned on {len(ctx.task_data.train)}).")
     logger.info("Teacher outputs on %d training examples (computed once, then cached).", len(task_data.train))
     train = ctx.train_with_teacher_logits(task_data)
-    return ctx.train(student, distillation_loss(alpha, t), desc="cmow", train_dataset=train)
+    return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)

@@ -14,12 +14,14 @@ Task kinds are ``"classification"``, ``"regression"`` and ``"qa"`` (extractive q
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from distillery.data.encode import TARGETS
 from distillery.errors import DistilleryError
 
 TASK_KINDS = ("classification", "regression", "qa")
@@ -253,3 +255,36 @@ def prediction_distillation(
         t_start, t_end = _span_logits(teacher_out)
         return (loss_fn(s_start, t_start, temperature) + loss_fn(s_end, t_end, temperature)) / 2
     return loss_fn(_logits(student_out), _logits(teacher_out), temperature)
+
+
+def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
+                      hidden_weight: float = 0.0, layer_map: list[int] | None = None):
+    """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
+    hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style).
+
+    The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
+    one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
+    ``kd_weight`` means the same in every method and command: the share of the distillation term."""
+    def loss_fn(model, batch):
+        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
+        out = model(**inputs, output_hidden_states=hidden_weight > 0)
+        if "teacher_logits" in batch:
+            logits = batch["teacher_logits"]
+            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+        else:
+            with torch.no_grad():
+                t_out = teacher(**inputs, output_hidden_states=hidden_weight > 0)
+        ce = task_loss(kind, out, batch)
+        kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+        loss = (1 - kd_weight) * ce + kd_weight * kd
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        if hidden_weight > 0:
+            # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
+            pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
+            mask = inputs.get("attention_mask")
+            hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
+            loss = loss + hidden_weight * hid
+            logs["hidden"] = float(hid.detach())
+        return loss, logs
+
+    return loss_fn
