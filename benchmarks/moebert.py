@@ -79,7 +79,7 @@ def run_importance(args) -> None:
     import torch
 
     from distillery.data.encode import prepare_task_data
-    from distillery.data.tasks import task_for
+    from distillery.data.loading import task_for
     from distillery.importance import ffn_importance, reference_importance
     from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 

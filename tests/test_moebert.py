@@ -439,11 +439,12 @@ def test_refit_equals_a_least_squares_solve_on_the_explicit_design_matrix(mode):
 
 
 def test_refit_is_on_by_default_except_for_qa():
-    from distillery.moebert.recipe import wants_refit
+    from distillery.moebert.recipe import MoEBertOptions, wants_refit
 
-    assert wants_refit({"refit": None}, "classification") and wants_refit({"refit": None}, "regression")
-    assert not wants_refit({"refit": None}, "qa")
-    assert wants_refit({"refit": True}, "qa") and not wants_refit({"refit": False}, "classification")
+    default, on, off = MoEBertOptions(), MoEBertOptions(refit=True), MoEBertOptions(refit=False)
+    assert wants_refit(default, "classification") and wants_refit(default, "regression")
+    assert not wants_refit(default, "qa")
+    assert wants_refit(on, "qa") and not wants_refit(off, "classification")
 
 
 def test_refit_leaves_an_exact_conversion_as_it_is_and_improves_a_lossy_one():
@@ -500,9 +501,9 @@ def test_paper_preset_and_bad_options(tmp_path):
     with pytest.raises(DistilleryError, match="Option refit must be true or false, got 'yes'"):
         compress(build_run_config(method="moebert", out=str(tmp_path / "r"), overrides={"method_options.refit": "yes"}))
     with pytest.raises(DistilleryError, match="need 168 \\+ 4×216 = 1032 distinct neurons, but the FFN has 1000"):
-        from distillery.moebert.recipe import expert_shape
+        from distillery.moebert.recipe import MoEBertOptions, expert_shape
 
-        expert_shape({"experts": 4, "expert_size": 384, "shared": None}, 1000)
+        expert_shape(MoEBertOptions(experts=4, expert_size=384, shared=None), 1000)
     assert not (tmp_path / "r").exists()
 
 

@@ -12,17 +12,17 @@ layer indices; default every other layer), ``kd_weight`` w (0.5), ``temperature`
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import nn
 from transformers import PreTrainedModel
 
 from distillery.distill.losses import distillation_loss
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext, number, read_options
+from distillery.recipe import MethodContext, MethodOptions, number, option
 
 logger = logging.getLogger("distillery")
-
-DEFAULTS = {"student_layers": None, "kd_weight": 0.5, "temperature": 2.0, "hidden_weight": 0.0}
 
 
 def _layers_option(name: str, value):
@@ -33,8 +33,13 @@ def _layers_option(name: str, value):
     raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
 
 
-SPECS = {"student_layers": _layers_option, "kd_weight": number(0, 1), "temperature": number(above=0),
-         "hidden_weight": number(0)}
+@dataclass
+class DistillOptions(MethodOptions):
+    METHOD: ClassVar[str] = "distill"
+    student_layers: int | list[int] | None = option(None, _layers_option)  # None: every other teacher layer
+    kd_weight: float = option(0.5, number(0, 1))
+    temperature: float = option(2.0, number(above=0))
+    hidden_weight: float = option(0.0, number(0))  # β of the hidden-state MSE; 0: logits only
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
@@ -93,28 +98,28 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
     return student
 
 
-def options(config) -> dict:
-    return read_options("distill", config.method_options, DEFAULTS, SPECS)
+def options(config) -> DistillOptions:
+    return DistillOptions.read(config.method_options)
 
 
 def check(config, teacher_config) -> None:
-    select_layers(teacher_config.num_hidden_layers, options(config)["student_layers"])
+    select_layers(teacher_config.num_hidden_layers, options(config).student_layers)
 
 
 def run(ctx: MethodContext) -> PreTrainedModel:
     opts = options(ctx.config)
     teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
-    layers = select_layers(teacher.config.num_hidden_layers, opts["student_layers"])
+    layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
     student = build_student(teacher, layers)
     ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                     f"loss (1-{opts['kd_weight']})·CE + {opts['kd_weight']}·KD(T={opts['temperature']})"
-                     + (f" + {opts['hidden_weight']}·hidden MSE" if opts["hidden_weight"] else "") + ".")
+                     f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature})"
+                     + (f" + {opts.hidden_weight}·hidden MSE" if opts.hidden_weight else "") + ".")
     logger.info("Student keeps teacher layers %s.", layers)
 
     train = task_data.train
     teacher.eval()
-    if kind != "qa" and not opts["hidden_weight"]:
+    if kind != "qa" and not opts.hidden_weight:
         logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         train = ctx.train_with_teacher_logits()
-    loss_fn = distillation_loss(kind, teacher, opts["kd_weight"], opts["temperature"], opts["hidden_weight"], layers)
+    loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
     return ctx.train(student, loss_fn, desc="student", train_dataset=train)

@@ -164,7 +164,7 @@ def teacher_cmd(
 ):
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
     setup_logging(verbose)
-    from distillery.data.tasks import task_for
+    from distillery.data.loading import task_for
     from distillery.folders import check_target
     from distillery.pipeline import build_run_config, run_inputs, save_model
     from distillery.teacher import get_finetuned_teacher

@@ -158,7 +158,8 @@ def evaluate(
     "metrics"}``.
     """
     from distillery.config import DataConfig
-    from distillery.data.tasks import TaskSpec, task_for
+    from distillery.data.loading import task_for
+    from distillery.data.tasks import TaskSpec
     from distillery.modeling import load_model, model_folder
 
     if isinstance(model, (str, Path)):

@@ -832,7 +832,7 @@ def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None 
     match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields)."""
     from distillery.config import DataConfig, RunConfig
     from distillery.data.encode import prepare_task_data
-    from distillery.data.tasks import task_for
+    from distillery.data.loading import task_for
 
     settings: dict[str, Any] = {}
     if run_dir is not None:

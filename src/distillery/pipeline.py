@@ -21,7 +21,8 @@ import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.config import RunConfig
 from distillery.data.encode import prepare_task_data
-from distillery.data.tasks import get_task, task_for
+from distillery.data.loading import task_for
+from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import claim, discard_unstarted, mark, replace_with, temporary_sibling

@@ -1,7 +1,8 @@
 """What the pipeline hands to a compression method, and the registry of methods.
 
 A method is a module with ``run(ctx: MethodContext) -> PreTrainedModel``, which builds a student from
-``ctx.teacher`` and trains it with the one trainer, and optionally ``check(config, teacher_config)``,
+``ctx.teacher`` and trains it with the one trainer, its options as a :class:`MethodOptions` dataclass
+(``options(config)`` reads them from ``config.method_options``), and optionally ``check(config, teacher_config)``,
 which rejects impossible options before minutes are spent fine-tuning the teacher,
 ``budget_overrides(budget, task)`` (nested settings the method changes in a budget's defaults) and
 ``preset_overrides(name, task)`` (dotted settings of a named preset, e.g. a paper's table). The pipeline does everything around it
@@ -13,11 +14,11 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
@@ -113,9 +114,8 @@ class MethodContext:
 
 
 # -- method options ------------------------------------------------------------------------------
-# A method declares, beside its DEFAULTS, a spec per option: a function (name, value) -> value that
-# returns the value in its type or raises a sentence naming the option. `read_options` applies them
-# all up front, so a bad option fails before the teacher is fine-tuned, not after.
+# A spec is a function (name, value) -> value that returns the value in its type or raises a
+# sentence naming the option; each field of a method's MethodOptions dataclass carries one.
 
 Spec = Callable[[str, Any], Any]
 
@@ -174,16 +174,57 @@ def text(optional: bool = False) -> Spec:
     return check
 
 
-def read_options(method: str, given: dict[str, Any], defaults: dict[str, Any], specs: dict[str, Spec]) -> dict[str, Any]:
-    """``defaults`` updated by ``given``, every option checked by its spec; unknown keys named."""
-    unknown = set(given) - set(defaults)
-    if unknown:
-        renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
-            if "alpha" in unknown and "kd_weight" in defaults else ""
-        raise DistilleryError(f"Unknown option(s) for method {method}: {', '.join(sorted(unknown))}{renamed}; "
-                              f"known: {', '.join(defaults)}.")
-    opts = {**defaults, **given}
-    return {key: specs[key](key, value) if key in specs else value for key, value in opts.items()}
+def option(default: Any = None, spec: Spec | None = None) -> Any:
+    """A field of a method's options: its default and the spec that checks (and types) a value."""
+    return field(default=default, metadata={"spec": spec})
+
+
+@dataclass
+class MethodOptions:
+    """A method's options as one typed dataclass, every field checked by its spec in __post_init__,
+    so a bad value fails with a sentence before the teacher is fine-tuned, not after. Subclasses add
+    fields with :func:`option` and cross-field checks in :meth:`check`; ``ALIASES`` maps another
+    spelling of an option to its field (moebert's ``lambda``, a Python keyword, is the field ``lam``)."""
+
+    METHOD: ClassVar[str] = ""
+    ALIASES: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            spec = f.metadata.get("spec")
+            if spec is not None:
+                setattr(self, f.name, spec(self._name(f.name), getattr(self, f.name)))
+        self.check()
+
+    def check(self) -> None:
+        """Checks that involve several options (none by default)."""
+
+    @classmethod
+    def _name(cls, field_name: str) -> str:  # the name a user writes
+        return next((alias for alias, name in cls.ALIASES.items() if name == field_name), field_name)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [cls._name(f.name) for f in fields(cls)]
+
+    @classmethod
+    def read(cls, given: Mapping[str, Any]):
+        """The options from a ``method_options`` mapping (defaults for the rest); unknown keys named."""
+        given = {cls.ALIASES.get(k, k): v for k, v in given.items()}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(cls._name(k) for k in set(given) - known)
+        if unknown:
+            renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
+                if "alpha" in unknown and "kd_weight" in known else ""
+            raise DistilleryError(f"Unknown option(s) for method {cls.METHOD}: {', '.join(unknown)}{renamed}; "
+                                  f"known: {', '.join(cls.names())}.")
+        return cls(**given)
+
+    @classmethod
+    def check_value(cls, name: str, value: Any) -> Any:
+        """One option's value checked by its field's spec (for commands that take a few of them)."""
+        spec = {f.name: f.metadata.get("spec") for f in fields(cls)}.get(cls.ALIASES.get(name, name))
+        return spec(name, value) if spec is not None else value
 
 
 def get_method(name: str) -> ModuleType:

@@ -137,15 +137,15 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.config import TrainConfig
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
-    from distillery.autotinybert.recipe import SPECS
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
     from distillery.teacher import load_tokenizer, resolve_teacher
 
     # the recipe's own checks of these settings, before the run folder is touched
-    SPECS["strategy"]("strategy", strategy)
-    SPECS["samples"]("samples", samples)
+    AutoTinyBertOptions.check_value("strategy", strategy)
+    AutoTinyBertOptions.check_value("samples", samples)
     out = distributed.on_main(claim, out, "supernet", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
     started = time.time()

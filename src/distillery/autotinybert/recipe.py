@@ -21,75 +21,23 @@ from __future__ import annotations
 import json
 import logging
 import random
-from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
-from distillery.autotinybert.space import STRATEGIES, Arch
+from distillery.autotinybert.space import Arch
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
+from distillery.autotinybert.options import AutoTinyBertOptions, budget_overrides  # noqa: F401 (the pipeline reads budget_overrides here)
+from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
 
-DEFAULTS: dict[str, Any] = {
-    "speedup": 2.0,
-    "budget_ms": None,
-    "strategy": "head-dims",
-    "arch": None,  # None: search; "fast", "conventional" or "l,d_m,d_f,h,d_qkv"
-    "samples": 3,  # M sub-networks per batch (Algorithm 1)
-    "sandwich": True,  # the M are the largest, the smallest and M − 2 random ones (False: all random, as the paper)
-    "inplace_kd": False,  # the smaller ones learn from the largest's outputs instead of the teacher's
-    "rewire": True,  # order FFN neurons and heads by importance before one-shot training
-    "rewire_examples": 2048,  # train examples the importance is read on (None: all)
-    "supernet_steps": None,  # quick 300, full 3000
-    "supernet_lr": 1e-4,
-    "latency_archs": None,  # quick 100, full 200
-    "latency_runs": 10,
-    "generations": None,  # quick 3, full 4
-    "population": None,  # quick 10, full 25
-    "search_backend": "evolution",  # or "optuna" (NSGA-II, constraint on the predicted latency)
-    "p_mutation": 0.5,
-    "p_exploration": 0.5,
-    "budget_floor": 0.85,  # candidates predicted under this share of the budget are not evaluated (0: none)
-    "proxy_examples": 256,  # held-out train examples a candidate is scored on
-    "evaluator": "proxy",  # or "finetune": a short fine-tune of each candidate, scored on held-out train examples
-    "finetune_examples": 1024,
-    "finetune_steps": 100,
-    "further_training": True,  # False: the chosen sub-network as extracted (`autotinybert search`)
-    "supernet": None,  # a trained super-net folder (a run's supernet/, or `autotinybert supernet`): no one-shot phase
-    "kd_weight": 0.5,  # further training: (1 − w)·CE + w·KD, as the distill baseline
-    "temperature": 2.0,
-}
 TEACHER_TYPES = ("bert",)  # the super-net is cut from BertLayer's modules
-QUICK = {"supernet_steps": 300, "latency_archs": 100, "generations": 3, "population": 10}  # 100 timed: ~30 s; 40 gave 8 % MAPE
-FULL = {"supernet_steps": 3000, "latency_archs": 200, "generations": 4, "population": 25}
 
 
-def _steps(low: int = 1):
-    return number(low, whole=True)
-
-
-SPECS = {
-    "speedup": number(above=0), "budget_ms": number(above=0, optional=True), "strategy": one_of(*STRATEGIES),
-    "arch": text(optional=True), "samples": _steps(), "supernet_steps": _steps(), "supernet_lr": number(above=0),
-    # the predictor needs training and held-out architectures
-    "latency_archs": _steps(8), "latency_runs": _steps(), "generations": _steps(), "population": _steps(),
-    "search_backend": one_of("evolution", "optuna"), "p_mutation": number(0, 1), "p_exploration": number(0, 1),
-    "budget_floor": number(0, below=1), "proxy_examples": _steps(), "evaluator": one_of("proxy", "finetune"),
-    "finetune_examples": _steps(), "finetune_steps": _steps(), "further_training": flag(), "supernet": text(optional=True),
-    "kd_weight": number(0, 1), "temperature": number(above=0),
-    "sandwich": flag(), "inplace_kd": flag(), "rewire": flag(), "rewire_examples": number(1, whole=True, optional=True),
-}
-
-
-def options(config) -> dict[str, Any]:
-    sized = QUICK if config.budget == "quick" else FULL
-    opts = read_options("autotinybert", config.method_options, {**DEFAULTS, **sized}, SPECS)
-    if opts["budget_ms"] is None and opts["speedup"] <= 1.0:
-        raise DistilleryError(f"Option speedup must be above 1 (a student faster than the teacher), got {opts['speedup']}.")
-    return opts
+def options(config) -> AutoTinyBertOptions:
+    return AutoTinyBertOptions.read(config.method_options)
 
 
 def check(config, teacher_config) -> None:
@@ -97,9 +45,9 @@ def check(config, teacher_config) -> None:
     from distillery.autotinybert.supernet import check_teacher_family
 
     check_teacher_family(teacher_config)
-    if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
-        parse_arch(opts["arch"])
-    if opts["evaluator"] == "finetune" and distributed.launched():
+    if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
+        parse_arch(opts.arch)
+    if opts.evaluator == "finetune" and distributed.launched():
         # the search runs on the main process alone, and a fine-tune there would wait for the others
         raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
                               "launcher of several processes, or use evaluator=proxy (the default).")
@@ -123,25 +71,25 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     from distillery.autotinybert.supernet import SuperNet
     from distillery.distill.trainer import Trainer
 
-    if opts["supernet"]:
-        supernet, projection = load_supernet(opts["supernet"]), load_projection(opts["supernet"])
+    if opts.supernet:
+        supernet, projection = load_supernet(opts.supernet), load_projection(opts.supernet)
         if supernet.head_kind != ("qa" if ctx.task_data.task.kind == "qa" else "classification") or projection is None:
-            raise DistilleryError(f"{opts['supernet']} is not a super-net trained on a task like this one (head "
+            raise DistilleryError(f"{opts.supernet} is not a super-net trained on a task like this one (head "
                                   f"{supernet.head_kind!r}, projection {'saved' if projection is not None else 'missing'}).")
         if supernet.head.out_features != getattr(ctx.teacher, "num_labels", supernet.head.out_features) \
                 or supernet.config.vocab_size != ctx.teacher.config.vocab_size:
-            raise DistilleryError(f"{opts['supernet']} has another head size or vocabulary than this task's teacher.")
-        if supernet.space.strategy != opts["strategy"]:
-            raise DistilleryError(f"{opts['supernet']} uses the {supernet.space.strategy} strategy, not {opts['strategy']}.")
-        ctx.notes.append(f"Super-net: loaded from {opts['supernet']} (no one-shot phase in this run).")
+            raise DistilleryError(f"{opts.supernet} has another head size or vocabulary than this task's teacher.")
+        if supernet.space.strategy != opts.strategy:
+            raise DistilleryError(f"{opts.supernet} uses the {supernet.space.strategy} strategy, not {opts.strategy}.")
+        ctx.notes.append(f"Super-net: loaded from {opts.supernet} (no one-shot phase in this run).")
         return supernet.eval(), projection
 
-    supernet = SuperNet.from_teacher(ctx.teacher, opts["strategy"])
-    facts = {"rewired": bool(opts["rewire"]), "sandwich": bool(opts["sandwich"]), "inplace_kd": bool(opts["inplace_kd"])}
-    if opts["rewire"]:
+    supernet = SuperNet.from_teacher(ctx.teacher, opts.strategy)
+    facts = {"rewired": bool(opts.rewire), "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
+    if opts.rewire:
         from distillery.importance import unit_importance
 
-        n = opts["rewire_examples"]
+        n = opts.rewire_examples
         logger.info("Importance of the FFN neurons and heads on %s training examples (rewiring).",
                     min(n or len(ctx.task_data.train), len(ctx.task_data.train)))
         neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, ctx.task_data.task.kind,
@@ -150,18 +98,18 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         ctx.notes.append(f"Super-net rewired: FFN neurons and heads of every layer ordered by importance on "
                          f"{min(n or len(ctx.task_data.train), len(ctx.task_data.train))} train examples.")
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
-    cfg = replace(ctx.config.student, max_steps=int(opts["supernet_steps"]), lr=float(opts["supernet_lr"]),
+    cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
     trainer = Trainer(supernet, cfg, ctx.task_data.train, ctx.task_data.collate,
-                      one_shot_loss(ctx.teacher, projection, int(opts["samples"]), cfg.seed,
-                                    sandwich_rule=bool(opts["sandwich"]), inplace=bool(opts["inplace_kd"])),
+                      one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
+                                    sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd)),
                       out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
     supernet = trainer.train().model.eval().cpu()
     if distributed.is_main():
         save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
-                      {"task": ctx.task_data.task.name, "steps": int(opts["supernet_steps"]), "samples": int(opts["samples"]), **facts})
+                      {"task": ctx.task_data.task.name, "steps": int(opts.supernet_steps), "samples": int(opts.samples), **facts})
     return supernet, projection.cpu()
 
 
@@ -205,12 +153,12 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
         raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     train = ctx.train_with_teacher_logits()
     order = random.Random(seed).sample(range(len(train)), len(train))
-    held = int(opts["proxy_examples"])
-    fit = train.select(order[held: held + int(opts["finetune_examples"])])
+    held = int(opts.proxy_examples)
+    fit = train.select(order[held: held + int(opts.finetune_examples)])
     held_out = dataclasses.replace(ctx.task_data, dev=train.select(order[:held]), dev_examples=None)
-    cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts["finetune_steps"]), epochs=1.0, eval_every=None,
+    cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts.finetune_steps), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
-    loss = distillation_loss(task.kind, ctx.teacher, float(opts["kd_weight"]), float(opts["temperature"]))
+    loss = distillation_loss(task.kind, ctx.teacher, float(opts.kd_weight), float(opts.temperature))
 
     def evaluate(arch: Arch) -> float:
         model = supernet.extract(arch).train()
@@ -249,17 +197,17 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
     from distillery.bench import latency_ms
 
     space, seed = supernet.space, ctx.config.student.seed
-    runs = int(opts["latency_runs"])
+    runs = int(opts.latency_runs)
     # the budget hangs on this one figure: three times the runs of an architecture's timing
     teacher = ctx.teacher.cpu().eval()
     teacher_ms = latency_ms({"teacher": teacher}, runs=3 * runs)["teacher"]
-    budget = float(opts["budget_ms"]) if opts["budget_ms"] is not None else teacher_ms / float(opts["speedup"])
-    if isinstance(opts["arch"], str) and opts["arch"] not in ("fast", "conventional"):
-        arch = parse_arch(opts["arch"])
+    budget = float(opts.budget_ms) if opts.budget_ms is not None else teacher_ms / float(opts.speedup)
+    if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
+        arch = parse_arch(opts.arch)
         supernet.check(arch)
         ctx.notes.append(f"Architecture given: {arch}.")
         return arch
-    archs = space.sample_distinct(int(opts["latency_archs"]), random.Random(seed))
+    archs = space.sample_distinct(int(opts.latency_archs), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
                 len(archs), teacher_ms, budget)
     ms = measure(supernet, archs, runs=runs, reference=teacher, reference_ms=teacher_ms)  # in teacher-time units
@@ -268,37 +216,37 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
                    archs, ms, (1, 128), None)
     ctx.notes.append(f"Latency predictor: {len(archs)} architectures timed here; held-out MAPE {report['mape_mlp']:.1f} % "
                      f"(FLOP-count baseline {report['mape_flops']:.1f} %). Budget {budget:.2f} ms = teacher {teacher_ms:.2f} ms"
-                     + (f" / {float(opts['speedup']):g}." if opts["budget_ms"] is None else "."))
+                     + (f" / {float(opts.speedup):g}." if opts.budget_ms is None else "."))
     predict = lambda a: float(predictor.predict([a])[0])
-    if opts["arch"] == "conventional":
+    if opts.arch == "conventional":
         candidates = conventional(space, predict, budget)
-    elif opts["arch"] == "fast":
-        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+    elif opts.arch == "fast":
+        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed)
         fast = fast_candidates(space, predict, budget)
         if not fast:
             raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
         candidates = sorted(fast, key=evaluate, reverse=True)
     else:
-        if opts["evaluator"] == "finetune":
+        if opts.evaluator == "finetune":
             evaluate = finetune_evaluator(supernet, ctx, opts, seed)
-            ylabel = f"{ctx.task_data.task.main_metric} after {opts['finetune_steps']} fine-tune steps (held-out train)"
+            ylabel = f"{ctx.task_data.task.main_metric} after {opts.finetune_steps} fine-tune steps (held-out train)"
         else:
-            evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts["proxy_examples"]), seed)
+            evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed)
             ylabel = "proxy score (−KD loss)"
-        floor = float(opts["budget_floor"]) * budget
-        if opts["search_backend"] == "optuna":
+        floor = float(opts.budget_floor) * budget
+        if opts.search_backend == "optuna":
             from distillery.autotinybert.search import optuna_search, write_log
 
-            result = optuna_search(space, evaluate, predict, budget, trials=int(opts["generations"]) * int(opts["population"]),
-                                   population=int(opts["population"]), seed=seed, journal=ctx.out_dir / "search.journal",
+            result = optuna_search(space, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
+                                   population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
                                    floor_ms=floor)
             write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         else:
             full = space.full()  # the distill baseline's shape: every other layer, full width
             baseline = Arch(len(select_layers(full.layers, None)), full.hidden, full.ffn, full.heads, full.qkv)
-            result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts["generations"]),
-                                         population=int(opts["population"]), p_mutation=float(opts["p_mutation"]),
-                                         p_exploration=float(opts["p_exploration"]), seed=seed,
+            result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts.generations),
+                                         population=int(opts.population), p_mutation=float(opts.p_mutation),
+                                         p_exploration=float(opts.p_exploration), seed=seed,
                                          log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])
         candidates = [c.arch for c in result.best]
         # if the best all miss the budget when measured (the floor keeps them near it, and sub-millisecond
@@ -308,7 +256,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         candidates += [c.arch for c in sorted(result.evaluated, key=lambda c: c.latency_ms)
                        if c.arch not in best and c.latency_ms <= budget and c.score > -1e8]
         write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png", ylabel)
-        ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts['generations']} generations "
+        ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts.generations} generations "
                          f"(search.json, search.png).")
     for arch in candidates:  # what ships must meet the budget as measured, not only as predicted
         # timed beside the teacher like the predictor's architectures (see ``measure``), with more runs
@@ -318,7 +266,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
                              f"(budget {budget:.2f} ms).")
             (ctx.out_dir / "architecture.json").write_text(json.dumps(
                 {**arch.as_dict(), "predicted_ms": predict(arch), "measured_ms": measured, "budget_ms": budget,
-                 "teacher_ms": teacher_ms, "choice": opts["arch"] or "search"}, indent=2))
+                 "teacher_ms": teacher_ms, "choice": opts.arch or "search"}, indent=2))
             return arch
         logger.info("%s measured %.2f ms (in teacher time), over the budget by more than 5 %%: next candidate.", arch, measured)
     raise DistilleryError(f"None of the {len(candidates)} candidates met the {budget:.2f} ms budget when measured "
@@ -335,7 +283,7 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     # writes the search's files; every process then trains the architecture it chose
     arch = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
     student = supernet.extract(arch)
-    if not opts["further_training"]:
+    if not opts.further_training:
         ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
                          "(`distillery autotinybert train --arch ...` trains it).")
         return student.eval()
@@ -343,6 +291,6 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     train = ctx.task_data.train
     if kind != "qa":
         train = ctx.train_with_teacher_logits()
-    kd_weight, t = float(opts["kd_weight"]), float(opts["temperature"])
+    kd_weight, t = float(opts.kd_weight), float(opts.temperature)
     ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network.")
     return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert", train_dataset=train)

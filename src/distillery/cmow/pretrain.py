@@ -100,21 +100,21 @@ def pretrain(
     """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
-    from distillery.cmow.recipe import SPECS
+    from distillery.cmow.recipe import CMOWOptions
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
 
     out = Path(out)
-    SPECS["kd_weight"]("kd_weight", kd_weight)
-    SPECS["temperature"]("temperature", temperature)
+    CMOWOptions.check_value("kd_weight", kd_weight)
+    CMOWOptions.check_value("temperature", temperature)
     if hidden_loss not in HIDDEN_LOSSES:
         raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
     # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
     for key, value in (model_options or {}).items():
-        if key in SPECS:
-            SPECS[key](key, value)
+        if key in CMOWOptions.names():
+            CMOWOptions.check_value(key, value)
     out = distributed.on_main(claim, out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()

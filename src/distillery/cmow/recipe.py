@@ -8,13 +8,14 @@ train:  L = (1 − w)·CE(y) + w·CE(softmax(teacher / T), student) (w: kd_weigh
         expected value is the gold (or the teacher's) score, and the model predicts the expected score.
         Early stopping on dev (``student.patience`` evaluations without a new best).
 
-Options (``RunConfig.method_options``): see DEFAULTS.
+Options (``RunConfig.method_options``): see CMOWOptions.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
@@ -22,25 +23,27 @@ from distillery.cmow.modeling_cmow import COMPONENTS, HEADS, PAIR_MODES, CMOWCon
 from distillery.data.encode import TARGETS
 from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
+from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
 
 logger = logging.getLogger("distillery")
 
-DEFAULTS: dict[str, Any] = {
-    "component": "hybrid",
-    "bidirectional": True,
-    "matrix_dim": 20,
-    "vector_dim": 400,
-    "pair_mode": None,  # None: diffcat for sentence pairs (the paper's), joint otherwise
-    "head": "mlp",
-    "dropout": 0.1,  # on the embeddings' Δ and vectors (CMOWConfig's defaults)
-    "head_dropout": 0.2,
-    "kd_weight": 0.5,  # (1 − w)·CE(gold) + w·soft CE(teacher), as every method
-    "temperature": 1.0,
-    "bin_width": 0.2,
-    "init": None,
-    "train_examples": "all",  # "all": the whole train split, labelled by the teacher; "budget": the run's limit
-}
+@dataclass
+class CMOWOptions(MethodOptions):
+    METHOD: ClassVar[str] = "cmow"
+    component: str = option("hybrid", one_of(*COMPONENTS))
+    bidirectional: bool = option(True, flag())
+    matrix_dim: int = option(20, number(1, whole=True))
+    vector_dim: int = option(400, number(1, whole=True))
+    pair_mode: str | None = option(None, one_of(*PAIR_MODES, optional=True))  # None: diffcat for pairs (the paper's)
+    head: str = option("mlp", one_of(*HEADS))
+    dropout: float = option(0.1, number(0, below=1))  # on the embeddings' Δ and vectors (CMOWConfig's defaults)
+    head_dropout: float = option(0.2, number(0, below=1))
+    kd_weight: float = option(0.5, number(0, 1))  # (1 − w)·CE(gold) + w·soft CE(teacher), as every method
+    temperature: float = option(1.0, number(above=0))
+    bin_width: float = option(0.2, number(above=0))
+    init: str | None = option(None, text(optional=True))
+    # "all": the whole train split, labelled by the teacher; "budget": the run's limit
+    train_examples: str = option("all", one_of("all", "budget"))
 
 
 def budget_overrides(budget: str, task: str) -> dict[str, Any]:
@@ -51,27 +54,18 @@ def budget_overrides(budget: str, task: str) -> dict[str, Any]:
                         "warmup_ratio": 0.0, "eval_every": None, "max_grad_norm": 1.0}}
 
 
-SPECS = {
-    "component": one_of(*COMPONENTS), "bidirectional": flag(), "matrix_dim": number(1, whole=True),
-    "vector_dim": number(1, whole=True), "pair_mode": one_of(*PAIR_MODES, optional=True), "head": one_of(*HEADS),
-    "dropout": number(0, below=1), "head_dropout": number(0, below=1),
-    "kd_weight": number(0, 1), "temperature": number(above=0), "bin_width": number(above=0), "init": text(optional=True),
-    "train_examples": one_of("all", "budget"),
-}
-
-
-def options(config) -> dict[str, Any]:
-    return read_options("cmow", config.method_options, DEFAULTS, SPECS)
+def options(config) -> CMOWOptions:
+    return CMOWOptions.read(config.method_options)
 
 
 def check(config, teacher_config) -> None:
     opts = options(config)
     if config.data.task in ("squad", "squad_v2"):
         raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
-    if opts["init"] is not None:
-        init_config = CMOWConfig.from_pretrained(_model_dir(opts["init"]))
+    if opts.init is not None:
+        init_config = CMOWConfig.from_pretrained(_model_dir(opts.init))
         if init_config.vocab_size != teacher_config.vocab_size:
-            raise DistilleryError(f"--init {opts['init']} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
+            raise DistilleryError(f"--init {opts.init} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
                                   f"{teacher_config.vocab_size}: CMOW students share the teacher's tokenizer.")
 
 
@@ -88,36 +82,36 @@ def score_bins(labels, width: float) -> list[float]:
     return [lo + i * width for i in range(n)] if n > 1 else [lo, lo + width]
 
 
-def build_student(ctx: MethodContext, opts: dict[str, Any]) -> CMOWForSequenceClassification:
+def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClassification:
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
-    pair_mode = opts["pair_mode"] or ("diffcat" if task.is_pair else "joint")
+    pair_mode = opts.pair_mode or ("diffcat" if task.is_pair else "joint")
     bins = None
     if task.kind == "regression":
-        bins = score_bins(ctx.task_data.train["labels"], float(opts["bin_width"]))
+        bins = score_bins(ctx.task_data.train["labels"], float(opts.bin_width))
     config = CMOWConfig(
-        vocab_size=ctx.teacher.config.vocab_size, component=opts["component"], bidirectional=bool(opts["bidirectional"]),
-        matrix_dim=int(opts["matrix_dim"]), vector_dim=int(opts["vector_dim"]), pair_mode=pair_mode, head=opts["head"],
-        dropout=float(opts["dropout"]), head_dropout=float(opts["head_dropout"]),
+        vocab_size=ctx.teacher.config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
+        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), pair_mode=pair_mode, head=opts.head,
+        dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
         num_labels=1 if task.kind == "regression" else ctx.teacher.config.num_labels, score_bins=bins,
         pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
         id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),
     )
     student = CMOWForSequenceClassification(config)
-    if opts["init"] is not None:
+    if opts.init is not None:
         from safetensors.torch import load_file
 
-        folder = _model_dir(opts["init"])
+        folder = _model_dir(opts.init)
         source = CMOWConfig.from_pretrained(folder)
         for name in ("component", "bidirectional", "matrix_dim", "vector_dim"):
             if getattr(source, name) != getattr(config, name):
-                raise DistilleryError(f"--init {opts['init']} has {name}={getattr(source, name)!r}, this run {getattr(config, name)!r}.")
+                raise DistilleryError(f"--init {opts.init} has {name}={getattr(source, name)!r}, this run {getattr(config, name)!r}.")
         state = load_file(str(folder / "model.safetensors"))
         encoder = {k.split("encoder.", 1)[1]: v for k, v in state.items() if "encoder." in k}
         student.encoder.load_state_dict(encoder, strict=True)
-        ctx.notes.append(f"Student encoder initialised from the general-distilled {opts['init']}.")
+        ctx.notes.append(f"Student encoder initialised from the general-distilled {opts.init}.")
     ctx.notes.append(f"Student: {'bidirectional ' if config.bidirectional else ''}CMOW/CBOW {config.component} "
                      f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {pair_mode} encoding"
-                     + (f", {len(bins)} score bins of {opts['bin_width']}" if bins else "") + ".")
+                     + (f", {len(bins)} score bins of {opts.bin_width}" if bins else "") + ".")
     return student
 
 
@@ -146,10 +140,10 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     opts = options(ctx.config)
     ctx.teacher.eval()
     student = build_student(ctx, opts)
-    kd_weight, t = float(opts["kd_weight"]), float(opts["temperature"])
+    kd_weight, t = float(opts.kd_weight), float(opts.temperature)
     ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
     task_data = ctx.task_data
-    if opts["train_examples"] == "all" and ctx.config.data.train_limit is not None:
+    if opts.train_examples == "all" and ctx.config.data.train_limit is not None:
         # A CMOW student costs a few minutes per epoch of the whole split; the teacher, fine-tuned on
         # the budget's examples, labels all of them (distillation data, as the paper's students use).
         from dataclasses import replace

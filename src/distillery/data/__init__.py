@@ -12,8 +12,8 @@ from distillery.data.encode import (
     postprocess_squad,
     prepare_task_data,
 )
-from distillery.data.loading import load_raw, squad_holdout_split
-from distillery.data.tasks import TASKS, TaskSpec, custom_task, get_task, task_for
+from distillery.data.loading import custom_task, load_raw, squad_holdout_split, task_for
+from distillery.data.tasks import TASKS, TaskSpec, get_task
 
 __all__ = [
     "TASKS",

@@ -26,7 +26,7 @@ import datasets
 import numpy as np
 
 from distillery.config import DataConfig
-from distillery.data.tasks import TaskSpec, custom_label
+from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -496,3 +496,47 @@ def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[in
 
 # A stand-in spec for the QA schema (read_squad_json does not know which SQuAD version it reads).
 _QA_SHAPE = TaskSpec(name="qa", kind="qa", labels=None, metrics=("f1",), main_metric="f1")
+
+
+def custom_task(data_config: "DataConfig") -> TaskSpec:
+    """A TaskSpec for your own CSV/TSV/JSONL files, labels discovered from the train file.
+
+    Classification labels are the distinct values of the label column in ``train_file`` (or in
+    ``dev_file`` when there is no train file), sorted (numbers by value, then strings), so class
+    ids are stable across runs. With ``data_config.regression`` every label must be a number.
+    Metrics: accuracy and macro F1 (main: accuracy), or Pearson/Spearman (main: Pearson).
+    """
+    source = data_config.train_file or data_config.dev_file
+    if not source:
+        raise DistilleryError("Task 'custom' needs --train-file (and usually --dev-file) pointing at your CSV/TSV/JSONL data.")
+    text_column = data_config.text_column or "text"
+    label_column = data_config.label_column or "label"
+    rows = read_custom_rows(source, [text_column, data_config.text_pair_column, label_column])
+    common = dict(
+        name="custom",
+        is_pair=data_config.text_pair_column is not None,
+        train_file=data_config.train_file,
+        dev_file=data_config.dev_file,
+        text_column=text_column,
+        text_pair_column=data_config.text_pair_column,
+        label_column=label_column,
+        hub_splits=(),
+    )
+    for line, row in rows:
+        custom_label(row[label_column], f"{source}, line {line}", label_column, data_config.regression)
+    if data_config.regression:
+        return TaskSpec(kind="regression", labels=None, metrics=("pearson", "spearman"), main_metric="pearson", **common)
+    labels = tuple(sorted({row[label_column] for _, row in rows}, key=label_sort_key))
+    if len(labels) < 2:
+        raise DistilleryError(
+            f"{source}: column {label_column!r} holds only the label {labels[0]!r}; classification needs at least two "
+            f"labels (use --regression for numeric targets)."
+        )
+    return TaskSpec(kind="classification", labels=labels, metrics=("accuracy", "macro_f1"), main_metric="accuracy", **common)
+
+
+def task_for(data_config: "DataConfig") -> TaskSpec:
+    """The TaskSpec a DataConfig asks for: a registered task, or one built from custom files."""
+    if str(data_config.task).lower() == "custom":
+        return custom_task(data_config)
+    return get_task(data_config.task)

@@ -13,7 +13,7 @@ train:  L = CE(f(x), y) + λ·(L_trm + L_pred) (§3.2–3.3) with the one traine
 save:   the run folder as every method; plus importance.safetensors and the per-expert load on dev
         (expert_load.json, expert_load.png).
 
-Options (``RunConfig.method_options``): see DEFAULTS. ``init`` is a folder with an already converted
+Options (``RunConfig.method_options``): see MoEBertOptions. ``init`` is a folder with an already converted
 MoEBERT model (``distillery moebert convert``): training starts from it instead of converting.
 """
 
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -36,27 +37,10 @@ import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
-from distillery.recipe import MethodContext, flag, number, one_of, read_options, text
+from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
 
 logger = logging.getLogger("distillery")
 
-DEFAULTS: dict[str, Any] = {
-    "experts": 4,
-    "expert_size": None,  # d_h / experts
-    "shared": None,  # d_h / 6 rounded to a multiple of 8
-    "split": "import",
-    "routing": "hash-r",
-    "shared_mode": "tied",
-    "gate_scale": "prob",
-    "distill_layers": "all",
-    "lambda": 1.0,
-    "balance_weight": 0.01,
-    "importance_examples": 2048,
-    # least-squares refit of the output weights after conversion (ours: refit.py). None: on for
-    # classification and regression, off for QA, where it lost (SQuAD quick: F1 39.6 with, 45.3 without)
-    "refit": None,
-    "init": None,
-}
 DISTILL_LAYERS = ("all", "last", "skip", "none")
 TEACHER_TYPES = ("bert", "roberta")  # the two embeddings and heads modeling_moebert has
 
@@ -96,29 +80,38 @@ def budget_overrides(budget: str, task: str) -> dict[str, Any]:
     return {"student": {"lr": 2e-4 if budget == "quick" else 1e-4}}
 
 
-SPECS = {
-    "experts": number(1, whole=True), "expert_size": number(1, whole=True, optional=True),
-    "shared": number(0, whole=True, optional=True), "split": one_of(*SPLITS), "routing": one_of(*ROUTINGS),
-    "shared_mode": one_of(*SHARED_MODES), "gate_scale": one_of(*GATE_SCALES), "distill_layers": one_of(*DISTILL_LAYERS),
-    "lambda": number(0), "balance_weight": number(0), "importance_examples": number(1, whole=True, optional=True),
-    "refit": flag(optional=True), "init": text(optional=True),
-}
+@dataclass
+class MoEBertOptions(MethodOptions):
+    METHOD: ClassVar[str] = "moebert"
+    ALIASES: ClassVar[dict[str, str]] = {"lambda": "lam"}  # `lambda` is a Python keyword
+    experts: int = option(4, number(1, whole=True))
+    expert_size: int | None = option(None, number(1, whole=True, optional=True))  # None: d_h / experts
+    shared: int | None = option(None, number(0, whole=True, optional=True))  # None: d_h / 6 rounded to a multiple of 8
+    split: str = option("import", one_of(*SPLITS))
+    routing: str = option("hash-r", one_of(*ROUTINGS))
+    shared_mode: str = option("tied", one_of(*SHARED_MODES))
+    gate_scale: str = option("prob", one_of(*GATE_SCALES))
+    distill_layers: str = option("all", one_of(*DISTILL_LAYERS))
+    lam: float = option(1.0, number(0))
+    balance_weight: float = option(0.01, number(0))
+    importance_examples: int | None = option(2048, number(1, whole=True, optional=True))
+    # least-squares refit of the output weights after conversion (ours: refit.py). None: on for
+    # classification and regression, off for QA, where it lost (SQuAD quick: F1 39.6 with, 45.3 without)
+    refit: bool | None = option(None, flag(optional=True))
+    init: str | None = option(None, text(optional=True))
 
 
-def options(config) -> dict[str, Any]:
-    opts = dict(config.method_options)
-    if "lam" in opts:  # `lambda` is a Python keyword; accept both spellings
-        opts["lambda"] = opts.pop("lam")
-    return read_options("moebert", opts, DEFAULTS, SPECS)
+def options(config) -> MoEBertOptions:
+    return MoEBertOptions.read(config.method_options)
 
 
-def expert_shape(opts: dict[str, Any], d_h: int) -> tuple[int, int, int]:
+def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
     """(N, d_e, s) from the options and the teacher's FFN size; a sentence if impossible."""
-    n = int(opts["experts"])
+    n = int(opts.experts)
     if n < 1:
         raise DistilleryError(f"--experts must be at least 1, got {n}.")
-    d_e = int(opts["expert_size"]) if opts["expert_size"] is not None else d_h // n
-    s = int(opts["shared"]) if opts["shared"] is not None else min(shared_default(d_h), d_e)
+    d_e = int(opts.expert_size) if opts.expert_size is not None else d_h // n
+    s = int(opts.shared) if opts.shared is not None else min(shared_default(d_h), d_e)
     try:
         check_expert_shape(d_h, n, d_e, s)
     except ValueError as e:
@@ -128,10 +121,10 @@ def expert_shape(opts: dict[str, Any], d_h: int) -> tuple[int, int, int]:
 
 def check(config, teacher_config) -> None:
     opts = options(config)
-    if opts["init"] is None:
+    if opts.init is None:
         expert_shape(opts, teacher_config.intermediate_size)
-    elif not (Path(opts["init"]) / "config.json").is_file():
-        raise DistilleryError(f"--init {opts['init']} is not a saved model folder (no config.json).")
+    elif not (Path(opts.init) / "config.json").is_file():
+        raise DistilleryError(f"--init {opts.init} is not a saved model folder (no config.json).")
 
 
 def distilled_layers(which: str, num_layers: int) -> list[int]:
@@ -171,19 +164,19 @@ def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float,
     return loss_fn
 
 
-def compute_importance(teacher: PreTrainedModel, task_data, config, opts: dict[str, Any]) -> torch.Tensor:
+def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions) -> torch.Tensor:
     """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample)."""
-    n = opts["importance_examples"]
+    n = opts.importance_examples
     logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(task_data.train), len(task_data.train)))
     return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
                           batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
 
 
-def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: dict[str, Any]) -> Path:
+def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: MoEBertOptions) -> Path:
     """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = opts["importance_examples"]
+    n = opts.importance_examples
     save_file({"importance": scores.contiguous()}, str(path), metadata={
         "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
         "examples": str(min(n or len(task_data.train), len(task_data.train)))})
@@ -197,24 +190,24 @@ def load_importance(path: str | Path) -> torch.Tensor:
         raise DistilleryError(f"Cannot read importance scores from {path}: {e}") from None
 
 
-def wants_refit(opts: dict[str, Any], kind: str) -> bool:
+def wants_refit(opts: MoEBertOptions, kind: str) -> bool:
     """Whether to refit: as set, else on except for QA (measured: it helped on SST-2, 7 seeds, and
     lost 5.7 F1 on SQuAD, one seed)."""
-    return bool(opts["refit"]) if opts["refit"] is not None else kind != "qa"
+    return bool(opts.refit) if opts.refit is not None else kind != "qa"
 
 
-def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str, Any],
+def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions,
                     importance: torch.Tensor | None) -> tuple[PreTrainedModel, str | None]:
     """The teacher converted by the options (importance None: the random split needs none), and a
     line on the output refit when there was one."""
     n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
-    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts["routing"] == "hash-b" else None
-    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts["split"],
-                      shared_mode=opts["shared_mode"], routing=opts["routing"], gate_scale=opts["gate_scale"],
+    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts.routing == "hash-b" else None
+    student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
+                      shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
                       token_counts=counts, seed=config.student.seed)
     if wants_refit(opts, task_data.task.kind):
         loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
-                               opts["importance_examples"], config.student.seed)
+                               opts.importance_examples, config.student.seed)
         errors = refit_outputs(student, teacher, loader)
         line = (f"Output weights refitted by least squares on {len(loader.dataset)} training examples: FFN output "
                 f"MSE against the dense FFN per layer {' '.join(f'{b:.3g}' for b, _ in errors)} -> "
@@ -224,20 +217,20 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: dict[str,
     return student, None
 
 
-def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
+def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
     """The converted model (or the --init one), before training. The importance scores are kept in
     the run folder, so that a resumed run converts the same way without scoring again."""
-    if opts["init"] is not None:
+    if opts.init is not None:
         from distillery.modeling import load_pretrained
 
-        student = load_pretrained(opts["init"])
+        student = load_pretrained(opts.init)
         if not isinstance(student, MoEBertPreTrainedModel):
-            raise DistilleryError(f"--init {opts['init']} holds a {type(student).__name__}, not a MoEBERT model.")
-        ctx.notes.append(f"Student: the converted MoEBERT model in {opts['init']}.")
+            raise DistilleryError(f"--init {opts.init} holds a {type(student).__name__}, not a MoEBERT model.")
+        ctx.notes.append(f"Student: the converted MoEBERT model in {opts.init}.")
         return student
     teacher, task_data, config = ctx.teacher, ctx.task_data, ctx.config
     importance = None
-    if opts["split"] != "random":
+    if opts.split != "random":
         path = ctx.out_dir / "importance.safetensors"
         if ctx.resume and path.is_file():
             importance = load_importance(path)
@@ -249,7 +242,7 @@ def build_student(ctx: MethodContext, opts: dict[str, Any]) -> PreTrainedModel:
     d_h, c = teacher.config.intermediate_size, student.config
     n, d_e, s = c.num_experts, c.expert_size, c.shared_size
     ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
-                     f"shared ({opts['shared_mode']}), split {opts['split']}, routing {opts['routing']}; "
+                     f"shared ({opts.shared_mode}), split {opts.split}, routing {opts.routing}; "
                      f"{d_h - s - n * (d_e - s)} least important neurons per layer dropped.")
     if refit_line:
         ctx.notes.append(refit_line)
@@ -302,11 +295,11 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
     teacher.eval()
     student = build_student(ctx, opts)
-    layers = None if opts["distill_layers"] == "none" else distilled_layers(opts["distill_layers"], teacher.config.num_hidden_layers)
-    lam = float(opts["lambda"])
+    layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
+    lam = float(opts.lam)
     ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
-                     + (f" + {opts['balance_weight']}·load balance" if student.config.routing == "gate" else "") + ".")
-    loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts["balance_weight"]))
+                     + (f" + {opts.balance_weight}·load balance" if student.config.routing == "gate" else "") + ".")
+    loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
     student = ctx.train(student, loss_fn, desc="moebert")
     if distributed.is_main():  # the dev pass and its chart are part of the report
         ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
@@ -320,7 +313,7 @@ def run(ctx: MethodContext) -> PreTrainedModel:
 
 def _teacher_and_data(config):
     from distillery.data.encode import prepare_task_data
-    from distillery.data.tasks import task_for
+    from distillery.data.loading import task_for
     from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 
     task = task_for(config.data)
@@ -351,7 +344,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     teacher, tokenizer, task_data = _teacher_and_data(config)
     expert_shape(opts, teacher.config.intermediate_size)  # an impossible shape fails before any scoring
     importance = None
-    if opts["split"] != "random":
+    if opts.split != "random":
         importance = (load_importance(importance_path) if importance_path is not None
                       else compute_importance(teacher, task_data, config, opts))
     save_model(convert_teacher(teacher, task_data, config, opts, importance)[0], tokenizer, out)
