@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from common import (RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser,
+from common import (RESULTS, ROOT, record_from_run, replace_readme_block, run_tasks, student_score, task_parser,
                     teacher_and_student, upsert_result)
 
 from distillery.bench import benchmark, hardware_fingerprint
@@ -80,8 +81,12 @@ def run_importance(args) -> None:
 
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import task_for
-    from distillery.importance import ffn_importance, reference_importance
+    from distillery.importance import ffn_importance
     from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
+
+    if str(ROOT) not in sys.path:  # the per-example reference is a test oracle: tests/oracles.py
+        sys.path.insert(0, str(ROOT))
+    from tests.oracles import reference_importance
 
     config = build_run_config(method="moebert", task="sst2", data_dir=args.data_dir)
     task = task_for(config.data)
