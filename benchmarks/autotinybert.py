@@ -6,11 +6,11 @@
 predictor  K architectures sampled from the MiniLM super-net (head-dims), each extracted and timed at 1×128
            as a standalone model beside the teacher (in teacher-time units, as the recipe times them); the MLP
            predictor and the FLOP-count baseline fitted on part of them and scored on the held-out rest →
-           results/autotinybert-latency.json and the README's block.
+           results/autotinybert-latency.json and the block in docs/autotinybert.md.
 main       per speed-up and task: ``distillery compress --method autotinybert --speedup S`` (search) and the
            conventional rule at the searched model's measured speed-up (``--option arch=conventional``), all from the one super-net
            the first run of the task trained (``--option supernet=...``), trained identically →
-           results/autotinybert-<budget>.json and the README's results table.
+           results/autotinybert-<budget>.json and the results tables (docs/results.md, README.md's summary).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import time
 from pathlib import Path
 
-from common import RESULTS, replace_readme_block, run_tasks, task_parser
+from common import DOCS, RESULTS, replace_block, run_tasks, task_parser
 
 from distillery.cli import setup_logging
 
@@ -46,10 +46,10 @@ def run_predictor(args) -> None:
               "measurements": [{**a.as_dict(), "ms": m} for a, m in zip(archs, ms)]}
     (RESULTS / "autotinybert-latency.json").write_text(json.dumps(record, indent=2))
     print(json.dumps({k: v for k, v in record.items() if k != "measurements"}, indent=2))
-    write_readme_block()
+    write_docs_block()
 
 
-def readme_block() -> str:
+def predictor_block() -> str:
     path = RESULTS / "autotinybert-latency.json"
     if not path.is_file():
         return ""
@@ -111,8 +111,8 @@ def ranking_line() -> str:
             f"**{r['pairwise_accuracy']:.2f}** (Eq. 5), Kendall τ {r['kendall_tau']:.2f}.\n")
 
 
-def write_readme_block() -> None:
-    replace_readme_block("autotinybert", "\n".join([readme_block(), *comparison_lines(), ranking_line()]).strip() + "\n")
+def write_docs_block() -> None:
+    replace_block(DOCS / "autotinybert.md", "autotinybert", "\n".join([predictor_block(), *comparison_lines(), ranking_line()]).strip() + "\n")
 
 
 def pairwise_accuracy(a: list[float], b: list[float]) -> float:
@@ -170,7 +170,7 @@ def run_ranking(args) -> None:
               "seconds": time.time() - started, "rows": rows}
     (RESULTS / "autotinybert-ranking.json").write_text(json.dumps(record, indent=2))
     print(json.dumps({k: v for k, v in record.items() if k != "rows"}, indent=2))
-    write_readme_block()
+    write_docs_block()
 
 
 def main() -> None:
@@ -192,7 +192,7 @@ def main() -> None:
         run_main(args)
     if "ranking" in args.only:
         run_ranking(args)
-    write_readme_block()
+    write_docs_block()
 
 
 def run_main(args) -> None:

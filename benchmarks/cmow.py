@@ -6,12 +6,13 @@
 
 main        ``distillery compress --method cmow`` (bidirectional hybrid, d = 20, d_vec = 400, MLP head, DiffCat
             for pairs, task-specific distillation from random init) per task into
-            runs/bench-<task>-cmow-<budget>/ → benchmarks/results/cmow-<budget>.json and the README's results
-            table (throughput at 256×64 and latency at 1×128, student and teacher in one process).
+            runs/bench-<task>-cmow-<budget>/ → benchmarks/results/cmow-<budget>.json and the results tables
+            (docs/results.md, README.md's summary): throughput at 256×64 and latency at 1×128, student and
+            teacher in one process.
 pretrain    general distillation on a slice of the corpus (``--corpus-lines`` lines, ``--pretrain-steps``
             steps) with the built-in teacher → runs/cmow-pretrain/ (its size and time in the results).
 ablations   the paper's ablations, each a quick run beside the main one → results/cmow-ablations.json and
-            the README's CMOW block, with a line per ablation on whether the paper's direction held.
+            the CMOW block in docs/cmow.md, with a line per ablation on whether the paper's direction held.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common import RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser, upsert_result
+from common import DOCS, RESULTS, record_from_run, replace_block, run_tasks, student_score, task_parser, upsert_result
 
 from distillery.cli import setup_logging
 
@@ -82,10 +83,10 @@ def run_ablations(args) -> None:
             rec.update(ablation=name, options=options)
             upsert_result("cmow-ablations", rec, key=lambda r: (r["ablation"], r["task"]))
             print(f"ablation {name} on {task}: {rec['metrics']['student'][rec['main_metric']]:.4f}")
-    write_readme_block()
+    write_docs_block()
 
 
-def readme_block() -> str:
+def ablations_block() -> str:
     lines = []
     pre = RESULTS / "cmow-pretrain.json"
     if pre.is_file():
@@ -120,8 +121,8 @@ def readme_block() -> str:
     return "\n".join(lines)
 
 
-def write_readme_block() -> None:
-    replace_readme_block("cmow", readme_block())
+def write_docs_block() -> None:
+    replace_block(DOCS / "cmow.md", "cmow", ablations_block())
 
 
 def main() -> None:
@@ -136,7 +137,7 @@ def main() -> None:
     for step in args.only:
         if step == "main":
             run_tasks("cmow", args)
-            write_readme_block()
+            write_docs_block()
         else:
             {"pretrain": run_pretrain, "ablations": run_ablations}[step](args)
 

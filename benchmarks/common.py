@@ -1,4 +1,6 @@
-"""Shared by the benchmark scripts: run folder → result record, results JSON, README table."""
+"""Shared by the benchmark scripts: run folder → result record, results JSON, and the marked blocks
+they rewrite: the full results table in docs/results.md, the compact SST-2 summary in README.md, and
+each method's block in its docs/<method>.md (between ``<!-- name:start -->`` and ``<!-- name:end -->``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+RESULTS_DOC = DOCS / "results.md"
+# The README's compact table: one row per method on SST-2 (quick budget), by results-table label.
+SUMMARY_METHODS = ("distill", "moebert", "cmow", "autotinybert speedup=2", "autotinybert speedup=4")
 
 
 def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
@@ -75,8 +81,8 @@ def task_parser(doc: str, tasks: list[str], method: str, variants: bool = True) 
 def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
     """``distillery compress --method <method>`` per task of ``args.tasks`` into
     runs/bench-<task>-<method>[-<option values>]-<budget>/ (or ``--rebench`` / ``--reuse`` the finished
-    folder), then one record per task in benchmarks/results/<method>[...]-<budget>.json and the README
-    table. ``args.option`` (KEY=VALUE method options) makes a variant with its own runs and rows."""
+    folder), then one record per task in benchmarks/results/<method>[...]-<budget>.json and the results
+    tables (docs/results.md, README.md's summary). ``args.option`` (KEY=VALUE method options) makes a variant with its own runs and rows."""
     from distillery.cli import parse_options
     from distillery.pipeline import build_run_config, compress
 
@@ -98,7 +104,7 @@ def run_tasks(method: str, args, task_overrides=lambda task: {}) -> None:
         records = {r["task"]: r for r in load_all_results() if r["method"] == label and r["budget"] == args.budget}
         records[task] = record
         save_results(name, list(records.values()))
-        update_readme(load_all_results())
+        update_results_tables(load_all_results())
         print(f"{task}: recorded in benchmarks/results/{name}.json")
 
 
@@ -126,7 +132,7 @@ def upsert_result(name: str, record: dict, key) -> Path:
 
 def load_all_results(variants: bool = False) -> list[dict]:
     """Every teacher-vs-student record under benchmarks/results/. Deployment records
-    (benchmarks/deploy.py: a ``variant`` such as ``student-onnx-int8``) have their own README table
+    (benchmarks/deploy.py: a ``variant`` such as ``student-onnx-int8``) have their own table (docs/deployment.md)
     and are left out unless ``variants``; so are ablation runs (``ablation``) and files that are not
     run records (timings, speed tables)."""
     records = []
@@ -170,16 +176,54 @@ def results_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def replace_readme_block(name: str, content: str) -> None:
-    """Replace what stands between the README's ``<!-- name:start -->`` and ``<!-- name:end -->``."""
-    text = README.read_text()
+def summary_table(records: list[dict]) -> str:
+    """Markdown: the README's compact table. The teacher, one SST-2 (quick budget) row per method of
+    ``SUMMARY_METHODS`` that has a record, and the SST-2 reference points users can get without
+    distillery (distillery.report.SST2_REFERENCE_POINTS, the built-in teacher's fp32 row left out)."""
+    from distillery.report import SST2_REFERENCE_POINTS
+
+    rows = {r["method"]: r for r in records if r["task"] == "sst2" and r["budget"] == "quick"}
+    chosen = [rows[m] for m in SUMMARY_METHODS if m in rows]
+    lines = [
+        "| model | SST-2 dev accuracy | of the teacher's | params | latency speed-up (1×128) | throughput speed-up (256×64) |",
+        "|---|---|---|---|---|---|",
+    ]
+    if chosen:
+        t = chosen[0]
+        lines.append(f"| teacher (built-in MiniLM-L6, fine-tuned here) | {t['metrics']['teacher']['accuracy']:.3f} | 100 % | "
+                     f"{t['models']['teacher']['params'] / 1e6:.1f}M | 1.00× | 1.00× |")
+    for r in chosen:
+        lines.append(f"| `{r['method']}` | {r['metrics']['student']['accuracy']:.3f} | {100 * r['retention']:.1f} % | "
+                     f"{r['models']['student']['params'] / 1e6:.1f}M | {r['speedup']['latency']:.2f}× | "
+                     f"{r['speedup']['throughput']:.2f}× |")
+    for p in SST2_REFERENCE_POINTS[1:]:
+        lat, tp = p["latency_speedup"], p["throughput_speedup"]
+        lines.append(f"| *reference: {p['name']}* | {p['accuracy']:.3f} | — | — | "
+                     f"{'—' if lat is None else f'{lat:.2f}×'} | "
+                     f"{'—' if tp is None else (f'~{tp:.0f}×' if tp >= 50 else f'{tp:.2f}×')} |")
+    hw = chosen[0]["hardware"] if chosen else {}
+    if hw:
+        lines.append("")
+        lines.append(f"Quick budget; each speed-up against the teacher measured in the same process as the student, "
+                     f"on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), torch {hw.get('torch')}, "
+                     f"GPU: {hw.get('gpu') or 'none'}. Every task, variant and FLOP-ideal ratio: "
+                     f"[docs/results.md](docs/results.md).")
+    return "\n".join(lines)
+
+
+def replace_block(path: Path, name: str, content: str) -> None:
+    """Replace what stands between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``
+    (README.md or a docs/ page)."""
+    path = Path(path)
+    text = path.read_text()
     block = f"<!-- {name}:start -->\n{content}\n<!-- {name}:end -->"
     new, n = re.subn(rf"<!-- {name}:start -->.*?<!-- {name}:end -->", lambda _: block, text, flags=re.S)
     if n != 1:
-        raise SystemExit(f"README.md has no <!-- {name}:start --> ... <!-- {name}:end --> block.")
-    README.write_text(new)
+        raise SystemExit(f"{path} has no <!-- {name}:start --> ... <!-- {name}:end --> block.")
+    path.write_text(new)
 
 
-def update_readme(records: list[dict]) -> None:
-    """The README's results table, made anew from the records."""
-    replace_readme_block("results", results_table(records))
+def update_results_tables(records: list[dict]) -> None:
+    """docs/results.md's full table and the README's compact SST-2 summary, made anew from the records."""
+    replace_block(RESULTS_DOC, "results", results_table(records))
+    replace_block(README, "summary", summary_table(records))

@@ -15,11 +15,11 @@ writes
   "teacher" = the fp32 teacher and "student" = the model, plus method, variant, the model's
   metrics and quality drop against its own fp32, and which teacher int8 variants it dominates;
 - benchmarks/results/deploy-sst2.png: every model's accuracy against latency, Pareto frontier drawn;
-- the README block between <!-- deploy:start --> and <!-- deploy:end -->;
+- the block between <!-- deploy:start --> and <!-- deploy:end --> in docs/deployment.md;
 
 and says whether a student + int8 dominates the int8 teacher (strictly faster at 1x128 and strictly
 more accurate). Export folders stay in RUN/exports/. Smoke runs: --dev-limit 64 --latency-runs 5
---throughput-runs 1 --recover-steps 20 --results /tmp/deploy.json --no-readme.
+--throughput-runs 1 --recover-steps 20 --results /tmp/deploy.json --no-docs.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import json
 import time
 from pathlib import Path
 
-from common import RESULTS, replace_readme_block
+from common import DOCS, RESULTS, replace_block
 
 from distillery.bench import benchmark, format_bench_table, format_hardware
 from distillery.cli import setup_logging
@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument("--latency-runs", type=int, default=30)
     parser.add_argument("--throughput-runs", type=int, default=3)
     parser.add_argument("--results", default=str(RESULTS / "deploy-sst2.json"))
-    parser.add_argument("--no-readme", action="store_true", help="Do not rewrite the README's deploy block.")
+    parser.add_argument("--no-docs", "--no-readme", dest="no_docs", action="store_true",
+                        help="Do not rewrite the deploy block of docs/deployment.md.")
     args = parser.parse_args()
     setup_logging()
     started = time.time()
@@ -131,8 +132,8 @@ def main() -> None:
                       title="Teacher and students, fp32 / ONNX / int8, 1×128 latency, one process")
     table = deploy_table(records, bench, main_metric, skipped, plot)
     print(table)
-    if not args.no_readme:
-        replace_readme_block("deploy", table)
+    if not args.no_docs:
+        replace_block(DOCS / "deployment.md", "deploy", table)
     print(f"Wrote {path} and {plot} in {(time.time() - started) / 60:.1f} min.")
 
 
@@ -213,7 +214,7 @@ def deploy_table(records: list[dict], bench: dict, main: str, skipped: dict, plo
                   f"point and the pass helped).", ""]
     for key, why in skipped.items():
         lines.append(f"- `{key}` not measured: {why}")
-    lines += ["", f"![accuracy against latency](benchmarks/results/{plot.name})", "", verdict(records, main)]
+    lines += ["", f"![accuracy against latency](../benchmarks/results/{plot.name})", "", verdict(records, main)]
     return "\n".join(lines)
 
 

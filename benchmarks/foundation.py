@@ -3,7 +3,8 @@
     python benchmarks/foundation.py --data-dir ../shared/data [--tasks sst2 mrpc stsb cola rte] [--budget quick]
 
 Each task runs ``distillery compress --method distill`` into runs/bench-<task>-distill-<budget>/,
-then its record goes to benchmarks/results/distill-<budget>.json and the README's results table.
+then its record goes to benchmarks/results/distill-<budget>.json, the full results table in
+docs/results.md and the README's SST-2 summary.
 ``--rebench`` measures finished runs again without training (run it once on a quiet machine: the
 published latencies come from that pass).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common import load_all_results, rebench, record_from_run, save_results, task_parser, update_readme
+from common import load_all_results, rebench, record_from_run, save_results, task_parser, update_results_tables
 
 from distillery.cli import setup_logging
 from distillery.pipeline import build_run_config, compress
@@ -36,7 +37,7 @@ def main() -> None:
             compress(config, overwrite=True)
         records[task] = record_from_run(out, "distill", args.budget)
         save_results(name, list(records.values()))
-        update_readme(load_all_results())
+        update_results_tables(load_all_results())
         print(f"{task}: recorded in benchmarks/results/{name}.json")
 
 

@@ -8,12 +8,12 @@ and the speed of each variant, all measured here.
 
 main        ``distillery compress --method moebert`` (defaults: 4 experts × d_h/4, s = d_h/6, hash-r, tied,
             all layers distilled) per task into runs/bench-<task>-moebert-<budget>/ →
-            benchmarks/results/moebert-<budget>.json and the README's results table.
+            benchmarks/results/moebert-<budget>.json and the results tables (docs/results.md, README.md's summary).
 importance  Eq. 4 on the fine-tuned built-in teacher: the hook-based pass against the per-example
             ``torch.autograd.grad`` reference, same examples → results/moebert-importance.json.
 ablations   the paper's ablations on one task (default SST-2), each a run with the same budget
             (``--ablation-steps`` optimizer steps, the cached quick teacher) → results/moebert-ablations.json
-            and the README's MoEBERT block, with a line per ablation on whether the paper's direction held.
+            and the MoEBERT block in docs/moebert.md, with a line per ablation on whether the paper's direction held.
 speed       teacher, tied, cloned, hash-b and gate students (from the ablation runs) and the no-routing
             bound (the teacher with every FFN narrowed to d_e neurons) measured in one process, at 2
             and 1 threads → results/moebert-speed.json.
@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from common import (RESULTS, record_from_run, replace_readme_block, run_tasks, student_score, task_parser,
+from common import (DOCS, RESULTS, ROOT, record_from_run, replace_block, run_tasks, student_score, task_parser,
                     teacher_and_student, upsert_result)
 
 from distillery.bench import benchmark, hardware_fingerprint
@@ -80,8 +81,12 @@ def run_importance(args) -> None:
 
     from distillery.data.encode import prepare_task_data
     from distillery.data.loading import task_for
-    from distillery.importance import ffn_importance, reference_importance
+    from distillery.importance import ffn_importance
     from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
+
+    if str(ROOT) not in sys.path:  # the per-example reference is a test oracle: tests/oracles.py
+        sys.path.insert(0, str(ROOT))
+    from tests.oracles import reference_importance
 
     config = build_run_config(method="moebert", task="sst2", data_dir=args.data_dir)
     task = task_for(config.data)
@@ -139,7 +144,7 @@ def run_ablations(args) -> None:
         rec.update(ablation=name, options=options, max_steps=args.ablation_steps)
         upsert_result("moebert-ablations", rec, key=lambda r: r["ablation"])
         print(f"ablation {name}: {rec['metrics']['student'][rec['main_metric']]:.4f}")
-    write_readme_block()
+    write_docs_block()
 
 
 def run_seeds(args) -> None:
@@ -157,7 +162,7 @@ def run_seeds(args) -> None:
         rec.update(variant=label, options=options, settings=settings, seed=seed)
         upsert_result("moebert-seeds", rec, key=lambda r: (r["variant"], r["seed"]))
         print(f"seed {seed} ({label}): student {student_score(rec):.4f}, teacher {rec['metrics']['teacher']['accuracy']:.4f}")
-    write_readme_block()
+    write_docs_block()
 
 
 def narrow_ffn(teacher, width: int):
@@ -197,7 +202,7 @@ def run_speed(args) -> None:
     # LayerNorms, dispatch) parallelise worse than the matmuls, so the ratio depends on the thread count
     benches = [benchmark(models, latency_runs=args.latency_runs, threads=t) for t in args.speed_threads]
     (RESULTS / "moebert-speed.json").write_text(json.dumps(benches, indent=2))
-    write_readme_block()
+    write_docs_block()
 
 
 def run_latency(args) -> None:
@@ -219,10 +224,10 @@ def run_latency(args) -> None:
         print(f"{threads} thread(s): ratios {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")
     (RESULTS / "moebert-latency.json").write_text(json.dumps(
         {"run": str(run), "shape": [1, 128], "hardware": hardware_fingerprint(), "records": records}, indent=2))
-    write_readme_block()
+    write_docs_block()
 
 
-def readme_block() -> str:
+def docs_block() -> str:
     lines = []
     pair = RESULTS / "moebert-latency.json"
     if pair.is_file():
@@ -289,8 +294,8 @@ def readme_block() -> str:
     return "\n".join(lines)
 
 
-def write_readme_block() -> None:
-    replace_readme_block("moebert", readme_block())
+def write_docs_block() -> None:
+    replace_block(DOCS / "moebert.md", "moebert", docs_block())
 
 
 def main() -> None:

@@ -382,7 +382,9 @@ def test_onnx_cmow_parity_at_any_length(pair_mode, head, tiny_bert, tmp_path):
 
 
 def test_cmow_fixed_depth_product_equals_the_loop():
-    from distillery.cmow.modeling_cmow import EXPORT_CHUNK, _tree_product_fixed_depth, sequential_product, tree_product
+    from distillery.cmow.modeling_cmow import EXPORT_CHUNK, _tree_product_fixed_depth, tree_product
+
+    from tests.oracles import sequential_product
 
     torch.manual_seed(0)
     for length in (EXPORT_CHUNK, 3 * EXPORT_CHUNK, 256):

@@ -7,7 +7,8 @@ import pytest
 from torch.testing import assert_close
 from transformers import BertForQuestionAnswering
 
-from distillery.importance import ffn_importance, reference_head_importance, unit_importance
+from distillery.importance import ffn_importance, unit_importance
+from tests.oracles import reference_head_importance
 from tests.test_moebert import _collate, _examples, tiny_teacher
 
 
