@@ -85,6 +85,13 @@ def custom_jsonl(p: Paths, lines: list[str]) -> list[str]:
     return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(train))
 
 
+def settings_file(p: Paths, text: str, *args: str) -> list[str]:
+    """compress --config FILE with ``text`` as the file."""
+    path = p.tmp / "settings.yaml"
+    path.write_text(text)
+    return p.compress("--config", str(path), *args)
+
+
 def evaluate(p: Paths, model: str, *args: str) -> list[str]:
     return ["eval", str(p.models / model), "--data-dir", str(p.glue), *args]
 
@@ -92,6 +99,14 @@ def evaluate(p: Paths, model: str, *args: str) -> list[str]:
 GOOD_CONFIG = "method: distill\nbudget: quick\nteacher: {{name: {bert}}}\ndata: {{data_dir: {glue}}}\n"
 
 CASES = {
+    # compress --config FILE.yaml
+    "config-file-missing": (lambda p: p.compress("--config", str(p.tmp / "none.yaml")), "none.yaml"),
+    "config-file-a-folder": (lambda p: p.compress("--config", str(p.tmp)), "No config file"),
+    "config-file-not-yaml": (lambda p: settings_file(p, "student: [lr: 1"), "not valid YAML"),
+    "config-file-a-list": (lambda p: settings_file(p, "- lr: 1"), "mapping of settings"),
+    "config-file-unknown-key": (lambda p: settings_file(p, "student: {learning_rate: 0.1}"), "student.learning_rate"),
+    "config-file-bad-type": (lambda p: settings_file(p, "student: {epochs: many}"), "student.epochs"),
+    "config-file-bad-option": (lambda p: settings_file(p, "method_options: {kd_weight: 3}"), "kd_weight"),
     # training and data settings (config.py's dataclasses)
     "epochs-nan": (lambda p: p.compress("--epochs", "nan"), "student.epochs"),
     "epochs-inf": (lambda p: p.compress("--epochs", "inf"), "student.epochs"),

@@ -258,3 +258,30 @@ def test_resume_refuses_settings_given_differently(tmp_path, monkeypatch, capsys
     again = build_run_config(out=str(run), data_dir=str(tmp_path / "moved"), overrides={"student.epochs": 3})
     _, config = run_folder_config(again, True, {"student.epochs": 3, "data.data_dir": str(tmp_path / "moved")})
     assert config.student.epochs == 3.0 and config.data.data_dir == str(tmp_path / "moved")
+
+
+def test_compress_reads_a_settings_file_and_flags_override_it(monkeypatch, tiny_bert4, glue_dir, tmp_path):
+    """``compress --config FILE.yaml``: the file's settings (config.yaml's shape) are the run's, and a
+    flag given on the command line wins over the file."""
+    import sys
+
+    from distillery import cli
+
+    def section(prefix):  # TINY's dotted settings under ``prefix``, as a nested mapping
+        return {k[len(prefix):]: v for k, v in TINY.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
+
+    settings = {"method": "distill", "out": str(tmp_path / "from-file"),
+                "teacher": {"name": str(tiny_bert4), "train": section("teacher.train.")},
+                "data": {"data_dir": str(glue_dir), **section("data.")}, "student": section("student."),
+                "bench": section("bench."), "method_options": {"kd_weight": 0.25, "temperature": 3.0}}
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    monkeypatch.setattr(sys, "argv", ["distillery", "compress", "--config", str(path), "--lr", "5e-4",
+                                      "--option", "temperature=4", "--out", str(tmp_path / "run")])
+    cli.main()
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["student"]["lr"] == 5e-4  # the flag
+    assert saved["student"]["batch_size"] == TINY["student.batch_size"]  # the file
+    assert saved["method_options"] == {"kd_weight": 0.25, "temperature": 4}  # the file, then the flag
+    assert saved["data"]["max_length"] == 32 and saved["teacher"]["name"] == str(tiny_bert4)
+    assert not (tmp_path / "from-file").exists()  # --out on the command line won

@@ -109,10 +109,12 @@ def compress(
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
+    config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
     setup_logging(verbose)
+    from distillery.config import dotted_settings, read_yaml_mapping
     from distillery.pipeline import build_run_config
 
     method_options = parse_options(option)
@@ -136,8 +138,19 @@ def compress(
         "export": list(export) or None,
     }
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
-    config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",
-                              teacher=teacher or "minilm", data_dir=data_dir, out=out, overrides=overrides, preset=preset)
+    # the settings file first (torchtune-style), then every flag given on the command line over it
+    file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
+    method, task, budget = method or file.pop("method", None), task or file.pop("data.task", None), budget or file.pop("budget", None)
+    teacher, data_dir, out = teacher or file.pop("teacher.name", None), data_dir or file.pop("data.data_dir", None), out or file.pop("out", None)
+    for key in ("method", "data.task", "budget", "teacher.name", "data.data_dir", "out"):
+        file.pop(key, None)  # given on the command line too: the flag won
+    overrides = {**file, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",
+                                  teacher=teacher or "minilm", data_dir=data_dir, out=out, overrides=overrides,
+                                  preset=preset)
+    except DistilleryError as e:
+        raise DistilleryError(f"{e} (settings from the command line and {config_file})" if config_file else str(e)) from None
     given = {**overrides, "method": method, "data.task": task, "budget": budget, "teacher.name": teacher,
              "data.data_dir": data_dir}
     if preset:  # a preset's settings count as given

@@ -327,14 +327,31 @@ class RunConfig:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RunConfig":
         try:
-            raw = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise DistilleryError(f"No config file at {path}.") from None
-        except yaml.YAMLError as e:
-            raise DistilleryError(f"{path} is not valid YAML: {e}") from None
-        if not isinstance(raw, dict):
-            raise DistilleryError(f"{path} must hold a mapping of settings.")
-        try:
-            return cls.from_dict(raw)
+            return cls.from_dict(read_yaml_mapping(path))
         except DistilleryError as e:
             raise DistilleryError(f"{path}: {e}") from None
+
+
+def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping a YAML settings file holds; a sentence naming the file if it is missing or not one."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise DistilleryError(f"No config file at {path}.") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DistilleryError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise DistilleryError(f"{path} must hold a mapping of settings.")
+    return raw
+
+
+def dotted_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"student": {"lr": 1e-4}}`` -> ``{"student.lr": 1e-4}``: a settings file as command-line overrides."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(dotted_settings(value, name + "."))
+        else:
+            out[name] = value
+    return out
