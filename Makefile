@@ -30,7 +30,7 @@ test: install
 test-slow: install
 	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-## make bench: teacher vs each method's student on five GLUE tasks → benchmarks/results + README tables
+## make bench: teacher vs each method's student on five GLUE tasks → benchmarks/results, docs/results.md and the README's summary
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/foundation.py --data-dir $(DATA)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/moebert.py --data-dir $(DATA)

@@ -195,14 +195,6 @@ def suffix_products(x: Tensor) -> Tensor:
     return x
 
 
-def sequential_product(x: Tensor) -> Tensor:
-    """The slow, obvious reference for tests: a Python loop of matmuls over dim 1. (B, T, d, d) -> (B, d, d)."""
-    out = identity_like(x[:, 0])
-    for t in range(x.shape[1]):
-        out = out @ x[:, t]
-    return out
-
-
 # ------------------------------------------------------------------------------------------------
 # The encoder
 

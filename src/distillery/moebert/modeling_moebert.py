@@ -239,17 +239,6 @@ class MoEFeedForward(nn.Module):
         rows = F.embedding(plan.slot, torch.baddbmm(self.b2, h, self.w2).flatten(0, 1))  # (M, d)
         return rows if plan.valid is None else rows * plan.valid.to(rows.dtype)
 
-    def reference(self, x: Tensor, token_expert: Tensor) -> Tensor:
-        """The slow, obvious reference for tests: a Python loop over tokens."""
-        flat, experts = x.reshape(-1, x.shape[-1]), token_expert.reshape(-1)
-        rows = []
-        for t in range(flat.shape[0]):
-            y = self.expert(flat[t:t + 1], int(experts[t]))[0]
-            if self.shared_w1 is not None:
-                y = y + self.act(flat[t] @ self.shared_w1 + self.shared_b1) @ self.shared_w2
-            rows.append(y)
-        return torch.stack(rows).view_as(x)
-
 
 class SentenceGate(nn.Module):
     """Sentence-level top-1 router: masked mean of the layer input → linear → softmax."""
