@@ -159,7 +159,8 @@ def evaluate(
     """
     from distillery.config import DataConfig
     from distillery.data.tasks import TaskSpec, task_for
-    from distillery.modeling import load_model, model_folder
+    from distillery.modeling import model_folder
+    from distillery.runtime import load_model
 
     if isinstance(model, (str, Path)):
         folder = model_folder(model)
