@@ -55,7 +55,7 @@ def _versions() -> dict[str, str]:
 
     import transformers
 
-    try:  # read as folders.mark reads it: importing the package would import the pipeline that imports export
+    try:  # not distillery.__version__: importing the package imports the pipeline, which imports export
         made_by = version("distillery")
     except PackageNotFoundError:  # run from a source tree that was not installed
         made_by = None
