@@ -155,7 +155,7 @@ def run_ranking(args) -> None:
     # the proxy reads the fine-tuned teacher the runs used (train.json) and the runs' encoded train split
     from distillery.config import RunConfig
     from distillery.data.tasks import get_task
-    from distillery.modeling import load_model
+    from distillery.runtime import load_model
 
     config = RunConfig.load(Path(rows[0]["run"]) / "config.yaml")
     teacher = load_model(json.loads((Path(rows[0]["run"]) / "train.json").read_text())["teacher_path"]).eval()

@@ -42,7 +42,7 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
 
 def teacher_and_student(run_dir: Path) -> dict:
     """A finished run's teacher and student, loaded, in the order the benchmarks report them."""
-    from distillery.modeling import load_model
+    from distillery.runtime import load_model
 
     train = json.loads((Path(run_dir) / "train.json").read_text())
     return {"teacher": load_model(train["teacher_path"]), "student": load_model(Path(run_dir) / "student")}

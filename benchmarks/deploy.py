@@ -37,7 +37,7 @@ from distillery.config import RunConfig
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export import export_model, prepare_export_data, read_manifest, resolve_format
-from distillery.modeling import load_model
+from distillery.runtime import load_model
 from distillery.report import SST2_REFERENCE_POINTS, dominates, write_plot
 
 FORMATS = ("onnx", "onnx-int8", "torch-int8")

@@ -187,7 +187,7 @@ def narrow_ffn(teacher, width: int):
 def run_speed(args) -> None:
     """Every storage/routing variant and the teacher measured together, in one process, with the
     dense model of the experts' width as the no-routing bound."""
-    from distillery.modeling import load_model
+    from distillery.runtime import load_model
 
     first = ablation_out(args, "default")
     train = json.loads((first / "train.json").read_text())

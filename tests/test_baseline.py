@@ -2,7 +2,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from distillery.baseline import build_student, find_encoder_layers, select_layers
+from distillery.baseline import build_student, select_layers
+from distillery.modeling import find_encoder_layers
 from distillery.errors import DistilleryError
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
-from distillery.modeling import load_model
+from distillery.runtime import load_model
 from distillery.bench import (
     benchmark,
     count_parameters,

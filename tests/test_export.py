@@ -11,9 +11,10 @@ from transformers import AutoTokenizer, BertForQuestionAnswering, BertForSequenc
 
 import distillery
 from distillery import export as ex
+from distillery import runtime
 from distillery.bench import benchmark
 from distillery.errors import DistilleryError
-from distillery.modeling import EXPORT_MANIFEST
+from distillery.folders import EXPORT_MANIFEST
 from tests.test_cli import assert_one_line_error, run_cli
 from tests.test_pipeline import tiny_config, write_glue
 from tests.test_report import make_run
@@ -132,14 +133,16 @@ def test_onnx_question_answering_parity(bert_qa, tmp_path):
 
 
 def test_parity_failure_fails_the_export_and_writes_nothing(bert_cls, tmp_path, monkeypatch):
-    monkeypatch.setattr(ex, "FP32_ATOL", -1.0)  # no output can be that close: the check must refuse
+    monkeypatch.setattr(ex.parity, "FP32_ATOL", -1.0)  # no output can be that close: the check must refuse
     with pytest.raises(DistilleryError, match="beyond the tolerance"):
         ex.export_model(bert_cls, "onnx", tmp_path / "bad")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.tmp").exists()
 
 
 def test_registered_inputs_override_the_tokenizer(bert_cls, tmp_path, monkeypatch):
-    monkeypatch.setitem(ex.ONNX_SPECS, "bert", ex.OnnxSpec(inputs=("input_ids", "attention_mask")))
+    from transformers import BertConfig
+
+    monkeypatch.setattr(BertConfig, "onnx_export", ex.OnnxSpec(inputs=("input_ids", "attention_mask")), raising=False)
     out = ex.export_model(bert_cls, "onnx", tmp_path / "two-inputs")
     assert json.loads((out / EXPORT_MANIFEST).read_text())["inputs"] == ["input_ids", "attention_mask"]
 
@@ -242,7 +245,7 @@ def test_fake_quant_linear_computes_what_dynamic_int8_computes():
     torch.manual_seed(0)
     linear = torch.nn.Linear(37, 32)
     x = torch.randn(4, 9, 37) * 3
-    with ex._quiet():
+    with runtime.quiet():
         int8 = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear}, dtype=torch.qint8)
     fake = ex.FakeQuantLinear(linear, reduce_range=torch.backends.quantized.engine in ("fbgemm", "x86"))
     with torch.no_grad():

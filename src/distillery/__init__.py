@@ -27,8 +27,8 @@ def compress(*args, **kwargs):
 
 def load_student(path):
     """Load a saved student (or a run folder's student) with its head, or an export folder (ONNX, int8)
-    as a model called the same way. See modeling.load_model and distillery.export."""
-    from distillery.modeling import load_model
+    as a model called the same way. See runtime.load_model and distillery.export."""
+    from distillery.runtime import load_model
 
     return load_model(path)
 

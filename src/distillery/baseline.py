@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
-from torch import nn
 from transformers import PreTrainedModel
 
 from distillery.distill.losses import distillation_loss
 from distillery.errors import DistilleryError
+from distillery.modeling import find_encoder_layers
 from distillery.recipe import MethodContext, MethodOptions, number, option
 
 logger = logging.getLogger("distillery")
@@ -62,18 +62,6 @@ def select_layers(num_teacher_layers: int, student_layers: int | list[int] | Non
             f"(choose 1 to {num_teacher_layers})."
         )
     return [i * num_teacher_layers // k for i in range(k)]
-
-
-def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    """The ModuleList of transformer layers (``bert.encoder.layer``, ``roberta.encoder.layer``, ...)."""
-    n = model.config.num_hidden_layers
-    candidates = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n]
-    if len(candidates) != 1:
-        raise DistilleryError(
-            f"Cannot find the transformer layers of {type(model).__name__}: expected one list of "
-            f"{n} layers, found {len(candidates)}."
-        )
-    return candidates[0]
 
 
 def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedModel:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from distillery.errors import DistilleryError
-from distillery.modeling import load_model
+from distillery.runtime import load_model
 
 # Random ids start above the special and rare tokens of usual WordPiece/BPE vocabularies
 # (BERT's [unused*] block ends at 998) so that every model sees ordinary word pieces.
@@ -382,11 +382,17 @@ def benchmark(
             records: dict[str, dict[str, Any]] = {}
             for name, m in loaded.items():
                 # An exported model (ONNX graph, packed int8 weights) has no parameters to count or torch
-                # ops to trace; it reports its fp32 architecture's figures and its backend itself.
-                own = getattr(m, "bench_counts", None)
-                if callable(own):
-                    records[name] = dict(own(lat_seq))
-                    records[name]["flops_per_token_throughput"] = own(tp_seq).get("flops_per_token")
+                # ops to trace; its figures are those of the fp32 architecture it carries, beside its backend.
+                exported = getattr(m, "exported_architecture", None)
+                if exported is not None:
+                    fp32 = exported.fp32_model()
+                    params, effective = count_parameters(fp32)
+                    records[name] = {"params": params, "effective_params": effective,
+                                     "flops_per_token": float(flops_per_token(fp32, seq=lat_seq)),
+                                     "backend": exported.backend}
+                    if exported.weights_bytes:
+                        records[name]["weights_bytes"] = exported.weights_bytes
+                    records[name]["flops_per_token_throughput"] = float(flops_per_token(fp32, seq=tp_seq))
                     continue
                 params, effective = count_parameters(m)
                 records[name] = {

@@ -179,7 +179,8 @@ def teacher_cmd(
     setup_logging(verbose)
     from distillery.data.loading import task_for
     from distillery.folders import check_target
-    from distillery.pipeline import build_run_config, run_inputs, save_model
+    from distillery.modeling import save_model
+    from distillery.pipeline import build_run_config, run_inputs
     from distillery.teacher import get_finetuned_teacher
 
     config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
@@ -227,7 +228,8 @@ def bench(
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
     setup_logging()
     from distillery.bench import benchmark, format_bench_table
-    from distillery.modeling import load_model, model_folder
+    from distillery.modeling import model_folder
+    from distillery.runtime import load_model
 
     loaded = {}
     for i, path in enumerate(models):
@@ -516,7 +518,7 @@ def atb_extract(
     from distillery.autotinybert.recipe import parse_arch
 
     from distillery.folders import check_target
-    from distillery.pipeline import save_model
+    from distillery.modeling import save_model
 
     check_target(out, overwrite=overwrite, inputs=[supernet], kind="model")
     net = load_supernet(supernet)

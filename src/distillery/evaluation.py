@@ -160,14 +160,13 @@ def evaluate(
     from distillery.config import DataConfig
     from distillery.data.loading import task_for
     from distillery.data.tasks import TaskSpec
-    from distillery.modeling import load_model, model_folder
+    from distillery.modeling import load_tokenizer, model_folder
+    from distillery.runtime import load_model
 
     if isinstance(model, (str, Path)):
         folder = model_folder(model)
         model = load_model(folder)  # first: a bad config.json is named as such, not as a tokenizer problem
         if tokenizer is None:
-            from distillery.teacher import load_tokenizer
-
             tokenizer = load_tokenizer(str(folder))
     elif tokenizer is None:
         raise DistilleryError("evaluate() needs the tokenizer when it is given a model object.")

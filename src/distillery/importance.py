@@ -47,7 +47,7 @@ import distillery.distributed as distributed
 from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
 from distillery.distill.losses import task_loss
 from distillery.errors import DistilleryError
-from distillery.baseline import find_encoder_layers
+from distillery.modeling import find_encoder_layers
 
 logger = logging.getLogger("distillery")
 

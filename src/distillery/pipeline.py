@@ -25,7 +25,8 @@ from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import claim, discard_unstarted, mark, replace_with, temporary_sibling
+from distillery.folders import claim, discard_unstarted
+from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
 from distillery.teacher import ENCODER_TYPES, check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
@@ -173,21 +174,6 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
         return
     claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
     config.save(out / "config.yaml")
-
-
-def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
-    """save_pretrained (safetensors) + tokenizer into a temporary folder, marked as distillery's,
-    then moved into place; an existing ``folder`` is replaced only if distillery wrote it."""
-    folder = Path(folder)
-    tmp = temporary_sibling(folder)
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        mark(tmp, kind)
-        replace_with(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume: bool = False,

@@ -20,7 +20,6 @@ from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     PreTrainedModel,
     set_seed,
 )
@@ -33,6 +32,7 @@ from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
+from distillery.modeling import first_line, load_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -63,17 +63,6 @@ def resolve_teacher(name: str) -> str:
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name:
         raise DistilleryError(f"Teacher path {name} does not exist.")
     return name
-
-
-def load_tokenizer(source: str):
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except OSError as e:
-        raise DistilleryError(f"Could not load a tokenizer from {source}: {first_line(e)}") from None
-
-
-def first_line(e: BaseException) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def check_vocabulary(tokenizer, config, source: str) -> None:

@@ -141,7 +141,8 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
-    from distillery.teacher import load_tokenizer, resolve_teacher
+    from distillery.modeling import load_tokenizer
+    from distillery.teacher import resolve_teacher
 
     # the recipe's own checks of these settings, before the run folder is touched
     AutoTinyBertOptions.check_value("strategy", strategy)

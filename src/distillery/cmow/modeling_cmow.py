@@ -43,10 +43,19 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 from transformers.modeling_outputs import ModelOutput
 
 from distillery.errors import DistilleryError
+from distillery.modeling import OnnxSpec
 
 COMPONENTS = ("hybrid", "cmow", "cbow")
 PAIR_MODES = ("joint", "diffcat")
 HEADS = ("linear", "mlp", "cnn", "bilstm")
+
+# An exported (ONNX) graph has a dynamic sequence axis, and tree_product's loop runs ⌈log2 T⌉ times, which
+# a tracer would freeze at the example's T. The exported graph instead takes T as a multiple of
+# EXPORT_CHUNK (the ONNX wrapper pads with identities, which change nothing): a static tree inside
+# each chunk, then a fixed number of doubling steps over the chunk products (steps past ⌈log2 n⌉
+# multiply by identities).
+EXPORT_CHUNK = 16
+EXPORT_MAX_LENGTH = 2 ** 12
 
 
 @strict
@@ -60,6 +69,11 @@ class CMOWConfig(PreTrainedConfig):
     """
 
     model_type = "cmow"
+    # The exported graph multiplies in blocks of EXPORT_CHUNK tokens (see tree_product). int8: torch's.
+    # ONNX Runtime runs the many small matrix products slower than torch's batched matmul (SST-2
+    # student, 2 cores: torch int8 0.8 ms at 1×128 and 8161 sentences/s at 256×64, ORT int8 1.0 ms
+    # and 3300/s; benchmarks/deploy.py). A class attribute, not a field: it is not saved in config.json.
+    onnx_export = OnnxSpec(seq_multiple=EXPORT_CHUNK, max_length=EXPORT_MAX_LENGTH, int8="torch-int8")
 
     vocab_size: int = 30522
     component: str = "hybrid"
@@ -149,15 +163,6 @@ def tree_product(x: Tensor, reverse: bool = False) -> Tensor:
         first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
         x = second @ first if reverse else first @ second
     return x[..., 0, :, :]
-
-
-# An exported (ONNX) graph has a dynamic sequence axis, and the loop above runs ⌈log2 T⌉ times, which
-# a tracer would freeze at the example's T. The exported graph instead takes T as a multiple of
-# EXPORT_CHUNK (the ONNX wrapper pads with identities, which change nothing): a static tree inside
-# each chunk, then a fixed number of doubling steps over the chunk products (steps past ⌈log2 n⌉
-# multiply by identities).
-EXPORT_CHUNK = 16
-EXPORT_MAX_LENGTH = 2 ** 12
 
 
 def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:

@@ -41,7 +41,8 @@ def load_mlm_teacher(name: str):
     checkpoint has trained weights for one."""
     from transformers import AutoModelForMaskedLM
 
-    from distillery.teacher import load_tokenizer, resolve_teacher
+    from distillery.modeling import load_tokenizer
+    from distillery.teacher import resolve_teacher
 
     path = resolve_teacher(name)
     tokenizer = load_tokenizer(path)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from distillery.baseline import find_encoder_layers
+from distillery.modeling import find_encoder_layers
 from distillery.errors import DistilleryError
 from distillery.importance import dense_ffns  # noqa: F401  (re-exported: refit and the tests read it here)
 from distillery.moebert.modeling_moebert import (

@@ -335,7 +335,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     Importance comes from ``importance_path``, or is computed when none is given."""
     from distillery.config import resolve_data_dir
     from distillery.folders import check_target
-    from distillery.pipeline import save_model
+    from distillery.modeling import save_model
 
     out = Path(out)
     check_target(out, overwrite=overwrite, kind="model",

@@ -1,0 +1,342 @@
+"""Writing export folders: ``distillery export`` (:func:`export_model`), one model in one format
+(:func:`export`), every model in every format for bench and compress (:func:`build_variants`).
+
+Export folder (everything ``evaluation`` and ``bench`` need; no pickles)::
+
+    distillery_export.json   the manifest: format, inputs, outputs, parity, scores, versions
+    config.json, tokenizer   the model's config and tokenizer, so a folder scores and benchmarks alone
+    model.onnx               onnx, onnx-int8
+    model.safetensors        torch-int8: the fp32 weights. A dynamically quantized torch model is not
+                             a state dict of a normal model (packed int8 weights), and torch.save of
+                             the module would be a pickle; quantize_dynamic is deterministic (the
+                             weight scales are the per-tensor min/max) and takes a second, so the
+                             folder holds the fp32 weights and the manifest says "quantize_dynamic on
+                             load". The export checks that a reload reproduces the int8 model exactly.
+
+``distillery.runtime.load_model`` reads these folders.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from distillery.errors import DistilleryError
+from distillery.export.formats import resolve_format
+from distillery.export.onnx import export_onnx, graph_inputs, graph_outputs, quantize_onnx
+from distillery.export.parity import (
+    SAMPLE_TEXTS,
+    check_fp32_parity,
+    check_int8,
+    compare_outputs,
+    dev_batches,
+    sample_batches,
+)
+from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
+from distillery.folders import EXPORT_MANIFEST, check_target, mark, replace_with, temporary_sibling
+from distillery.modeling import head_of, load_pretrained, model_folder, read_config
+from distillery.runtime import ONNX_FILE, OnnxModel, load_export, quantize_torch, read_manifest, require_onnx
+
+logger = logging.getLogger("distillery")
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import transformers
+
+    try:  # not distillery.__version__: importing the package imports the pipeline, which imports export
+        made_by = version("distillery")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        made_by = None
+    out = {"distillery": made_by, "torch": torch.__version__, "transformers": transformers.__version__}
+    for name in ("onnx", "onnxruntime", "onnxscript"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def _points(task, drop: float) -> float:
+    """A metric difference in points: SQuAD EM/F1 are already percentages, the others are in [−1, 1]."""
+    return drop if task.kind == "qa" else 100.0 * drop
+
+
+def export(
+    model: nn.Module,
+    tokenizer,
+    fmt: str,
+    out_dir: str | os.PathLike,
+    *,
+    task_data=None,
+    source_metrics: Mapping[str, float] | None = None,
+    source: str | None = None,
+    overwrite: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Export an fp32 model with its tokenizer to ``out_dir`` in format ``fmt``; return the folder.
+
+    ``task_data`` (a prepared TaskData with a dev split): parity on its first dev inputs and the
+    export scored on dev (``source_metrics`` saves scoring the fp32 model again); without it,
+    parity on tokenized sample sentences. The folder is written aside and moved into place only
+    when every check passed.
+    """
+    if not hasattr(model, "config") or not hasattr(model, "save_pretrained"):
+        raise DistilleryError(f"Only Hugging Face models export; got a {type(model).__name__}.")
+    if hasattr(model, "exported_architecture"):  # set on exported and quantized models only
+        raise DistilleryError("This model is already an export (ONNX or int8); export the fp32 model it came from.")
+    fmt = resolve_format(fmt, model.config)
+    if fmt != "torch-int8":
+        require_onnx()
+    out_dir = Path(out_dir)
+    check_target(out_dir, overwrite=overwrite, inputs=[source], kind="export")
+    started = time.time()
+    model = copy.deepcopy(model).cpu().eval()
+    head = head_of(model.config).name
+    inputs, outputs = graph_inputs(model, tokenizer), graph_outputs(model)
+    if task_data is not None:
+        batches = dev_batches(task_data, inputs)
+        parity_inputs = f"first {sum(len(b['input_ids']) for b in batches)} {task_data.task.name} {task_data.dev_split} inputs"
+    else:
+        batches = sample_batches(tokenizer, inputs)
+        parity_inputs = f"{len(SAMPLE_TEXTS)} tokenized sample sentences"
+
+    tmp = temporary_sibling(out_dir)
+    try:
+        model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        manifest: dict[str, Any] = {
+            "format": fmt,
+            "head": head,
+            "inputs": list(inputs),
+            "outputs": list(outputs),
+            "model_type": getattr(model.config, "model_type", None),
+            "architecture": (model.config.architectures or [type(model).__name__])[0],
+            "source": source,
+            "parity_inputs": parity_inputs,
+        }
+        if fmt == "torch-int8":
+            model.save_pretrained(tmp)  # fp32 weights, safetensors; quantized on load
+            manifest.update(backend=f"torch {torch.__version__} int8 (quantize_dynamic, {torch.backends.quantized.engine})",
+                            file="model.safetensors", on_load="torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8)")
+            quantized = quantize_torch(model)
+            reloaded = quantize_torch(load_pretrained(tmp))  # what load_export will do with this folder
+            again = compare_outputs(quantized, reloaded, batches, outputs)
+            if not again.get("finite") or again["max_abs_diff"] > 1e-6:
+                raise DistilleryError("The int8 model reloaded from its folder does not reproduce the quantized model.")
+            manifest["quantization"] = {"tool": "torch.ao.quantization.quantize_dynamic", "modules": "nn.Linear",
+                                        "dtype": "qint8", "engine": torch.backends.quantized.engine}
+            manifest["parity"] = {"reload_max_abs_diff": again["max_abs_diff"],
+                                  "int8_vs_fp32": check_int8(compare_outputs(model, quantized, batches, outputs), "torch-int8")}
+            exported = reloaded
+        else:
+            fp32_path = tmp / ONNX_FILE if fmt == "onnx" else tmp / "model.fp32.onnx"
+            manifest["exporter"] = export_onnx(model, fp32_path, inputs, outputs)
+            manifest.update({k: manifest["exporter"][k] for k in ("seq_multiple", "max_length") if k in manifest["exporter"]})
+            fp32 = OnnxModel(fp32_path.read_bytes(), model.config, {**manifest, "format": "onnx"})
+            manifest["parity"] = {"fp32": check_fp32_parity(compare_outputs(model, fp32, batches, outputs), "ONNX")}
+            import onnxruntime
+
+            if fmt == "onnx":
+                manifest["backend"] = f"onnxruntime {onnxruntime.__version__} fp32"
+                exported = fp32
+            else:
+                manifest["quantization"] = quantize_onnx(fp32_path, tmp / ONNX_FILE)
+                fp32_path.unlink()
+                manifest["backend"] = f"onnxruntime {onnxruntime.__version__} int8 (dynamic)"
+                exported = OnnxModel((tmp / ONNX_FILE).read_bytes(), model.config, manifest)
+                manifest["parity"]["int8_vs_fp32"] = check_int8(compare_outputs(model, exported, batches, outputs), "ONNX int8")
+            manifest["file"] = ONNX_FILE
+        if task_data is not None:
+            manifest["scores"] = score_export(model, exported, task_data, source_metrics)
+        manifest.update(extra or {})
+        manifest["versions"] = _versions()
+        manifest["seconds"] = round(time.time() - started, 1)
+        (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        mark(tmp, "export")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_with(tmp, out_dir)
+    return out_dir
+
+
+def score_export(model: nn.Module, exported: nn.Module, task_data, source_metrics: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The fp32 model and its export on the task's dev split, and the drop in the main metric."""
+    from distillery.evaluation import score
+
+    task = task_data.task
+    main = task.main_metric
+    before = dict(source_metrics) if source_metrics else score(model, task_data)
+    after = score(exported, task_data)
+    drop = before[main] - after[main]
+    return {"task": task.name, "split": task_data.dev_split, "examples": len(task_data.dev_examples),
+            "main_metric": main, "source": before, "export": after, "drop": drop, "drop_points": _points(task, drop)}
+
+
+def export_model(
+    path: str | os.PathLike,
+    fmt: str,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    task: str | None = None,
+    data_dir: str | None = None,
+    overwrite: bool = False,
+    recover: bool = False,
+    recover_threshold: float = RECOVER_THRESHOLD,
+    recover_steps: int = 300,
+    recover_teacher: str | os.PathLike | None = None,
+    task_data=None,
+    source_metrics: Mapping[str, float] | None = None,
+    **data_options: Any,
+) -> Path:
+    """``distillery export``: a saved model or a run folder's student → an export folder.
+
+    With ``task``, parity runs on real dev inputs and the export is scored on dev; the data settings
+    of a run folder (max_length, SQuAD windows, ...) are reused so that its scores match
+    metrics.json. A prepared ``task_data`` (see :func:`prepare_export_data`) replaces ``task`` and
+    its options, and ``source_metrics`` the fp32 model's dev scores, when several exports share them.
+    ``recover``: when an int8 format loses more than ``recover_threshold`` points,
+    a quantization-aware distillation pass (:func:`recover_int8`) of ``recover_steps`` steps, the
+    teacher being ``recover_teacher`` or the run's fp32 teacher or, for a plain model, its own fp32
+    weights; the recovered weights are exported (the manifest holds both scores).
+    """
+    from transformers import AutoTokenizer
+
+    fmt = resolve_format(fmt)
+    src = Path(path).expanduser()
+    if src.is_dir() and (src / EXPORT_MANIFEST).is_file():
+        raise DistilleryError(f"{src} is already an export ({read_manifest(src)['format']}); export the fp32 model it came from.")
+    folder = model_folder(src)
+    if folder != src and (folder / EXPORT_MANIFEST).is_file():
+        raise DistilleryError(f"{folder} is already an export; export the fp32 model it came from.")
+    run_dir = folder.parent if folder.name == "student" and (folder.parent / "config.yaml").is_file() else None
+    fmt = resolve_format(fmt, read_config(folder))
+    if out_dir is None:
+        out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
+    out_dir = Path(out_dir)
+    check_target(out_dir, overwrite=overwrite, inputs=[folder, recover_teacher, data_dir], kind="export")
+    if recover and fmt == "onnx":
+        raise DistilleryError("--recover is for int8 formats; an fp32 ONNX export loses nothing to recover.")
+    if recover and not (task or task_data is not None):
+        raise DistilleryError("--recover needs --task (and its data): recovery trains on the task and scores on dev.")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"Cannot load the tokenizer saved in {folder}: {e}") from None
+    model = load_pretrained(folder)
+    if task_data is None and task:
+        task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
+                                        splits=("train", "dev") if recover else ("dev",), **data_options)
+    extra: dict[str, Any] = {}
+    if recover:
+        from distillery.evaluation import score
+
+        source_metrics = source_metrics or score(model, task_data)
+
+        def int8_scores(m: nn.Module) -> dict[str, Any]:
+            """Dev scores of ``m`` quantized by the backend being exported (the real int8 model)."""
+            if fmt == "torch-int8":
+                return score_export(m, quantize_torch(m), task_data, source_metrics)
+            with tempfile.TemporaryDirectory() as tmp:
+                probe = export(m, tokenizer, fmt, Path(tmp) / "probe", task_data=task_data,
+                               source_metrics=source_metrics, source=str(folder))
+                return read_manifest(probe)["scores"]
+
+        before = int8_scores(model)
+        if before["drop_points"] > recover_threshold:
+            teacher = load_pretrained(_recover_teacher_path(recover_teacher, run_dir, folder))
+            recovered, info = recover_int8(model, teacher, task_data, backend=fmt, steps=recover_steps,
+                                           work_dir=out_dir.with_name(out_dir.name + ".recover"))
+            after = int8_scores(recovered)
+            main = task_data.task.main_metric
+            kept = after["export"][main] > before["export"][main]
+            info.update(before=before, after=after, kept=kept,
+                        gain_points=before["drop_points"] - after["drop_points"],
+                        note="the pass is kept only when its int8 model scores better on dev than int8 before it")
+            extra["recovery"] = info
+            if kept:
+                model = recovered
+        else:
+            extra["recovery"] = {"skipped": f"int8 lost {before['drop_points']:.2f} points, not more than "
+                                            f"{recover_threshold:g}", "before": before}
+    out = export(model, tokenizer, fmt, out_dir, task_data=task_data, source_metrics=source_metrics,
+                 source=str(folder), overwrite=overwrite, extra=extra)
+    return out
+
+
+def _recover_teacher_path(given, run_dir: Path | None, folder: Path) -> Path:
+    if given:
+        return Path(given)
+    if run_dir is not None and (run_dir / "train.json").is_file():
+        teacher_path = json.loads((run_dir / "train.json").read_text()).get("teacher_path")
+        if teacher_path and Path(teacher_path).is_dir():
+            return Path(teacher_path)
+    return folder  # a plain model is its own fp32 teacher
+
+
+def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None = None, data_dir: str | None = None,
+                        splits: Sequence[str] = ("dev",), **options: Any):
+    """The TaskData an export is checked and scored on: a run folder's data settings (so that scores
+    match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields)."""
+    from distillery.config import DataConfig, RunConfig
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.loading import task_for
+
+    settings: dict[str, Any] = {}
+    if run_dir is not None:
+        saved = RunConfig.load(Path(run_dir) / "config.yaml").data
+        if saved.task == task:
+            settings = {k: v for k, v in vars(saved).items() if k not in ("task", "data_dir")}
+            data_dir = data_dir or saved.data_dir
+    settings.update({k: v for k, v in options.items() if v is not None})
+    config = DataConfig(task=task, data_dir=data_dir, **settings)
+    return prepare_task_data(task_for(config), tokenizer, config, splits=splits)
+
+
+def build_variants(
+    models: Mapping[str, tuple[nn.Module, Any]],
+    formats: Sequence[str],
+    *,
+    task_data=None,
+    source_metrics: Mapping[str, Mapping[str, float]] | None = None,
+    save_dir: str | os.PathLike | None = None,
+    save: Sequence[str] = (),
+) -> tuple[dict[str, nn.Module], dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+    """Every model in every format, loaded back from its export folder, ready to be measured.
+
+    ``models``: name → (fp32 model, tokenizer). Returns ``(variants, metrics, manifests)`` keyed
+    ``"<name>-<format>"``: the loaded models, their dev metrics (with ``task_data``) and manifests.
+    Models named in ``save`` keep their folders in ``save_dir/<name>-<format>``; the others are
+    exported to a temporary folder and loaded into memory.
+    """
+    variants, metrics, manifests = {}, {}, {}
+    for given in dict.fromkeys(formats):
+        for name, (model, tokenizer) in models.items():
+            fmt = resolve_format(given, model.config)
+            key = f"{name}-{fmt}"
+            if key in variants:  # "int8" and the backend it names
+                continue
+            logger.info("Exporting %s as %s.", name, fmt)
+            with tempfile.TemporaryDirectory() as tmp:
+                keep = save_dir is not None and name in save
+                target = Path(save_dir) / key if keep else Path(tmp) / key
+                folder = export(model, tokenizer, fmt, target, task_data=task_data, overwrite=True,
+                                source_metrics=(source_metrics or {}).get(name), source=name)
+                manifests[key] = read_manifest(folder)
+                variants[key] = load_export(folder)
+            scores = manifests[key].get("scores")
+            if scores:
+                metrics[key] = scores["export"]
+    return variants, metrics, manifests
