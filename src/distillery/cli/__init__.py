@@ -1,0 +1,287 @@
+"""`distillery <command>`: parse options, build a config, call the stage. Nothing else lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+
+from distillery.cli.common import DATA_HELP, app, compress_and_show, parse_options, setup_logging
+import distillery.cli.methods  # noqa: F401,E402 (registers the methods' step-by-step commands on the app)
+from distillery.errors import DistilleryError
+
+__all__ = ["app", "main", "parse_options", "setup_logging"]
+
+
+@app.command()
+def compress(
+    # None means "not given" (so that --resume can tell what was): the defaults are distill, sst2, minilm, quick
+    method: Optional[str] = typer.Option(None, help="Compression method: distill (the layer-drop baseline, default), moebert, cmow or autotinybert."),
+    task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
+    teacher: Optional[str] = typer.Option(None, help="minilm (built in, default), a local model folder or a Hub id."),
+    teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-<method>-<time>)."),
+    budget: Optional[str] = typer.Option(None, help="quick (minutes on a CPU, default) or full (paper-like)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing run folder (only one distillery wrote)."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    student_layers: Optional[int] = typer.Option(None, help="distill: number of teacher layers the student keeps."),
+    kd_weight: Optional[float] = typer.Option(None, help="distill, cmow, autotinybert: weight of the KD term (1 - kd_weight on the labels)."),
+    temperature: Optional[float] = typer.Option(None, help="distill: softmax temperature of the KD loss."),
+    hidden_weight: Optional[float] = typer.Option(None, help="distill: weight of hidden-state MSE (PKD); 0 = off."),
+    experts: Optional[int] = typer.Option(None, help="moebert: number of experts N (default 4)."),
+    expert_size: Optional[int] = typer.Option(None, help="moebert: neurons per expert d_e (default d_h/N)."),
+    shared: Optional[int] = typer.Option(None, help="moebert: most important neurons shared by all experts (default d_h/6, a multiple of 8)."),
+    split: Optional[str] = typer.Option(None, help="moebert: import (default), random or inverse."),
+    routing: Optional[str] = typer.Option(None, help="moebert: hash-r (default), hash-b or gate."),
+    shared_mode: Optional[str] = typer.Option(None, help="moebert: tied (one shared block, default) or cloned (the paper's copies)."),
+    distill_layers: Optional[str] = typer.Option(None, help="moebert: all (default), last, skip or none."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
+    balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
+    importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
+    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="moebert: least-squares refit of the experts' output weights after conversion (default on, off for QA; --no-refit: the paper's conversion)."),
+    speedup: Optional[float] = typer.Option(None, help="autotinybert: latency budget as a speed-up over the teacher measured here (default 2)."),
+    preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
+    option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
+    epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
+    lr: Optional[float] = typer.Option(None, help="Student learning rate."),
+    batch_size: Optional[int] = typer.Option(None, help="Student batch size."),
+    teacher_epochs: Optional[float] = typer.Option(None, help="Teacher fine-tuning epochs."),
+    max_length: Optional[int] = typer.Option(None, help="Maximum tokens per example."),
+    train_limit: Optional[int] = typer.Option(None, help="Use at most this many training examples."),
+    dev_limit: Optional[int] = typer.Option(None, help="Score on the first N dev examples only (smoke runs)."),
+    squad_holdout: Optional[float] = typer.Option(None, help="SQuAD without a train file: hold out this fraction of dev articles for evaluation, train on the rest."),
+    train_file: Optional[str] = typer.Option(None, help="custom: training CSV/TSV/JSONL."),
+    dev_file: Optional[str] = typer.Option(None, help="custom: dev CSV/TSV/JSONL."),
+    text_column: Optional[str] = typer.Option(None, help="custom: column of the text."),
+    text_pair_column: Optional[str] = typer.Option(None, help="custom: column of the second text of a pair."),
+    label_column: Optional[str] = typer.Option(None, help="custom: column of the label."),
+    regression: bool = typer.Option(False, help="custom: the label is a number to regress."),
+    seed: Optional[int] = typer.Option(None, help="Random seed."),
+    latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
+    export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
+    config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
+    setup_logging(verbose)
+    from distillery.config import dotted_settings, read_yaml_mapping
+    from distillery.pipeline import build_run_config
+
+    method_options = parse_options(option)
+    for key, value in (("student_layers", student_layers), ("kd_weight", kd_weight), ("temperature", temperature),
+                       ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
+                       ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
+                       ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
+                       ("importance_examples", importance_examples), ("refit", refit), ("speedup", speedup)):
+        if value is not None:
+            method_options[key] = value
+    overrides = {
+        "teacher.finetuned": teacher_finetuned or None,
+        "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
+        "student.seed": seed, "teacher.train.seed": seed, "data.seed": seed,
+        "teacher.train.epochs": teacher_epochs,
+        "data.max_length": max_length, "data.train_limit": train_limit, "data.dev_limit": dev_limit,
+        "data.squad_holdout": squad_holdout, "data.train_file": train_file, "data.dev_file": dev_file,
+        "data.text_column": text_column, "data.text_pair_column": text_pair_column,
+        "data.label_column": label_column, "data.regression": regression or None,
+        "bench.latency_runs": latency_runs,
+        "export": list(export) or None,
+    }
+    overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
+    # the settings file first (torchtune-style), then every flag given on the command line over it
+    file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
+    method, task, budget = method or file.pop("method", None), task or file.pop("data.task", None), budget or file.pop("budget", None)
+    teacher, data_dir, out = teacher or file.pop("teacher.name", None), data_dir or file.pop("data.data_dir", None), out or file.pop("out", None)
+    for key in ("method", "data.task", "budget", "teacher.name", "data.data_dir", "out"):
+        file.pop(key, None)  # given on the command line too: the flag won
+    overrides = {**file, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",
+                                  teacher=teacher or "minilm", data_dir=data_dir, out=out, overrides=overrides,
+                                  preset=preset)
+    except DistilleryError as e:
+        raise DistilleryError(f"{e} (settings from the command line and {config_file})" if config_file else str(e)) from None
+    given = {**overrides, "method": method, "data.task": task, "budget": budget, "teacher.name": teacher,
+             "data.data_dir": data_dir}
+    if preset:  # a preset's settings count as given
+        from distillery.recipe import get_method
+
+        given.update(get_method(config.method).preset_overrides(preset, config.data.task))
+    compress_and_show(config, overwrite, resume, given)
+
+
+@app.command("teacher")
+def teacher_cmd(
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    budget: str = typer.Option("quick"),
+    out: Optional[str] = typer.Option(None, help="Also save the fine-tuned teacher here."),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out folder written by distillery."),
+    epochs: Optional[float] = typer.Option(None),
+    lr: Optional[float] = typer.Option(None),
+    max_length: Optional[int] = typer.Option(None),
+    train_limit: Optional[int] = typer.Option(None),
+    squad_holdout: Optional[float] = typer.Option(None),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
+    setup_logging(verbose)
+    from distillery.data.loading import task_for
+    from distillery.folders import check_target
+    from distillery.modeling import save_model
+    from distillery.pipeline import build_run_config, run_inputs
+    from distillery.teacher import get_finetuned_teacher
+
+    config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
+        "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
+        "data.train_limit": train_limit, "data.squad_holdout": squad_holdout})
+    if out:  # checked before the fine-tuning, not after it
+        check_target(out, overwrite=overwrite, inputs=run_inputs(config), kind="model")
+    model, tokenizer, info = get_finetuned_teacher(config.teacher, task_for(config.data), config.data)
+    if out:
+        save_model(model, tokenizer, Path(out), kind="teacher")
+        info["saved_to"] = out
+    typer.echo(json.dumps(info, indent=2))
+
+
+@app.command("eval")
+def eval_cmd(
+    model: str = typer.Argument(..., help="A saved model folder or a run folder."),
+    task: str = typer.Option("sst2"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    split: str = typer.Option("dev"),
+    max_length: int = typer.Option(128),
+    squad_holdout: Optional[float] = typer.Option(None),
+    out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too."),
+):
+    """Score a saved model on a task's dev split; prints metrics JSON."""
+    setup_logging()
+    from distillery.evaluation import evaluate
+
+    metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
+    text = json.dumps(metrics, indent=2)
+    if out:
+        Path(out).write_text(text)
+    typer.echo(text)
+
+
+@app.command()
+def bench(
+    models: list[str] = typer.Argument(..., help="Model folders (run folders use their student/); the first is the reference."),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's)."),
+    latency_runs: int = typer.Option(30),
+    throughput_runs: int = typer.Option(3),
+    out: Optional[str] = typer.Option(None, help="Write bench JSON here too."),
+    export: list[str] = typer.Option([], "--export", help="Also measure each model exported as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
+):
+    """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
+    setup_logging()
+    from distillery.bench import benchmark, format_bench_table
+    from distillery.modeling import model_folder
+    from distillery.runtime import load_model
+
+    loaded = {}
+    for i, path in enumerate(models):
+        name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
+        loaded[name] = load_model(path)
+    if export:
+        from transformers import AutoTokenizer
+
+        from distillery.export import build_variants
+
+        sources = {name: (m, AutoTokenizer.from_pretrained(model_folder(p))) for (name, m), p in zip(loaded.items(), models)}
+        loaded.update(build_variants(sources, export)[0])
+    result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
+    text = json.dumps(result, indent=2)
+    if out:
+        Path(out).write_text(text)
+    typer.echo(format_bench_table(result))
+    typer.echo(text)
+
+
+@app.command("export")
+def export_cmd(
+    model: str = typer.Argument(..., help="A saved model folder, or a run folder (its student/)."),
+    format: str = typer.Option("int8", "--format", help="onnx, onnx-int8, torch-int8, or int8 (the faster int8 backend)."),
+    out: Optional[str] = typer.Option(None, help="Export folder (default: RUN/exports/student-<format>, or MODEL-<format>)."),
+    task: Optional[str] = typer.Option(None, help="Check parity on this task's dev inputs and score the export on dev."),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    max_length: Optional[int] = typer.Option(None, help="Maximum tokens per example (default: the run's, else 128)."),
+    dev_limit: Optional[int] = typer.Option(None, help="Score on the first N dev examples only."),
+    squad_holdout: Optional[float] = typer.Option(None),
+    recover: bool = typer.Option(False, help="int8: when it loses more than --recover-threshold points, a short quantization-aware distillation pass."),
+    recover_threshold: float = typer.Option(1.0, help="Points of the main metric int8 may lose before --recover trains."),
+    recover_steps: int = typer.Option(300, help="Optimizer steps of the recovery pass."),
+    recover_teacher: Optional[str] = typer.Option(None, help="fp32 teacher of the recovery pass (default: the run's teacher, else the model itself)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing export folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Export a model to ONNX (parity-checked against torch) or int8; the folder loads with load_student."""
+    setup_logging(verbose)
+    from distillery.export import export_model, read_manifest
+
+    if data_dir and not task:
+        raise DistilleryError("--data-dir is for the --task data; give --task too.")
+    folder = export_model(model, format, out, task=task, data_dir=data_dir, overwrite=overwrite, recover=recover,
+                          recover_threshold=recover_threshold, recover_steps=recover_steps,
+                          recover_teacher=recover_teacher, max_length=max_length, dev_limit=dev_limit,
+                          squad_holdout=squad_holdout)
+    manifest = read_manifest(folder)
+    summary = {k: manifest[k] for k in ("format", "backend", "exporter", "parity", "scores", "recovery") if k in manifest}
+    typer.echo(json.dumps(summary, indent=2))
+    typer.echo(f"Export folder: {folder}")
+
+
+@app.command()
+def report(
+    runs: list[str] = typer.Argument(..., help="One run folder, or several runs of one task to compare."),
+    out: Optional[str] = typer.Option(None, help="Several runs: folder for the merged report (default runs/comparison-<task>)."),
+):
+    """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
+    setup_logging()
+    from distillery.report import merge_runs, write_report
+
+    if len(runs) == 1:
+        path = write_report(Path(runs[0]))
+    else:
+        if out is None:
+            from distillery.report import load_run
+
+            out = f"runs/comparison-{load_run(runs[0])['metrics'].get('task', 'task')}"
+        path = merge_runs([Path(r) for r in runs], Path(out))
+    typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")
+
+
+COMMAND_LINE_ERRORS = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
+ABORTS = tuple({click.exceptions.Abort, typer.Abort})
+INTERRUPTED = "distillery: interrupted. Rerun with --resume to continue from the last checkpoint."
+
+
+def main() -> None:
+    try:
+        # Not standalone, so that DistilleryError reaches us; typer then *returns* the exit code of a
+        # click Exit instead of exiting, including the 130 it makes of a KeyboardInterrupt.
+        code = app(standalone_mode=False)
+    except DistilleryError as e:
+        typer.echo(f"distillery: error: {e}", err=True)
+        sys.exit(2)
+    except (*ABORTS, KeyboardInterrupt):
+        code = 130
+    except COMMAND_LINE_ERRORS as e:  # a malformed command line (click's own checks), or the help
+        message = e.format_message().strip()
+        if "\n" in message:  # `distillery` alone: the help text (rich help is printed before, message empty)
+            e.show()
+        elif message:
+            typer.echo(f"distillery: error: {message}", err=True)
+        sys.exit(e.exit_code)
+    if isinstance(code, int) and code != 0:
+        if code == 130:
+            typer.echo(INTERRUPTED, err=True)
+        sys.exit(code)
+

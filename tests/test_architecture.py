@@ -1,0 +1,56 @@
+"""The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
+flow (no cycle, late imports counted), and no source file outgrows a newcomer's reading (600 lines)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "distillery"
+MAX_LINES = 600
+
+# Lowest first: a module may import from its own layer (without a cycle) and the layers below.
+LAYERS = [
+    ("services", ("distillery.errors", "distillery.config", "distillery.folders", "distillery.distributed",
+                  "distillery.data", "distillery.metrics", "distillery.distill", "distillery.modeling",
+                  "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
+                  "distillery.teacher")),
+    ("methods and export", ("distillery.recipe", "distillery.baseline", "distillery.moebert", "distillery.cmow",
+                            "distillery.autotinybert", "distillery.export")),
+    ("pipeline", ("distillery.pipeline", "distillery.report", "distillery.plot")),
+    ("cli", ("distillery.cli",)),
+]
+
+
+def import_graph():
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def layer_of(module: str) -> int | None:
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    return None  # the package itself (the public API imports the pipeline; nothing imports it)
+
+
+def test_no_import_cycle():
+    tool = import_graph()
+    assert tool.cycles(tool.edges()) == []
+
+
+def test_imports_only_go_down_the_layers():
+    graph = import_graph().edges()
+    unplaced = sorted(m for m in graph if m != "distillery" and layer_of(m) is None)
+    assert not unplaced, f"modules in no layer: {unplaced}"
+    upward = [f"{a} ({LAYERS[layer_of(a)][0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
+              for a, targets in graph.items() for b in targets
+              if a != "distillery" and b != "distillery" and layer_of(b) > layer_of(a)]
+    assert not upward, "\n".join(upward)
+    assert not [a for a, targets in graph.items() if "distillery" in targets], "only users import the package itself"
+
+
+def test_no_source_file_over_600_lines():
+    long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
