@@ -16,9 +16,10 @@ Layout (under ``out_dir/checkpoints/``)::
       model.safetensors
       best.json                     step and metrics
 
-Each folder is written into ``<name>.tmp``, every file fsynced, then renamed into place with the
-previous version kept as ``<name>.old`` until then (:func:`distillery.folders.atomic_folder`); a
-crash at any moment leaves a complete ``<name>`` or ``<name>.old``, and the readers take the first.
+Each folder is written into a temporary sibling that every process can name, every file fsynced,
+then renamed into place with the previous version kept as ``<name>.old`` until then
+(:func:`distillery.folders.atomic_folder`); a crash at any moment leaves a complete ``<name>`` or
+``<name>.old``, and the readers take the first.
 
 Distribution is data parallel (DDP) only: optimizer state is replicated, and the main process
 writes it. Checkpoints of sharded optimizers (FSDP, DeepSpeed) are not supported.
