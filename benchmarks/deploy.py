@@ -37,8 +37,9 @@ from distillery.config import RunConfig
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export import export_model, prepare_export_data, read_manifest, resolve_format
+from distillery.plot import dominates, write_plot
+from distillery.report import SST2_REFERENCE_POINTS
 from distillery.runtime import load_model
-from distillery.report import SST2_REFERENCE_POINTS, dominates, write_plot
 
 FORMATS = ("onnx", "onnx-int8", "torch-int8")
 DEFAULT_RUNS = ("runs/bench-sst2-distill-quick", "runs/bench-sst2-moebert-quick", "runs/bench-sst2-cmow-quick",

@@ -11,7 +11,8 @@ import pytest
 
 from distillery import cli
 from distillery.errors import DistilleryError
-from distillery.folders import MARKER, check_target, claim, discard_unstarted, is_ours, replace_with, temporary_sibling
+from distillery.folders import (MARKER, atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
+                                previous_version, replace_with, shared_sibling, temporary_sibling)
 from tests.test_cli import assert_one_line_error, run_cli
 from tests.test_pipeline import write_glue
 
@@ -235,3 +236,41 @@ def test_discard_unstarted_keeps_anything_more(tmp_path):
     shutil.rmtree(run / "checkpoints")
     discard_unstarted(run)
     assert not run.exists()
+
+
+def test_atomic_folder_appears_whole_or_not_at_all(tmp_path):
+    final = tmp_path / "out"
+    with atomic_folder(final) as tmp:
+        (tmp / "a").write_text("1")
+        mark(tmp, "model")
+    with pytest.raises(RuntimeError):
+        with atomic_folder(final) as tmp:
+            (tmp / "a").write_text("2")
+            raise RuntimeError("killed")
+    assert (final / "a").read_text() == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the failed one's folder is gone
+
+
+def test_atomic_folder_keeps_the_previous_version_until_the_new_one_is_in_place(tmp_path):
+    final = tmp_path / "last"
+    for value in ("1", "2"):
+        with atomic_folder(final, existing="old", tmp=shared_sibling(final), durable=True) as tmp:
+            (tmp / "a").write_text(value)
+    assert (final / "a").read_text() == "2" and not previous_version(final).exists()
+    with pytest.raises(OSError):
+        with atomic_folder(final, existing="old", tmp=shared_sibling(final)) as tmp:
+            raise OSError("disk full")
+    assert (final / "a").read_text() == "2"
+    assert shared_sibling(final).is_dir()  # other processes may still be writing into it
+
+
+def test_atomic_file_replaces_or_leaves_the_old_content(tmp_path):
+    path = tmp_path / "cache.json"
+    with atomic_file(path, "w") as f:
+        f.write("old")
+    with pytest.raises(ValueError):
+        with atomic_file(path) as f:
+            f.write(b"half")
+            raise ValueError("killed")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from distillery.errors import DistilleryError
-from distillery.report import REQUIRED_FILES, merge_runs, pareto_front, write_plot, write_report
+from distillery.plot import pareto_front, write_plot
+from distillery.report import REQUIRED_FILES, merge_runs, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

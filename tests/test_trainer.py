@@ -14,10 +14,11 @@ import datasets
 import torch
 from safetensors.torch import load_file, load_model
 
-import distillery.distill.trainer as trainer_module
+import distillery.distill.checkpoint as checkpoint_module
 from distillery.config import TrainConfig
 from distillery.distill import HiddenProjection, Trainer, find_checkpoint, hidden_mse
-from distillery.distill.trainer import EpochSampler, _param_groups
+from distillery.distill.data_order import EpochSampler
+from distillery.distill.optim import param_groups as _param_groups
 from distillery.errors import DistilleryError
 from tests._ddp_train import collate, loss_fn, tiny_dataset, tiny_model
 
@@ -178,7 +179,7 @@ def test_resume_at_an_epoch_boundary(tmp_path, uninterrupted):
 
 def test_a_failed_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch, uninterrupted):
     _, ref = uninterrupted
-    real_write_json = trainer_module._write_json
+    real_write_json = checkpoint_module._write_json
     calls = {"state": 0}
 
     def failing_write_json(obj, path):
@@ -188,10 +189,10 @@ def test_a_failed_save_leaves_the_previous_checkpoint_loadable(tmp_path, monkeyp
                 raise OSError("disk full")
         real_write_json(obj, path)
 
-    monkeypatch.setattr(trainer_module, "_write_json", failing_write_json)
+    monkeypatch.setattr(checkpoint_module, "_write_json", failing_write_json)
     with pytest.raises(OSError, match="disk full"):
         resume_run(tmp_path)  # saves at steps 2, 3 (end of epoch 1), 4, 6: the one at step 3 fails
-    monkeypatch.setattr(trainer_module, "_write_json", real_write_json)
+    monkeypatch.setattr(checkpoint_module, "_write_json", real_write_json)
 
     root = tmp_path / "checkpoints"
     assert (root / "last.tmp" / "model.safetensors").is_file()  # the half-written one

@@ -10,13 +10,16 @@ data, an init model). A user's folder therefore survives any combination of ``--
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from distillery.errors import DistilleryError
 
@@ -159,6 +162,11 @@ def discard_unstarted(out: str | os.PathLike) -> None:
         out.rmdir()
 
 
+# ------------------------------------------------------------------------------------------------
+# Writing a folder or a file all at once: into a temporary sibling, then renamed into place, so that a
+# reader (another process, a resumed run) never sees one half-written. Every such write goes through here.
+
+
 def temporary_sibling(final: str | os.PathLike) -> Path:
     """A new, empty folder beside ``final`` to write into before :func:`replace_with` (a fresh
     name each time: a fixed one such as ``<name>.tmp`` could be a user's folder)."""
@@ -167,12 +175,126 @@ def temporary_sibling(final: str | os.PathLike) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
 
 
+def shared_sibling(final: str | os.PathLike) -> Path:
+    """``<name>.tmp`` beside ``final``: a temporary folder every process of a launch can name, for a
+    folder they write together (each its own files), and that the next write finds and clears after
+    a killed one. Independent writers of the same ``final`` must use :func:`temporary_sibling`."""
+    final = Path(final)
+    return final.with_name(final.name + ".tmp")
+
+
+def previous_version(final: str | os.PathLike) -> Path:
+    """``<name>.old``: where ``atomic_folder(..., existing="old")`` keeps the folder it replaces."""
+    final = Path(final)
+    return final.with_name(final.name + ".old")
+
+
 def replace_with(tmp: str | os.PathLike, final: str | os.PathLike, option: str = "--out") -> None:
     """Move the finished folder ``tmp`` to ``final``, replacing ``final`` only if distillery wrote it."""
-    final = Path(final)
-    if final.exists():
+    _put_in_place(Path(tmp), Path(final), "ours", durable=False, option=option)
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # directories cannot be opened on some platforms (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+EXISTING = ("ours", "any", "old")
+
+
+def _put_in_place(tmp: Path, final: Path, existing: str, *, durable: bool, option: str) -> None:
+    if durable:
+        fsync_dir(tmp)
+    # A folder cannot replace a non-empty one in a single rename: with "old", the previous version
+    # waits as <name>.old, where a reader looks when a crash came between the two renames.
+    old = previous_version(final) if existing == "old" else None
+    if existing == "ours" and final.exists():
         if final.is_dir() and not any(final.iterdir()):
             final.rmdir()
         else:
             remove_ours(final, option)
+    elif existing == "any":
+        shutil.rmtree(final, ignore_errors=True)
+    elif old is not None and final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
     os.replace(tmp, final)
+    if durable:
+        fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(
+    final: str | os.PathLike,
+    *,
+    existing: str = "ours",
+    tmp: str | os.PathLike | None = None,
+    durable: bool = False,
+    option: str = "--out",
+) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``final``; when the block succeeds, rename it to ``final``.
+
+    ``existing`` says what becomes of a ``final`` already there: ``"ours"``, replaced only if
+    distillery wrote it (:func:`remove_ours`; an empty folder too); ``"any"``, replaced whatever it
+    holds (an entry of a cache distillery alone writes); ``"old"``, kept as ``<name>.old`` until the
+    new one is in place, so that a reader falling back to ``<name>.old`` always finds a complete one.
+
+    ``tmp`` is by default a fresh sibling (:func:`temporary_sibling`), removed when the block fails,
+    so two writers never share one. A given ``tmp`` (:func:`shared_sibling`) is emptied first and
+    left as it is after a failure: other processes may still be writing into it.
+
+    ``durable`` fsyncs the folder before the rename and its parent after, so that the rename cannot
+    reach the disk before the contents; the files written inside must be fsynced by their writer
+    (:func:`fsync_file`).
+    """
+    if existing not in EXISTING:
+        raise ValueError(f"existing must be one of {', '.join(EXISTING)}, got {existing!r}.")
+    final = Path(final).expanduser()
+    fresh = tmp is None
+    if fresh:
+        tmp = temporary_sibling(final)
+    else:
+        tmp = Path(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        _put_in_place(tmp, final, existing, durable=durable, option=option)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """Yield a file open for writing (``mode`` "w" or "wb") that replaces ``path`` when the block
+    succeeds and is removed when it fails. Its temporary name is this writer's own (process id and a
+    random part): processes on several nodes may fill the same cache entry at once."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}.")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, mode.replace("w", "x")) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -26,6 +25,7 @@ import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file
 
 # name -> module. Imported lazily so a method's extra dependencies load only when used.
 METHODS: dict[str, str] = {
@@ -105,9 +105,8 @@ class MethodContext:
                 logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # one per writer: nodes may share the cache
-                np.save(tmp, logits)
-                tmp.replace(path)  # atomic: a killed run leaves no half-written cache entry
+                with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
+                    np.save(f, logits)
         if logits.shape[0] != len(train):
             raise DistilleryError(f"Cached teacher logits {path} have {logits.shape[0]} rows for {len(train)} examples; delete the file.")
         return train.add_column("teacher_logits", logits.tolist())

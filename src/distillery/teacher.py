@@ -32,6 +32,7 @@ from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
+from distillery.folders import atomic_folder, shared_sibling
 from distillery.modeling import first_line, load_tokenizer
 
 logger = logging.getLogger("distillery")
@@ -276,13 +277,11 @@ def get_finetuned_teacher(
     info = {"teacher": teacher.name, "task": task.name, "metrics": metrics, "seconds": seconds,
             "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
     if distributed.is_main():  # every process holds the same weights; one writes the cache entry
-        tmp = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
+        # a fixed temporary name: the next fine-tuning clears what a killed one left
+        with atomic_folder(folder, existing="any", tmp=shared_sibling(folder)) as tmp:
+            model.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
         shutil.rmtree(work, ignore_errors=True)
     distributed.barrier()
     logger.info("Teacher dev %s = %.4f after %.0f s.", task.main_metric, metrics[task.main_metric], seconds)

@@ -24,6 +24,7 @@ from torch import nn
 
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file
 
 logger = logging.getLogger("distillery")
 
@@ -156,9 +157,8 @@ def save_predictor(path: str | Path, predictor: MLPPredictor, report: dict[str, 
     record = {"hardware": hardware_fingerprint(), "shape": list(shape), "threads": threads or torch.get_num_threads(),
               "report": report, "predictor": predictor.state(),
               "measurements": [{**a.as_dict(), "ms": m} for a, m in zip(archs, ms)]}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(path)
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps(record, indent=2))
     return path
 
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file
 
 
 @dataclass
@@ -109,9 +110,8 @@ def evolutionary_search(space: SearchSpace, evaluate: Callable[[Arch], float], l
 def write_log(path: str | Path, evaluated: list[Candidate], budget_ms: float) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"budget_ms": budget_ms, "candidates": [c.as_dict() for c in evaluated]}, indent=2))
-    tmp.replace(path)
+    with atomic_file(path, "w") as f:
+        f.write(json.dumps({"budget_ms": budget_ms, "candidates": [c.as_dict() for c in evaluated]}, indent=2))
 
 
 def fast_candidates(space: SearchSpace, latency: Callable[[Arch], float], budget_ms: float) -> list[Arch]:

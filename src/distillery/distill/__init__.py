@@ -10,7 +10,8 @@ from distillery.distill.losses import (
     symmetric_kl,
     task_loss,
 )
-from distillery.distill.trainer import TrainResult, Trainer, find_checkpoint
+from distillery.distill.checkpoint import find_checkpoint
+from distillery.distill.trainer import TrainResult, Trainer
 
 __all__ = [
     "HiddenProjection",

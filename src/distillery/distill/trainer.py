@@ -6,77 +6,52 @@ processes (``accelerate launch`` / ``torchrun``). A method only supplies ``loss_
 checkpoints and exact resume live here, once.
 
 Reproducibility contract
-  - The data order of epoch ``e`` is ``torch.randperm(n, generator=seeded(seed + e))``, grouped by
-    length when ``TrainConfig.group_by_length`` (see ``EpochSampler``); batches are
-    global (``split_batches``): N processes see the same global batches as one process, each a
-    slice of them, so the result does not depend on the number of processes.
-  - With N processes, a final incomplete batch is completed with examples from the start of the
-    epoch (accelerate's ``even_batches``); with one process it stays short.
-  - Random draws made while collating a batch (MLM masking, say) are seeded by
-    ``(seed, epoch, batch index)`` and do not advance the global generators; evaluation does not
-    advance them either. The global generators drive only the model (dropout).
-  - A checkpoint holds weights, optimizer, scheduler, RNG states and the data position, so a run
-    stopped and resumed ends with the same weights as one that never stopped.
-
-Checkpoint layout (under ``out_dir/checkpoints/``)::
-
-    last/                           written atomically at each evaluation, each epoch end, the end
-      model.safetensors             the unwrapped model's state dict (tied tensors stored once)
-      extra_parameters.safetensors  the Trainer's ``extra_parameters`` ("0", "1", ... in order)
-      optimizer.pt, scheduler.pt    state dicts (``torch.load(..., weights_only=True)``)
-      rng_state_<rank>.pt           python, numpy, torch (and CUDA) RNG states of each process
-      trainer_state.json            step, epoch, batch within the epoch, best metric, history
-    best/                           the weights with the best main metric so far
-      model.safetensors
-      best.json                     step and metrics
-
-Distribution is data parallel (DDP) only: optimizer state is replicated, and the main process
-writes it. Checkpoints of sharded optimizers (FSDP, DeepSpeed) are not supported.
+  - The batches of each step are a pure function of (seed, epoch, batch index)
+    (``distillery.distill.data_order``); evaluation does not advance the global generators either,
+    so they drive only the model (dropout).
+  - A checkpoint (``distillery.distill.checkpoint``) holds weights, optimizer, scheduler, RNG
+    states and the data position, so a run stopped and resumed ends with the same weights as one
+    that never stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import json
 import logging
 import math
 import os
-import pickle
-import random
-import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import safetensors.torch
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, broadcast_object_list, set_seed
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Sampler, default_collate
+from torch.utils.data import default_collate
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
-from transformers import get_linear_schedule_with_warmup
 
 from distillery.config import TrainConfig
-from distillery.data.encode import example_lengths
+from distillery.distill.checkpoint import (
+    CHECKPOINTS_DIR,
+    LAST,
+    find_checkpoint,
+    fresh_state,
+    json_float,
+    load_best,
+    preserved_rng,
+    resume_last,
+    save_best,
+    save_last,
+)
+from distillery.distill.data_order import EpochSampler, SeededCollate, train_loader
+from distillery.distill.optim import flatten_extra, optimizer_and_schedule, schedule_lengths, trained_parameters
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
-
-CHECKPOINTS_DIR = "checkpoints"
-LAST, BEST = "last", "best"
-MODEL_FILE = "model.safetensors"
-EXTRA_FILE = "extra_parameters.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
-SCHEDULER_FILE = "scheduler.pt"
-STATE_FILE = "trainer_state.json"
-BEST_FILE = "best.json"
-STATE_FORMAT = 1
 
 LossOutput = Tensor | tuple[Tensor, Mapping[str, float]]
 
@@ -99,291 +74,6 @@ class TrainResult:
     checkpoint_dir: Path | None = None
 
 
-class EpochSampler(Sampler[int]):
-    """Indices of epoch ``epoch`` in the order ``torch.randperm(n, generator=seeded(seed + epoch))``.
-
-    With ``lengths`` (token counts per example), the order is length-grouped as in HF's
-    ``group_by_length``: the permutation is cut into mega-batches of ``GROUP_MEGABATCHES`` batches,
-    each sorted by length and cut into batches, and the full batches are shuffled (the last,
-    partial one stays last so the loader's batch boundaries hold). Dynamic padding then pads each
-    batch to a length close to its examples', which on SST-2 roughly halves the work per epoch.
-    The order is still a pure function of (seed, epoch), so resuming stays exact.
-
-    The trainer sets ``epoch`` before each pass. There is deliberately no ``set_epoch`` method and
-    no ``generator`` attribute: accelerate would otherwise drive them from its own counters.
-    """
-
-    GROUP_MEGABATCHES = 50
-
-    def __init__(self, num_examples: int, seed: int, shuffle: bool = True,
-                 lengths: torch.Tensor | None = None, batch_size: int = 1):
-        self.num_examples = num_examples
-        self.seed = seed
-        self.shuffle = shuffle
-        self.lengths = lengths
-        self.batch_size = batch_size
-        self.epoch = 0
-
-    def order(self, epoch: int) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.num_examples))
-        g = torch.Generator()
-        g.manual_seed(self.seed + epoch)
-        perm = torch.randperm(self.num_examples, generator=g)
-        if self.lengths is None:
-            return perm.tolist()
-        mega = self.batch_size * self.GROUP_MEGABATCHES
-        # a loop over mega-batches (tens per epoch), each one vectorised
-        grouped = torch.cat([c[torch.argsort(self.lengths[c], descending=True, stable=True)] for c in perm.split(mega)])
-        batches = list(grouped.split(self.batch_size))
-        full = len(batches) - (1 if len(batches[-1]) < self.batch_size else 0)
-        shuffled = [batches[i] for i in torch.randperm(full, generator=g).tolist()] + batches[full:]
-        return torch.cat(shuffled).tolist()
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order(self.epoch))
-
-    def __len__(self) -> int:
-        return self.num_examples
-
-
-class _SeededCollate:
-    """Runs ``collate_fn`` with RNGs seeded by ``(seed, epoch, batch index)``, restoring them after.
-
-    Collation happens one batch ahead of the model (the data loader prefetches), so a collator
-    that draws random numbers would otherwise interleave with dropout differently after a resume.
-    """
-
-    def __init__(self, collate_fn: Callable[[list], Any], seed: int):
-        self.collate_fn = collate_fn if collate_fn is not None else default_collate
-        self.seed = seed
-        self.epoch = 0
-        self.batch_index = 0
-
-    def start(self, epoch: int, batch_index: int) -> None:
-        self.epoch, self.batch_index = epoch, batch_index
-
-    def __call__(self, examples: list) -> Any:
-        seed = int(np.random.SeedSequence([self.seed, self.epoch, self.batch_index]).generate_state(1)[0])
-        self.batch_index += 1
-        with _preserved_rng(cuda=False):
-            random.seed(seed)
-            np.random.seed(seed)
-            torch.default_generator.manual_seed(seed)
-            return self.collate_fn(examples)
-
-
-# ----------------------------------------------------------------------------------------------
-# RNG state
-
-
-def _rng_state() -> dict[str, Any]:
-    """The global RNG states as tensors and plain values (loadable with ``weights_only=True``)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state: dict[str, Any] = {
-        "python": [version, list(internal), gauss],
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    npst = state["numpy"]
-    np.random.set_state(
-        (npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"], npst["has_gauss"], npst["cached_gaussian"])
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-@contextlib.contextmanager
-def _preserved_rng(cuda: bool = True) -> Iterator[None]:
-    """Whatever runs inside leaves the python, numpy and torch generators where they were."""
-    py, npst, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if cuda and torch.cuda.is_available() else None
-    try:
-        yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npst)
-        torch.set_rng_state(cpu)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-
-
-# ----------------------------------------------------------------------------------------------
-# Atomic folders
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # directories cannot be opened on some platforms (Windows)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _commit_folder(tmp: Path, final: Path) -> None:
-    """Put the finished folder ``tmp`` in place of ``final``.
-
-    A folder cannot replace a non-empty one in a single rename, so the previous version is first
-    renamed to ``<name>.old``; :func:`find_checkpoint` falls back to it if a crash happens between
-    the two renames. Every file in ``tmp`` must already be fsynced.
-    """
-    _fsync_dir(tmp)
-    old = final.with_name(final.name + ".old")
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def complete_checkpoints(out_dir: str | os.PathLike, name: str = LAST) -> list[Path]:
-    """The complete folders among ``out_dir/checkpoints/<name>`` and its previous version, newest first."""
-    root = Path(out_dir) / CHECKPOINTS_DIR
-    marker = STATE_FILE if name == LAST else BEST_FILE
-    return [c for c in (root / name, root / f"{name}.old") if (c / marker).is_file()]
-
-
-def find_checkpoint(out_dir: str | os.PathLike, name: str = LAST) -> Path | None:
-    """The complete checkpoint folder ``out_dir/checkpoints/<name>``, or its previous version, or None."""
-    return next(iter(complete_checkpoints(out_dir, name)), None)
-
-
-class CorruptCheckpoint(DistilleryError):
-    """A checkpoint file that cannot be read (truncated by a full disk, a copy cut short, ...)."""
-
-
-# What the readers raise on a truncated or garbled file: safetensors' own error, torch.load's zip and
-# unpickling errors, json's ValueError.
-_UNREADABLE = (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, safetensors.SafetensorError)
-
-
-def _read(path: Path, reader: Callable[[Path], Any]) -> Any:
-    try:
-        return reader(path)
-    except _UNREADABLE as e:
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CorruptCheckpoint(f"The checkpoint file {path} is corrupt ({detail}).") from None
-
-
-def _read_state(path: Path) -> dict:
-    state = json.loads(path.read_text())
-    missing = [k for k in ("format", "global_step", "epoch", "batch_in_epoch", "total_steps") if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)}")
-    return state
-
-
-def _torch_load(path: Path) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _save_weights(model: nn.Module, path: Path) -> None:
-    # save_model stores tensors shared between names (tied embeddings) once
-    safetensors.torch.save_model(model, str(path), metadata={"format": "pt"})
-    _fsync_file(path)
-
-
-def _load_weights(model: nn.Module, path: Path) -> None:
-    try:
-        safetensors.torch.load_model(model, str(path), strict=True)
-    except (safetensors.SafetensorError, OSError) as e:
-        raise CorruptCheckpoint(f"The checkpoint file {path} is corrupt ({e}).") from None
-    except RuntimeError as e:
-        raise DistilleryError(f"The weights in {path} do not fit this model: {e}") from None
-
-
-def _torch_save(obj: Any, path: Path) -> None:
-    torch.save(obj, path)
-    _fsync_file(path)
-
-
-def _write_json(obj: Any, path: Path) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-# ----------------------------------------------------------------------------------------------
-# Parameters
-
-
-def _is_norm(module: nn.Module) -> bool:
-    return isinstance(module, (nn.LayerNorm, nn.GroupNorm)) or "norm" in type(module).__name__.lower()
-
-
-def _flatten_extra(extra: Iterable[nn.Module | nn.Parameter]) -> tuple[list[nn.Module], list[nn.Parameter]]:
-    modules: list[nn.Module] = []
-    params: list[nn.Parameter] = []
-    for item in extra:
-        if isinstance(item, nn.Module):
-            modules.append(item)
-            params.extend(item.parameters())
-        elif isinstance(item, Tensor):
-            params.append(item)
-        else:
-            raise TypeError(f"extra_parameters takes modules and parameters, got {type(item).__name__}.")
-    return modules, params
-
-
-def _param_groups(
-    model: nn.Module, extra_modules: list[nn.Module], extra_params: list[nn.Parameter], weight_decay: float
-) -> list[dict[str, Any]]:
-    """AdamW groups: weight decay on weights, none on biases and normalisation weights."""
-    no_decay: set[int] = set()
-    for root in (model, *extra_modules):
-        for module in root.modules():
-            norm = _is_norm(module)
-            for name, p in module.named_parameters(recurse=False):
-                if norm or name == "bias":
-                    no_decay.add(id(p))
-    seen: set[int] = set()
-    decay_params: list[nn.Parameter] = []
-    plain_params: list[nn.Parameter] = []
-    for p in [*model.parameters(), *extra_params]:
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        # a bare extra parameter with one dimension is a bias or a scale
-        if id(p) in no_decay or p.ndim < 2:
-            plain_params.append(p)
-        else:
-            decay_params.append(p)
-    groups = [
-        {"params": decay_params, "weight_decay": weight_decay},
-        {"params": plain_params, "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
-
-
 def _metrics_to_floats(metrics: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in metrics.items():
@@ -397,10 +87,6 @@ def _metrics_to_floats(metrics: Mapping[str, Any]) -> dict[str, Any]:
             except (TypeError, ValueError):
                 continue  # nested or non-numeric values are the caller's to keep
     return out
-
-
-def _json_float(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -477,7 +163,7 @@ class Trainer:
         self.main_metric = main_metric
         self.greater_is_better = greater_is_better
         self.resume = resume
-        self.extra_modules, self.extra_params = _flatten_extra(extra_parameters)
+        self.extra_modules, self.extra_params = flatten_extra(extra_parameters)
         self.desc = desc
         self.checkpoint_every = checkpoint_every
 
@@ -509,44 +195,6 @@ class Trainer:
     @property
     def device(self) -> torch.device:
         return self.accelerator.device
-
-    # -- setup ---------------------------------------------------------------------------------
-
-    def _schedule(self, num_batches: int) -> tuple[int, int, int]:
-        """(optimizer steps per epoch, total optimizer steps, number of epochs to iterate)."""
-        cfg = self.config
-        steps_per_epoch = math.ceil(num_batches / cfg.grad_accum)
-        if cfg.max_steps:
-            total = int(cfg.max_steps)
-        else:
-            total = max(1, math.ceil(cfg.epochs * steps_per_epoch))
-        return steps_per_epoch, total, math.ceil(total / steps_per_epoch)
-
-    def _fresh_state(self, total_steps: int) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "format": STATE_FORMAT,
-            "desc": self.desc,
-            "global_step": 0,
-            "total_steps": total_steps,
-            "epoch": 0,
-            "batch_in_epoch": 0,
-            "examples_seen": 0,
-            "seconds": 0.0,
-            "best_metric": None,
-            "best_step": None,
-            "best_metrics": {},
-            "history": [],
-            "log_window": None,
-            "eval_window": None,
-            "main_metric": self.main_metric,
-            "greater_is_better": self.greater_is_better,
-            "num_examples": self.num_examples,
-            "batch_size": cfg.batch_size,
-            "grad_accum": cfg.grad_accum,
-            "seed": cfg.seed,
-            "num_processes": self.accelerator.num_processes,
-        }
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -590,21 +238,9 @@ class Trainer:
         set_seed(cfg.seed)
         self._best_state = None
 
-        lengths = example_lengths(self.train_dataset) if cfg.group_by_length else None
-        sampler = EpochSampler(self.num_examples, cfg.seed, lengths=lengths, batch_size=cfg.batch_size)
-        collate = _SeededCollate(self.collate_fn, cfg.seed)
-        loader = DataLoader(
-            self.train_dataset,
-            batch_size=cfg.batch_size,
-            sampler=sampler,
-            collate_fn=collate,
-            drop_last=False,
-            num_workers=0,
-            # its own generator: creating an iterator then draws nothing from the global one
-            generator=torch.Generator().manual_seed(cfg.seed),
-        )
+        loader, sampler, collate = train_loader(self.train_dataset, self.collate_fn, cfg)
         num_batches = len(loader)
-        steps_per_epoch, total_steps, num_epochs = self._schedule(num_batches)
+        steps_per_epoch, total_steps, num_epochs = schedule_lengths(num_batches, cfg)
 
         for module in self.extra_modules:
             module.to(acc.device)
@@ -613,33 +249,17 @@ class Trainer:
             if p.device != acc.device:
                 p.data = p.data.to(acc.device)
         self.model.train()
-        groups = _param_groups(self.model, self.extra_modules, self.extra_params, cfg.weight_decay)
-        # The fused kernel: one pass per parameter instead of a dozen (on a 2-core CPU, a 37M-parameter
-        # CMOW step went from 161 to 13 ms in the optimizer); same update, fp32/16 CPU and CUDA only.
-        fused = acc.device.type in ("cpu", "cuda") and all(
-            p.is_floating_point() for g in groups for p in g["params"])
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=fused or None)
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer, num_warmup_steps=math.ceil(cfg.warmup_ratio * total_steps), num_training_steps=total_steps
-        )
+        optimizer, scheduler = optimizer_and_schedule(self.model, self.extra_modules, self.extra_params, cfg,
+                                                      acc.device, total_steps)
         model, optimizer, loader, scheduler = acc.prepare(self.model, optimizer, loader, scheduler)
 
-        state = self._fresh_state(total_steps)
+        state = fresh_state(desc=self.desc, total_steps=total_steps, main_metric=self.main_metric,
+                            greater_is_better=self.greater_is_better, num_examples=self.num_examples, config=cfg,
+                            num_processes=acc.num_processes)
         if self.resume:
-            candidates = complete_checkpoints(self.out_dir, LAST)
-            if not candidates:
-                self._info(f"{self.desc}: no checkpoint in {self.checkpoint_root}, starting from scratch.")
-            for i, ckpt in enumerate(candidates):
-                try:
-                    # restores the RNG states too: nothing below may draw from the global generators
-                    state = self._load_last(ckpt, model, optimizer, scheduler, total_steps)
-                    break
-                except CorruptCheckpoint as e:
-                    if i + 1 == len(candidates):
-                        raise CorruptCheckpoint(f"{e} No complete earlier checkpoint is left: delete {ckpt} "
-                                                f"to start over.") from None
-                    # every file of the previous version is read again, so nothing of the bad one remains
-                    logger.warning(f"{self.desc}: {e} Resuming from the previous checkpoint {candidates[i + 1]}.")
+            # restores the RNG states too: nothing below may draw from the global generators
+            state = resume_last(acc, self.out_dir, model, optimizer, scheduler, fresh=state,
+                                extra_params=self.extra_params, desc=self.desc) or state
         elif find_checkpoint(self.out_dir, LAST) is not None:
             self._info(f"{self.desc}: not resuming; the checkpoints in {self.checkpoint_root} will be replaced.")
 
@@ -710,7 +330,7 @@ class Trainer:
         acc, cfg = self.accelerator, self.config
         self._reduce_extra_grads()
         if cfg.max_grad_norm:
-            grad_norm = acc.clip_grad_norm_(self._trained_parameters(run.model), cfg.max_grad_norm)
+            grad_norm = acc.clip_grad_norm_(trained_parameters(run.model, self.extra_params), cfg.max_grad_norm)
             # fp16 overflows are expected: its gradient scaler skips those steps by itself
             if grad_norm is not None and acc.mixed_precision != "fp16":
                 if not torch.isfinite(torch.as_tensor(grad_norm)):
@@ -750,7 +370,8 @@ class Trainer:
             run.eval_window = _Window()
         if do_save:
             state["log_window"], state["eval_window"] = run.log_window.to_dict(), run.eval_window.to_dict()
-            self._save_last(run.model, run.optimizer, run.scheduler, state)
+            save_last(self.accelerator, self.checkpoint_root, run.model, run.optimizer, run.scheduler, state,
+                      self.extra_params)
 
     def _out_of_patience(self, state: dict) -> bool:
         """Early stopping: ``patience`` evaluations in a row without a new best main metric. Read
@@ -799,15 +420,6 @@ class Trainer:
             raise TypeError(f"loss_fn must return a scalar loss tensor, got {type(out).__name__}.")
         return out.reshape(()), {k: float(v) for k, v in parts.items()}
 
-    def _trained_parameters(self, model: nn.Module) -> list[nn.Parameter]:
-        seen: set[int] = set()
-        params = []
-        for p in [*model.parameters(), *self.extra_params]:
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-        return params
-
     def _reduce_extra_grads(self) -> None:
         # DDP averages the wrapped model's gradients only; extra parameters live outside it
         if self.accelerator.num_processes == 1:
@@ -854,7 +466,7 @@ class Trainer:
             was_training = unwrapped.training
             unwrapped.eval()
             try:
-                with _preserved_rng(), torch.no_grad():
+                with preserved_rng(), torch.no_grad():
                     raw = self.eval_fn(unwrapped)
             finally:
                 unwrapped.train(was_training)
@@ -893,7 +505,7 @@ class Trainer:
             if self.config.tensorboard:
                 numeric = {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}
                 self.accelerator.log(numeric, step=step)
-        entry = {"step": step, "epoch": step / steps_per_epoch, "loss": _json_float(loss), "lr": lr, "metrics": metrics}
+        entry = {"step": step, "epoch": step / steps_per_epoch, "loss": json_float(loss), "lr": lr, "metrics": metrics}
         if parts:
             entry["parts"] = parts
         state["history"].append(entry)
@@ -903,16 +515,8 @@ class Trainer:
         unwrapped = acc.unwrap_model(model)
         if self.config.select_best:
             self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
-        tmp = self.checkpoint_root / f"{BEST}.tmp"
         if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            _save_weights(unwrapped, tmp / MODEL_FILE)
-            _write_json(
-                {"step": state["global_step"], "main_metric": self.main_metric, "metrics": state["best_metrics"]},
-                tmp / BEST_FILE,
-            )
-            _commit_folder(tmp, self.checkpoint_root / BEST)
+            save_best(self.checkpoint_root, unwrapped, state["global_step"], self.main_metric, state["best_metrics"])
         acc.wait_for_everyone()
 
     def _load_best_if_selected(self, unwrapped: nn.Module, state: dict) -> None:
@@ -921,105 +525,12 @@ class Trainer:
         if self._best_state is not None:
             unwrapped.load_state_dict(self._best_state)
             self._best_state = None
-        else:  # found before a resume
-            best = find_checkpoint(self.out_dir, BEST)
-            if best is None:
-                logger.warning(
-                    f"{self.desc}: the best weights are missing from {self.checkpoint_root}; keeping the last."
-                )
-                return
-            recorded = json.loads((best / BEST_FILE).read_text()).get("step")
-            if recorded != state["best_step"]:
-                logger.warning(
-                    f"{self.desc}: {best} holds step {recorded}, the run recorded step {state['best_step']} as best."
-                )
-            _load_weights(unwrapped, best / MODEL_FILE)
+        elif not load_best(self.out_dir, unwrapped, state["best_step"], self.desc):  # found before a resume
+            return
         self._info(
             f"{self.desc}: loaded the best weights (step {state['best_step']}, "
             f"{self.main_metric} {state['best_metric']:.4f})."
         )
-
-    # -- checkpoints ---------------------------------------------------------------------------
-
-    def _save_last(self, model: nn.Module, optimizer: Any, scheduler: Any, state: dict) -> None:
-        """Write ``checkpoints/last`` atomically: into ``last.tmp``, fsynced, then renamed."""
-        acc = self.accelerator
-        tmp = self.checkpoint_root / f"{LAST}.tmp"
-        if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        acc.wait_for_everyone()
-        _torch_save(_rng_state(), tmp / f"rng_state_{acc.process_index}.pt")
-        if acc.is_main_process:
-            _save_weights(acc.unwrap_model(model), tmp / MODEL_FILE)
-            if self.extra_params:
-                tensors = {
-                    str(i): p.detach().to("cpu", copy=True).contiguous() for i, p in enumerate(self.extra_params)
-                }
-                safetensors.torch.save_file(tensors, str(tmp / EXTRA_FILE), metadata={"format": "pt"})
-                _fsync_file(tmp / EXTRA_FILE)
-            _torch_save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-            _torch_save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
-            saved = dict(state)
-            saved["best_metric"] = _json_float(state["best_metric"])
-            _write_json(saved, tmp / STATE_FILE)  # last: its presence marks a complete folder
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            _commit_folder(tmp, self.checkpoint_root / LAST)
-        acc.wait_for_everyone()
-
-    def _load_last(self, ckpt: Path, model: nn.Module, optimizer: Any, scheduler: Any, total_steps: int) -> dict:
-        acc, cfg = self.accelerator, self.config
-        state = _read(ckpt / STATE_FILE, _read_state)
-        # every file is read before any is applied: a corrupt one leaves model and optimizer untouched
-        optimizer_state = _read(ckpt / OPTIMIZER_FILE, _torch_load)
-        scheduler_state = _read(ckpt / SCHEDULER_FILE, _torch_load)
-        rng_file = ckpt / f"rng_state_{acc.process_index}.pt"
-        rng_state = _read(rng_file, _torch_load) if rng_file.is_file() else None
-        if state.get("format") != STATE_FORMAT:
-            raise DistilleryError(f"{ckpt} was written by another version of distillery and cannot be resumed.")
-        expected = {
-            "num_examples": self.num_examples,
-            "batch_size": cfg.batch_size,
-            "grad_accum": cfg.grad_accum,
-            "seed": cfg.seed,
-        }
-        differing = [f"{k} {state.get(k)} (now {v})" for k, v in expected.items() if state.get(k) != v]
-        if differing:
-            raise DistilleryError(
-                f"Cannot resume from {ckpt}: it was written with {', '.join(differing)}; "
-                f"use the same data and settings, or a new output folder."
-            )
-        if state["total_steps"] != total_steps:
-            logger.warning(
-                f"{self.desc}: the checkpoint planned {state['total_steps']} steps, this run plans {total_steps}; "
-                f"the learning-rate schedule follows the new plan."
-            )
-            state["total_steps"] = total_steps
-
-        _load_weights(acc.unwrap_model(model), ckpt / MODEL_FILE)
-        if self.extra_params:
-            if not (ckpt / EXTRA_FILE).is_file():
-                raise DistilleryError(f"{ckpt} has no {EXTRA_FILE}, but this run trains extra parameters.")
-            tensors = _read(ckpt / EXTRA_FILE, lambda p: safetensors.torch.load_file(str(p)))
-            if len(tensors) != len(self.extra_params):
-                raise DistilleryError(
-                    f"{ckpt} holds {len(tensors)} extra parameters, this run trains {len(self.extra_params)}."
-                )
-            with torch.no_grad():
-                for i, p in enumerate(self.extra_params):
-                    p.copy_(tensors[str(i)])
-        optimizer.load_state_dict(optimizer_state)
-        scheduler.load_state_dict(scheduler_state)
-        if rng_state is not None:
-            _set_rng_state(rng_state)
-        else:
-            logger.warning(f"{self.desc}: no RNG state for process {acc.process_index} in {ckpt}; dropout will differ.")
-        self._info(
-            f"{self.desc}: resumed from {ckpt} at step {state['global_step']} "
-            f"(epoch {state['epoch'] + 1}, batch {state['batch_in_epoch']})."
-        )
-        return state
 
 
 class _Window:
@@ -1061,7 +572,7 @@ class _Session:
     scheduler: Any
     loader: Any
     sampler: EpochSampler
-    collate: _SeededCollate
+    collate: SeededCollate
     state: dict[str, Any]  # what trainer_state.json holds
     num_batches: int
     steps_per_epoch: int

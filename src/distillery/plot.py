@@ -1,0 +1,100 @@
+"""The score-against-latency plot of a report, and when one model beats another on both.
+
+A model is worth more than another only when it is faster *and* scores higher; the plot draws the
+frontier of the models nothing beats in that sense (the Pareto frontier).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from distillery.errors import DistilleryError
+
+
+def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``a`` is strictly faster (latency) and strictly better (main metric) than ``b``.
+
+    Strict on both, as a user means "faster *and* more accurate": a tie in score is not a win.
+    """
+    if None in (a.get("latency_ms"), a.get("main"), b.get("latency_ms"), b.get("main")):
+        return False
+    return a["latency_ms"] < b["latency_ms"] and a["main"] > b["main"]
+
+
+def _point(p: Any) -> tuple[str, float, float]:
+    if isinstance(p, Mapping):
+        return str(p["label"]), float(p["latency_ms"]), float(p["metric"])
+    label, latency, metric = p
+    return str(label), float(latency), float(metric)
+
+
+def pareto_front(points: Iterable[Any]) -> list[tuple[str, float, float]]:
+    """The points no other point beats on both lower latency and higher metric, fastest first."""
+    pts = sorted((_point(p) for p in points), key=lambda t: (t[1], -t[2]))
+    front, best = [], -math.inf
+    for label, latency, metric in pts:
+        if metric > best:
+            front.append((label, latency, metric))
+            best = metric
+    return front
+
+
+def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str, title: str | None = None) -> Path:
+    """Main metric (y) against latency in ms (x, log scale), every point labelled, Pareto
+    frontier drawn. ``points``: dicts ``{"label", "latency_ms", "metric"}`` or such triples."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    pts = [_point(p) for p in points]
+    pts = [p for p in pts if p[1] > 0 and math.isfinite(p[1]) and math.isfinite(p[2])]
+    if not pts:
+        raise DistilleryError("There is no model with both a latency and a score to plot.")
+    # A bare Figure on the Agg canvas: no pyplot state, no display needed, safe beside other plots.
+    fig = Figure(figsize=(7, 4.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+    ax.scatter(xs, ys, s=36, color="tab:blue", zorder=3)
+    # Points at the same place (one teacher measured in several runs) share one label.
+    labels: dict[tuple[float, float], list[str]] = {}
+    for label, x, y in pts:
+        labels.setdefault((round(x, 6), round(y, 6)), []).append(label)
+    # Labels of neighbouring points (a model and its int8 variant) alternate above and below.
+    for i, ((x, y), names) in enumerate(sorted(labels.items())):
+        ax.annotate(", ".join(dict.fromkeys(names)), (x, y), textcoords="offset points",
+                    xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
+    front = pareto_front(pts)
+    if len(front) > 1:
+        ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="tab:orange",
+                linestyle="--", zorder=2, label="Pareto frontier")
+        ax.legend(loc="lower right", fontsize=8)
+    if max(xs) / min(xs) > 3:
+        ax.set_xscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+    pad = (max(xs) / min(xs)) ** 0.08 if max(xs) > min(xs) else 1.2
+    ax.set_xlim(min(xs) / pad, max(xs) * pad * pad)
+    ax.set_xlabel("latency (ms, lower is better)")
+    ax.set_ylabel(f"{metric_name} (higher is better)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    return path
+
+
+def plot_points(rows: Sequence[Mapping[str, Any]], label_key: str = "model") -> list[dict[str, Any]]:
+    """The points of a report's rows that have both a latency and a score."""
+    return [
+        {"label": str(r[label_key]), "latency_ms": r["latency_ms"], "metric": r["main"]}
+        for r in rows
+        if r["latency_ms"] and r["main"] is not None
+    ]
