@@ -9,7 +9,6 @@ callable model is ``distillery.runtime.load_model``.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput
 
 from distillery.errors import DistilleryError
-from distillery.folders import mark, replace_with, temporary_sibling
+from distillery.folders import atomic_folder, mark
 
 # Packages whose import registers a student type (its config and heads) with the Auto classes.
 MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow", "distillery.autotinybert")
@@ -152,16 +151,10 @@ def load_pretrained(folder: str | Path) -> PreTrainedModel:
 def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
     """save_pretrained (safetensors) + tokenizer into a temporary folder, marked as distillery's,
     then moved into place; an existing ``folder`` is replaced only if distillery wrote it."""
-    folder = Path(folder)
-    tmp = temporary_sibling(folder)
-    try:
+    with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         mark(tmp, kind)
-        replace_with(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:

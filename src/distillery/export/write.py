@@ -22,7 +22,6 @@ import copy
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +42,7 @@ from distillery.export.parity import (
     sample_batches,
 )
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
-from distillery.folders import EXPORT_MANIFEST, check_target, mark, replace_with, temporary_sibling
+from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
 from distillery.modeling import head_of, load_pretrained, model_folder, read_config
 from distillery.runtime import ONNX_FILE, OnnxModel, load_export, quantize_torch, read_manifest, require_onnx
 
@@ -112,8 +111,7 @@ def export(
         batches = sample_batches(tokenizer, inputs)
         parity_inputs = f"{len(SAMPLE_TEXTS)} tokenized sample sentences"
 
-    tmp = temporary_sibling(out_dir)
-    try:
+    with atomic_folder(out_dir) as tmp:  # an existing out_dir is replaced only if distillery wrote it
         model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         manifest: dict[str, Any] = {
@@ -165,10 +163,6 @@ def export(
         manifest["seconds"] = round(time.time() - started, 1)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         mark(tmp, "export")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_with(tmp, out_dir)
     return out_dir
 
 
