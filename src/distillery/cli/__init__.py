@@ -95,10 +95,9 @@ def compress(
     overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
     # the settings file first (torchtune-style), then every flag given on the command line over it
     file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
-    method, task, budget = method or file.pop("method", None), task or file.pop("data.task", None), budget or file.pop("budget", None)
-    teacher, data_dir, out = teacher or file.pop("teacher.name", None), data_dir or file.pop("data.data_dir", None), out or file.pop("out", None)
-    for key in ("method", "data.task", "budget", "teacher.name", "data.data_dir", "out"):
-        file.pop(key, None)  # given on the command line too: the flag won
+    named = {key: file.pop(key, None) for key in ("method", "data.task", "budget", "teacher.name", "data.data_dir", "out")}
+    method, task, budget = method or named["method"], task or named["data.task"], budget or named["budget"]
+    teacher, data_dir, out = teacher or named["teacher.name"], data_dir or named["data.data_dir"], out or named["out"]
     overrides = {**file, **{k: v for k, v in overrides.items() if v is not None}}
     try:
         config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",

@@ -114,8 +114,7 @@ def pretrain(
         raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
     # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
     for key, value in (model_options or {}).items():
-        if key in CMOWOptions.names():
-            CMOWOptions.check_value(key, value)
+        CMOWOptions.check_value(key, value)  # a model option without a spec passes as it is
     out = distributed.on_main(claim, out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
