@@ -62,43 +62,51 @@ def predictor_block() -> str:
 
 
 def comparison_lines(budget: str = "quick") -> list[str]:
-    """Searched against conventional at each speed-up: a table row per task (shape, measured latency,
-    dev score, training time) and the mean over the tasks both have."""
+    """Searched against conventional and against the ``distill`` student at each speed-up: a table row
+    per task (shape, measured speed-up, dev score, training time) and the means over the tasks."""
     def arch(rec: dict) -> str:  # from the run's note "Architecture: l=6 d_m=352 d_f=128 h=12 d_qkv=192; ..."
         found = [re.findall(r"=(\d+)", n.split(";")[0]) for n in rec.get("notes", []) if n.startswith("Architecture")]
         return ",".join(found[0]) if found else "?"
 
-    def ms(rec: dict) -> float:
-        return rec["models"]["student"]["latency_ms"]["median"]
-
     score = lambda r: r["metrics"]["student"][r["main_metric"]]  # noqa: E731
+    cell = lambda r, shape=True: (f"{arch(r) + ': ' if shape else ''}**{score(r):.3f}**, {r['speedup']['latency']:.2f}×, "  # noqa: E731
+                                  f"{r['train_seconds'] / 60:.1f} min")
+    distill_path = RESULTS / f"distill-{budget}.json"
+    distill = {r["task"]: r for r in json.loads(distill_path.read_text())} if distill_path.is_file() else {}
     rows, means = [], []
     searched_files = [p for p in RESULTS.glob(f"autotinybert-*-{budget}.json") if len(p.stem.split("-")) == 3]
     for path in sorted(searched_files, key=lambda p: float(p.stem.split("-")[1])):  # autotinybert-<speed-up>-<budget>
-        parts = path.stem.split("-")
-        conv_path = RESULTS / f"autotinybert-{parts[1]}-conventional-{budget}.json"
-        if not conv_path.is_file():
-            continue
+        speedup = path.stem.split("-")[1]
+        conv_path = RESULTS / f"autotinybert-{speedup}-conventional-{budget}.json"
         searched = {r["task"]: r for r in json.loads(path.read_text())}
-        conv = {r["task"]: r for r in json.loads(conv_path.read_text())}
-        tasks = sorted(set(searched) & set(conv))
-        for t in tasks:
-            s, c = searched[t], conv[t]
-            rows.append(f"| {parts[1]}× | {t} ({s['main_metric']}) | {arch(s)}: **{score(s):.3f}**, {ms(s):.1f} ms "
-                        f"({s['speedup']['latency']:.2f}×), {s['train_seconds'] / 60:.1f} min | {arch(c)}: **{score(c):.3f}**, "
-                        f"{ms(c):.1f} ms ({c['speedup']['latency']:.2f}×), {c['train_seconds'] / 60:.1f} min | "
-                        f"{100 * (score(s) - score(c)):+.1f} |")
-        if tasks:
-            diff = 100 * sum(score(searched[t]) - score(conv[t]) for t in tasks) / len(tasks)
-            means.append(f"{parts[1]}×: searched {'+' if diff >= 0 else '−'}{abs(diff):.1f} points on the mean of "
-                         f"{len(tasks)} task(s)")
+        conv = {r["task"]: r for r in json.loads(conv_path.read_text())} if conv_path.is_file() else {}
+        gaps = {"conventional": [], "distill": []}
+        for t in sorted(searched):
+            s = searched[t]
+            others = []
+            # distill's student is one shape (layers 0,2,4 at full width, about 2×): compared at that budget
+            for name, table in (("conventional", conv), ("distill", distill if float(speedup) <= 2 else {})):
+                if t in table:
+                    gap = 100 * (score(s) - score(table[t]))
+                    gaps[name].append(gap)
+                    others.append(f"{cell(table[t], name == 'conventional')} ({gap:+.1f})")
+                else:
+                    others.append("—")
+            rows.append(f"| {speedup}× | {t} ({s['main_metric']}) | {cell(s)} | " + " | ".join(others) + " |")
+        for name, values in gaps.items():
+            if values:
+                mean = sum(values) / len(values)
+                means.append(f"{speedup}×: searched {'+' if mean >= 0 else '−'}{abs(mean):.1f} points against "
+                             f"{name} on the mean of {len(values)} task(s)")
     if not rows:
         return []
-    head = ("| budget | task | searched l,d_m,d_f,h,d_qkv: dev, latency 1×128, training time | conventional (d_f = 4·d_m, "
-            "d_qkv = d_m) at the searched one's measured latency | searched − conventional (points) |\n|---|---|---|---|---|")
-    return [head + "\n" + "\n".join(rows) + "\n", "Mean: " + "; ".join(means) + ". Training time is the student's "
-            "(super-net, latency predictor, search, further training; the fine-tuned teacher is cached), quick budget: "
-            "one super-net per task (300 one-shot steps, the first run), 2 epochs of further training on ≤ 20k examples.\n"]
+    head = ("| budget | task | searched l,d_m,d_f,h,d_qkv: dev, speed-up 1×128, training time | conventional (d_f = 4·d_m, "
+            "d_qkv = d_m) at the searched one's measured latency (searched − it, points) | `distill` student, layers "
+            "0,2,4 (searched − it) |\n|---|---|---|---|---|")
+    return [head + "\n" + "\n".join(rows) + "\n", "Mean: " + "; ".join(means) + ". Speed-ups are each run's own "
+            "teacher ÷ student latency at 1×128. Training time is the student's (super-net, latency predictor, search, "
+            "further training; the fine-tuned teacher is cached), quick budget: one super-net per task (300 one-shot "
+            "steps, the first run), further training as `distill` trains (2–3 epochs on ≤ 20k examples).\n"]
 
 
 def ranking_line() -> str:
@@ -106,9 +114,13 @@ def ranking_line() -> str:
     if not path.is_file():
         return ""
     r = json.loads(path.read_text())
-    return (f"**Super-net ranking** ({r['task']}, {r['architectures']} sampled architectures, proxy score against "
-            f"stand-alone dev accuracy after {r['further_training_steps']} further-training steps): pairwise accuracy "
-            f"**{r['pairwise_accuracy']:.2f}** (Eq. 5), Kendall τ {r['kendall_tau']:.2f}.\n")
+    others = "; ".join(f"{k} {v['pairwise_accuracy']:.2f} (τ {v['kendall_tau']:.2f})" for k, v in r.get("variants", {}).items()
+                       if k != r.get("evaluator"))
+    return (f"**Super-net ranking** ({r['task']}, {r['architectures']} sampled architectures, the search's score "
+            f"({r.get('evaluator', 'proxy')}) of each as inherited from the super-net against its stand-alone dev accuracy "
+            f"after {r['further_training_steps']} further-training steps): pairwise accuracy "
+            f"**{r['pairwise_accuracy']:.2f}** (Eq. 5), Kendall τ {r['kendall_tau']:.2f}"
+            + (f". Other scores of the same sub-networks: {others}" if others else "") + ".\n")
 
 
 def write_docs_block() -> None:
@@ -123,12 +135,14 @@ def pairwise_accuracy(a: list[float], b: list[float]) -> float:
 
 def run_ranking(args) -> None:
     """Super-net ranking quality on SST-2: K architectures sampled from the task's super-net, each scored
-    by the search's proxy (−KD loss in the super-net, held-out train examples) and trained stand-alone
-    (extracted, further trained ``--ranking-steps`` steps with the method's loss, dev accuracy)."""
+    as the search scores it (the linear probe by default; the KD proxy and its terms beside it) and
+    trained stand-alone (extracted, further trained ``--ranking-steps`` steps with the method's loss,
+    dev accuracy)."""
     from scipy.stats import kendalltau
 
     from distillery.autotinybert.oneshot import load_projection, load_supernet
-    from distillery.autotinybert.recipe import proxy_evaluator
+    from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.autotinybert.recipe import probe_evaluator, proxy_evaluator
     from distillery.data.encode import prepare_task_data
     from distillery.pipeline import build_run_config, compress
     from distillery.teacher import teacher_tokenizer
@@ -160,25 +174,44 @@ def run_ranking(args) -> None:
     config = RunConfig.load(Path(rows[0]["run"]) / "config.yaml")
     teacher = load_model(json.loads((Path(rows[0]["run"]) / "train.json").read_text())["teacher_path"]).eval()
     task_data = prepare_task_data(get_task(task), teacher_tokenizer(config.teacher.name), config.data)
-    evaluate = proxy_evaluator(supernet, teacher, projection, task_data, 256, config.student.seed)
+    opts = AutoTinyBertOptions.read(config.method_options)
+    seed = config.student.seed
+    probe = probe_evaluator(supernet, task_data, opts.probe_examples, opts.proxy_examples, seed)
+    kd = proxy_evaluator(supernet, teacher, projection, task_data, opts.proxy_examples, seed,
+                         opts.prediction_weight, opts.temperature, terms=True)
     for row, arch in zip(rows, archs):
-        row["proxy"] = evaluate(arch)
-    proxy, trained = [r["proxy"] for r in rows], [r["trained"] for r in rows]
-    record = {"task": task, "architectures": len(rows), "pairwise_accuracy": pairwise_accuracy(proxy, trained),
-              "kendall_tau": float(kendalltau(proxy, trained).statistic), "further_training_steps": args.ranking_steps,
-              "proxy": "−(hidden + attention KD loss) on 256 held-out train examples", "supernet": folder,
-              "seconds": time.time() - started, "rows": rows}
+        row["probe"] = probe(arch)
+        row.update({f"kd_{k}": v for k, v in kd(arch).items()})
+    trained = [r["trained"] for r in rows]
+    # what the search ranks by (evaluator=probe, the default) and the alternatives (evaluator=proxy, its terms)
+    variants = {"probe": [r["probe"] for r in rows],
+                "proxy": [-(r["kd_hidden"] + r["kd_attention"] + opts.prediction_weight * r["kd_prediction"]) for r in rows],
+                "prediction KD alone": [-r["kd_prediction"] for r in rows],
+                "hidden + attention KD (the paper's)": [-(r["kd_hidden"] + r["kd_attention"]) for r in rows]}
+    scores = variants[opts.evaluator]
+    record = {"task": task, "architectures": len(rows), "pairwise_accuracy": pairwise_accuracy(scores, trained),
+              "kendall_tau": float(kendalltau(scores, trained).statistic), "further_training_steps": args.ranking_steps,
+              "evaluator": opts.evaluator,
+              "probe": f"logistic regression (C = 0.1) on the [CLS] state, fitted on {opts.probe_examples} train examples, "
+                       f"held-out log-likelihood on {opts.proxy_examples} others",
+              "proxy": f"−(hidden + attention + {opts.prediction_weight:g} · prediction KD) on {opts.proxy_examples} "
+                       f"held-out train examples",
+              "variants": {k: {"pairwise_accuracy": pairwise_accuracy(v, trained),
+                               "kendall_tau": float(kendalltau(v, trained).statistic)} for k, v in variants.items()},
+              "supernet": folder, "seconds": time.time() - started, "rows": rows}
     (RESULTS / "autotinybert-ranking.json").write_text(json.dumps(record, indent=2))
     print(json.dumps({k: v for k, v in record.items() if k != "rows"}, indent=2))
     write_docs_block()
 
 
 def main() -> None:
-    parser = task_parser(__doc__, ["sst2", "mrpc", "rte"], "autotinybert")
+    parser = task_parser(__doc__, ["sst2", "mrpc", "rte", "stsb"], "autotinybert")
     parser.add_argument("--only", nargs="+", choices=["predictor", "main", "ranking"], default=["predictor", "main", "ranking"])
     parser.add_argument("--ranking-archs", type=int, default=8)
     parser.add_argument("--ranking-steps", type=int, default=300)
     parser.add_argument("--speedups", nargs="+", type=float, default=[2.0, 4.0])
+    parser.add_argument("--rows", nargs="+", choices=["search", "conventional"], default=["search", "conventional"],
+                        help="main: the searched rows, the conventional ones (at the searched one's latency), or both")
     parser.add_argument("--archs", type=int, default=150)
     parser.add_argument("--test-fraction", type=float, default=0.4)
     parser.add_argument("--runs", type=int, default=15)
@@ -200,7 +233,7 @@ def run_main(args) -> None:
     first = args.speedups[0]
     runs = Path(args.runs_dir)
     for speedup in args.speedups:
-        for arch in ("search", "conventional"):
+        for arch in args.rows:
             args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
 
             def shared(task, speedup=speedup, arch=arch) -> dict:

@@ -240,8 +240,8 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
     net = SuperNet.from_teacher(teacher, "head-dims").eval()
     proj = make_projection(net, teacher.config.hidden_size)
     b = batch()
-    hidden, att = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
-    assert hidden.item() < 1e-10 and att.item() < 1e-10
+    terms = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+    assert terms.hidden.item() < 1e-10 and terms.attention.item() < 1e-10 and abs(terms.prediction.item()) < 1e-6
 
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
@@ -263,13 +263,14 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     archs = sandwich(net.space, rng, 3)
     assert archs[:2] == [net.space.full(), net.space.smallest()]
     for arch in archs:  # the reference: one backward per sub-network, gradients accumulated
-        hidden, att = kd_loss(net, proj, arch, b, targets)
-        ((hidden + att) / 3).backward()
+        terms = kd_loss(net, proj, arch, b, targets)
+        ((terms.hidden + terms.attention + terms.prediction) / 3).backward()
     ref = {n: p.grad for n, p in net.named_parameters() if p.grad is not None}
     assert got.keys() == ref.keys() and len(got) > 10
+    assert "head.weight" in got and "bert.pooler.dense.weight" in got  # the prediction KD trains the shared head
     for n in got:
         assert_close(got[n], ref[n], atol=1e-6, rtol=1e-5, msg=n)
-    assert logs["hidden"] > 0
+    assert logs["hidden"] > 0 and logs["prediction"] > 0
 
 
 def test_train_supernet_on_a_corpus_saves_a_loadable_supernet(tiny_bert, tmp_path):

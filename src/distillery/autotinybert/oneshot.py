@@ -10,7 +10,12 @@ the space rarely trained and the super-net's ranking of small against large sub-
 objective is the paper's KD setting on unlabelled text: the last layer's hidden state of the
 sub-network, through a shared projection (d_m → the teacher's width; its first d_m columns for a
 narrower sub-network), against the teacher's (MSE), plus the MSE between the last layer's pre-softmax
-attention scores (padding entries zeroed), sub-network head j against teacher head j.
+attention scores (padding entries zeroed), sub-network head j against teacher head j. A super-net
+trained on a task (cut from a fine-tuned teacher with its head) adds the prediction layer's KD, as
+TinyBERT's task-specific stage does: the sub-network's head outputs against the teacher's (KL at
+temperature T; MSE for regression). Without it the one-shot phase never trains the
+pooler and head that every sub-network shares, and the search's proxy, the same loss on held-out
+examples, would judge sub-networks on hidden states alone rather than on the task's predictions.
 
 Sub-networks are drawn from an RNG seeded by the run seed, the process rank and the batch's own token
 ids: the same batch gets the same sub-networks on a resume, and ranks (which see different batches)
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +34,7 @@ from torch import Tensor, nn
 
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
+from distillery.distill.losses import prediction_distillation
 from distillery.errors import DistilleryError
 
 
@@ -57,34 +64,68 @@ def make_projection(supernet: SuperNet, teacher_hidden: int) -> nn.Linear:
     return proj
 
 
+class Targets(NamedTuple):
+    """What a sub-network is distilled towards: the teacher's last hidden state (B, T, D), last-layer
+    pre-softmax scores (B, H, T, T), and its head's outputs (``logits`` or start/end logits; None for
+    a teacher without a head)."""
+
+    hidden: Tensor
+    scores: Tensor
+    head: dict | None = None
+
+
+class KDTerms(NamedTuple):
+    """One sub-network's distillation losses: hidden-state MSE, attention-score MSE and the task
+    head's prediction KD (zero for a super-net without a head, or a teacher without one)."""
+
+    hidden: Tensor
+    attention: Tensor
+    prediction: Tensor
+
+    def total(self, attention_weight: float = 1.0, prediction_weight: float = 1.0) -> Tensor:
+        return self.hidden + attention_weight * self.attention + prediction_weight * self.prediction
+
+
 @torch.no_grad()
-def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None):
-    """The teacher's last hidden state (B, T, D) and last-layer pre-softmax scores (B, H, T, T)."""
+def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Targets:
+    """The teacher's :class:`Targets` for a batch (its head's outputs when it has a task head)."""
+    out = teacher(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                  output_hidden_states=True)
     base = teacher.base_model
-    out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, output_hidden_states=True)
     last = base.encoder.layer[-1].attention.self
     x = out.hidden_states[-2]
     scores = attention_scores(last.query(x), last.key(x), base.config.num_attention_heads)
-    return out.last_hidden_state, scores
+    head = {k: out[k] for k in ("logits", "start_logits", "end_logits") if k in out and out[k] is not None}
+    return Targets(out.hidden_states[-1], scores, head or None)
 
 
-def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets, attention_weight: float = 1.0,
-            outputs: bool = False, encoded: tuple | None = None):
-    """(hidden MSE, attention-score MSE) of sub-network α against the teacher's targets; with ``outputs``
-    also α's own (projected hidden state, scores), detached: targets for in-place distillation.
-    ``encoded``: α's (hidden state, [scores]) when the caller already ran it (``SuperNet.forward``)."""
-    t_hidden, t_scores = targets
+def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, targets: Targets,
+            temperature: float = 1.0, encoded: dict | None = None) -> KDTerms:
+    """The :class:`KDTerms` of sub-network α against the teacher's targets. ``encoded``: α's outputs
+    (``SuperNet.forward`` with ``sub_networks``) when the caller already ran it."""
     mask = batch["attention_mask"]
     if encoded is None:
-        encoded = supernet.encode(batch["input_ids"], mask, batch.get("token_type_ids"), arch, last_scores=True)
-    h, (scores,) = encoded
+        encoded = supernet(batch["input_ids"], mask, batch.get("token_type_ids"), sub_networks=[arch])["sub_networks"][0]
+    h, scores = encoded["last_hidden_state"], encoded["scores"]
     pred = F.linear(h, projection.weight[:, : arch.hidden], projection.bias)
     real = mask.bool()
-    hidden = F.mse_loss(pred[real], t_hidden[real])
+    hidden = F.mse_loss(pred[real], targets.hidden[real])
     pair = (real[:, None, :, None] & real[:, None, None, :]).to(scores.dtype)  # (B, 1, T, T): padding entries zeroed
     heads = scores.shape[1]
-    att = F.mse_loss(scores * pair, t_scores[:, :heads] * pair)
-    return (hidden, att, (pred.detach(), scores.detach())) if outputs else (hidden, att)
+    att = F.mse_loss(scores * pair, targets.scores[:, :heads] * pair)
+    if supernet.task_kind is not None and targets.head is not None:
+        # KL rather than soft cross-entropy: the same gradients, and zero when α predicts as the teacher
+        prediction = prediction_distillation(supernet.task_kind, encoded, targets.head, temperature, loss="kl")
+    else:
+        prediction = hidden.new_zeros(())
+    return KDTerms(hidden, att, prediction)
+
+
+def inplace_targets(largest: dict, projection: nn.Linear, arch: Arch) -> Targets:
+    """The largest sub-network's (detached) outputs as targets for the others (in-place distillation)."""
+    h = F.linear(largest["last_hidden_state"], projection.weight[:, : arch.hidden], projection.bias).detach()
+    head = {k: v.detach() for k, v in largest.items() if k.endswith("logits")}
+    return Targets(h, largest["scores"].detach(), head or None)
 
 
 def sandwich(space, rng: random.Random, samples: int) -> list[Arch]:
@@ -94,10 +135,12 @@ def sandwich(space, rng: random.Random, samples: int) -> list[Arch]:
 
 
 def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 0, attention_weight: float = 1.0,
-                  rank: int | None = None, sandwich_rule: bool = True, inplace: bool = False):
+                  rank: int | None = None, sandwich_rule: bool = True, inplace: bool = False,
+                  prediction_weight: float = 1.0, temperature: float = 1.0):
     """loss_fn for the trainer: the mean over ``samples`` sub-networks (the sandwich rule's, or all drawn
-    at random) of hidden MSE + w · score MSE. One backward of the mean accumulates exactly the
-    gradients of one backward per sub-network / M."""
+    at random) of hidden MSE + w_a · score MSE + w_p · prediction KD (T = ``temperature``; a super-net
+    with a task head only). One backward of the mean accumulates exactly the gradients of one
+    backward per sub-network / M."""
     if inplace and not sandwich_rule:
         raise DistilleryError("In-place distillation learns from the largest sub-network: it needs the sandwich rule.")
 
@@ -109,16 +152,15 @@ def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 
         # every sub-network through one call of ``model``: DDP syncs gradients only through its forward
         encoded = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
                         sub_networks=archs)["sub_networks"]
-        total, hid_sum, att_sum = 0.0, 0.0, 0.0
+        total, logs = 0.0, {"hidden": 0.0, "attention": 0.0, "prediction": 0.0}
         for k, (arch, enc) in enumerate(zip(archs, encoded)):
-            hidden, att, largest = kd_loss(net, projection, arch, batch, targets, attention_weight, outputs=True,
-                                           encoded=enc)
+            terms = kd_loss(net, projection, arch, batch, targets, temperature, encoded=enc)
             if inplace and k == 0:
-                targets = largest
-            total = total + (hidden + attention_weight * att) / samples
-            hid_sum += float(hidden.detach()) / samples
-            att_sum += float(att.detach()) / samples
-        return total, {"hidden": hid_sum, "attention": att_sum}
+                targets = inplace_targets(enc, projection, arch)
+            total = total + terms.total(attention_weight, prediction_weight) / samples
+            for name, value in terms._asdict().items():
+                logs[name] += float(value.detach()) / samples
+        return total, logs
 
     return loss_fn
 

@@ -28,6 +28,8 @@ class AutoTinyBertOptions(MethodOptions):
     # the M are the largest, the smallest and M − 2 random ones (False: all random, as the paper)
     sandwich: bool = option(True, flag())
     inplace_kd: bool = option(False, flag())  # the smaller ones learn from the largest's outputs instead of the teacher's
+    # the one-shot objective's (and the search proxy's) prediction-layer KD weight; 0: hidden + attention only, as the paper
+    prediction_weight: float = option(1.0, number(0))
     rewire: bool = option(True, flag())  # order FFN neurons and heads by importance before one-shot training
     rewire_examples: int | None = option(2048, number(1, whole=True, optional=True))  # None: all train examples
     supernet_steps: int = option(300, _steps())
@@ -40,9 +42,11 @@ class AutoTinyBertOptions(MethodOptions):
     p_mutation: float = option(0.5, number(0, 1))
     p_exploration: float = option(0.5, number(0, 1))
     budget_floor: float = option(0.85, number(0, below=1))  # candidates predicted under this share of the budget are not evaluated (0: none)
-    proxy_examples: int = option(256, _steps())  # held-out train examples a candidate is scored on
-    # or "finetune": a short fine-tune of each candidate, scored on held-out train examples
-    evaluator: str = option("proxy", one_of("proxy", "finetune"))
+    proxy_examples: int = option(512, _steps())  # held-out train examples a candidate is scored on
+    # probe: a linear probe on the inherited sub-network's [CLS] state; proxy: its KD loss in the super-net;
+    # finetune: a short fine-tune of each candidate (all scored on held-out train examples)
+    evaluator: str = option("probe", one_of("probe", "proxy", "finetune"))
+    probe_examples: int = option(1024, _steps(8))  # train examples the probe is fitted on
     finetune_examples: int = option(1024, _steps())
     finetune_steps: int = option(100, _steps())
     further_training: bool = option(True, flag())  # False: the chosen sub-network as extracted (`autotinybert search`)

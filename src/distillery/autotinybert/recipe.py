@@ -7,9 +7,10 @@ setup:   a super-net cut from the fine-tuned teacher (full size = the teacher), 
 latency: K sampled architectures extracted and timed on this machine at 1×128 → an MLP predictor
          (held-out MAPE, beside a FLOP-count baseline's) → latency.json; the budget is the teacher's
          latency measured here divided by ``speedup`` (or ``budget_ms``).
-search:  Algorithm 2 (evolution under the predicted-latency constraint; proxy score = −KD loss of the
-         sub-network on a held-out slice of the train split; the ``distill`` baseline's shape — every
-         other layer at full width — is in generation 0 whenever it is predicted within the budget) → search.json / search.png; the winner is
+search:  Algorithm 2 (evolution under the predicted-latency constraint; a candidate's score: a linear
+         probe on its inherited [CLS] state, held-out train examples — or ``evaluator=proxy``, its KD loss
+         in the super-net; the ``distill`` baseline's shape — every other layer at full width — is in
+         generation 0 whenever it is predicted within the budget) → search.json / search.png; the winner is
          extracted and timed, and the next best taken if it misses the budget by more than 5 %.
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
@@ -50,7 +51,7 @@ def check(config, teacher_config) -> None:
     if opts.evaluator == "finetune" and distributed.launched():
         # the search runs on the main process alone, and a fine-tune there would wait for the others
         raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
-                              "launcher of several processes, or use evaluator=proxy (the default).")
+                              "launcher of several processes, or use evaluator=probe (the default) or proxy.")
 
 
 def parse_arch(text: str) -> Arch:
@@ -102,7 +103,8 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
     trainer = Trainer(supernet, cfg, ctx.task_data.train, ctx.task_data.collate,
                       one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
-                                    sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd)),
+                                    sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd),
+                                    prediction_weight=float(opts.prediction_weight), temperature=float(opts.temperature)),
                       out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
@@ -113,8 +115,10 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     return supernet, projection.cpu()
 
 
-def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, seed: int):
-    """−(hidden + attention KD loss) of a sub-network on a fixed held-out slice of the train split."""
+def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, seed: int,
+                    prediction_weight: float = 1.0, temperature: float = 1.0, terms: bool = False):
+    """−(the one-shot objective: hidden + attention + w · prediction KD) of a sub-network on a fixed
+    held-out slice of the train split; with ``terms`` the three losses each, as a dict."""
     from torch.utils.data import DataLoader
 
     from distillery.autotinybert.oneshot import kd_loss, teacher_targets
@@ -126,12 +130,56 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     batches = [(b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b.get("token_type_ids"))) for b in loader]
 
     @torch.no_grad()
-    def evaluate(arch: Arch) -> float:
-        total = 0.0
+    def evaluate(arch: Arch):
+        sums = {"hidden": 0.0, "attention": 0.0, "prediction": 0.0}
         for b, targets in batches:
-            hidden, att = kd_loss(supernet, projection, arch, b, targets)
-            total += float(hidden + att) * b["input_ids"].shape[0]
-        return -total / len(idx)
+            for name, value in kd_loss(supernet, projection, arch, b, targets, temperature)._asdict().items():
+                sums[name] += float(value) * b["input_ids"].shape[0] / len(idx)
+        if terms:
+            return sums
+        return -(sums["hidden"] + sums["attention"] + prediction_weight * sums["prediction"])
+
+    return evaluate
+
+
+def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, seed: int, C: float = 0.1):
+    """How much of the task a sub-network's representation still carries, as inherited from the
+    super-net: a linear probe (L2-regularised logistic regression on the standardised [CLS] state; ridge
+    regression for a regression task) fitted on ``fit_examples`` train examples and scored on
+    ``held_examples`` others by the gold label's mean log-likelihood (classification) or −MSE
+    (regression). A probe refits the head, so a sub-network whose sliced pooler and head were barely
+    trained one-shot is still judged by what its encoder knows; on SST-2 it ranked 8 sub-networks by
+    their trained dev accuracy far better than the KD loss (benchmarks/results/autotinybert-ranking.json)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from torch.utils.data import DataLoader
+
+    kind = task_data.task.kind
+    if kind == "qa":
+        raise DistilleryError("The probe evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
+    n = len(task_data.train)
+    order = random.Random(seed).sample(range(n), n)
+    held = min(held_examples, n // 4)
+    idx = order[held: held + fit_examples] + order[:held]  # the fit slice, then the held-out one
+    loader = DataLoader(task_data.train.select(idx), batch_size=128, collate_fn=task_data.collate)
+    batches = list(loader)
+    labels = torch.cat([b["labels"] for b in batches]).numpy()
+    fit = len(idx) - held
+
+    @torch.no_grad()
+    def evaluate(arch: Arch) -> float:
+        supernet.eval()
+        feats = np.concatenate([supernet.encode(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), arch)[0][:, 0]
+                                .float().numpy() for b in batches])
+        if kind == "regression":
+            probe = make_pipeline(StandardScaler(), Ridge(alpha=1.0 / C)).fit(feats[:fit], labels[:fit])
+            return -float(((probe.predict(feats[fit:]) - labels[fit:]) ** 2).mean())
+        probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=500)).fit(feats[:fit], labels[:fit])
+        proba = probe.predict_proba(feats[fit:])
+        column = np.searchsorted(probe.classes_, labels[fit:])
+        return float(np.log(proba[np.arange(held), column] + 1e-9).mean())
 
     return evaluate
 
@@ -167,6 +215,22 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
         return float(score(model, held_out)[task.main_metric])
 
     return evaluate
+
+
+def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: int):
+    """The search's score of a candidate (higher is better) per ``evaluator``, and its plot label."""
+    evaluator = opts.evaluator
+    if evaluator == "probe" and ctx.task_data.task.kind == "qa":
+        evaluator = "proxy"
+        ctx.notes.append("Search: the probe evaluator needs a label per example; QA candidates are scored by the KD proxy.")
+    if evaluator == "finetune":
+        return (finetune_evaluator(supernet, ctx, opts, seed),
+                f"{ctx.task_data.task.main_metric} after {opts.finetune_steps} fine-tune steps (held-out train)")
+    if evaluator == "probe":
+        return (probe_evaluator(supernet, ctx.task_data, int(opts.probe_examples), int(opts.proxy_examples), seed),
+                "linear probe, held-out train " + ("(−MSE)" if ctx.task_data.task.kind == "regression" else "(log-likelihood)"))
+    return (proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed,
+                            float(opts.prediction_weight), float(opts.temperature)), "proxy score (−KD loss)")
 
 
 def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: str = "proxy score (−KD loss)") -> None:
@@ -221,18 +285,13 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
     if opts.arch == "conventional":
         candidates = conventional(space, predict, budget)
     elif opts.arch == "fast":
-        evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed)
+        evaluate, _ = candidate_evaluator(ctx, opts, supernet, projection, seed)
         fast = fast_candidates(space, predict, budget)
         if not fast:
             raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
         candidates = sorted(fast, key=evaluate, reverse=True)
     else:
-        if opts.evaluator == "finetune":
-            evaluate = finetune_evaluator(supernet, ctx, opts, seed)
-            ylabel = f"{ctx.task_data.task.main_metric} after {opts.finetune_steps} fine-tune steps (held-out train)"
-        else:
-            evaluate = proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed)
-            ylabel = "proxy score (−KD loss)"
+        evaluate, ylabel = candidate_evaluator(ctx, opts, supernet, projection, seed)
         floor = float(opts.budget_floor) * budget
         if opts.search_backend == "optuna":
             from distillery.autotinybert.search import optuna_search, write_log

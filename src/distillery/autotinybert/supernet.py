@@ -203,32 +203,47 @@ class SuperNet(nn.Module):
                 hidden.append(x)
         return x, ([scores] if last_scores else hidden)
 
+    @property
+    def task_kind(self) -> str | None:
+        """The task kind of the head (what its predictions are distilled as), None without a head."""
+        if self.head_kind == "classification":
+            return "regression" if self.head.out_features == 1 else "classification"
+        return self.head_kind
+
+    def head_outputs(self, x: Tensor, d: int) -> dict[str, Tensor]:
+        """The task head on a last hidden state of width ``d``: ``logits`` (pooler + linear) or
+        ``start_logits``/``end_logits``; empty without a head."""
+        if self.head_kind == "classification":
+            pool = self.bert.pooler.dense
+            pooled = torch.tanh(F.linear(x[:, 0], pool.weight[:d, :d], pool.bias[:d]))
+            return {"logits": F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)}
+        if self.head_kind == "qa":
+            start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
+            return {"start_logits": start.squeeze(-1), "end_logits": end.squeeze(-1)}
+        return {}
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 arch: Arch | None = None, output_hidden_states: bool = False, sub_networks: list[Arch] | None = None,
                 **kwargs) -> dict[str, Tensor]:
         """Outputs of sub-network α: ``logits`` (classification), ``start_logits``/``end_logits`` (QA),
         ``last_hidden_state`` always, ``hidden_states`` when asked.
 
-        With ``sub_networks``, instead ``{"sub_networks": [(last hidden state, last-layer scores), ...]}``
-        of each, in order: the one-shot step's M sub-networks in one call, so that under DDP the step is
-        one forward of the wrapped model (DDP syncs gradients through its forward, once per backward)."""
+        With ``sub_networks``, instead ``{"sub_networks": [outputs, ...]}``, each sub-network's
+        ``last_hidden_state``, last-layer pre-softmax ``scores`` and head outputs, in order: the one-shot
+        step's M sub-networks in one call, so that under DDP the step is one forward of the wrapped model
+        (DDP syncs gradients through its forward, once per backward)."""
         if sub_networks is not None:
-            return {"sub_networks": [self.encode(input_ids, attention_mask, token_type_ids, a, last_scores=True)
-                                     for a in sub_networks]}
+            outs = []
+            for a in sub_networks:
+                x, (scores,) = self.encode(input_ids, attention_mask, token_type_ids, a, last_scores=True)
+                outs.append({"last_hidden_state": x, "scores": scores, **self.head_outputs(x, a.hidden)})
+            return {"sub_networks": outs}
         arch = arch or self.space.full()
         x, hidden = self.encode(input_ids, attention_mask, token_type_ids, arch, output_hidden_states)
         out: dict[str, Tensor] = {"last_hidden_state": x}
         if hidden is not None:
             out["hidden_states"] = tuple(hidden)
-        d = arch.hidden
-        if self.head_kind == "classification":
-            pool = self.bert.pooler.dense
-            pooled = torch.tanh(F.linear(x[:, 0], pool.weight[:d, :d], pool.bias[:d]))
-            out["logits"] = F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)
-        elif self.head_kind == "qa":
-            start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
-            out["start_logits"], out["end_logits"] = start.squeeze(-1), end.squeeze(-1)
-        return out
+        return {**out, **self.head_outputs(x, arch.hidden)}
 
     # -- extraction ------------------------------------------------------------------------------
 
