@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -319,6 +320,8 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     assert student.config.hidden_size == arch["hidden"] and student.config.qkv_size == arch["qkv"]
     latency = json.loads((out / "latency.json").read_text())
     assert latency["report"]["test"] >= 2 and "mape_mlp" in latency["report"]
+    # the default evaluator, the linear probe: held-out log-likelihoods
+    assert all(c["score"] <= 0 for c in json.loads((out / "search.json").read_text())["candidates"])
 
     # A second run on the task starts from this run's super-net (no one-shot phase) and searches with
     # the finetune evaluator: each candidate trained a few steps and scored on held-out train examples.
@@ -332,6 +335,45 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     scores = [c["score"] for c in logged["candidates"]]
     assert scores and all(0.0 <= s <= 1.0 for s in scores)  # accuracies, not −KD losses
     assert "loaded from" in (out2 / "report.md").read_text()
+
+
+def test_probe_evaluator_scores_the_extracted_sub_network_as_sklearn_does_by_hand(tiny_bert, tmp_path):
+    """The probe reads α's [CLS] state in the super-net: the same as the extracted standalone model's,
+    fitted and scored on the same split as a reference written out by hand."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from distillery.autotinybert.recipe import probe_evaluator
+    from distillery.config import DataConfig
+    from distillery.data import get_task, prepare_task_data
+    from distillery.errors import DistilleryError
+    from distillery.modeling import load_tokenizer
+    from tests.test_pipeline import write_glue
+
+    data = write_glue(tmp_path / "data", n_train=80)
+    tokenizer = load_tokenizer(tiny_bert)
+    task_data = prepare_task_data(get_task("sst2"), tokenizer, DataConfig(data_dir=str(data), max_length=16))
+    teacher = tiny_teacher(vocab_size=tokenizer.vocab_size)
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    arch = Arch(2, 24, 20, 4, 16)
+    got = probe_evaluator(net, task_data, fit_examples=48, held_examples=16, seed=3)(arch)
+
+    order = random.Random(3).sample(range(80), 80)
+    idx = order[16:64] + order[:16]
+    rows = task_data.train.select(idx)
+    b = task_data.collate([rows[i] for i in range(len(rows))])
+    with torch.no_grad():
+        cls = net.extract(arch).bert(**{k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).last_hidden_state[:, 0]
+    labels = b["labels"].numpy()
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=500)).fit(cls[:48].numpy(), labels[:48])
+    want = np.log(probe.predict_proba(cls[48:].numpy())[np.arange(16), labels[48:]] + 1e-9).mean()
+    assert abs(got - want) < 1e-4
+
+    one_class = task_data.train.filter(lambda row: row["labels"] == 0)
+    with pytest.raises(DistilleryError, match="one class only"):
+        probe_evaluator(net, dataclasses.replace(task_data, train=one_class), 16, 8, seed=0)
 
 
 def test_saved_supernet_with_head_and_projection_reloads_exactly(tmp_path):

@@ -167,6 +167,9 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
     batches = list(loader)
     labels = torch.cat([b["labels"] for b in batches]).numpy()
     fit = len(idx) - held
+    if kind == "classification" and len(set(labels[:fit].tolist())) < 2:
+        raise DistilleryError(f"The probe evaluator's {fit} fit examples hold one class only: raise probe_examples "
+                              f"(the train split has {n} examples) or use evaluator=proxy.")
 
     @torch.no_grad()
     def evaluate(arch: Arch) -> float:

@@ -252,7 +252,8 @@ def atb_search(
     supernet: Optional[str] = typer.Option(None, help="A super-net trained on the task (a run's supernet/); default: train one here."),
     speedup: Optional[float] = typer.Option(None, help="Budget as a speed-up over the teacher measured here (default 2)."),
     budget_ms: Optional[float] = typer.Option(None, help="Budget in ms at 1x128 (instead of --speedup)."),
-    evaluator: str = typer.Option("proxy", help="proxy (KD loss in the super-net) or finetune (short fine-tune, held-out train score)."),
+    evaluator: str = typer.Option("probe", help="probe (linear probe on the inherited [CLS] state), proxy (KD loss "
+                                  "in the super-net) or finetune (short fine-tune); all scored on held-out train examples."),
     backend: str = typer.Option("evolution", help="evolution (Algorithm 2) or optuna (NSGA-II)."),
     teacher: str = typer.Option("minilm"),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
