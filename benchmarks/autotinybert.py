@@ -183,12 +183,12 @@ def run_ranking(args) -> None:
     kd = proxy_evaluator(supernet, teacher, projection, task_data, opts.proxy_examples, seed,
                          opts.prediction_weight, opts.temperature, terms=True)
     for row, arch in zip(rows, archs):
-        row["probe"] = probe(arch)
-        row.update({f"kd_{k}": v for k, v in kd(arch).items()})
+        terms = kd(arch)
+        row.update({"probe": probe(arch), "proxy": -terms.total(prediction_weight=opts.prediction_weight),
+                    **{f"kd_{k}": v for k, v in terms._asdict().items()}})
     trained = [r["trained"] for r in rows]
     # what the search ranks by (evaluator=probe, the default) and the alternatives (evaluator=proxy, its terms)
-    variants = {"probe": [r["probe"] for r in rows],
-                "proxy": [-(r["kd_hidden"] + r["kd_attention"] + opts.prediction_weight * r["kd_prediction"]) for r in rows],
+    variants = {"probe": [r["probe"] for r in rows], "proxy": [r["proxy"] for r in rows],
                 "prediction KD alone": [-r["kd_prediction"] for r in rows],
                 "hidden + attention KD (the paper's)": [-(r["kd_hidden"] + r["kd_attention"]) for r in rows]}
     scores = variants[opts.evaluator]

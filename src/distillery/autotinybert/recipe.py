@@ -115,13 +115,20 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     return supernet, projection.cpu()
 
 
+def held_out_split(n: int, held: int, fit: int, seed: int) -> tuple[list[int], list[int]]:
+    """A seeded split of ``n`` train examples for scoring candidates: up to ``fit`` to fit on, and
+    ``held`` others to score on (the same ``held`` for every evaluator and seed)."""
+    order = random.Random(seed).sample(range(n), n)
+    return order[held: held + fit], order[:held]
+
+
 def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, seed: int,
                     prediction_weight: float = 1.0, temperature: float = 1.0, terms: bool = False):
     """−(the one-shot objective: hidden + attention + w · prediction KD) of a sub-network on a fixed
-    held-out slice of the train split; with ``terms`` the three losses each, as a dict."""
+    held-out slice of the train split; with ``terms`` the three losses each, as :class:`KDTerms` of floats."""
     from torch.utils.data import DataLoader
 
-    from distillery.autotinybert.oneshot import kd_loss, teacher_targets
+    from distillery.autotinybert.oneshot import KDTerms, kd_loss, teacher_targets
 
     n = len(task_data.train)
     idx = random.Random(seed).sample(range(n), min(examples, n))
@@ -135,9 +142,8 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
         for b, targets in batches:
             for name, value in kd_loss(supernet, projection, arch, b, targets, temperature)._asdict().items():
                 sums[name] += float(value) * b["input_ids"].shape[0] / len(idx)
-        if terms:
-            return sums
-        return -(sums["hidden"] + sums["attention"] + prediction_weight * sums["prediction"])
+        found = KDTerms(**sums)
+        return found if terms else -found.total(prediction_weight=prediction_weight)
 
     return evaluate
 
@@ -160,9 +166,9 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
     if kind == "qa":
         raise DistilleryError("The probe evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     n = len(task_data.train)
-    order = random.Random(seed).sample(range(n), n)
     held = min(held_examples, n // 4)
-    idx = order[held: held + fit_examples] + order[:held]  # the fit slice, then the held-out one
+    fit_idx, held_idx = held_out_split(n, held, fit_examples, seed)
+    idx = fit_idx + held_idx
     loader = DataLoader(task_data.train.select(idx), batch_size=128, collate_fn=task_data.collate)
     batches = list(loader)
     labels = torch.cat([b["labels"] for b in batches]).numpy()
@@ -203,10 +209,9 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     if task.kind == "qa":
         raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     train = ctx.train_with_teacher_logits()
-    order = random.Random(seed).sample(range(len(train)), len(train))
-    held = int(opts.proxy_examples)
-    fit = train.select(order[held: held + int(opts.finetune_examples)])
-    held_out = dataclasses.replace(ctx.task_data, dev=train.select(order[:held]), dev_examples=None)
+    fit_idx, held_idx = held_out_split(len(train), int(opts.proxy_examples), int(opts.finetune_examples), seed)
+    fit = train.select(fit_idx)
+    held_out = dataclasses.replace(ctx.task_data, dev=train.select(held_idx), dev_examples=None)
     cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts.finetune_steps), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
     loss = distillation_loss(task.kind, ctx.teacher, float(opts.kd_weight), float(opts.temperature))
