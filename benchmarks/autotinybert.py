@@ -145,7 +145,7 @@ def run_ranking(args) -> None:
 
     from distillery.autotinybert.oneshot import load_projection, load_supernet
     from distillery.autotinybert.options import AutoTinyBertOptions
-    from distillery.autotinybert.recipe import probe_evaluator, proxy_evaluator
+    from distillery.autotinybert.recipe import probe_evaluator, proxy_evaluator, search_space
     from distillery.data.encode import prepare_task_data
     from distillery.pipeline import build_run_config, compress
     from distillery.teacher import teacher_tokenizer
@@ -153,7 +153,9 @@ def run_ranking(args) -> None:
     task, budget = "sst2", args.budget
     folder = f"{args.runs_dir}/bench-{task}-autotinybert-2-{budget}/supernet"
     supernet, projection = load_supernet(folder).eval(), load_projection(folder)
-    archs = supernet.space.sample_distinct(args.ranking_archs, random.Random(args.seed + 1))
+    # the architectures the search would explore (the default options' space)
+    archs = search_space(supernet.space, AutoTinyBertOptions.read({})).sample_distinct(args.ranking_archs,
+                                                                                       random.Random(args.seed + 1))
     started = time.time()
     rows = []
     for k, arch in enumerate(archs):

@@ -182,6 +182,23 @@ def test_search_never_leaves_the_budget_and_is_seeded(tmp_path):
     assert first.best[0].score >= gen0
 
 
+def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
+    import random
+
+    from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.autotinybert.recipe import search_space
+
+    space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
+    narrowed = search_space(space, AutoTinyBertOptions.read({}), synthetic_latency, synthetic_latency(space.full()) / 4)
+    archs = narrowed.sample_distinct(50, random.Random(0))
+    assert {a.hidden for a in archs} == {384} and all(space.contains(a) for a in archs)
+    assert len({(a.layers, a.ffn, a.qkv) for a in archs}) == len(archs) and narrowed.full() == space.full()
+    # search_hidden: the paper's space; a budget no full-width architecture meets: d_m is searched too
+    assert search_space(space, AutoTinyBertOptions.read({"search_hidden": True})) == space
+    below = synthetic_latency(narrowed.smallest()) * 0.9
+    assert search_space(space, AutoTinyBertOptions.read({}), synthetic_latency, below) == space
+
+
 def test_search_floor_keeps_candidates_near_the_budget_and_falls_back_when_empty():
     from distillery.autotinybert.search import evolutionary_search
 

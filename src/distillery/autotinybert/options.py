@@ -34,6 +34,12 @@ class AutoTinyBertOptions(MethodOptions):
     rewire_examples: int | None = option(2048, number(1, whole=True, optional=True))  # None: all train examples
     supernet_steps: int = option(300, _steps())
     supernet_lr: float = option(1e-4, number(above=0))
+    # search d_m too (the paper's space). Off: candidates keep the teacher's hidden size and shrink depth, FFN and
+    # attention. A quick one-shot phase (300 steps) does not teach sub-networks to run on a slice of the residual
+    # stream: at 4× the searched narrow picks scored near chance (MRPC 4,96,1216 F1 0.814, RTE 3,128,1280 0.542,
+    # STS-B 5,64,1088 Pearson 0.095), and on STS-B the full-width 3,384,384,12,144 reached 0.524 against 0.240
+    # for the conventional 2,288,1152 at the same budget (docs/autotinybert.md)
+    search_hidden: bool = option(False, flag())
     latency_archs: int = option(100, _steps(8))  # the predictor needs training and held-out architectures; 100 timed: ~30 s, 40 gave 8 % MAPE
     latency_runs: int = option(10, _steps())
     generations: int = option(3, _steps())

@@ -27,7 +27,7 @@ import torch
 from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
-from distillery.autotinybert.space import Arch
+from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
 from distillery.autotinybert.options import AutoTinyBertOptions, budget_overrides  # noqa: F401 (the pipeline reads budget_overrides here)
 from distillery.recipe import MethodContext
@@ -241,6 +241,17 @@ def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: in
                             float(opts.prediction_weight), float(opts.temperature)), "proxy score (−KD loss)")
 
 
+def search_space(space: SearchSpace, opts, predict=None, budget_ms: float | None = None) -> SearchSpace:
+    """The space the search explores: the super-net's own with ``search_hidden``, else its sub-space at
+    the teacher's hidden size (see the option) — unless none of that is predicted under ``budget_ms``."""
+    if opts.search_hidden:
+        return space
+    narrowed = space.at_full_width()
+    if predict is not None and predict(narrowed.smallest()) > budget_ms:
+        return space
+    return narrowed
+
+
 def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: str = "proxy score (−KD loss)") -> None:
     import matplotlib
 
@@ -301,17 +312,21 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
     else:
         evaluate, ylabel = candidate_evaluator(ctx, opts, supernet, projection, seed)
         floor = float(opts.budget_floor) * budget
+        searched = search_space(space, opts, predict, budget)
+        if searched == space and not opts.search_hidden:
+            ctx.notes.append(f"Search: no architecture at the teacher's hidden size is predicted under {budget:.2f} ms; "
+                             f"d_m is searched too.")
         if opts.search_backend == "optuna":
             from distillery.autotinybert.search import optuna_search, write_log
 
-            result = optuna_search(space, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
+            result = optuna_search(searched, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
                                    population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
                                    floor_ms=floor)
             write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         else:
             full = space.full()  # the distill baseline's shape: every other layer, full width
             baseline = Arch(len(select_layers(full.layers, None)), full.hidden, full.ffn, full.heads, full.qkv)
-            result = evolutionary_search(space, evaluate, predict, budget, generations=int(opts.generations),
+            result = evolutionary_search(searched, evaluate, predict, budget, generations=int(opts.generations),
                                          population=int(opts.population), p_mutation=float(opts.p_mutation),
                                          p_exploration=float(opts.p_exploration), seed=seed,
                                          log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])

@@ -12,7 +12,7 @@ Two ways to shrink multi-head attention (the paper's Fig. 3):
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 STRATEGIES = ("heads", "head-dims")
 
@@ -68,6 +68,12 @@ class SearchSpace:
         return cls(layers=(1, num_layers, 1), hidden=(min(2 * hidden_step, hidden), hidden, hidden_step),
                    ffn=(min(ffn_step, ffn), ffn, ffn_step), heads=(1, heads, 1), head_size=hidden // heads,
                    max_heads=heads, strategy=strategy, qkv_step=4 * heads)
+
+    def at_full_width(self) -> "SearchSpace":
+        """The sub-space whose architectures all keep the super-net's hidden size d_m (every other
+        dimension searched as before): what the search explores unless ``search_hidden`` is set."""
+        hidden = self.hidden[1]
+        return replace(self, hidden=(hidden, hidden, self.hidden[2]))
 
     # -- values ----------------------------------------------------------------------------------
 
