@@ -220,6 +220,8 @@ def main() -> None:
     parser.add_argument("--speedups", nargs="+", type=float, default=[2.0, 4.0])
     parser.add_argument("--supernet-speedup", type=float, default=2.0,
                         help="main: the searched run at this speed-up trains each task's super-net; the others load it")
+    parser.add_argument("--supernets", default=None,
+                        help="main: every row loads SUPERNETS/<task> (a super-net trained earlier) instead of training one")
     parser.add_argument("--rows", nargs="+", choices=["search", "conventional"], default=["search", "conventional"],
                         help="main: the searched rows, the conventional ones (at the searched one's latency), or both")
     parser.add_argument("--archs", type=int, default=150)
@@ -249,8 +251,9 @@ def run_main(args) -> None:
             def shared(task, speedup=speedup, arch=arch) -> dict:
                 # one super-net per task, trained by the searched run at --supernet-speedup: every row is
                 # extracted from the same one-shot super-net and further trained identically
-                out = {} if (speedup, arch) == (first, "search") else {
-                    "method_options.supernet": str(runs / f"bench-{task}-autotinybert-{first:g}-{args.budget}/supernet")}
+                out = {} if (speedup, arch) == (first, "search") and not args.supernets else {
+                    "method_options.supernet": f"{args.supernets}/{task}" if args.supernets
+                    else str(runs / f"bench-{task}-autotinybert-{first:g}-{args.budget}/supernet")}
                 if arch == "conventional":  # at the searched architecture's measured latency, not the budget,
                     # as a speed-up over the teacher: the machine's speed may have drifted since
                     searched = json.loads((runs / f"bench-{task}-autotinybert-{speedup:g}-{args.budget}/architecture.json").read_text())

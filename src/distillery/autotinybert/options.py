@@ -58,6 +58,11 @@ class AutoTinyBertOptions(MethodOptions):
     further_training: bool = option(True, flag())  # False: the chosen sub-network as extracted (`autotinybert search`)
     # a trained super-net folder (a run's supernet/, or `autotinybert supernet`): no one-shot phase
     supernet: str | None = option(None, text(optional=True))
+    # further training's learning rate; None: the student's (--lr) × (speed-up − 1), within 1–3×. A smaller
+    # sub-network, further from the teacher it was cut from, needs larger steps (SST-2, quick: at 2× 5,384,384,12,336
+    # 0.874 at 1e-4, 0.865 at 3e-4; at 4× 3,384,384,12,144 0.822 at 1e-4, 0.843 at 3e-4, 0.844 at 5e-4;
+    # STS-B at 4× 0.524 at 1e-4, 0.605 at 3e-4)
+    further_lr: float | None = option(None, number(above=0, optional=True))
     kd_weight: float = option(0.5, number(0, 1))  # further training: (1 − w)·CE + w·KD, as the distill baseline
     temperature: float = option(2.0, number(above=0))
 

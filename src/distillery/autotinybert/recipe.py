@@ -7,14 +7,16 @@ setup:   a super-net cut from the fine-tuned teacher (full size = the teacher), 
 latency: K sampled architectures extracted and timed on this machine at 1×128 → an MLP predictor
          (held-out MAPE, beside a FLOP-count baseline's) → latency.json; the budget is the teacher's
          latency measured here divided by ``speedup`` (or ``budget_ms``).
-search:  Algorithm 2 (evolution under the predicted-latency constraint; a candidate's score: a linear
+search:  Algorithm 2 over the architectures at the teacher's hidden size (``search_hidden``: d_m too)
+         (evolution under the predicted-latency constraint; a candidate's score: a linear
          probe on its inherited [CLS] state, held-out train examples — or ``evaluator=proxy``, its KD loss
          in the super-net; the ``distill`` baseline's shape — every other layer at full width — is in
          generation 0 whenever it is predicted within the budget) → search.json / search.png; the winner is
          extracted and timed, and the next best taken if it misses the budget by more than 5 %.
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
-train:   the extracted model, further trained on the task with the one trainer: (1 − w)·CE + w·KD(T), w = kd_weight.
+train:   the extracted model, further trained on the task with the one trainer: (1 − w)·CE + w·KD(T), w = kd_weight,
+         at the student's learning rate × (speed-up − 1) within 1–3× (``further_lr``).
 """
 
 from __future__ import annotations
@@ -273,7 +275,8 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
     plt.close(fig)
 
 
-def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
+def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple[Arch, float]:
+    """The architecture to ship, and the budget's speed-up (teacher latency measured here ÷ budget)."""
     from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
     from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates
     from distillery.baseline import select_layers
@@ -289,7 +292,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
         arch = parse_arch(opts.arch)
         supernet.check(arch)
         ctx.notes.append(f"Architecture given: {arch}.")
-        return arch
+        return arch, teacher_ms / budget
     archs = space.sample_distinct(int(opts.latency_archs), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
                 len(archs), teacher_ms, budget)
@@ -349,7 +352,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> Arch:
             (ctx.out_dir / "architecture.json").write_text(json.dumps(
                 {**arch.as_dict(), "predicted_ms": predict(arch), "measured_ms": measured, "budget_ms": budget,
                  "teacher_ms": teacher_ms, "choice": opts.arch or "search"}, indent=2))
-            return arch
+            return arch, teacher_ms / budget
         logger.info("%s measured %.2f ms (in teacher time), over the budget by more than 5 %%: next candidate.", arch, measured)
     raise DistilleryError(f"None of the {len(candidates)} candidates met the {budget:.2f} ms budget when measured "
                           f"(the latency predictor is off on this machine now: re-run, or lower budget_floor).")
@@ -363,7 +366,7 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     supernet, projection = train_supernet_on_task(ctx, opts)
     # timings on cores the processes share would disagree: the main process times, searches and
     # writes the search's files; every process then trains the architecture it chose
-    arch = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
+    arch, speedup = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
     student = supernet.extract(arch)
     if not opts.further_training:
         ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
@@ -374,5 +377,16 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     if kind != "qa":
         train = ctx.train_with_teacher_logits()
     kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-    ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network.")
-    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert", train_dataset=train)
+    lr = further_lr(opts, ctx.config.student.lr, speedup)
+    ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
+                     f"learning rate {lr:.2g}.")
+    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
+                     train_dataset=train, lr=lr)
+
+
+def further_lr(opts, student_lr: float, speedup: float) -> float:
+    """The further-training learning rate: ``further_lr``, else the student's × (speed-up − 1) within
+    1–3× (see the option); ``speedup``: the budget's, teacher latency ÷ budget."""
+    if opts.further_lr is not None:
+        return float(opts.further_lr)
+    return student_lr * min(3.0, max(1.0, speedup - 1.0))
