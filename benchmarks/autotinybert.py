@@ -106,7 +106,9 @@ def comparison_lines(budget: str = "quick") -> list[str]:
     return [head + "\n" + "\n".join(rows) + "\n", "Mean: " + "; ".join(means) + ". Speed-ups are each run's own "
             "teacher ÷ student latency at 1×128. Training time is the student's (super-net, latency predictor, search, "
             "further training; the fine-tuned teacher is cached), quick budget: one super-net per task (300 one-shot "
-            "steps, the first run), further training as `distill` trains (2–3 epochs on ≤ 20k examples).\n"]
+            "steps, trained by the first run, or earlier when every row loads it with `--supernets`: then the times leave "
+            "out its 2–6 min), further training as `distill` trains (2–3 epochs on ≤ 20k examples) at the student learning "
+            "rate × (speed-up − 1) within 1–3×.\n"]
 
 
 def ranking_line() -> str:
@@ -145,13 +147,17 @@ def run_ranking(args) -> None:
 
     from distillery.autotinybert.oneshot import load_projection, load_supernet
     from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.config import RunConfig
     from distillery.autotinybert.recipe import probe_evaluator, proxy_evaluator, search_space
     from distillery.data.encode import prepare_task_data
     from distillery.pipeline import build_run_config, compress
     from distillery.teacher import teacher_tokenizer
 
     task, budget = "sst2", args.budget
-    folder = f"{args.runs_dir}/bench-{task}-autotinybert-2-{budget}/supernet"
+    # the super-net the 2× run trained, or the one it loaded (--supernets)
+    run = Path(f"{args.runs_dir}/bench-{task}-autotinybert-2-{budget}")
+    folder = str(run / "supernet") if (run / "supernet").is_dir() else \
+        RunConfig.load(run / "config.yaml").method_options["supernet"]
     supernet, projection = load_supernet(folder).eval(), load_projection(folder)
     # the architectures the search would explore (the default options' space)
     archs = search_space(supernet.space, AutoTinyBertOptions.read({})).sample_distinct(args.ranking_archs,
@@ -172,7 +178,6 @@ def run_ranking(args) -> None:
         rows.append({**arch.as_dict(), "trained": metrics["student"]["accuracy"], "run": out})
         print(f"[{k + 1}/{len(archs)}] {arch}: dev accuracy {rows[-1]['trained']:.4f}", flush=True)
     # the proxy reads the fine-tuned teacher the runs used (train.json) and the runs' encoded train split
-    from distillery.config import RunConfig
     from distillery.data.tasks import get_task
     from distillery.runtime import load_model
 
