@@ -51,18 +51,18 @@ class MethodContext:
         return self.config.method_options
 
     def train(self, student: PreTrainedModel, loss_fn, *, desc: str, train_dataset=None, collate_fn=None,
-              lr: float | None = None) -> PreTrainedModel:
+              **settings) -> PreTrainedModel:
         """Train ``student`` with the one trainer and return it: the task's train split (or
-        ``train_dataset`` / ``collate_fn``), the student settings (``lr``: another learning rate),
-        checkpoints in the run folder, dev scored with the task's main metric at each evaluation; the
-        teacher follows the student to the trainer's device."""
+        ``train_dataset`` / ``collate_fn``), the student settings (``settings``: fields of them the
+        method sets otherwise, e.g. ``lr``), checkpoints in the run folder, dev scored with the task's
+        main metric at each evaluation; the teacher follows the student to the trainer's device."""
         # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
         from dataclasses import replace
 
         from distillery.distill.trainer import Trainer
         from distillery.evaluation import score
 
-        cfg = self.config.student if lr is None else replace(self.config.student, lr=float(lr))
+        cfg = replace(self.config.student, **settings)
         trainer = Trainer(
             student,
             cfg,
