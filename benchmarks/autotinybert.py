@@ -107,8 +107,8 @@ def comparison_lines(budget: str = "quick") -> list[str]:
             "teacher ÷ student latency at 1×128. Training time is the student's (super-net, latency predictor, search, "
             "further training; the fine-tuned teacher is cached), quick budget: one super-net per task (300 one-shot "
             "steps, trained by the first run, or earlier when every row loads it with `--supernets`: then the times leave "
-            "out its 2–6 min), further training on ≤ 20k examples for the student's 2–3 epochs × speed-up / 2 "
-            "within 1–2×, at its learning rate × (speed-up − 1) within 1–3×.\n"]
+            "out its 2–6 min), further training as `distill` trains (2–3 epochs on ≤ 20k "
+            "examples) at the student learning rate × (speed-up − 1) within 1–3×.\n"]
 
 
 def ranking_line() -> str:

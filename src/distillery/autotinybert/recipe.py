@@ -16,8 +16,7 @@ search:  Algorithm 2 over the architectures at the teacher's hidden size (``sear
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
 train:   the extracted model, further trained on the task with the one trainer: (1 − w)·CE + w·KD(T), w = kd_weight,
-         at the student's learning rate × (speed-up − 1) within 1–3× (``further_lr``) and its epochs × speed-up / 2
-         within 1–2× (``further_epochs``: the same training time at any budget).
+         at the student's learning rate × (speed-up − 1) within 1–3× (``further_lr``).
 """
 
 from __future__ import annotations
@@ -379,15 +378,14 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     kd_weight, t = float(opts.kd_weight), float(opts.temperature)
     settings = further_training(opts, ctx.config.student, speedup)
     ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
-                     f"learning rate {settings['lr']:.2g}, {settings['epochs']:g} epochs.")
+                     f"learning rate {settings['lr']:.2g}.")
     return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
                      train_dataset=train, **settings)
 
 
 def further_training(opts, student, speedup: float) -> dict[str, float]:
-    """The further training's learning rate and epochs: ``further_lr`` / ``further_epochs``, else the
-    student settings' × (speed-up − 1) within 1–3× and × speed-up / 2 within 1–2× (see the options);
-    ``speedup``: the budget's, teacher latency ÷ budget."""
+    """The further training's settings that differ from the student's: the learning rate, ``further_lr``
+    or else the student's × (speed-up − 1) within 1–3× (see the option); ``speedup``: the budget's,
+    teacher latency ÷ budget."""
     lr = opts.further_lr if opts.further_lr is not None else student.lr * min(3.0, max(1.0, speedup - 1.0))
-    epochs = opts.further_epochs if opts.further_epochs is not None else student.epochs * min(2.0, max(1.0, speedup / 2))
-    return {"lr": float(lr), "epochs": float(epochs)}
+    return {"lr": float(lr)}
