@@ -118,7 +118,9 @@ def ranking_line() -> str:
     r = json.loads(path.read_text())
     others = "; ".join(f"{k} {v['pairwise_accuracy']:.2f} (τ {v['kendall_tau']:.2f})" for k, v in r.get("variants", {}).items()
                        if k != r.get("evaluator"))
-    return (f"**Super-net ranking** ({r['task']}, {r['architectures']} sampled architectures, the search's score "
+    hidden = {row["hidden"] for row in r["rows"]}
+    space = f" of the searched space (d_m = {hidden.pop()})" if len(hidden) == 1 else ""
+    return (f"**Super-net ranking** ({r['task']}, {r['architectures']} sampled architectures{space}, the search's score "
             f"({r.get('evaluator', 'proxy')}) of each as inherited from the super-net against its stand-alone dev accuracy "
             f"after {r['further_training_steps']} further-training steps): pairwise accuracy "
             f"**{r['pairwise_accuracy']:.2f}** (Eq. 5), Kendall τ {r['kendall_tau']:.2f}"
