@@ -200,15 +200,12 @@ def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
 
 
 def test_further_training_rate_grows_with_the_speedup_unless_given():
-    from types import SimpleNamespace
-
     from distillery.autotinybert.options import AutoTinyBertOptions
-    from distillery.autotinybert.recipe import further_training
+    from distillery.autotinybert.recipe import further_lr
 
-    student = SimpleNamespace(lr=1e-4, epochs=2.0)
-    found = [further_training(AutoTinyBertOptions.read({}), student, s) for s in (1.5, 2.0, 3.0, 4.0, 9.0)]
-    assert [f["lr"] for f in found] == pytest.approx([1e-4, 1e-4, 2e-4, 3e-4, 3e-4])
-    assert further_training(AutoTinyBertOptions.read({"further_lr": 5e-5}), student, 4.0) == {"lr": 5e-5}
+    opts = AutoTinyBertOptions.read({})
+    assert [further_lr(opts, 1e-4, s) for s in (1.5, 2.0, 3.0, 4.0, 9.0)] == pytest.approx([1e-4, 1e-4, 2e-4, 3e-4, 3e-4])
+    assert further_lr(AutoTinyBertOptions.read({"further_lr": 5e-5}), 1e-4, 4.0) == 5e-5
 
 
 def test_search_floor_keeps_candidates_near_the_budget_and_falls_back_when_empty():

@@ -376,16 +376,16 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     if kind != "qa":
         train = ctx.train_with_teacher_logits()
     kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-    settings = further_training(opts, ctx.config.student, speedup)
+    lr = further_lr(opts, ctx.config.student.lr, speedup)
     ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
-                     f"learning rate {settings['lr']:.2g}.")
+                     f"learning rate {lr:.2g}.")
     return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
-                     train_dataset=train, **settings)
+                     train_dataset=train, lr=lr)
 
 
-def further_training(opts, student, speedup: float) -> dict[str, float]:
-    """The further training's settings that differ from the student's: the learning rate, ``further_lr``
-    or else the student's × (speed-up − 1) within 1–3× (see the option); ``speedup``: the budget's,
-    teacher latency ÷ budget."""
-    lr = opts.further_lr if opts.further_lr is not None else student.lr * min(3.0, max(1.0, speedup - 1.0))
-    return {"lr": float(lr)}
+def further_lr(opts, student_lr: float, speedup: float) -> float:
+    """The further training's learning rate: ``further_lr``, else the student's × (speed-up − 1) within
+    1–3× (see the option); ``speedup``: the budget's, teacher latency ÷ budget."""
+    if opts.further_lr is not None:
+        return float(opts.further_lr)
+    return student_lr * min(3.0, max(1.0, speedup - 1.0))
