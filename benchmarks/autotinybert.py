@@ -133,10 +133,15 @@ def write_docs_block() -> None:
     replace_block(DOCS / "autotinybert.md", "autotinybert", "\n".join([predictor_block(), *comparison_lines(), ranking_line()]).strip() + "\n")
 
 
+def compared_pairs(b: list[float], margin: float = 0.0) -> list[tuple[int, int]]:
+    """Index pairs of ``b``: all of them, or with ``margin`` those whose values differ by more than it."""
+    return [(i, j) for i in range(len(b)) for j in range(i + 1, len(b)) if abs(b[i] - b[j]) > margin or not margin]
+
+
 def pairwise_accuracy(a: list[float], b: list[float], margin: float = 0.0) -> float:
     """The paper's Eq. 5: the fraction of architecture pairs that both scores order the same way; with
     ``margin``, of the pairs whose ``b`` differ by more than it (pairs a noisy dev score cannot order)."""
-    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a)) if abs(b[i] - b[j]) > margin or not margin]
+    pairs = compared_pairs(b, margin)
     return sum((a[i] - a[j]) * (b[i] - b[j]) > 0 for i, j in pairs) / max(1, len(pairs))
 
 
@@ -210,7 +215,7 @@ def run_ranking(args) -> None:
                        f"held-out train examples",
               # SST-2 dev has 872 examples: two accuracies within a point are within its noise
               "pairwise_accuracy_pairs_over_1_point": pairwise_accuracy(scores, trained, 0.01),
-              "pairs_over_1_point": sum(abs(a - b) > 0.01 for i, a in enumerate(trained) for b in trained[i + 1:]),
+              "pairs_over_1_point": len(compared_pairs(trained, 0.01)),
               "variants": {k: {"pairwise_accuracy": pairwise_accuracy(v, trained),
                                "kendall_tau": float(kendalltau(v, trained).statistic)} for k, v in variants.items()},
               "supernet": folder, "seconds": time.time() - started, "rows": rows}
