@@ -26,6 +26,10 @@ from common import DOCS, RESULTS, replace_block, run_tasks, task_parser
 from distillery.cli import setup_logging
 
 
+DISTILL_SPEEDUP = 2  # distill's student (teacher layers 0,2,4 at full width) is about 2×: compared at that budget
+DISTILL_EXAMPLES = "all"  # the searched students' default train_examples: distill trains on the same
+
+
 def run_predictor(args) -> None:
     from transformers import AutoModel
 
@@ -71,8 +75,25 @@ def comparison_lines(budget: str = "quick") -> list[str]:
     score = lambda r: r["metrics"]["student"][r["main_metric"]]  # noqa: E731
     cell = lambda r, shape=True: (f"{arch(r) + ': ' if shape else ''}**{score(r):.3f}**, {r['speedup']['latency']:.2f}×, "  # noqa: E731
                                   f"{r['train_seconds'] / 60:.1f} min")
-    distill_path = RESULTS / f"distill-{budget}.json"
-    distill = {r["task"]: r for r in json.loads(distill_path.read_text())} if distill_path.is_file() else {}
+    def records(name: str) -> list[dict]:
+        path = RESULTS / f"{name}.json"
+        return json.loads(path.read_text()) if path.is_file() else []
+
+    def whole_split(rec: dict) -> bool:  # the run distilled on more examples than the budget's (its note says)
+        return any(n.startswith("Student data: all") for n in rec.get("notes", []))
+
+    # distill trained on the searched students' examples: its train_examples=all run, or where the budget
+    # held the whole train split already (MRPC, RTE, STS-B under 20k), the budget's run — the same examples
+    distill = {r["task"]: r for r in records(f"distill-{budget}")}
+    distill.update({r["task"]: r for r in records(f"distill-{DISTILL_EXAMPLES}-{budget}")})
+    seeds = [r for r in records("autotinybert-seeds") if r["budget"] == budget]
+    seed_notes = []
+
+    def mean_over_seeds(rec: dict, task: str, row: str) -> tuple[float, list[float]]:
+        extra = sorted((r for r in seeds if r["task"] == task and r["row"] == row), key=lambda r: r["seed"])
+        values = [score(rec)] + [score(r) for r in extra]
+        return sum(values) / len(values), values
+
     rows, means = [], []
     searched_files = [p for p in RESULTS.glob(f"autotinybert-*-{budget}.json") if len(p.stem.split("-")) == 3]
     for path in sorted(searched_files, key=lambda p: float(p.stem.split("-")[1])):  # autotinybert-<speed-up>-<budget>
@@ -85,13 +106,21 @@ def comparison_lines(budget: str = "quick") -> list[str]:
             s = searched[t]
             others = []
             # distill's student is one shape (layers 0,2,4 at full width, about 2×): compared at that budget
-            for name, table in (("conventional", conv), ("distill", distill if float(speedup) <= 2 else {})):
-                if t in table:
-                    gap = 100 * (score(s) - score(table[t]))
-                    gaps[name].append(gap)
-                    others.append(f"{cell(table[t], name == 'conventional')} ({gap:+.1f})")
-                else:
-                    others.append("—")
+            for name, table in (("conventional", conv), ("distill", distill if float(speedup) == DISTILL_SPEEDUP else {})):
+                other = table.get(t)
+                if other is None or (name == "distill" and whole_split(s) and not whole_split(other)):
+                    others.append("—")  # no row, or distill on fewer examples than the searched student
+                    continue
+                gap = 100 * (score(s) - score(other))
+                text = f"{cell(other, name == 'conventional')} ({gap:+.1f})"
+                if name == "distill" and {r["row"] for r in seeds if r["task"] == t} == {"search", "distill"}:
+                    (mine, mine_all), (theirs, theirs_all) = mean_over_seeds(s, t, "search"), mean_over_seeds(other, t, "distill")
+                    gap = 100 * (mine - theirs)
+                    text += f"; mean of {len(theirs_all)} seeds **{theirs:.3f}** against {mine:.3f} (**{gap:+.1f}**)"
+                    seed_notes.append(f"{t}: searched {', '.join(f'{v:.3f}' for v in mine_all)}; distill "
+                                      f"{', '.join(f'{v:.3f}' for v in theirs_all)}")
+                gaps[name].append(gap)
+                others.append(text)
             rows.append(f"| {speedup}× | {t} ({s['main_metric']}) | {cell(s)} | " + " | ".join(others) + " |")
         for name, values in gaps.items():
             if values:
@@ -102,13 +131,18 @@ def comparison_lines(budget: str = "quick") -> list[str]:
         return []
     head = ("| budget | task | searched l,d_m,d_f,h,d_qkv: dev, speed-up 1×128, training time | conventional (d_f = 4·d_m, "
             "d_qkv = d_m) at the searched one's measured latency (searched − it, points) | `distill` student, layers "
-            "0,2,4 (searched − it) |\n|---|---|---|---|---|")
+            "0,2,4, on the same examples (searched − it) |\n|---|---|---|---|---|")
     return [head + "\n" + "\n".join(rows) + "\n", "Mean: " + "; ".join(means) + ". Speed-ups are each run's own "
             "teacher ÷ student latency at 1×128. Training time is the student's (super-net, latency predictor, search, "
             "further training; the fine-tuned teacher is cached), quick budget: one super-net per task (300 one-shot "
             "steps, trained by the first run, or earlier when every row loads it with `--supernets`: then the times leave "
-            "out its 2–6 min), further training as `distill` trains (2–3 epochs on ≤ 20k "
-            "examples) at the student learning rate × (speed-up − 1) within 1–3×.\n"]
+            "out its 2–6 min), further training as `distill` trains (2 epochs, here on the whole train split labelled "
+            "by the teacher, fine-tuned on ≤ 20k: `train_examples=all`, as `distill` in its column) at the student "
+            "learning rate × (speed-up − 1) within 1–3×."
+            + (" Student seeds (`--only seeds`: 42, the table's run, then the others; search and further training "
+               "repeated, the same teacher and super-net), where a dev set is too small for one run to order two "
+               "students a point apart — the means are compared: " + "; ".join(seed_notes) + "." if seed_notes else "")
+            + "\n"]
 
 
 def ranking_line() -> str:
@@ -226,7 +260,8 @@ def run_ranking(args) -> None:
 
 def main() -> None:
     parser = task_parser(__doc__, ["sst2", "mrpc", "rte", "stsb"], "autotinybert")
-    parser.add_argument("--only", nargs="+", choices=["predictor", "main", "ranking"], default=["predictor", "main", "ranking"])
+    parser.add_argument("--only", nargs="+", choices=["predictor", "main", "ranking", "seeds"],
+                        default=["predictor", "main", "ranking", "seeds"])
     parser.add_argument("--ranking-archs", type=int, default=8)
     parser.add_argument("--ranking-steps", type=int, default=300)
     parser.add_argument("--speedups", nargs="+", type=float, default=[2.0, 4.0])
@@ -234,8 +269,14 @@ def main() -> None:
                         help="main: the searched run at this speed-up trains each task's super-net; the others load it")
     parser.add_argument("--supernets", default=None,
                         help="main: every row loads SUPERNETS/<task> (a super-net trained earlier) instead of training one")
-    parser.add_argument("--rows", nargs="+", choices=["search", "conventional"], default=["search", "conventional"],
-                        help="main: the searched rows, the conventional ones (at the searched one's latency), or both")
+    parser.add_argument("--rows", nargs="+", choices=["distill", "search", "conventional"],
+                        default=["distill", "search", "conventional"],
+                        help="main: the distill row (on the searched students' examples), the searched rows, the "
+                             "conventional ones (at the searched one's latency)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[43, 44],
+                        help="seeds: student seeds beside the main run's (42)")
+    parser.add_argument("--seed-tasks", nargs="+", default=["rte", "mrpc"],
+                        help="seeds: the tasks whose 2× comparison is averaged over seeds (small dev sets)")
     parser.add_argument("--archs", type=int, default=150)
     parser.add_argument("--test-fraction", type=float, default=0.4)
     parser.add_argument("--runs", type=int, default=15)
@@ -249,23 +290,35 @@ def main() -> None:
         run_main(args)
     if "ranking" in args.only:
         run_ranking(args)
+    if "seeds" in args.only:
+        run_seeds(args)
     write_docs_block()
+
+
+def supernet_of(args, task: str) -> str:
+    """The super-net folder every row of ``task`` but the first loads: ``--supernets``/<task>, or the one the
+    searched run at ``--supernet-speedup`` trained."""
+    if args.supernets:
+        return f"{args.supernets}/{task}"
+    return str(Path(args.runs_dir) / f"bench-{task}-autotinybert-{args.supernet_speedup:g}-{args.budget}/supernet")
 
 
 def run_main(args) -> None:
     base = list(args.option)
     first = args.supernet_speedup
     runs = Path(args.runs_dir)
+    if "distill" in args.rows:  # the comparison row, on the examples the searched students distil on
+        args.option = [f"train_examples={DISTILL_EXAMPLES}"]
+        run_tasks("distill", args)
     for speedup in args.speedups:
-        for arch in args.rows:
+        for arch in (r for r in args.rows if r != "distill"):
             args.option = base + [f"speedup={speedup:g}"] + ([f"arch={arch}"] if arch != "search" else [])
 
             def shared(task, speedup=speedup, arch=arch) -> dict:
                 # one super-net per task, trained by the searched run at --supernet-speedup: every row is
                 # extracted from the same one-shot super-net and further trained identically
                 out = {} if (speedup, arch) == (first, "search") and not args.supernets else {
-                    "method_options.supernet": f"{args.supernets}/{task}" if args.supernets
-                    else str(runs / f"bench-{task}-autotinybert-{first:g}-{args.budget}/supernet")}
+                    "method_options.supernet": supernet_of(args, task)}
                 if arch == "conventional":  # at the searched architecture's measured latency, not the budget,
                     # as a speed-up over the teacher: the machine's speed may have drifted since
                     searched = json.loads((runs / f"bench-{task}-autotinybert-{speedup:g}-{args.budget}/architecture.json").read_text())
@@ -273,6 +326,31 @@ def run_main(args) -> None:
                 return out
 
             run_tasks("autotinybert", args, shared)
+
+
+def run_seeds(args) -> None:
+    """The 2× comparison again with other student seeds on the tasks whose dev sets are small (RTE: 277
+    examples, 0.36 points each; MRPC: 408): the searched run (search and further training, the same
+    teacher and super-net) and the ``distill`` row, each per seed in ``--seeds`` → results/autotinybert-seeds.json;
+    the table then compares the two on their means over these seeds and the main run's."""
+    from common import record_from_run, upsert_result
+
+    from distillery.pipeline import build_run_config, compress
+
+    for task in args.seed_tasks:
+        for seed in args.seeds:
+            for row, method, overrides in (
+                    ("search", "autotinybert", {"method_options.speedup": DISTILL_SPEEDUP,
+                                                "method_options.supernet": supernet_of(args, task)}),
+                    ("distill", "distill", {"method_options.train_examples": DISTILL_EXAMPLES})):
+                out = Path(args.runs_dir) / f"seeds-{task}-{row}-{args.budget}-s{seed}"
+                if not (args.reuse and (out / "report.md").is_file()):
+                    compress(build_run_config(method=method, task=task, budget=args.budget, data_dir=args.data_dir,
+                                              out=str(out), overrides={**overrides, "student.seed": seed}), overwrite=True)
+                rec = record_from_run(out, method, args.budget)
+                rec.update(row=row, seed=seed)
+                upsert_result("autotinybert-seeds", rec, key=lambda r: (r["budget"], r["task"], r["row"], r["seed"]))
+                print(f"{task} {row} seed {seed}: {rec['metrics']['student'][rec['main_metric']]:.4f}", flush=True)
 
 
 if __name__ == "__main__":

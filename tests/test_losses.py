@@ -215,3 +215,24 @@ def test_prediction_distillation_rejects_unknown_names():
         prediction_distillation("classification", STUDENT, TEACHER, loss="cosine")
     with pytest.raises(DistilleryError, match="classification, regression, qa"):
         prediction_distillation("tagging", STUDENT, TEACHER)
+
+
+def test_hidden_term_runs_the_teacher_even_when_the_batch_carries_cached_logits(tiny_bert):
+    # A batch from MethodContext.train_with_teacher_logits holds logits only; the hidden term needs the
+    # teacher's hidden states, so the loss runs the teacher itself (its logits equal the cached ones).
+    from transformers import AutoModelForSequenceClassification
+
+    from distillery.distill.losses import distillation_loss
+
+    teacher = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), num_labels=2).eval()
+    student = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), num_labels=2).eval()
+    ids = torch.randint(5, 100, (3, 7))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 1, 0])}
+    with torch.no_grad():
+        cached = {**batch, "teacher_logits": teacher(input_ids=ids, attention_mask=batch["attention_mask"]).logits}
+    loss_fn = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[0, 1])
+    with torch.no_grad():
+        with_cache, logs = loss_fn(student, cached)
+        without, _ = loss_fn(student, batch)
+    torch.testing.assert_close(with_cache, without)
+    assert logs["hidden"] == pytest.approx(0.0, abs=1e-10)  # the student is the teacher: no hidden gap

@@ -285,3 +285,32 @@ def test_compress_reads_a_settings_file_and_flags_override_it(monkeypatch, tiny_
     assert saved["method_options"] == {"kd_weight": 0.25, "temperature": 4}  # the file, then the flag
     assert saved["data"]["max_length"] == 32 and saved["teacher"]["name"] == str(tiny_bert4)
     assert not (tmp_path / "from-file").exists()  # --out on the command line won
+
+
+@pytest.mark.parametrize("limit, whole, expected", [(40, True, 96), (40, False, 40), (200, True, 96)])
+def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(tiny_bert, glue_dir, tmp_path,
+                                                                              limit, whole, expected):
+    # The teacher, fine-tuned on the budget's examples, labels the rest for the student; below the limit
+    # the run already holds every example and nothing is encoded again.
+    from transformers import AutoModelForSequenceClassification
+
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.tasks import get_task
+    from distillery.recipe import MethodContext
+    from distillery.teacher import teacher_tokenizer
+
+    config = tiny_config(tiny_bert, glue_dir, tmp_path / "run", **{"data.train_limit": limit})
+    tokenizer = teacher_tokenizer(str(tiny_bert))
+    task_data = prepare_task_data(get_task("sst2"), tokenizer, config.data)
+    teacher = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), num_labels=2).eval()
+    ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data, out_dir=tmp_path)
+    train = ctx.distillation_train(whole)
+    assert len(train) == expected and "teacher_logits" in train.column_names
+    assert any(n.startswith("Student data: all 96") for n in ctx.notes) == (expected > len(task_data.train))
+    # the rows the budget kept carry the same teacher logits in both encodings
+    budget = ctx.train_with_teacher_logits()
+    first = {tuple(r["input_ids"]): r["teacher_logits"] for r in budget}
+    both = [r for r in train if tuple(r["input_ids"]) in first]
+    assert len(both) >= len(budget)  # every budget row is in the whole split (duplicates may add more)
+    for r in both:
+        torch.testing.assert_close(torch.tensor(r["teacher_logits"]), torch.tensor(first[tuple(r["input_ids"])]))

@@ -6,7 +6,7 @@ states of each student layer and the teacher layer it was copied from (Patient K
 
 Options (``RunConfig.method_options``): ``student_layers`` (a count K or an explicit list of teacher
 layer indices; default every other layer), ``kd_weight`` w (0.5), ``temperature`` (2.0), ``hidden_weight``
-β (0.0 = logits only).
+β (0.0 = logits only), ``train_examples`` ("budget": the run's examples; "all": the whole train split).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 from distillery.distill.losses import distillation_loss
 from distillery.errors import DistilleryError
 from distillery.modeling import find_encoder_layers
-from distillery.recipe import MethodContext, MethodOptions, number, option
+from distillery.recipe import MethodContext, MethodOptions, number, one_of, option
 
 logger = logging.getLogger("distillery")
 
@@ -40,6 +40,9 @@ class DistillOptions(MethodOptions):
     kd_weight: float = option(0.5, number(0, 1))
     temperature: float = option(2.0, number(above=0))
     hidden_weight: float = option(0.0, number(0))  # β of the hidden-state MSE; 0: logits only
+    # "budget": the run's examples (data.train_limit), the reference this row has always been; "all": the whole
+    # train split, labelled by the teacher (what cmow and autotinybert students distil on by default)
+    train_examples: str = option("budget", one_of("all", "budget"))
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
@@ -106,8 +109,9 @@ def run(ctx: MethodContext) -> PreTrainedModel:
 
     train = task_data.train
     teacher.eval()
-    if kind != "qa" and not opts.hidden_weight:
+    whole = opts.train_examples == "all"
+    if kind != "qa" and (whole or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher itself
+        train = ctx.distillation_train(whole)
         logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
-        train = ctx.train_with_teacher_logits()
     loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
     return ctx.train(student, loss_fn, desc="student", train_dataset=train)

@@ -63,6 +63,8 @@ class AutoTinyBertOptions(MethodOptions):
     # 0.874 at 1e-4, 0.865 at 3e-4; at 4× 3,384,384,12,144 0.822 at 1e-4, 0.843 at 3e-4, 0.844 at 5e-4;
     # STS-B at 4× 0.524 at 1e-4, 0.605 at 3e-4)
     further_lr: float | None = option(None, number(above=0, optional=True))
+    # further training's examples: "all" the task's train split, labelled by the teacher, or the run's "budget" (data.train_limit)
+    train_examples: str = option("all", one_of("all", "budget"))
     kd_weight: float = option(0.5, number(0, 1))  # further training: (1 − w)·CE + w·KD, as the distill baseline
     temperature: float = option(2.0, number(above=0))
 

@@ -374,7 +374,7 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     kind = ctx.task_data.task.kind
     train = ctx.task_data.train
     if kind != "qa":
-        train = ctx.train_with_teacher_logits()
+        train = ctx.distillation_train(opts.train_examples == "all")
     kd_weight, t = float(opts.kd_weight), float(opts.temperature)
     lr = further_lr(opts, ctx.config.student.lr, speedup)
     ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "

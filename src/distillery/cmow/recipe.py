@@ -142,18 +142,5 @@ def run(ctx: MethodContext) -> PreTrainedModel:
     student = build_student(ctx, opts)
     kd_weight, t = float(opts.kd_weight), float(opts.temperature)
     ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
-    task_data = ctx.task_data
-    if opts.train_examples == "all" and ctx.config.data.train_limit is not None:
-        # A CMOW student costs a few minutes per epoch of the whole split; the teacher, fine-tuned on
-        # the budget's examples, labels all of them (distillation data, as the paper's students use).
-        from dataclasses import replace
-
-        from distillery.data.encode import prepare_task_data
-
-        full = prepare_task_data(task_data.task, ctx.tokenizer, replace(ctx.config.data, train_limit=None), splits=("train",))
-        task_data = replace(task_data, train=full.train)
-        ctx.notes.append(f"Student data: all {len(task_data.train)} training examples, labelled by the teacher "
-                         f"(fine-tuned on {len(ctx.task_data.train)}).")
-    logger.info("Teacher outputs on %d training examples (computed once, then cached).", len(task_data.train))
-    train = ctx.train_with_teacher_logits(task_data)
+    train = ctx.distillation_train(opts.train_examples == "all")
     return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)

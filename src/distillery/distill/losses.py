@@ -268,7 +268,7 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
     def loss_fn(model, batch):
         inputs = {k: v for k, v in batch.items() if k not in TARGETS}
         out = model(**inputs, output_hidden_states=hidden_weight > 0)
-        if "teacher_logits" in batch:
+        if "teacher_logits" in batch and hidden_weight <= 0:
             logits = batch["teacher_logits"]
             t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
         else:
