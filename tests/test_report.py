@@ -162,3 +162,10 @@ def test_pipeline_shaped_train_json(tmp_path):
     (run / "train.json").write_text(json.dumps(info))
     text = write_report(run).read_text()
     assert "reused from the cache" in text and "67,349" in text and "1.11 h" in text and "30 s" in text
+
+
+def test_report_says_when_the_student_saw_more_examples_than_the_teacher(tmp_path):
+    run = make_run(tmp_path / "run", train=False)
+    info = {"student_seconds": 30.0, "train_examples": 67349, "teacher_train_examples": 20000, "notes": []}
+    (run / "train.json").write_text(json.dumps(info))
+    assert "67,349 (the teacher fine-tuned on 20,000 of them, and labelled the rest)" in write_report(run).read_text()

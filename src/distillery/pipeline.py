@@ -276,7 +276,8 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
         "teacher_cached": teacher_info.get("cached"),
         "teacher_path": teacher_info.get("path"),
         "student_seconds": student_seconds,
-        "train_examples": len(task_data.train),
+        "train_examples": ctx.student_examples or len(task_data.train),  # the student's: may exceed the budget's
+        "teacher_train_examples": len(task_data.train),
         "total_seconds": time.time() - started,
         "notes": ctx.notes,
     }

@@ -45,6 +45,7 @@ class MethodContext:
     out_dir: Path  # the run folder; the trainer keeps its checkpoints in out_dir/"checkpoints"
     resume: bool = False
     notes: list[str] = field(default_factory=list)  # lines a method wants in the report
+    student_examples: int | None = None  # what the student last trained on (:meth:`train`), for the report
 
     @property
     def options(self) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class MethodContext:
         from distillery.evaluation import score
 
         cfg = replace(self.config.student, **settings)
+        self.student_examples = len(self.task_data.train if train_dataset is None else train_dataset)
         trainer = Trainer(
             student,
             cfg,

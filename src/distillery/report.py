@@ -345,7 +345,10 @@ def _config_lines(
         if value:
             lines.append(f"- limited to {value} {what} (`{key}`): scores are noisier than on the full set")
     if _is_number(train.get("train_examples")):
-        lines.append(f"- training examples: {int(train['train_examples']):,}")
+        teacher_n = train.get("teacher_train_examples")
+        lines.append(f"- training examples: {int(train['train_examples']):,}"
+                     + (f" (the teacher fine-tuned on {int(teacher_n):,} of them, and labelled the rest)"
+                        if _is_number(teacher_n) and teacher_n < train["train_examples"] else ""))
     if train.get("teacher_cached"):
         lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
