@@ -116,7 +116,7 @@ def comparison_lines(budget: str = "quick") -> list[str]:
                 if name == "distill" and {r["row"] for r in seeds if r["task"] == t} == {"search", "distill"}:
                     (mine, mine_all), (theirs, theirs_all) = mean_over_seeds(s, t, "search"), mean_over_seeds(other, t, "distill")
                     gap = 100 * (mine - theirs)
-                    text += f"; mean of {len(theirs_all)} seeds **{theirs:.3f}** against {mine:.3f} (**{gap:+.1f}**)"
+                    text += f"; mean of {len(theirs_all)} seeds: searched {mine:.3f}, distill **{theirs:.3f}** (**{gap:+.1f}**)"
                     seed_notes.append(f"{t}: searched {', '.join(f'{v:.3f}' for v in mine_all)}; distill "
                                       f"{', '.join(f'{v:.3f}' for v in theirs_all)}")
                 gaps[name].append(gap)
