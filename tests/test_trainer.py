@@ -32,7 +32,7 @@ def cfg(**kw) -> TrainConfig:
 
 
 def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}  # the trainer leaves it on its device
 
 
 def assert_same_weights(a: dict, b: dict, atol: float = 1e-6) -> None:
@@ -109,7 +109,7 @@ def resume_run(out, *, resume=False, interrupt_at=None, nan_at=None, model_seed=
         desc="resume-test",
     )
     result = trainer.train()
-    projected = {f"proj.{k}": v.detach().clone() for k, v in projection.state_dict().items()}
+    projected = {f"proj.{k}": v.detach().cpu().clone() for k, v in projection.state_dict().items()}
     return result, {**weights(result.model), **projected}
 
 
@@ -420,8 +420,9 @@ def test_tied_weights_are_checkpointed(tmp_path):
 def test_logging_and_tensorboard(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="distillery")
     config = cfg(max_steps=2, log_every=1, tensorboard=True)
-    loss = make_loss(HiddenProjection(32, 32))
-    Trainer(tiny_model(), config, tiny_dataset(16), collate, loss, out_dir=tmp_path, desc="tb").train()
+    projection = HiddenProjection(32, 32)
+    Trainer(tiny_model(), config, tiny_dataset(16), collate, make_loss(projection), extra_parameters=[projection],
+            out_dir=tmp_path, desc="tb").train()
     assert "tb step 2/2 | loss" in caplog.text and "| aux " in caplog.text and "ex/s" in caplog.text
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
 

@@ -41,6 +41,11 @@ def _state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
+def device() -> torch.device:
+    """This process's device, the one the trainer trains on: its GPU when there is one, else the CPU."""
+    return _state().device
+
+
 def rank() -> int:
     return _state().process_index if launched() else 0
 
