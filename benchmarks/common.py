@@ -203,11 +203,16 @@ def summary_table(records: list[dict]) -> str:
                      f"{'—' if tp is None else (f'~{tp:.0f}×' if tp >= 50 else f'{tp:.2f}×')} |")
     hw = chosen[0]["hardware"] if chosen else {}
     if hw:
+        where = f"on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads)"
+        others = [r for r in chosen if r["hardware"].get("cpu") != hw.get("cpu")]
+        if others:  # rows measured on another machine: a ratio holds within its own record's machine
+            cpus = ", ".join(sorted({str(r["hardware"].get("cpu")) for r in others}))
+            methods = ", ".join(f"`{r['method']}`" for r in others)
+            where += f" (the teacher row's), {cpus} for {methods}"
         lines.append("")
         lines.append(f"Quick budget; each speed-up against the teacher measured in the same process as the student, "
-                     f"on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), torch {hw.get('torch')}, "
-                     f"GPU: {hw.get('gpu') or 'none'}. Every task, variant and FLOP-ideal ratio: "
-                     f"[docs/results.md](docs/results.md).")
+                     f"{where}, torch {hw.get('torch')}, GPU: {hw.get('gpu') or 'none'}. Every task, variant and "
+                     f"FLOP-ideal ratio: [docs/results.md](docs/results.md).")
     return "\n".join(lines)
 
 
