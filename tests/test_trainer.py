@@ -109,7 +109,7 @@ def resume_run(out, *, resume=False, interrupt_at=None, nan_at=None, model_seed=
         desc="resume-test",
     )
     result = trainer.train()
-    projected = {f"proj.{k}": v.detach().cpu().clone() for k, v in projection.state_dict().items()}
+    projected = {f"proj.{k}": v for k, v in weights(projection).items()}
     return result, {**weights(result.model), **projected}
 
 

@@ -245,12 +245,20 @@ def get_finetuned_teacher(
     """The teacher fine-tuned on ``task``: from the cache when possible, else trained and cached.
 
     Returns (model, tokenizer, info) where info holds the teacher's dev metrics, training seconds,
-    and the folder it lives in.
+    and the folder it lives in. The model is on this process's device however it was obtained, so that
+    what a method runs on the teacher (importance, logits over the train split) runs there whether the
+    teacher was given, cached or fine-tuned now.
     """
+    model, tokenizer, info = _finetuned_teacher(teacher, task, data, task_data)
+    return model.to(distributed.device()), tokenizer, info
+
+
+def _finetuned_teacher(teacher: TeacherConfig, task: TaskSpec, data: DataConfig, task_data: TaskData | None):
+    """get_finetuned_teacher's model wherever it was loaded or trained, its tokenizer and info."""
     check_teacher(teacher.name, teacher_config(teacher.name), data)
     if teacher.finetuned:
         model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
-        return model.to(distributed.device()), tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}
+        return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}
 
     if task_data is None:
         task_data = prepare_task_data(task, teacher_tokenizer(teacher.name), data)
@@ -266,9 +274,7 @@ def get_finetuned_teacher(
                     info["metrics"].get(task.main_metric, float("nan")))
         model = task_model_class(task).from_pretrained(folder / "model")
         tokenizer = load_tokenizer(str(folder / "model"))
-        # on the device a fine-tuned one is left on, so that what the method runs on the teacher (importance,
-        # logits over the train split) runs there whether the teacher was cached or not
-        return model.to(distributed.device()), tokenizer, {**info, "path": str(folder / "model"), "cached": True}
+        return model, tokenizer, {**info, "path": str(folder / "model"), "cached": True}
 
     set_seed(teacher.train.seed)  # the new head's initial weights are part of a reproducible run
     model, tokenizer = load_teacher(teacher.name, task)
@@ -287,4 +293,4 @@ def get_finetuned_teacher(
         shutil.rmtree(work, ignore_errors=True)
     distributed.barrier()
     logger.info("Teacher dev %s = %.4f after %.0f s.", task.main_metric, metrics[task.main_metric], seconds)
-    return model.to(distributed.device()), tokenizer, {**info, "path": str(folder / "model"), "cached": False}
+    return model, tokenizer, {**info, "path": str(folder / "model"), "cached": False}

@@ -196,4 +196,5 @@ def convert(
         raise DistilleryError(f"Cannot map the teacher's weights onto MoEBERT: missing {missing[:5]}, unexpected {unexpected[:5]}.")
     for layer, table in zip(student.moebert.layers, tables):
         layer.hash_table.copy_(table)
-    return student.eval()
+    # built on the CPU; it lives where the teacher does (the refit runs the two side by side)
+    return student.to(next(teacher.parameters()).device).eval()

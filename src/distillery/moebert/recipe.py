@@ -205,7 +205,6 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOp
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
                       shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
                       token_counts=counts, seed=config.student.seed)
-    student.to(next(teacher.parameters()).device)  # the refit runs both side by side; a GPU when there is one
     if wants_refit(opts, task_data.task.kind):
         loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
                                opts.importance_examples, config.student.seed)
