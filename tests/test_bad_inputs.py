@@ -64,9 +64,12 @@ class Paths:
 
 
 def saved_run(p: Paths, config_yaml: str) -> list[str]:
-    """A run folder whose config.yaml holds ``config_yaml``, resumed."""
+    """A run folder (marked as distillery's) whose config.yaml holds ``config_yaml``, resumed."""
+    from distillery.folders import mark
+
     run = p.tmp / "run"
     run.mkdir(exist_ok=True)
+    mark(run, "run")
     (run / "config.yaml").write_text(config_yaml)
     return ["compress", "--out", str(run), "--resume"]
 

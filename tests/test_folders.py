@@ -11,7 +11,7 @@ import pytest
 
 from distillery import cli
 from distillery.errors import DistilleryError
-from distillery.folders import (MARKER, atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
+from distillery.folders import (atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
                                 previous_version, replace_with, shared_sibling, temporary_sibling)
 from tests.test_cli import assert_one_line_error, run_cli
 from tests.test_pipeline import write_glue
@@ -94,7 +94,7 @@ def test_out_the_teacher_folder_overwrite_keeps_the_teacher(monkeypatch, capsys,
 def test_out_the_data_folder_or_its_parent_keeps_the_data(monkeypatch, capsys, tmp_path, tiny_bert):
     parent = tmp_path / "work"
     data = write_glue(parent / "data", n_train=16, n_dev=8)
-    (parent / MARKER).write_text("{}")  # even a marked folder is not replaced when it holds an input
+    mark(parent, "run")  # even a marked folder is not replaced when it holds an input
     before = snapshot(parent)
     for out in (data, parent):
         code, _, err = run_cli(monkeypatch, capsys, *compress_args(tiny_bert, data, out, "--overwrite"))

@@ -169,3 +169,71 @@ def test_report_says_when_the_student_saw_more_examples_than_the_teacher(tmp_pat
     info = {"student_seconds": 30.0, "train_examples": 67349, "teacher_train_examples": 20000, "notes": []}
     (run / "train.json").write_text(json.dumps(info))
     assert "67,349 (the teacher fine-tuned on 20,000 of them, and labelled the rest)" in write_report(run).read_text()
+
+
+HOSTILE = "t`e|a<img src=x onerror=alert(1)>*b* [l](u)\n\n# h"
+
+
+def rendered(markdown: str) -> str:
+    """report.md as GitHub-like Markdown (tables, raw HTML live) renders it."""
+    markdown_it = pytest.importorskip("markdown_it")
+    return markdown_it.MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).render(markdown)
+
+
+def assert_shown_as_is(markdown: str) -> None:
+    """No live HTML, no link, no table row with more cells than its header, and the text shown as it is
+    (its line breaks as spaces)."""
+    import html
+    import re
+
+    page = rendered(markdown)
+    assert re.findall(r"<img[^>]*>", page) == ['<img src="plot.png" alt="score against latency" />']
+    assert "<a " not in page and "<h1>h" not in page and "<em>" not in page
+    for table in re.findall(r"<table>.*?</table>", page, flags=re.S):
+        head = table.count("<th>")
+        rows = re.findall(r"<tr>(.*?)</tr>", table.split("</thead>")[1], flags=re.S)
+        assert rows and all(row.count("<td") == head for row in rows)
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert HOSTILE.replace("\n", " ") in text
+
+
+def test_user_named_text_cannot_inject_markdown_or_html(tmp_path):
+    """A teacher path, a run folder's name, a method option, a model name, a note or hardware holding a
+    backtick, a "|", HTML, emphasis, a link or line breaks goes into report.md escaped (md())."""
+    from distillery.report import md
+
+    runs = []
+    for name in ("a", "b"):
+        run = make_run(tmp_path / f"{name}`|<b>", method="moebert" if name == "a" else "cmow")
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["teacher"]["name"] = config["method_options"]["k"] = HOSTILE
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        metrics, bench = json.loads((run / "metrics.json").read_text()), json.loads((run / "bench.json").read_text())
+        metrics["others"] = {HOSTILE: {"accuracy": 0.849}}
+        bench["models"][HOSTILE] = bench["models"].pop("int8")
+        bench["hardware"]["cpu"] = HOSTILE
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        (run / "bench.json").write_text(json.dumps(bench))
+        (run / "train.json").write_text(json.dumps({"notes": [HOSTILE]}))
+        runs.append(run)
+        text = write_report(run).read_text()
+        assert md(HOSTILE, code=True) in text  # the teacher as one code span
+        assert_shown_as_is(text)
+    text = merge_runs(runs, tmp_path / "merged").read_text()
+    assert "a\\`\\|&lt;b&gt;" in text  # the run folder's name in the table
+    assert_shown_as_is(text)
+
+
+@pytest.mark.parametrize("value", ["plain", "a`b", "``x", "x`", " spaced ", "", "<b>|</b>", "a\\b", "__init__ & *x*"])
+def test_md_shows_any_text_as_it_is(value):
+    """Plain and as a code span, inside a table cell and a paragraph, ``value`` renders as itself."""
+    import html
+    import re
+
+    from distillery.report import md
+
+    page = rendered(f"| h |\n|---|\n| {md(value)} |\n\nbefore {md(value, code=True)} after\n")
+    cell = re.search(r"<td>(.*?)</td>", page, flags=re.S).group(1)
+    code = re.search(r"before (.*) after", page).group(1)
+    assert html.unescape(cell) == value.strip()  # a table cell's outer spaces are not part of it
+    assert html.unescape(re.sub(r"</?code>", "", code)) == (value or " ")

@@ -1,11 +1,16 @@
 """Where distillery may write, and what it may delete: only folders it made itself.
 
 Every folder a command creates for its output (a run, an export, a saved teacher, a converted or
-pre-trained model, a super-net run) carries a small marker file, ``.distillery``. ``--overwrite``
-replaces a folder only when it carries that marker (or an export's manifest, which exports made
-before the marker also carry), and never when the folder is the current directory or one above
-it, the home folder, or a folder that is or holds an input of the same command (the teacher, the
-data, an init model). A user's folder therefore survives any combination of ``--out`` and ``--overwrite``.
+pre-trained model, a super-net run, a merged report) carries a small marker file, ``.distillery``,
+holding distillery's signature: a file of that name with any other content (an editor's, a user's)
+does not count. ``--overwrite`` replaces a folder only when it carries that marker (or an export's
+manifest, which exports made before the marker also carry), and never when the folder is the current
+directory or one above it, the home folder, a symbolic link, or a folder that is or holds an input of
+the same command (the teacher, the data, an init model). ``--resume`` writes only into a marked
+folder. Files a command writes (``eval --out``, ``bench --out``, importance scores) follow the same
+rules (:func:`check_file_target`): an existing file is replaced only with ``--overwrite``, an input
+or a file inside an input folder never. A user's files and folders therefore survive any combination
+of ``--out``, ``--overwrite`` and ``--resume``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,16 +30,60 @@ from typing import IO
 from distillery.errors import DistilleryError
 
 MARKER = ".distillery"
+# The marker's signature: only distillery writes a JSON object with this "marker" value.
+SIGNATURE = "distillery output folder; distillery may replace it with --overwrite"
+# Markers written before the signature: exactly these keys, one of these kinds, a time of this shape.
+LEGACY_KEYS = {"kind", "created", "distillery"}
+LEGACY_KINDS = {"run", "export", "model", "teacher", "cmow-pretrain", "supernet"}
+LEGACY_CREATED = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+# Larger files are not read: a marker is a line, a manifest a few kilobytes.
+MARKER_MAX_BYTES = 4096
+MANIFEST_MAX_BYTES = 4 * 2**20
 # An export folder's manifest marks it as distillery's too (exports predate the marker).
 EXPORT_MANIFEST = "distillery_export.json"
 # What a run folder holds before its first checkpoint: nothing that a rerun would lose.
 UNSTARTED = {MARKER, "config.yaml"}
 
 
+def _read_json(path: Path, max_bytes: int) -> object:
+    """The JSON value of the regular file ``path`` (a symbolic link is not followed: it could lend a
+    user's folder another folder's marker), or None when it is missing, too large or not JSON."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+        return json.loads(raw) if len(raw) <= max_bytes else None
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        return None
+
+
+def marker_kind(folder: str | os.PathLike) -> str | None:
+    """The kind of folder (run, export, model, report...) distillery's marker in ``folder`` records,
+    or None when there is no marker or the ``.distillery`` file there is not one distillery wrote."""
+    record = _read_json(Path(folder) / MARKER, MARKER_MAX_BYTES)
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        return None
+    if record.get("marker") == SIGNATURE:
+        return record["kind"]
+    legacy = (set(record) == LEGACY_KEYS and record["kind"] in LEGACY_KINDS
+              and isinstance(record["created"], str) and LEGACY_CREATED.fullmatch(record["created"])
+              and isinstance(record["distillery"], (str, type(None))))
+    return record["kind"] if legacy else None
+
+
+def _is_export(folder: Path) -> bool:
+    """Whether ``folder`` holds an export manifest as distillery writes it (format, inputs, outputs)."""
+    from distillery.config import EXPORT_FORMATS
+
+    record = _read_json(folder / EXPORT_MANIFEST, MANIFEST_MAX_BYTES)
+    return (isinstance(record, dict) and record.get("format") in EXPORT_FORMATS
+            and isinstance(record.get("inputs"), list) and isinstance(record.get("outputs"), list))
+
+
 def is_ours(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` was written by distillery (it carries the marker or an export manifest)."""
-    folder = Path(folder)
-    return (folder / MARKER).is_file() or (folder / EXPORT_MANIFEST).is_file()
+    return marker_kind(folder) is not None or _is_export(Path(folder))
 
 
 def mark(folder: str | os.PathLike, kind: str) -> None:
@@ -44,7 +94,7 @@ def mark(folder: str | os.PathLike, kind: str) -> None:
         made_by = version("distillery")
     except PackageNotFoundError:  # run from a source tree that was not installed
         made_by = None
-    record = {"kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": made_by}
+    record = {"marker": SIGNATURE, "kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": made_by}
     (Path(folder) / MARKER).write_text(json.dumps(record) + "\n")
 
 
@@ -56,15 +106,19 @@ def _is_within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
+def _local_inputs(inputs: Iterable[str | os.PathLike | None]) -> Iterator[tuple[str | os.PathLike, Path]]:
+    """The inputs that are local paths, each with its resolved path; a Hub id, None or "" is skipped."""
+    for given in inputs:
+        if given is not None and str(given) != "" and os.path.exists(Path(given).expanduser()):
+            yield given, _resolved(given)
+
+
 def check_not_input(out: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], option: str = "--out") -> None:
     """Refuse an output folder that is, or holds, one of the command's inputs: replacing it would
     delete the input. (An output inside an input folder is allowed: ``--data-dir .`` with the
     default ``runs/...`` is common.) Inputs that are not local paths (a Hub id, None) are skipped."""
     target = _resolved(out)
-    for given in inputs:
-        if given is None or str(given) == "" or not Path(given).expanduser().exists():
-            continue
-        source = _resolved(given)
+    for given, source in _local_inputs(inputs):
         if _is_within(source, target):
             which = "is" if source == target else "holds"
             raise DistilleryError(f"{option} {out} {which} an input of this command ({given}); "
@@ -79,14 +133,46 @@ def _refuse_home_or_cwd(folder: Path, option: str) -> None:
             f"distillery never deletes it. Choose another {option}.")
 
 
+def _pathconf(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):  # unknown here, or no pathconf (Windows)
+        return default
+
+
+def _check_path(out: Path, option: str) -> None:
+    """Refuse an output path the file system cannot hold (a name over NAME_MAX bytes, a path over
+    PATH_MAX: checked here, not met as ENAMETOOLONG midway) or that is a symbolic link: distillery
+    neither writes nor deletes through a link, whose target may be anything (an input, the run itself)."""
+    absolute = Path(os.path.abspath(out))
+    anchor = next((p for p in absolute.parents if os.path.isdir(p)), Path(absolute.anchor))
+    name_max, path_max = _pathconf(anchor, "PC_NAME_MAX", 255), _pathconf(anchor, "PC_PATH_MAX", 4096)
+    if (any(len(os.fsencode(part)) > name_max for part in absolute.parts)
+            or len(os.fsencode(str(absolute))) >= path_max):
+        raise DistilleryError(f"{option} {out} is too long for this file system (at most {name_max} bytes "
+                              f"per name, {path_max} per path); choose a shorter name.")
+    if out.is_symlink():
+        raise DistilleryError(f"{option} {out} is a symbolic link (to {os.readlink(out)}); distillery does not "
+                              f"write or replace through a link. Give the path it points to, or another {option}.")
+
+
+def _not_ours(out: Path, option: str) -> DistilleryError:
+    return DistilleryError(
+        f"{out} already exists and was not written by distillery (it has no {MARKER} marker of distillery's); "
+        f"distillery neither writes into nor deletes a folder it did not create, --overwrite and --resume "
+        f"included. Choose another {option}.")
+
+
 def remove_ours(folder: str | os.PathLike, option: str = "--out") -> None:
     """Delete ``folder`` if distillery wrote it; anything else is refused with a sentence."""
     folder = Path(folder)
     _refuse_home_or_cwd(folder, option)
+    if folder.is_symlink():  # rmtree would refuse it with an OSError; a sentence instead
+        _check_path(folder, option)
     if not is_ours(folder):
         raise DistilleryError(
-            f"{folder} was not written by distillery (it has no {MARKER} marker), so it is not deleted. "
-            f"Choose another {option}, or empty it yourself.")
+            f"{folder} was not written by distillery (it has no {MARKER} marker of distillery's), so it is not "
+            f"deleted. Choose another {option}, or empty it yourself.")
     shutil.rmtree(folder)
 
 
@@ -99,24 +185,23 @@ def check_target(
     option: str = "--out",
     kind: str = "run",
 ) -> None:
-    """Refuse, before any work, an output folder a command must not write: a file, an input of the
-    command, a non-empty folder distillery did not write, or one it did write without ``overwrite``
-    (a run that stopped before its first checkpoint excepted: it holds nothing to lose)."""
+    """Refuse, before any work, an output folder a command must not write: a file, a symbolic link, a
+    name too long, an input of the command, a non-empty folder distillery did not write (``resume``
+    included), or one it did write without ``overwrite`` or ``resume`` (a run that stopped before
+    its first checkpoint excepted: it holds nothing to lose)."""
     out = Path(out).expanduser()
+    _check_path(out, option)
     if out.exists() and not out.is_dir():
         raise DistilleryError(f"{option} {out} is a file; give a folder (it is created when missing).")
     check_not_input(out, inputs, option)
-    if resume or not out.is_dir():
+    if not out.is_dir():
         return
     entries = {p.name for p in out.iterdir()}
     if not entries:
         return
     if not is_ours(out):
-        raise DistilleryError(
-            f"{out} already exists and was not written by distillery (it has no {MARKER} marker); "
-            f"distillery neither writes into nor deletes a folder it did not create, --overwrite "
-            f"included. Choose another {option}.")
-    if entries <= UNSTARTED:
+        raise _not_ours(out, option)
+    if resume or entries <= UNSTARTED:
         return
     if not overwrite:
         raise DistilleryError(f"{out} already exists; pass --overwrite to replace it"
@@ -150,6 +235,60 @@ def claim(
     return out
 
 
+def claim_for_rewrite(
+    out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike | None] = (), option: str = "--out"
+) -> Path:
+    """The output folder of a command that rewrites its own files in place (a merged report): created
+    and marked when missing or empty, reused when distillery made it as a ``kind`` folder. A folder of
+    another kind (a run, whose report.md is its own) or one distillery did not write is refused."""
+    check_target(out, resume=True, inputs=inputs, option=option, kind=kind)
+    out = Path(out).expanduser()
+    if out.is_dir() and any(out.iterdir()) and marker_kind(out) != kind:
+        raise DistilleryError(f"{out} is a distillery {marker_kind(out) or 'export'} folder, not a {kind} folder; "
+                              f"its files are not replaced. Choose another {option}.")
+    return claim(out, kind, resume=True, inputs=inputs, option=option)
+
+
+def check_file_target(
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    option: str = "--out",
+) -> Path:
+    """Refuse, before any work, an output file a command must not write: a folder, a symbolic link, a
+    name too long, a path under a file, an existing file without ``overwrite``, and always (with
+    ``overwrite`` too) an input of the command or a file inside an input folder: a file written there
+    changes what the input holds (a model's config.json, a data set's dev.tsv). Inputs that are not
+    local paths (a Hub id, None) are skipped. Returns the path; write it with :func:`write_file`."""
+    out = Path(out).expanduser()
+    _check_path(out, option)
+    if out.is_dir():
+        raise DistilleryError(f"{option} {out} is a folder; give the name of a file to write.")
+    target = _resolved(out)
+    for given, source in _local_inputs(inputs):
+        if _is_within(target, source):
+            which = "is" if source == target else "is inside"
+            raise DistilleryError(f"{option} {out} {which} an input of this command ({given}); "
+                                  f"write it outside the command's inputs.")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise DistilleryError(f"{option} {out} lies under {parent}, which is a file, not a folder.")
+    if out.exists() and not overwrite:
+        raise DistilleryError(f"{out} already exists; pass --overwrite to replace it.")
+    return out
+
+
+def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` all at once (:func:`atomic_file`), creating its folder; the path is
+    one :func:`check_file_target` accepted."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path, "w" if isinstance(data, str) else "wb") as f:
+        f.write(data)
+    return path
+
+
 def discard_unstarted(out: str | os.PathLike) -> None:
     """After a failure before training: remove what :func:`claim` wrote (marker, config.yaml), and
     the folder when that leaves it empty, so that nothing blocks the corrected rerun."""
@@ -167,12 +306,18 @@ def discard_unstarted(out: str | os.PathLike) -> None:
 # reader (another process, a resumed run) never sees one half-written. Every such write goes through here.
 
 
+def _stem(name: str) -> str:
+    """The start of ``name`` in a temporary name beside it: a name as long as the file system allows
+    must leave room for the temporary one's extra characters."""
+    return name[:40]
+
+
 def temporary_sibling(final: str | os.PathLike) -> Path:
     """A new, empty folder beside ``final`` to write into before :func:`replace_with` (a fresh
     name each time: a fixed one such as ``<name>.tmp`` could be a user's folder)."""
     final = Path(final).expanduser()
     final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    return Path(tempfile.mkdtemp(prefix=f".{_stem(final.name)}.", suffix=".tmp", dir=final.parent))
 
 
 def shared_sibling(final: str | os.PathLike) -> Path:
@@ -290,7 +435,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}.")
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{_stem(path.name)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, mode.replace("w", "x")) as f:
             yield f

@@ -25,7 +25,7 @@ from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import claim, discard_unstarted
+from distillery.folders import check_target, claim, discard_unstarted
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
@@ -140,6 +140,7 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     out = Path(config.out) if config.out else distributed.on_main(default_out, config)
     if not resume:
         return out, config
+    check_target(out, resume=True)  # a folder distillery did not write is not resumed into, whatever it holds
     saved = out / "config.yaml"
     if not saved.is_file():
         raise DistilleryError(f"Cannot resume: {out} holds no config.yaml of an earlier run.")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file
 
 
 def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -65,7 +66,7 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
         labels.setdefault((round(x, 6), round(y, 6)), []).append(label)
     # Labels of neighbouring points (a model and its int8 variant) alternate above and below.
     for i, ((x, y), names) in enumerate(sorted(labels.items())):
-        ax.annotate(", ".join(dict.fromkeys(names)), (x, y), textcoords="offset points",
+        ax.annotate(_literal(", ".join(dict.fromkeys(names))), (x, y), textcoords="offset points",
                     xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
     front = pareto_front(pts)
     if len(front) > 1:
@@ -81,14 +82,21 @@ def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str,
     pad = (max(xs) / min(xs)) ** 0.08 if max(xs) > min(xs) else 1.2
     ax.set_xlim(min(xs) / pad, max(xs) * pad * pad)
     ax.set_xlabel("latency (ms, lower is better)")
-    ax.set_ylabel(f"{metric_name} (higher is better)")
+    ax.set_ylabel(_literal(f"{metric_name} (higher is better)"))
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(_literal(title), fontsize=10)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, format="png")
+    with atomic_file(path) as f:  # a reader never finds half a plot
+        fig.savefig(f, format="png")
     return path
+
+
+def _literal(text: str) -> str:
+    """``text`` shown as it is: a run's name or setting between two "$" would be read as mathtext
+    (and a malformed formula fails when the figure is drawn)."""
+    return text.replace("$", r"\$")
 
 
 def plot_points(rows: Sequence[Mapping[str, Any]], label_key: str = "model") -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,6 +20,7 @@ import yaml
 
 from distillery.bench import format_count, format_hardware, speedup_over
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file, claim_for_rewrite
 from distillery.plot import dominates, plot_points, write_plot
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
@@ -200,6 +202,33 @@ def _get(d: Mapping[str, Any], *keys: str) -> Any:
 # --------------------------------------------------------------------------------------------
 # Formatting
 
+# What turns plain text into Markdown or HTML: emphasis, code, links and images, table cells,
+# strike-through, raw HTML and entities. An "_" between two letters or digits emphasises nothing
+# and is left as it is (matthews_correlation stays readable in report.md).
+_MARKUP = re.compile(r"[\\`*\[\]|~]|(?<![^\W_])_|_(?![^\W_])")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# A line break would end the table row, list item or paragraph the text stands in.
+_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def md(value: Any, *, code: bool = False) -> str:
+    """``value`` (anything user-named: a path, a run folder's name, a setting or a name read from a run's
+    files) as Markdown that shows it as it is and builds nothing: no code span closed, no table cell
+    added, no live HTML, no link. Every such value goes through here on its way into a report.
+
+    ``code``: as a code span, whose content Markdown shows literally (HTML and backslashes included);
+    it is fenced with more backticks than any run inside. Not for table cells, where GitHub's tables
+    split at a "|" even inside a code span: there, plain (``code=False``) text."""
+    text = _BREAKS.sub(" ", str(value))
+    if code:
+        ticks = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+        # one space each side is dropped when read, unless the span holds nothing but spaces
+        pad = " " if text.strip() and (text[0] in "` " or text[-1] in "` ") else ""
+        return f"{ticks}{pad}{text or ' '}{pad}{ticks}"
+    text = _MARKUP.sub(lambda m: "\\" + m.group(0), text)
+    return re.sub("[&<>]", lambda m: _ENTITIES[m.group(0)], text)
+
+
 
 def _fmt_metric(v: float | None) -> str:
     if v is None:
@@ -257,14 +286,14 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
         f"throughput {tp_shape} (sent/s)",
         "latency speed-up (FLOP-ideal)",
         "throughput speed-up (FLOP-ideal)",
-        main,
-        *others,
-        f"retention ({main})",
+        md(main),
+        *map(md, others),
+        f"retention ({md(main)})",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = ([str(row.get("run", ""))] if with_run else []) + [
-            str(row["model"]),
+        cells = ([md(row.get("run", ""))] if with_run else []) + [
+            md(row["model"]),
             format_count(row["params"]) if row["params"] is not None else "—",
             format_count(row["effective_params"]) if row["effective_params"] is not None else "—",
             _fmt_ms(row["latency_ms"]),
@@ -304,7 +333,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
         parts.append("The student was not measured for speed")
     if student["retention"] is not None:
         parts.append(
-            f"keeps {100 * student['retention']:.1f} % of the teacher's {main} "
+            f"keeps {100 * student['retention']:.1f} % of the teacher's {md(main)} "
             f"({_fmt_metric(student['main'])} against {_fmt_metric(teacher['main'])})"
         )
     text = " and ".join(parts) + "."
@@ -329,21 +358,21 @@ def _config_lines(
     lines = []
     if config.get("teacher"):
         finetuned = _cfg(config, "teacher", "finetuned")
-        lines.append(f"- teacher: `{_teacher_name(config)}`" + (" (given fine-tuned)" if finetuned else ""))
+        lines.append(f"- teacher: {md(_teacher_name(config), code=True)}" + (" (given fine-tuned)" if finetuned else ""))
     for label, keys in (("method", ("method",)), ("budget", ("budget",)), ("task", ("data", "task"))):
         value = _cfg(config, *keys)
         if value is not None:
-            lines.append(f"- {label}: `{value}`")
+            lines.append(f"- {label}: {md(value, code=True)}")
     options = _cfg(config, "method_options")
     if isinstance(options, Mapping) and options:
-        lines.append("- method options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()))
+        lines.append("- method options: " + ", ".join(md(f"{k}={v}", code=True) for k, v in options.items()))
     if _cfg(config, "student", "select_best", default=False):
         lines.append("- the student's weights are those of its best evaluation on this same dev split "
                      "(as GLUE papers select), so its dev score is slightly optimistic")
     for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
         value = _cfg(config, "data", key) or (metrics or {}).get(key)
         if value:
-            lines.append(f"- limited to {value} {what} (`{key}`): scores are noisier than on the full set")
+            lines.append(f"- limited to {md(value)} {what} (`{key}`): scores are noisier than on the full set")
     if _is_number(train.get("train_examples")):
         teacher_n = train.get("teacher_train_examples")
         lines.append(f"- training examples: {int(train['train_examples']):,}"
@@ -355,12 +384,12 @@ def _config_lines(
         if key.endswith("_seconds") and _is_number(value):
             what = key[: -len("_seconds")].replace("_", " ")
             label = "whole run time" if what == "total" else f"{what} training time"
-            lines.append(f"- {label}: {_fmt_seconds(value)}")
+            lines.append(f"- {md(label)}: {_fmt_seconds(value)}")
     notes = train.get("notes")
     if isinstance(notes, str):
         notes = [notes]
     for note in notes or []:
-        lines.append(f"- note: {note}")
+        lines.append(f"- note: {md(note)}")
     return lines
 
 
@@ -422,12 +451,12 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
     acc_text = f", accuracy {_fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
     if str(teacher_name).lower() in BUILT_IN_TEACHER_NAMES:
         caveat = (
-            f"This run's teacher is the built-in one (`{teacher_name}`{acc_text}; "
+            f"This run's teacher is the built-in one ({md(teacher_name, code=True)}{acc_text}; "
             f"{SST2_TEACHER_ACCURACY:.3f} recorded), so its speed-ups compare directly."
         )
     else:
         caveat = (
-            f"This run's speed-ups are against its own teacher (`{teacher_name}`{acc_text}), not the "
+            f"This run's speed-ups are against its own teacher ({md(teacher_name, code=True)}{acc_text}), not the "
             "built-in one, so the comparison is of ratios to different teachers."
         )
     said.append(caveat)
@@ -447,18 +476,18 @@ def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
              "export are in its folder's `distillery_export.json`.", ""]
     for t in teachers:
         winners = [s for s in students if dominates(s, t)]
-        desc = f"`{t['model']}` ({main} {_fmt_metric(t['main'])}, {_fmt_x(t['latency_speedup'])} the teacher's speed)"
+        desc = f"{md(t['model'], code=True)} ({md(main)} {_fmt_metric(t['main'])}, {_fmt_x(t['latency_speedup'])} the teacher's speed)"
         if winners:
             best = max(winners, key=lambda r: (r["main"], -r["latency_ms"]))
-            others = ", ".join(f"`{w['model']}`" for w in winners if w is not best)
-            lines.append(f"- {desc} is dominated by `{best['model']}` ({_fmt_metric(best['main'])}, "
+            others = ", ".join(md(w["model"], code=True) for w in winners if w is not best)
+            lines.append(f"- {desc} is dominated by {md(best['model'], code=True)} ({_fmt_metric(best['main'])}, "
                          f"{_fmt_x(best['latency_speedup'])}): as fast or faster and as good or better"
                          + (f"; also by {others}" if others else "") + ".")
         else:
             fastest = min((s for s in students if s["latency_ms"]), key=lambda r: r["latency_ms"], default=None)
             extra = ""
             if fastest is not None and fastest["main"] is not None and t["main"] is not None:
-                extra = (f" (the fastest, `{fastest['model']}`, scores {_fmt_metric(fastest['main'])} at "
+                extra = (f" (the fastest, {md(fastest['model'], code=True)}, scores {_fmt_metric(fastest['main'])} at "
                          f"{_fmt_x(fastest['latency_speedup'])})")
             lines.append(f"- {desc} is not dominated by any student variant{extra}.")
     return "\n".join(lines) + "\n"
@@ -481,8 +510,8 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     by_name = {r["model"]: r for r in rows}
     teacher_name = _teacher_name(config)
 
-    out = [f"# {method} on {task}", ""]
-    compressed = f"Teacher `{teacher_name}` compressed with `{method}`"
+    out = [f"# {md(method)} on {md(task)}", ""]
+    compressed = f"Teacher {md(teacher_name, code=True)} compressed with {md(method, code=True)}"
     t, s = by_name.get("teacher"), by_name.get("student")
     if t and s and t["params"] and s["params"]:
         compressed += (
@@ -498,7 +527,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     out += [
         "## Results",
         "",
-        f"Scores on the {task} {split or 'evaluation'} split; speed measured side by side in one process "
+        f"Scores on the {md(task)} {md(split or 'evaluation')} split; speed measured side by side in one process "
         f"(latency: median of single forwards at {lat_shape}; throughput at {tp_shape}). "
         "Speed-ups and retention are against the teacher.",
         "",
@@ -506,10 +535,10 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     ]
     hardware = bench.get("hardware") or {}
     if hardware:
-        out += [f"Hardware: {format_hardware(hardware)}.", ""]
+        out += [f"Hardware: {md(format_hardware(hardware))}.", ""]
     flops = [(r["model"], r["flops_per_token"]) for r in rows if r["flops_per_token"]]
     if flops:
-        out += ["FLOPs per token: " + ", ".join(f"{n} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
+        out += ["FLOPs per token: " + ", ".join(f"{md(n)} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
     deployment = deployment_section(rows, main)
     if deployment:
         out += [deployment]
@@ -521,8 +550,12 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     if points:
         write_plot(points, folder / "plot.png", main, title=f"{method} on {task}: {main} vs latency at {lat_shape}")
         out += ["![score against latency](plot.png)", ""]
-    path = folder / "report.md"
-    path.write_text("\n".join(out).rstrip() + "\n")
+    return _write_markdown(folder / "report.md", out)
+
+
+def _write_markdown(path: Path, lines: Sequence[str]) -> Path:
+    with atomic_file(path, "w") as f:  # a reader never finds half a report
+        f.write("\n".join(lines).rstrip() + "\n")
     return path
 
 
@@ -531,7 +564,9 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
 
     Each run's speed-ups stay against its own teacher, measured in its own process; latencies of
     different runs are only comparable when the runs shared a machine (the hardware lines say).
-    Writes ``report.md`` and ``plot.png`` into ``out_dir``; returns the report's path.
+    Writes ``report.md`` and ``plot.png`` into ``out_dir``, a folder it creates and marks, or one it
+    made before (see :func:`distillery.folders.claim_for_rewrite`: a folder distillery did not write,
+    a run folder or one holding the runs is refused); returns the report's path.
     """
     if not run_dirs:
         raise DistilleryError("Give at least one run folder to merge.")
@@ -557,16 +592,16 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
             row["point"] = f"{row['model']} ({label})" if teacherish else f"{_cfg(run['config'], 'method', default=label)}:{row['model']}"
             rows.append(row)
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = claim_for_rewrite(out_dir, "report", inputs=run_dirs)
     lat_shape = _shape(rows, "latency_shape", "1×128")
-    lines = [f"# Methods compared on {task}", ""]
+    lines = [f"# Methods compared on {md(task)}", ""]
     for label, run in zip(labels, runs):
         cfg = run["config"]
-        desc = f"- `{label}`: method `{_cfg(cfg, 'method', default='?')}`, budget `{_cfg(cfg, 'budget', default='?')}`, teacher `{_teacher_name(cfg)}`"
+        desc = (f"- {md(label, code=True)}: method {md(_cfg(cfg, 'method', default='?'), code=True)}, "
+                f"budget {md(_cfg(cfg, 'budget', default='?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
         hardware = run["bench"].get("hardware")
         if hardware:
-            desc += f"; measured on {format_hardware(hardware)}"
+            desc += f"; measured on {md(format_hardware(hardware))}"
         lines.append(desc)
     lines += ["", "Speed-ups and retention are against each run's own teacher.", "", rows_table(rows, main, with_run=True)]
     best = [r for r in rows if r["model"] != "teacher" and r["main"] is not None and r["latency_speedup"]]
@@ -574,15 +609,13 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         top = max(best, key=lambda r: r["main"])
         fastest = max(best, key=lambda r: r["latency_speedup"])
         lines += [
-            f"Most accurate compressed model: `{top['point']}` ({main} {_fmt_metric(top['main'])}, "
-            f"{_fmt_x(top['latency_speedup'], 1)} at {lat_shape}). Fastest: `{fastest['point']}` "
-            f"({_fmt_x(fastest['latency_speedup'], 1)}, {main} {_fmt_metric(fastest['main'])}).",
+            f"Most accurate compressed model: {md(top['point'], code=True)} ({md(main)} {_fmt_metric(top['main'])}, "
+            f"{_fmt_x(top['latency_speedup'], 1)} at {lat_shape}). Fastest: {md(fastest['point'], code=True)} "
+            f"({_fmt_x(fastest['latency_speedup'], 1)}, {md(main)} {_fmt_metric(fastest['main'])}).",
             "",
         ]
     points = plot_points(rows, label_key="point")
     if points:
         write_plot(points, out_dir / "plot.png", main, title=f"{task}: {main} vs latency at {lat_shape}")
         lines += ["![score against latency](plot.png)", ""]
-    path = out_dir / "report.md"
-    path.write_text("\n".join(lines).rstrip() + "\n")
-    return path
+    return _write_markdown(out_dir / "report.md", lines)

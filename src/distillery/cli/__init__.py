@@ -157,16 +157,21 @@ def eval_cmd(
     split: str = typer.Option("dev"),
     max_length: int = typer.Option(128),
     squad_holdout: Optional[float] = typer.Option(None),
-    out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too."),
+    out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too (a file, not inside the model or the data)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
 ):
     """Score a saved model on a task's dev split; prints metrics JSON."""
     setup_logging()
+    from distillery.config import resolve_data_dir
     from distillery.evaluation import evaluate
+    from distillery.folders import check_file_target, write_file
 
+    if out:
+        check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir)])
     metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
     text = json.dumps(metrics, indent=2)
     if out:
-        Path(out).write_text(text)
+        write_file(out, text)
     typer.echo(text)
 
 
@@ -176,15 +181,19 @@ def bench(
     threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's)."),
     latency_runs: int = typer.Option(30),
     throughput_runs: int = typer.Option(3),
-    out: Optional[str] = typer.Option(None, help="Write bench JSON here too."),
+    out: Optional[str] = typer.Option(None, help="Write bench JSON here too (a file, not inside a model folder)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     export: list[str] = typer.Option([], "--export", help="Also measure each model exported as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
 ):
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
     setup_logging()
     from distillery.bench import benchmark, format_bench_table
+    from distillery.folders import check_file_target, write_file
     from distillery.modeling import model_folder
     from distillery.runtime import load_model
 
+    if out:
+        check_file_target(out, overwrite=overwrite, inputs=models)
     loaded = {}
     for i, path in enumerate(models):
         name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
@@ -199,7 +208,7 @@ def bench(
     result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
     text = json.dumps(result, indent=2)
     if out:
-        Path(out).write_text(text)
+        write_file(out, text)
     typer.echo(format_bench_table(result))
     typer.echo(text)
 
@@ -240,7 +249,8 @@ def export_cmd(
 @app.command()
 def report(
     runs: list[str] = typer.Argument(..., help="One run folder, or several runs of one task to compare."),
-    out: Optional[str] = typer.Option(None, help="Several runs: folder for the merged report (default runs/comparison-<task>)."),
+    out: Optional[str] = typer.Option(None, help="Several runs: folder for the merged report (default runs/comparison-<task>); "
+                                       "created, or one an earlier merge made (never a run folder or a folder of yours)."),
 ):
     """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
     setup_logging()
@@ -250,9 +260,13 @@ def report(
         path = write_report(Path(runs[0]))
     else:
         if out is None:
+            import re
+
             from distillery.report import load_run
 
-            out = f"runs/comparison-{load_run(runs[0])['metrics'].get('task', 'task')}"
+            # one plain folder name, whatever the run's metrics.json calls its task
+            task = re.sub(r"[^\w-]+", "_", str(load_run(runs[0])["metrics"].get("task") or "task"))
+            out = f"runs/comparison-{task}"
         path = merge_runs([Path(r) for r in runs], Path(out))
     typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")
 

@@ -32,6 +32,7 @@ def moebert_importance(
     importance_examples: Optional[int] = typer.Option(None, help="Training examples sampled (default 2048)."),
     squad_holdout: Optional[float] = typer.Option(None),
     out: str = typer.Option("importance.safetensors", help="Where to write the scores."),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Importance of every FFN neuron (Eq. 4) of the fine-tuned teacher, on the task's train split."""
@@ -39,7 +40,7 @@ def moebert_importance(
     from distillery.moebert.recipe import importance_step
 
     opts = {"importance_examples": importance_examples} if importance_examples is not None else {}
-    path = importance_step(_moebert_config(task, teacher, data_dir, budget, squad_holdout, opts), out)
+    path = importance_step(_moebert_config(task, teacher, data_dir, budget, squad_holdout, opts), out, overwrite)
     typer.echo(f"Importance scores: {path}")
 
 
@@ -193,6 +194,7 @@ def atb_latency(
     seq: int = typer.Option(128),
     threads: Optional[int] = typer.Option(None, help="torch threads while timing (default: as set)."),
     seed: int = typer.Option(0),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Time sampled architectures as standalone models on this machine; fit and save the predictor."""
@@ -201,7 +203,9 @@ def atb_latency(
 
     from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
     from distillery.autotinybert.oneshot import load_supernet
+    from distillery.folders import check_file_target
 
+    check_file_target(out, overwrite=overwrite, inputs=[supernet])  # before the minutes of timing
     net = load_supernet(supernet)
     sampled = net.space.sample_distinct(archs, random.Random(seed))
     ms = measure(net, sampled, shape=(batch, seq), runs=runs, threads=threads)

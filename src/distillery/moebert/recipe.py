@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
 from distillery.data.encode import MODEL_INPUTS, TARGETS
@@ -174,13 +174,12 @@ def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBer
 
 def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: MoEBertOptions) -> Path:
     """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from distillery.folders import write_file
+
     n = opts.importance_examples
-    save_file({"importance": scores.contiguous()}, str(path), metadata={
+    return write_file(path, save({"importance": scores.contiguous()}, metadata={
         "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
-        "examples": str(min(n or len(task_data.train), len(task_data.train)))})
-    return path
+        "examples": str(min(n or len(task_data.train), len(task_data.train)))}))
 
 
 def load_importance(path: str | Path) -> torch.Tensor:
@@ -323,8 +322,15 @@ def _teacher_and_data(config):
     return teacher.eval(), tokenizer, task_data
 
 
-def importance_step(config, out: str | Path) -> Path:
-    """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file."""
+def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
+    """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file (checked
+    first: never the teacher's files, the data's or the teacher cache's, an existing one only with
+    ``overwrite``)."""
+    from distillery.folders import check_file_target
+    from distillery.pipeline import run_inputs
+    from distillery.teacher import cache_root
+
+    check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
     opts = options(config)
     teacher, _, task_data = _teacher_and_data(config)
     return save_importance(compute_importance(teacher, task_data, config, opts), out, config, task_data, opts)
