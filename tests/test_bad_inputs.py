@@ -58,6 +58,43 @@ class Paths:
             shutil.copy(f"{self.bert}/{name}", bare / name)
         return bare
 
+    def link(self, target):
+        """A symbolic link to ``target``."""
+        link = self.tmp / "link"
+        link.symlink_to(target)
+        return link
+
+    def linked_run(self):
+        """A symbolic link to a finished run folder."""
+        from distillery.folders import claim
+
+        run = claim(self.tmp / "old-run", "run")
+        (run / "metrics.json").write_text("{}")
+        return self.link(run)
+
+    def user_run(self, marker=None):
+        """A folder of the user's shaped like a run (config.yaml, report.md), with a .distillery file
+        holding ``marker`` when given."""
+        folder = self.tmp / "mine"
+        folder.mkdir()
+        (folder / "config.yaml").write_text(GOOD_CONFIG.format(bert=self.bert, glue=self.glue))
+        (folder / "report.md").write_text("my notes\n")
+        if marker is not None:
+            (folder / ".distillery").write_text(marker)
+        return folder
+
+    def finished_run(self, name):
+        """A run folder with what a report reads."""
+        import json
+
+        from distillery.folders import claim
+
+        run = claim(self.tmp / name, "run")
+        (run / "config.yaml").write_text("method: distill\ndata: {task: sst2}\n")
+        (run / "metrics.json").write_text(json.dumps({"task": "sst2", "teacher": {"accuracy": 0.9}}))
+        (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}}}))
+        return run
+
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
                 "--out", str(self.tmp / "run"), *args]
@@ -244,6 +281,29 @@ CASES = {
     "teacher-finetuned-without-head": (lambda p: p.compress("--teacher-finetuned"), "no trained sst2 head"),
     "resume-with-other-epochs": (lambda p: [*saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue)), "--epochs", "9"],
                                  "student.epochs (saved"),
+    # hostile outputs (issue 31); what survives is in test_hostile_outputs.py
+    "eval-out-is-a-folder": (lambda p: evaluate(p, "two", "--out", str(p.tmp)), "is a folder"),
+    "moebert-importance-out-is-a-folder": (lambda p: ["moebert", "importance", "--teacher", p.bert, "--data-dir",
+                                                      str(p.glue), "--out", str(p.tmp)], "is a folder"),
+    "bench-out-is-a-folder": (lambda p: ["bench", str(p.models / "two"), "--out", str(p.tmp)], "is a folder"),
+    "eval-out-exists": (lambda p: evaluate(p, "two", "--out", str(p.file)), "--overwrite"),
+    "eval-out-under-a-file": (lambda p: evaluate(p, "two", "--out", str(p.file / "m.json")), "which is a file"),
+    "eval-out-in-the-model": (lambda p: evaluate(p, "two", "--out", str(p.models / "two" / "config.json"), "--overwrite"),
+                              "input of this command"),
+    "eval-out-in-the-data": (lambda p: evaluate(p, "two", "--out", str(p.glue / "glue" / "SST-2" / "dev.tsv"),
+                                                "--overwrite"), "input of this command"),
+    "atb-latency-out-in-the-supernet": (lambda p: ["autotinybert", "latency", "--supernet", str(p.models / "two"),
+                                                   "--out", str(p.models / "two" / "config.json")], "input of this command"),
+    "out-name-too-long": (lambda p: [*p.compress(), "--out", str(p.tmp / ("r" * 300))], "too long"),
+    "eval-out-name-too-long": (lambda p: evaluate(p, "two", "--out", str(p.tmp / ("m" * 300 + ".json"))), "too long"),
+    "out-symlink-to-its-run-overwrite": (lambda p: [*p.compress(), "--out", str(p.linked_run()), "--overwrite"],
+                                         "symbolic link"),
+    "out-dangling-symlink": (lambda p: [*p.compress(), "--out", str(p.link(p.tmp / "gone"))], "symbolic link"),
+    "resume-a-user-folder": (lambda p: ["compress", "--out", str(p.user_run()), "--resume"], "not written by distillery"),
+    "overwrite-with-a-fake-marker": (lambda p: [*p.compress(), "--out", str(p.user_run(marker="editor=vim\n")),
+                                                "--overwrite"], "not written by distillery"),
+    "report-out-a-user-folder": (lambda p: ["report", str(p.finished_run("a")), str(p.finished_run("b")),
+                                            "--out", str(p.user_run())], "not written by distillery"),
 }
 
 

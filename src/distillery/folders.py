@@ -158,7 +158,7 @@ def _check_path(out: Path, option: str) -> None:
 
 def _not_ours(out: Path, option: str) -> DistilleryError:
     return DistilleryError(
-        f"{out} already exists and was not written by distillery (it has no {MARKER} marker of distillery's); "
+        f"{out} already exists and was not written by distillery (it holds no {MARKER} marker written by distillery); "
         f"distillery neither writes into nor deletes a folder it did not create, --overwrite and --resume "
         f"included. Choose another {option}.")
 
@@ -171,7 +171,7 @@ def remove_ours(folder: str | os.PathLike, option: str = "--out") -> None:
         _check_path(folder, option)
     if not is_ours(folder):
         raise DistilleryError(
-            f"{folder} was not written by distillery (it has no {MARKER} marker of distillery's), so it is not "
+            f"{folder} was not written by distillery (it holds no {MARKER} marker written by distillery), so it is not "
             f"deleted. Choose another {option}, or empty it yourself.")
     shutil.rmtree(folder)
 
