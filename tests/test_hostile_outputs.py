@@ -120,7 +120,8 @@ def test_check_file_target_and_write_file(tmp_path):
                                  (model / "sub" / "x.json", {"overwrite": True}, "is inside an input"),
                                  (model, {}, "is a folder"),
                                  (model / "config.json" / "x.json", {}, "is inside an input"),
-                                 (tmp_path / "a-file" / "x.json", {}, "which is a file")):
+                                 (tmp_path / "a-file" / "x.json", {}, "which is a file"),
+                                 (Path(os.devnull), {"overwrite": True}, "not a regular file")):
         with pytest.raises(DistilleryError, match=fragment):
             check_file_target(out, inputs=[model, None, "a-hub/id"], **flags)
     out = check_file_target(tmp_path / "new" / "scores.bin", inputs=[model])

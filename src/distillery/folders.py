@@ -151,8 +151,12 @@ def _check_path(out: Path, option: str) -> None:
             or len(os.fsencode(str(absolute))) >= path_max):
         raise DistilleryError(f"{option} {out} is too long for this file system (at most {name_max} bytes "
                               f"per name, {path_max} per path); choose a shorter name.")
-    if out.is_symlink():
-        raise DistilleryError(f"{option} {out} is a symbolic link (to {os.readlink(out)}); distillery does not "
+    _refuse_link(out, option)
+
+
+def _refuse_link(path: Path, option: str) -> None:
+    if path.is_symlink():
+        raise DistilleryError(f"{option} {path} is a symbolic link (to {os.readlink(path)}); distillery does not "
                               f"write or replace through a link. Give the path it points to, or another {option}.")
 
 
@@ -167,8 +171,7 @@ def remove_ours(folder: str | os.PathLike, option: str = "--out") -> None:
     """Delete ``folder`` if distillery wrote it; anything else is refused with a sentence."""
     folder = Path(folder)
     _refuse_home_or_cwd(folder, option)
-    if folder.is_symlink():  # rmtree would refuse it with an OSError; a sentence instead
-        _check_path(folder, option)
+    _refuse_link(folder, option)  # rmtree would refuse it with an OSError; a sentence instead
     if not is_ours(folder):
         raise DistilleryError(
             f"{folder} was not written by distillery (it holds no {MARKER} marker written by distillery), so it is not "
@@ -257,7 +260,7 @@ def check_file_target(
     option: str = "--out",
 ) -> Path:
     """Refuse, before any work, an output file a command must not write: a folder, a symbolic link, a
-    name too long, a path under a file, an existing file without ``overwrite``, and always (with
+    device or pipe, a name too long, a path under a file, an existing file without ``overwrite``, and always (with
     ``overwrite`` too) an input of the command or a file inside an input folder: a file written there
     changes what the input holds (a model's config.json, a data set's dev.tsv). Inputs that are not
     local paths (a Hub id, None) are skipped. Returns the path; write it with :func:`write_file`."""
@@ -274,6 +277,8 @@ def check_file_target(
     parent = next((p for p in out.absolute().parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise DistilleryError(f"{option} {out} lies under {parent}, which is a file, not a folder.")
+    if out.exists() and not out.is_file():  # replacing /dev/null or a pipe with a file is never meant
+        raise DistilleryError(f"{option} {out} is not a regular file (a device, a pipe or a socket); give a file name.")
     if out.exists() and not overwrite:
         raise DistilleryError(f"{out} already exists; pass --overwrite to replace it.")
     return out

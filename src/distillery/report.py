@@ -265,7 +265,7 @@ def _shape(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
     for row in rows:
         batch, seq = row[key]
         if batch and seq:
-            return f"{batch}×{seq}"
+            return f"{md(batch)}×{md(seq)}"
     return default
 
 
@@ -559,6 +559,15 @@ def _write_markdown(path: Path, lines: Sequence[str]) -> Path:
     return path
 
 
+def _run_line(label: str, run: Mapping[str, Any]) -> str:
+    """A merged report's line on one of its runs: method, budget, teacher, hardware."""
+    cfg = run["config"]
+    line = (f"- {md(label, code=True)}: method {md(_cfg(cfg, 'method', default='?'), code=True)}, "
+            f"budget {md(_cfg(cfg, 'budget', default='?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
+    hardware = run["bench"].get("hardware")
+    return line + (f"; measured on {md(format_hardware(hardware))}" if hardware else "")
+
+
 def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """One table and one plot across the run folders of several methods on the same task.
 
@@ -595,14 +604,7 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     out_dir = claim_for_rewrite(out_dir, "report", inputs=run_dirs)
     lat_shape = _shape(rows, "latency_shape", "1×128")
     lines = [f"# Methods compared on {md(task)}", ""]
-    for label, run in zip(labels, runs):
-        cfg = run["config"]
-        desc = (f"- {md(label, code=True)}: method {md(_cfg(cfg, 'method', default='?'), code=True)}, "
-                f"budget {md(_cfg(cfg, 'budget', default='?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
-        hardware = run["bench"].get("hardware")
-        if hardware:
-            desc += f"; measured on {md(format_hardware(hardware))}"
-        lines.append(desc)
+    lines += [_run_line(label, run) for label, run in zip(labels, runs)]
     lines += ["", "Speed-ups and retention are against each run's own teacher.", "", rows_table(rows, main, with_run=True)]
     best = [r for r in rows if r["model"] != "teacher" and r["main"] is not None and r["latency_speedup"]]
     if best:
