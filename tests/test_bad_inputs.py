@@ -201,7 +201,7 @@ CASES = {
     "custom-regression-text": (lambda p: custom(p, ["good movie,1.5", "bad movie,abc"], "--regression"), "train.csv, line 3"),
     "custom-regression-nan": (lambda p: custom(p, ["good movie,1.5", "bad movie,nan"], "--regression"), "train.csv, line 3"),
     "custom-regression-inf": (lambda p: custom(p, ["good movie,inf", "bad movie,2"], "--regression"), "train.csv, line 2"),
-    # hostile data and configs (issue 31); their helpers are at the end of this file
+    # hostile data and configs (issue 31); their helpers are at the end of this file, the YAML bombs in test_hostile_data.py
     "custom-duplicate-header": (lambda p: custom_table(p, "train.csv", "text,label,text\ngood,1,fun\nbad,0,dull\n"),
                                 "train.csv: the header names column 'text' twice"),
     "custom-unquoted-comma": (lambda p: custom(p, ["good movie, really,1", "bad movie,0"]), "train.csv, line 2"),
@@ -225,10 +225,7 @@ CASES = {
     "config-section-a-number-with-a-flag": (lambda p: settings_file(p, "student: 3", "--lr", "0.1"), "student must be a mapping"),
     "config-option-section-a-number": (lambda p: settings_file(p, "method_options: 3", "--option", "kd_weight=0.5"),
                                        "method_options must be a mapping"),
-    "config-yaml-bomb-under-data-task": (lambda p: settings_file(p, yaml_bomb("data:\n  task: ")), "expands to more than"),
     "config-yaml-self-reference": (lambda p: settings_file(p, "data: &a {task: [*a]}\n"), "refers to a value that contains it"),
-    "option-yaml-bomb": (lambda p: p.compress("--option", "x=" + flow_yaml_bomb()), "--option x"),
-    "resume-yaml-bomb": (lambda p: saved_run(p, yaml_bomb("method_options:\n  x: ")), "expands to more than"),
     "batch-size-1e26": (lambda p: p.compress("--batch-size", str(10**26)), "student.batch_size must be from 1 to"),
     "max-steps-1e23": (lambda p: settings_file(p, f"student: {{max_steps: {10**23}}}"), "student.max_steps must be from 1 to"),
     "epochs-1e23": (lambda p: p.compress("--epochs", "1e23"), "student.epochs must be from 0 to"),
@@ -339,16 +336,3 @@ def squad(p: Paths, text: str) -> list[str]:
     return ["compress", "--teacher", p.bert, "--task", "squad", "--data-dir", str(folder.parent),
             "--out", str(p.tmp / "run")]
 
-
-def yaml_bomb(prefix: str) -> str:
-    """A billion-laughs YAML document (9**10 values once expanded), the last level after ``prefix``."""
-    levels = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
-    return "\n".join(levels) + f"\n{prefix}[{', '.join(['*a8'] * 9)}]\n"
-
-
-def flow_yaml_bomb() -> str:
-    """The same bomb in one line (a --option value)."""
-    levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
-    return "{" + ", ".join(levels) + "}"
