@@ -283,7 +283,7 @@ class DataConfig:
     n_best: int = 20
     null_score_threshold: float = 0.0
 
-    # SQuAD encoding caps the stride to what each window leaves for the context.
+    # (SQuAD encoding also caps doc_stride to what each window leaves for the context.)
     RANGES: ClassVar[dict[str, tuple[float, float, str]]] = {
         "max_length": (8, MAX_SIZE, "tokens"), "train_limit": (1, MAX_COUNT, "examples"),
         "dev_limit": (1, MAX_COUNT, "examples"), "doc_stride": (1, MAX_SIZE, "tokens"),
