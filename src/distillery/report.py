@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from distillery.config import load_yaml
 from distillery.bench import format_count, format_hardware, speedup_over
+from distillery.config import load_yaml, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.plot import dominates, plot_points, write_plot
 
@@ -82,7 +82,7 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     try:
         config = load_yaml((folder / "config.yaml").read_text()) or {}
     except yaml.YAMLError as e:
-        raise DistilleryError(f"{folder / 'config.yaml'} is not valid YAML: {e}") from None
+        raise DistilleryError(f"{folder / 'config.yaml'} is not valid YAML: {yaml_problem(e)}.") from None
     if not isinstance(config, dict):
         raise DistilleryError(f"{folder / 'config.yaml'} must hold a mapping of settings.")
     metrics = _read_json(folder / "metrics.json")
