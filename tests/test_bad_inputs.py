@@ -241,6 +241,56 @@ CASES = {
     "custom-regression-text": (lambda p: custom(p, ["good movie,1.5", "bad movie,abc"], "--regression"), "train.csv, line 3"),
     "custom-regression-nan": (lambda p: custom(p, ["good movie,1.5", "bad movie,nan"], "--regression"), "train.csv, line 3"),
     "custom-regression-inf": (lambda p: custom(p, ["good movie,inf", "bad movie,2"], "--regression"), "train.csv, line 2"),
+    # hostile data and configs (issue 31); their helpers are at the end of this file, the YAML bombs in test_hostile_data.py
+    "custom-duplicate-header": (lambda p: custom_table(p, "train.csv", "text,label,text\ngood,1,fun\nbad,0,dull\n"),
+                                "train.csv: the header names column 'text' twice"),
+    "custom-unquoted-comma": (lambda p: custom(p, ["good movie, really,1", "bad movie,0"]), "train.csv, line 2"),
+    "custom-tsv-extra-tab": (lambda p: custom_table(p, "train.tsv", "text\tlabel\ngood\t1\nbad\tmovie\t0\n"),
+                             "train.tsv, line 3"),
+    "custom-json-text-object": (lambda p: custom_jsonl(p, ['{"text": "good", "label": 1}', '{"text": {"a": 1}, "label": 0}']),
+                                "train.jsonl, line 2: field 'text' holds an object"),
+    "custom-json-text-list": (lambda p: custom_jsonl(p, ['{"text": ["good"], "label": 1}', '{"text": "bad", "label": 0}']),
+                              "train.jsonl, line 1: field 'text' holds a list"),
+    "custom-many-empty-texts": (lambda p: custom(p, [",1", "good movie,1", " ,0", "bad movie,0"]),
+                                "2 of 4 rows have an empty text"),
+    "custom-pair-column-is-text": (lambda p: custom(p, ["good,1", "bad,0"], "--text-pair-column", "text"),
+                                   "--text-column and --text-pair-column both name column 'text'"),
+    "custom-label-column-is-text": (lambda p: custom(p, ["good,1", "bad,0"], "--label-column", "text"),
+                                    "--text-column and --label-column both name column 'text'"),
+    "custom-train-file-a-device": (lambda p: p.compress("--task", "custom", "--train-file", "/dev/zero"),
+                                   "/dev/zero is not a regular file"),
+    "squad-data-an-object": (lambda p: squad(p, '{"data": {"title": "x"}}'), '"data" is an object, not a list'),
+    "squad-top-level-list": (lambda p: squad(p, '[{"title": "x"}]'), "the whole file is a list, not an object"),
+    "squad-article-a-string": (lambda p: squad(p, '{"data": ["x"]}'), "data[0] is a string"),
+    "config-section-a-number-with-a-flag": (lambda p: settings_file(p, "student: 3", "--lr", "0.1"), "student must be a mapping"),
+    "config-option-section-a-number": (lambda p: settings_file(p, "method_options: 3", "--option", "kd_weight=0.5"),
+                                       "method_options must be a mapping"),
+    "config-yaml-self-reference": (lambda p: settings_file(p, "data: &a {task: [*a]}\n"), "refers to a value that contains it"),
+    "batch-size-1e26": (lambda p: p.compress("--batch-size", str(10**26)), "student.batch_size must be from 1 to"),
+    "max-steps-1e23": (lambda p: settings_file(p, f"student: {{max_steps: {10**23}}}"), "student.max_steps must be from 1 to"),
+    "epochs-1e23": (lambda p: p.compress("--epochs", "1e23"), "student.epochs must be from 0 to"),
+    "teacher-eval-batch-huge": (lambda p: settings_file(p, f"teacher: {{train: {{eval_batch_size: {2**40}}}}}"),
+                                "teacher.train.eval_batch_size"),
+    "max-length-huge": (lambda p: p.compress("--max-length", str(10**9)), "data.max_length must be from 8 to"),
+    "n-best-huge": (lambda p: settings_file(p, "data: {n_best: 100000000}"), "data.n_best"),
+    "cmow-matrix-dim-petabytes": (lambda p: p.compress("--method", "cmow", "--option", "matrix_dim=100000"),
+                                  "matrix_dim=100000"),
+    "pretrain-matrix-dim-petabytes": (lambda p: p.corpus_command("cmow", "pretrain", "--option", "matrix_dim=100000"),
+                                      "matrix_dim=100000"),
+    "pretrain-corpus-a-device": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", "/dev/zero",
+                                            "--teacher", p.bert], "/dev/zero is not a regular file"),
+    "glue-with-regression": (lambda p: p.compress("--regression"), "(--regression) is only for task custom"),
+    "glue-with-train-file": (lambda p: p.compress("--train-file", str(p.file)), "(--train-file) is only for task custom"),
+    "glue-with-dev-file": (lambda p: p.compress("--dev-file", str(p.file)), "(--dev-file) is only for task custom"),
+    "glue-with-text-column": (lambda p: p.compress("--text-column", "review"), "(--text-column) is only for task custom"),
+    "glue-with-text-pair-column": (lambda p: p.compress("--text-pair-column", "b"), "(--text-pair-column) is only for"),
+    "glue-with-label-column": (lambda p: p.compress("--label-column", "stars"), "(--label-column) is only for task custom"),
+    "squad-with-train-file": (lambda p: p.compress("--task", "squad", "--train-file", str(p.file)), "(--train-file)"),
+    "teacher-glue-with-train-file": (lambda p: ["teacher", "--teacher", p.bert, "--data-dir", str(p.glue), "--train-file",
+                                                str(p.file)], "(--train-file) is only for task custom"),
+    "eval-glue-with-dev-file": (lambda p: evaluate(p, "two", "--dev-file", str(p.file)), "(--dev-file) is only for"),
+    "eval-custom-without-dev-file": (lambda p: evaluate(p, "two", "--task", "custom"), "give --dev-file"),
+    "teacher-custom-without-files": (lambda p: ["teacher", "--teacher", p.bert, "--task", "custom"], "give --dev-file"),
     # files where folders are expected, and other paths
     "teacher-is-a-file": (lambda p: p.compress(teacher=str(p.file)), "a-file"),
     "data-dir-is-a-file": (lambda p: ["compress", "--teacher", p.bert, "--data-dir", str(p.file), "--out", str(p.tmp / "run")],
@@ -327,3 +377,25 @@ def test_ctrl_c_exits_130_with_the_resume_hint(monkeypatch, capsys):
     code, _, err = run_cli(monkeypatch, capsys, "compress")
     assert code == 130
     assert "--resume" in err and "Traceback" not in err
+
+
+# helpers of the rows "hostile data and configs (issue 31)"
+
+
+def custom_table(p: Paths, name: str, train_text: str) -> list[str]:
+    """compress on a custom train file ``name`` holding ``train_text`` (dev: a good CSV)."""
+    train, dev = p.tmp / name, p.tmp / "dev.csv"
+    train.write_text(train_text)
+    dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
+    return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev))
+
+
+def squad(p: Paths, text: str) -> list[str]:
+    """compress on SQuAD whose train and dev files hold ``text``."""
+    folder = p.tmp / "squad-data" / "squad"
+    folder.mkdir(parents=True)
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        (folder / name).write_text(text)
+    return ["compress", "--teacher", p.bert, "--task", "squad", "--data-dir", str(folder.parent),
+            "--out", str(p.tmp / "run")]
+

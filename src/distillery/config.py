@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -36,15 +36,80 @@ class ConfigError(DistilleryError):
         return ConfigError(f"{section}.{self.name}", self.problem)
 
 
+# A settings file has a few dozen values. A document that expands (anchors and aliases counted at
+# every use) to more than this is an alias bomb ("billion laughs") or not a settings file at all;
+# it is refused before anything walks, copies or prints the expanded tree.
+MAX_YAML_VALUES = 10_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a document expanding to more than MAX_YAML_VALUES values, or
+    one that contains itself, before constructing it (PyYAML shares an aliased node, but everything
+    after the load, from the error messages to yaml.safe_dump, walks the expanded tree)."""
+
+    def construct_document(self, node):
+        _check_expansion(node)
+        return super().construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the values of ``root`` with every alias expanded, without expanding: an iterative
+    depth-first walk that sizes each distinct node once."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _yaml_children(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_YAML_VALUES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"it expands to more than {MAX_YAML_VALUES} values (aliases counted at every "
+                    "use); a settings file holds a few dozen", node.start_mark)
+        elif key in on_path:
+            raise yaml.constructor.ConstructorError(None, None, "an alias refers to a value that contains it",
+                                                    node.start_mark)
+        elif key not in sizes:
+            on_path.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def load_yaml(text: str) -> Any:
+    """Plain data from YAML text, as ``yaml.safe_load`` (no Python objects), with the expansion
+    bounded (see MAX_YAML_VALUES): the one loader of every YAML distillery reads."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise yaml.YAMLError("it nests collections too deeply for a settings file") from None
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own text spans several)."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 def parse_value(text: str, name: str = "value") -> Any:
     """A command-line setting's value: YAML (numbers, lists, booleans), plus the exponent floats
     YAML 1.1 leaves as strings (``3e-4``). ``name`` is the setting, for the error message."""
     try:
-        # safe_load builds plain data only; its tags (!!python/..., !!binary) fail or give bytes
-        value = yaml.safe_load(text)
+        # plain data only: the tags !!python/... fail, !!binary gives bytes (refused below)
+        value = load_yaml(text)
     except yaml.YAMLError as e:
-        problem = str(e).splitlines()[0]
-        raise DistilleryError(f"{name}={text!r} is not a plain YAML value ({problem}).") from None
+        raise DistilleryError(f"{name}={text!r} is not a plain YAML value ({yaml_problem(e)}).") from None
     if not _plain(value):
         raise DistilleryError(f"{name}={text!r} is not a plain value (a number, a string, true/false or a list).")
     if isinstance(value, str):
@@ -149,6 +214,24 @@ def check_fields(obj: Any) -> None:
         setattr(obj, f.name, coerced)
 
 
+# Upper bounds no real run comes near: past them a value is a typo or an attack (a batch of 1e26
+# overflows a tensor's size, 1e23 steps never end), refused before anything is loaded.
+MAX_SIZE = 2**20  # examples in one batch, tokens in one sequence
+MAX_COUNT = 10**9  # optimizer steps, examples, evaluations
+MAX_EPOCHS = 10**6
+
+
+def check_ranges(obj: Any, ranges: dict[str, tuple[float, float, str]]) -> None:
+    """Each field of ``obj`` named in ``ranges`` (name -> (low, high, unit)) within [low, high]
+    unless it is None; the first that is not is named with its range."""
+    defaults = {f.name: f.default for f in dataclasses.fields(obj)}
+    for name, (low, high, unit) in ranges.items():
+        value = getattr(obj, name)
+        if value is not None and not low <= value <= high:
+            unset = " (or unset)" if defaults.get(name) is None else ""
+            raise ConfigError(name, f"must be from {low:,} to {high:,} {unit}{unset}, got {value}.")
+
+
 def from_mapping(cls: type, d: Any, section: str | None = None) -> Any:
     """The dataclass ``cls`` from a mapping of its fields (a YAML section), nested dataclasses
     included; an unknown key or a bad value is named by its dotted path."""
@@ -200,22 +283,30 @@ class DataConfig:
     n_best: int = 20
     null_score_threshold: float = 0.0
 
+    # (SQuAD encoding also caps doc_stride to what each window leaves for the context.)
+    RANGES: ClassVar[dict[str, tuple[float, float, str]]] = {
+        "max_length": (8, MAX_SIZE, "tokens"), "train_limit": (1, MAX_COUNT, "examples"),
+        "dev_limit": (1, MAX_COUNT, "examples"), "doc_stride": (1, MAX_SIZE, "tokens"),
+        "max_answer_length": (1, MAX_SIZE, "tokens"), "n_best": (1, 1000, "candidate answers"),
+    }
+    # Settings that only task "custom" reads: given with another task they would be ignored, yet
+    # recorded in config.yaml as if they had been used.
+    CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("train_file", "dev_file", "text_column", "text_pair_column",
+                                              "label_column", "regression")
+
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.max_length < 8:
-            raise ConfigError("max_length", f"must be at least 8, got {self.max_length}.")
-        for name in ("train_limit", "dev_limit"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(name, f"must be a positive number of examples, got {value}.")
+        check_ranges(self, self.RANGES)
         if self.squad_holdout is not None and not 0.0 < self.squad_holdout < 1.0:
             raise ConfigError("squad_holdout", f"(--squad-holdout) is the fraction of dev articles kept for "
                               f"evaluation and must be between 0 and 1, got {self.squad_holdout}.")
-        # SQuAD encoding caps the stride to what each window leaves for the context.
-        for name in ("doc_stride", "max_answer_length", "n_best"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}.")
         check_seed(self.seed)
+        if str(self.task).lower() != "custom":
+            given = next((name for name in self.CUSTOM_ONLY if getattr(self, name) not in (None, False)), None)
+            if given is not None:
+                option = "--" + given.replace("_", "-")
+                raise ConfigError(given, f"({option}) is only for task custom (your own files); task {self.task} "
+                                  f"reads its own data and would ignore it.")
 
     @property
     def resolved_data_dir(self) -> Path | None:
@@ -249,29 +340,26 @@ class TrainConfig:
     log_every: int = 50  # optimizer steps between log lines (the progress bar updates every step)
     tensorboard: bool = False
 
+    RANGES: ClassVar[dict[str, tuple[float, float, str]]] = {
+        "epochs": (0, MAX_EPOCHS, "passes over the train split"), "max_steps": (1, MAX_COUNT, "optimizer steps"),
+        "batch_size": (1, MAX_SIZE, "examples"), "grad_accum": (1, MAX_SIZE, "batches"),
+        "eval_every": (1, MAX_COUNT, "optimizer steps"), "eval_batch_size": (1, MAX_SIZE, "examples"),
+        "patience": (1, MAX_COUNT, "evaluations"), "log_every": (0, MAX_COUNT, "optimizer steps (0: no log lines)"),
+    }
+
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError("max_steps", f"must be at least 1 (or unset), got {self.max_steps}.")
+        check_ranges(self, self.RANGES)
         if self.epochs <= 0 and not self.max_steps:
             raise ConfigError("epochs", f"must be positive, got {self.epochs}.")
-        for name in ("batch_size", "grad_accum", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}.")
         if self.lr <= 0:
             raise ConfigError("lr", f"(the learning rate) must be positive, got {self.lr}.")
         if self.weight_decay < 0:
             raise ConfigError("weight_decay", f"must be zero or more, got {self.weight_decay}.")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ConfigError("max_grad_norm", f"must be positive (or unset), got {self.max_grad_norm}.")
-        if self.eval_every is not None and self.eval_every < 1:
-            raise ConfigError("eval_every", f"must be at least 1 optimizer step (or unset), got {self.eval_every}.")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError("patience", f"must be at least 1 evaluation (or unset), got {self.patience}.")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError("warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}.")
-        if self.log_every < 0:
-            raise ConfigError("log_every", f"must be zero (no log lines) or more, got {self.log_every}.")
         check_seed(self.seed)
 
 
@@ -335,10 +423,12 @@ class RunConfig:
 def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
     """The mapping a YAML settings file holds; a sentence naming the file if it is missing or not one."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(Path(path).read_text())
     except (FileNotFoundError, IsADirectoryError):
         raise DistilleryError(f"No config file at {path}.") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except yaml.YAMLError as e:
+        raise DistilleryError(f"{path} is not valid YAML: {yaml_problem(e)}.") from None
+    except UnicodeDecodeError as e:
         raise DistilleryError(f"{path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise DistilleryError(f"{path} must hold a mapping of settings.")

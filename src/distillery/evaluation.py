@@ -139,6 +139,23 @@ def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]
     return metrics
 
 
+def _model_label_order(spec, model, source):
+    """A custom task's classes in the order of the model's head: the labels a model trained here
+    carries (its ``id2label``), which the file's own labels may be fewer of. A model with generic
+    names (LABEL_0, ...) keeps the file's sorted order, the order training uses."""
+    import dataclasses
+
+    id2label = getattr(getattr(model, "config", None), "id2label", None) or {}
+    labels = tuple(str(id2label[i]) for i in sorted(id2label))
+    if not labels or all(label == f"LABEL_{i}" for i, label in enumerate(labels)):
+        return spec
+    unknown = [label for label in spec.labels if label not in labels]
+    if unknown:
+        raise DistilleryError(f"{source} has label(s) {', '.join(map(repr, unknown))} that the model was not trained "
+                              f"on (its labels: {', '.join(labels)}).")
+    return dataclasses.replace(spec, labels=labels)
+
+
 def evaluate(
     model,
     task,
@@ -174,6 +191,8 @@ def evaluate(
     name = task.name if isinstance(task, TaskSpec) else task
     data_config = DataConfig(task=name, data_dir=data_dir, max_length=max_length, **options)
     spec = task if isinstance(task, TaskSpec) else task_for(data_config)
+    if spec.name == "custom" and spec.kind == "classification" and not isinstance(task, TaskSpec):
+        spec = _model_label_order(spec, model, data_config.dev_file or data_config.train_file)
     task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))
     return {
         "task": spec.name,

@@ -19,7 +19,7 @@ from typing import Any
 
 import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
-from distillery.config import RunConfig
+from distillery.config import ConfigError, RunConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
@@ -113,8 +113,11 @@ def build_run_config(
             continue
         node = tree
         *parents, leaf = dotted.split(".")
-        for p in parents:
+        for depth, p in enumerate(parents):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):  # a settings file's `student: 3` beside a --lr flag
+                section = ".".join(parents[: depth + 1])
+                raise ConfigError(section, f"must be a mapping of settings, got {node!r} (setting {dotted}).")
         node[leaf] = value
     return RunConfig.from_dict(tree)
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from distillery.bench import format_count, format_hardware, speedup_over
+from distillery.config import load_yaml, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
 from distillery.plot import dominates, plot_points, write_plot
@@ -81,9 +82,9 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         if not (folder / name).is_file():
             raise DistilleryError(f"Run folder {folder} has no {name}; a report needs {', '.join(REQUIRED_FILES)}.")
     try:
-        config = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+        config = load_yaml((folder / "config.yaml").read_text()) or {}
     except yaml.YAMLError as e:
-        raise DistilleryError(f"{folder / 'config.yaml'} is not valid YAML: {e}") from None
+        raise DistilleryError(f"{folder / 'config.yaml'} is not valid YAML: {yaml_problem(e)}.") from None
     if not isinstance(config, dict):
         raise DistilleryError(f"{folder / 'config.yaml'} must hold a mapping of settings.")
     metrics = _read_json(folder / "metrics.json")

@@ -10,7 +10,8 @@ from typing import Optional
 import click
 import typer
 
-from distillery.cli.common import DATA_HELP, app, compress_and_show, parse_options, setup_logging
+from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
+                                   app, compress_and_show, custom_data, parse_options, setup_logging)
 import distillery.cli.methods  # noqa: F401,E402 (registers the methods' step-by-step commands on the app)
 from distillery.errors import DistilleryError
 
@@ -55,12 +56,12 @@ def compress(
     train_limit: Optional[int] = typer.Option(None, help="Use at most this many training examples."),
     dev_limit: Optional[int] = typer.Option(None, help="Score on the first N dev examples only (smoke runs)."),
     squad_holdout: Optional[float] = typer.Option(None, help="SQuAD without a train file: hold out this fraction of dev articles for evaluation, train on the rest."),
-    train_file: Optional[str] = typer.Option(None, help="custom: training CSV/TSV/JSONL."),
-    dev_file: Optional[str] = typer.Option(None, help="custom: dev CSV/TSV/JSONL."),
-    text_column: Optional[str] = typer.Option(None, help="custom: column of the text."),
-    text_pair_column: Optional[str] = typer.Option(None, help="custom: column of the second text of a pair."),
-    label_column: Optional[str] = typer.Option(None, help="custom: column of the label."),
-    regression: bool = typer.Option(False, help="custom: the label is a number to regress."),
+    train_file: TrainFile = None,
+    dev_file: DevFile = None,
+    text_column: TextColumn = None,
+    text_pair_column: TextPairColumn = None,
+    label_column: LabelColumn = None,
+    regression: Regression = False,
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
@@ -86,9 +87,9 @@ def compress(
         "student.seed": seed, "teacher.train.seed": seed, "data.seed": seed,
         "teacher.train.epochs": teacher_epochs,
         "data.max_length": max_length, "data.train_limit": train_limit, "data.dev_limit": dev_limit,
-        "data.squad_holdout": squad_holdout, "data.train_file": train_file, "data.dev_file": dev_file,
-        "data.text_column": text_column, "data.text_pair_column": text_pair_column,
-        "data.label_column": label_column, "data.regression": regression or None,
+        "data.squad_holdout": squad_holdout,
+        **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
+                                                  regression).items()},
         "bench.latency_runs": latency_runs,
         "export": list(export) or None,
     }
@@ -127,6 +128,12 @@ def teacher_cmd(
     max_length: Optional[int] = typer.Option(None),
     train_limit: Optional[int] = typer.Option(None),
     squad_holdout: Optional[float] = typer.Option(None),
+    train_file: TrainFile = None,
+    dev_file: DevFile = None,
+    text_column: TextColumn = None,
+    text_pair_column: TextPairColumn = None,
+    label_column: LabelColumn = None,
+    regression: Regression = False,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
@@ -139,7 +146,9 @@ def teacher_cmd(
 
     config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
         "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
-        "data.train_limit": train_limit, "data.squad_holdout": squad_holdout})
+        "data.train_limit": train_limit, "data.squad_holdout": squad_holdout,
+        **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
+                                                  regression).items()}})
     if out:  # checked before the fine-tuning, not after it
         check_target(out, overwrite=overwrite, inputs=run_inputs(config), kind="model")
     model, tokenizer, info = get_finetuned_teacher(config.teacher, task_for(config.data), config.data)
@@ -157,18 +166,24 @@ def eval_cmd(
     split: str = typer.Option("dev"),
     max_length: int = typer.Option(128),
     squad_holdout: Optional[float] = typer.Option(None),
+    dev_file: DevFile = None,
+    text_column: TextColumn = None,
+    text_pair_column: TextPairColumn = None,
+    label_column: LabelColumn = None,
+    regression: Regression = False,
     out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too (a file, not inside the model or the data)."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
 ):
-    """Score a saved model on a task's dev split; prints metrics JSON."""
+    """Score a saved model on a task's dev split (task custom: your --dev-file); prints metrics JSON."""
     setup_logging()
     from distillery.config import resolve_data_dir
     from distillery.evaluation import evaluate
     from distillery.folders import check_file_target, write_file
 
     if out:
-        check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir)])
-    metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout)
+        check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir), dev_file])
+    metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout,
+                       **custom_data(None, dev_file, text_column, text_pair_column, label_column, regression))
     text = json.dumps(metrics, indent=2)
     if out:
         write_file(out, text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Annotated, Optional
 
 import typer
 
@@ -13,6 +14,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Distil a BERT-family teacher into a smaller, faster student, and measure both.")
 
 DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DATA, else the Hub)."
+
+# The options of task "custom" (your own files): one definition for every command that reads task data.
+TrainFile = Annotated[Optional[str], typer.Option(help="custom: training CSV/TSV/JSONL.")]
+DevFile = Annotated[Optional[str], typer.Option(help="custom: dev CSV/TSV/JSONL (the examples scored).")]
+TextColumn = Annotated[Optional[str], typer.Option(help="custom: column of the text (default text).")]
+TextPairColumn = Annotated[Optional[str], typer.Option(help="custom: column of the second text of a pair.")]
+LabelColumn = Annotated[Optional[str], typer.Option(help="custom: column of the label (default label).")]
+Regression = Annotated[bool, typer.Option(help="custom: the label is a number to regress.")]
+
+
+def custom_data(train_file: str | None = None, dev_file: str | None = None, text_column: str | None = None,
+                text_pair_column: str | None = None, label_column: str | None = None,
+                regression: bool = False) -> dict:
+    """The custom-data options as DataConfig settings (field -> value; None: not given)."""
+    return {"train_file": train_file, "dev_file": dev_file, "text_column": text_column,
+            "text_pair_column": text_pair_column, "label_column": label_column, "regression": regression or None}
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
@@ -56,6 +57,9 @@ HEADS = ("linear", "mlp", "cnn", "bilstm")
 # multiply by identities).
 EXPORT_CHUNK = 16
 EXPORT_MAX_LENGTH = 2 ** 12
+# Token embeddings past this size cannot be meant: the paper's d = 20 over BERT's 30522 tokens is
+# 0.1 GB, while a typo such as matrix_dim=100000 would ask for petabytes (refused before allocating).
+MAX_EMBEDDING_BYTES = 64 * 2**30
 
 
 @strict
@@ -104,6 +108,12 @@ class CMOWConfig(PreTrainedConfig):
             raise ValueError(f"The CBOW vector size must be at least 1, got {self.vector_dim}.")
         if self.vocab_size < 1:
             raise ValueError(f"The vocabulary must have at least one token, got {self.vocab_size}.")
+        if self.embedding_bytes > MAX_EMBEDDING_BYTES:
+            raise ValueError(
+                f"CMOW with matrix_dim={self.matrix_dim} and vector_dim={self.vector_dim} over {self.vocab_size} tokens "
+                f"needs about {_gigabytes(self.embedding_bytes)} of embeddings (4 bytes x vocabulary x "
+                f"({self.directions} x matrix_dim^2 + vector_dim)), more than the {_gigabytes(MAX_EMBEDDING_BYTES)} "
+                f"allowed; choose a smaller matrix_dim (the paper's is 20).")
         if self.pad_token_id is None or not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"CMOW needs a padding id inside the vocabulary (its identity row), got {self.pad_token_id}.")
         if not 0 <= self.dropout < 1 or not 0 <= self.head_dropout < 1:
@@ -123,6 +133,11 @@ class CMOWConfig(PreTrainedConfig):
         return self.component in ("hybrid", "cbow")
 
     @property
+    def embedding_bytes(self) -> int:
+        """fp32 bytes of the token embeddings (a d×d matrix per direction and a vector per token)."""
+        return 4 * self.vocab_size * self.sentence_size
+
+    @property
     def directions(self) -> int:
         return 2 if self.bidirectional else 1
 
@@ -140,6 +155,22 @@ class CMOWConfig(PreTrainedConfig):
     def embedding_size(self) -> int:
         """Size of one token's own embedding (the BiLSTM head's input per step)."""
         return self.sentence_size
+
+
+def checked_config(**kwargs) -> CMOWConfig:
+    """``CMOWConfig(**kwargs)`` with a failed check of its own as a sentence (DistilleryError), not
+    huggingface_hub's wrapper: for settings checked before anything is trained or written."""
+    try:
+        return CMOWConfig(**kwargs)
+    except StrictDataclassClassValidationError as e:
+        raise DistilleryError(str(e.__cause__ or e)) from None
+
+
+def _gigabytes(n: int) -> str:
+    for unit, power in (("PiB", 50), ("TiB", 40)):
+        if n >= 2**power:
+            return f"{n / 2**power:,.1f} {unit}"
+    return f"{n / 2**30:,.1f} GiB"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM
+from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM, checked_config
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
 
@@ -106,6 +106,7 @@ def pretrain(
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
+    from distillery.teacher import teacher_config
 
     out = Path(out)
     CMOWOptions.check_value("kd_weight", kd_weight)
@@ -115,6 +116,8 @@ def pretrain(
     # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
     for key, value in (model_options or {}).items():
         CMOWOptions.check_value(key, value)  # a model option without a spec passes as it is
+    # the model's own checks (its size among them) before anything is written: the teacher's config gives the vocabulary
+    checked_config(vocab_size=teacher_config(teacher).vocab_size, **(model_options or {}))
     out = distributed.on_main(claim, out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()

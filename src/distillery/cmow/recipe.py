@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.cmow.modeling_cmow import COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, soft_cross_entropy_to, two_hot
+from distillery.cmow.modeling_cmow import (COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, checked_config,
+                                          soft_cross_entropy_to, two_hot)
 from distillery.data.encode import TARGETS
 from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
@@ -62,6 +63,9 @@ def check(config, teacher_config) -> None:
     opts = options(config)
     if config.data.task in ("squad", "squad_v2"):
         raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
+    # the student's own checks (its size among them) before the teacher is fine-tuned
+    checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
+                   matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=opts.head)
     if opts.init is not None:
         init_config = CMOWConfig.from_pretrained(_model_dir(opts.init))
         if init_config.vocab_size != teacher_config.vocab_size:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import datasets
 
+from distillery.data.loading import regular_file
 from distillery.errors import DistilleryError
 
 
@@ -19,8 +20,7 @@ def read_corpus(paths: list[str | Path], max_lines: int | None = None) -> list[s
         paths = [paths]
     lines: list[str] = []
     for path in map(Path, paths):
-        if not path.is_file():
-            raise DistilleryError(f"Corpus file {path} {'is a folder, not a text file' if path.is_dir() else 'does not exist'}.")
+        regular_file(path, "Corpus file")  # a device such as /dev/zero would be read forever
         title_next = False
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:

@@ -144,6 +144,19 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
 
 
+def regular_file(path: str | Path, what: str) -> Path:
+    """``path`` as a Path when it is a regular file; else a sentence saying what it is instead
+    (a device such as /dev/zero would be read forever)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise DistilleryError(f"{what} {path} is a folder, not a file.")
+    if path.exists():
+        raise DistilleryError(f"{what} {path} is not a regular file (a device, pipe or socket); give a text file.")
+    raise DistilleryError(f"{what} {path} does not exist.")
+
+
 def _column_index(path: Path, header: list[str], name: str | int) -> int:
     if isinstance(name, int):
         return name
@@ -267,6 +280,22 @@ def squad_folder(task: TaskSpec, data_dir: Path) -> Path:
     raise DistilleryError(f"No SQuAD {version} files ({', '.join(names)}) in {data_dir}; looked in {looked}.")
 
 
+SQUAD_LAYOUT = '{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers": [...]}]}]}]}'
+
+
+def _json_kind(value) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
+def _squad_part(value, kind: type, path: Path, where: str):
+    """``value`` when it is a JSON ``kind`` (object or list); else a sentence naming where in the file."""
+    if not isinstance(value, kind):
+        raise DistilleryError(f"{path} does not have the SQuAD layout: {where} is {_json_kind(value)}, not "
+                              f"{_json_kind(kind())}; a SQuAD file is {SQUAD_LAYOUT}.")
+    return value
+
+
 def read_squad_json(path: Path) -> datasets.Dataset:
     """Read a SQuAD v1.1/v2.0 JSON file, checking that every answer sits at its answer_start."""
     path = Path(path)
@@ -277,22 +306,15 @@ def read_squad_json(path: Path) -> datasets.Dataset:
         raise DistilleryError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}).") from None
     rows = {"id": [], "title": [], "context": [], "question": [], "answers": []}
     try:
-        articles = raw["data"]
+        articles = _squad_part(_squad_part(raw, dict, path, "the whole file")["data"], list, path, '"data"')
         for a, article in enumerate(articles):
-            title = article.get("title", f"article-{a}")
-            for paragraph in article["paragraphs"]:
-                context = paragraph["context"]
-                for qa in paragraph["qas"]:
-                    qid = qa["id"]
-                    texts, starts = [], []
-                    for answer in [] if qa.get("is_impossible") else qa.get("answers", []):
-                        text, start = answer["text"], int(answer["answer_start"])
-                        if context[start : start + len(text)] != text:
-                            raise DistilleryError(
-                                f"{path}, question {qid}: answer {text!r} is not at its answer_start {start} in the context."
-                            )
-                        texts.append(text)
-                        starts.append(start)
+            title = _squad_part(article, dict, path, f"data[{a}]").get("title", f"article-{a}")
+            for p, paragraph in enumerate(_squad_part(article["paragraphs"], list, path, f"data[{a}].paragraphs")):
+                where = f"data[{a}].paragraphs[{p}]"
+                context = _squad_part(paragraph, dict, path, where)["context"]
+                for q, qa in enumerate(_squad_part(paragraph["qas"], list, path, f"{where}.qas")):
+                    qid = _squad_part(qa, dict, path, f"{where}.qas[{q}]")["id"]
+                    texts, starts = _squad_answers(path, qa, context)
                     rows["id"].append(qid)
                     rows["title"].append(title)
                     rows["context"].append(context)
@@ -303,6 +325,21 @@ def read_squad_json(path: Path) -> datasets.Dataset:
     if not rows["id"]:
         raise DistilleryError(f"{path} holds no questions.")
     return datasets.Dataset.from_dict(rows, features=_features(_QA_SHAPE))
+
+
+def _squad_answers(path: Path, qa: dict, context: str) -> tuple[list[str], list[int]]:
+    """(texts, starts) of one question's answers, each checked to sit at its answer_start."""
+    texts, starts = [], []
+    answers = [] if qa.get("is_impossible") else _squad_part(qa.get("answers", []), list, path, f"question {qa['id']}'s answers")
+    for i, answer in enumerate(answers):
+        text, start = _squad_part(answer, dict, path, f"question {qa['id']}'s answers[{i}]")["text"], int(answer["answer_start"])
+        if context[start : start + len(text)] != text:
+            raise DistilleryError(
+                f"{path}, question {qa['id']}: answer {text!r} is not at its answer_start {start} in the context."
+            )
+        texts.append(text)
+        starts.append(start)
+    return texts, starts
 
 
 def _load_squad_hub(task: TaskSpec, hub_split: str) -> datasets.Dataset:
@@ -357,6 +394,7 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
         option = "--train-file" if split == "train" else "--dev-file"
         raise DistilleryError(f"Task 'custom' needs {option} for its {split} split.")
     rows = read_custom_rows(path, [task.text_column, task.text_pair_column, task.label_column])
+    check_empty_texts(path, rows, [c for c in (task.text_column, task.text_pair_column) if c is not None])
     label_ids = {label: i for i, label in enumerate(task.labels)} if task.labels else None
     columns: dict[str, list] = {"text": [], "label": []}
     if task.is_pair:
@@ -369,14 +407,32 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
         if label_ids is None:
             columns["label"].append(raw)
         elif raw not in label_ids:
+            source = "the train file" if task.train_file else "the model's labels"
             raise DistilleryError(
-                f"{path}, line {number}: label {raw!r} does not occur in the train file "
-                f"(labels: {', '.join(task.labels)})."
+                f"{path}, line {number}: label {raw!r} does not occur in {source} (labels: {', '.join(task.labels)})."
             )
         else:
             columns["label"].append(label_ids[raw])
     ordered = {k: columns[k] for k in ("text", "text_pair", "label") if k in columns}
     return datasets.Dataset.from_dict(ordered, features=_features(task))
+
+
+# A share of rows with an empty text this large is a wrong column or a damaged export, not a few
+# blank reviews: refused. Fewer are kept (an empty text is a valid, if uninformative, example) with a warning.
+EMPTY_TEXT_LIMIT = 0.1
+
+
+def check_empty_texts(path, rows: list[tuple[int, dict[str, str]]], text_columns: list[str]) -> None:
+    """Refuse a file where at least EMPTY_TEXT_LIMIT of the rows have an empty text; warn below that."""
+    empty = [number for number, row in rows if any(not row[c] for c in text_columns)]
+    if not empty:
+        return
+    columns = " or ".join(repr(c) for c in text_columns)
+    what = (f"{path}: {len(empty)} of {len(rows)} rows have an empty text in column {columns} "
+            f"(the first at line {empty[0]})")
+    if len(empty) >= EMPTY_TEXT_LIMIT * len(rows):
+        raise DistilleryError(f"{what}; that many means a wrong --text-column or a damaged file. Fill or drop them.")
+    logger.warning("%s; they are kept as examples.", what)
 
 
 def _as_text(value) -> str | None:
@@ -395,10 +451,8 @@ def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tu
     ``.csv``: the csv module, quoting on. ``.tsv``: a header row, then plain split on tabs.
     ``.jsonl`` / ``.json``: one JSON object per line (a single JSON list of objects works too).
     """
-    path = Path(path)
+    path = regular_file(path, "Data file")
     wanted = [c for c in columns if c is not None]
-    if not path.is_file():
-        raise DistilleryError(f"Data file {path} does not exist.")
     suffix = path.suffix.lower()
     if suffix not in CUSTOM_EXTENSIONS:
         raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
@@ -423,6 +477,9 @@ def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tu
     for number, record in records:
         row = {}
         for c in wanted:
+            if isinstance(record.get(c), (dict, list)):  # str() would train on its Python repr
+                kind = "an object" if isinstance(record[c], dict) else "a list"
+                raise DistilleryError(f"{path}, line {number}: field {c!r} holds {kind}, not a text or a label.")
             value = _as_text(record.get(c))
             if value is None:
                 raise DistilleryError(f"{path}, line {number}: no value in column {c!r}.")
@@ -461,30 +518,24 @@ def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[in
     if delimiter == "\t":
         lines = _lines(path)
         first = next(lines, None)
-        header = [h.strip() for h in first[1].split("\t")] if first else []
+        header = _header(path, first[1].split("\t") if first else [])
         for number, line in lines:
             if not line.strip():
                 continue
             fields = line.split("\t")
-            if len(fields) < len(header):
-                raise DistilleryError(
-                    f"{path}, line {number}: expected {len(header)} tab-separated fields, found {len(fields)}."
-                )
+            _check_field_count(path, number, header, fields, "tab-separated")
             records.append((number, dict(zip(header, fields))))
         return header, records
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f)
-            header = [h.strip() for h in next(reader, [])]
+            header = _header(path, next(reader, []))
             start = reader.line_num
             for fields in reader:
                 if not any(field.strip() for field in fields):
                     start = reader.line_num
                     continue
-                if len(fields) < len(header):
-                    raise DistilleryError(
-                        f"{path}, line {start + 1}: expected {len(header)} comma-separated fields, found {len(fields)}."
-                    )
+                _check_field_count(path, start + 1, header, fields, "comma-separated")
                 records.append((start + 1, dict(zip(header, fields))))
                 start = reader.line_num
     except UnicodeDecodeError as e:
@@ -492,6 +543,30 @@ def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[in
     except csv.Error as e:
         raise DistilleryError(f"{path}, line {reader.line_num}: {e}.") from None
     return header, records
+
+
+def _header(path: Path, names: list[str]) -> list[str]:
+    """A table's column names; one named twice is refused (a dict of the row would keep the last)."""
+    header = [h.strip() for h in names]
+    first: dict[str, int] = {}
+    for number, name in enumerate(header, start=1):
+        if name in first:
+            raise DistilleryError(
+                f"{path}: the header names column {name!r} twice (columns {first[name]} and {number}); rename one."
+            )
+        first[name] = number
+    return header
+
+
+def _check_field_count(path: Path, number: int, header: list[str], fields: list[str], kind: str) -> None:
+    # A row with more fields than the header is a text holding the separator unquoted: the fields
+    # after it would shift into the label column.
+    if len(fields) != len(header):
+        hint = "" if len(fields) < len(header) else (
+            "; a text holding a comma must be quoted" if kind == "comma-separated" else "; a text holds a tab")
+        raise DistilleryError(
+            f"{path}, line {number}: expected {len(header)} {kind} fields, found {len(fields)}{hint}."
+        )
 
 
 # A stand-in spec for the QA schema (read_squad_json does not know which SQuAD version it reads).
@@ -508,9 +583,12 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
     """
     source = data_config.train_file or data_config.dev_file
     if not source:
-        raise DistilleryError("Task 'custom' needs --train-file (and usually --dev-file) pointing at your CSV/TSV/JSONL data.")
+        raise DistilleryError("Task 'custom' reads your own CSV/TSV/JSONL files: give --dev-file (the examples to score) "
+                              "and, to train, --train-file.")
     text_column = data_config.text_column or "text"
     label_column = data_config.label_column or "label"
+    _check_distinct_columns({"--text-column": text_column, "--text-pair-column": data_config.text_pair_column,
+                             "--label-column": label_column})
     rows = read_custom_rows(source, [text_column, data_config.text_pair_column, label_column])
     common = dict(
         name="custom",
@@ -533,6 +611,18 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
             f"labels (use --regression for numeric targets)."
         )
     return TaskSpec(kind="classification", labels=labels, metrics=("accuracy", "macro_f1"), main_metric="accuracy", **common)
+
+
+def _check_distinct_columns(columns: dict[str, str | None]) -> None:
+    """Text, pair and label must be three columns: one column as two of them trains on nonsense."""
+    seen: dict[str, str] = {}
+    for option, column in columns.items():
+        if column is None:
+            continue
+        if column in seen:
+            raise DistilleryError(f"{seen[column]} and {option} both name column {column!r}; each must be a "
+                                  f"column of its own (the defaults are 'text' and 'label').")
+        seen[column] = option
 
 
 def task_for(data_config: "DataConfig") -> TaskSpec:
