@@ -81,7 +81,10 @@ def _settings_file(tmp_path, text: str) -> list[str]:
 
 
 def _saved_run(tmp_path, text: str) -> list[str]:
+    from distillery.folders import mark
+
     (tmp_path / "run").mkdir()
+    mark(tmp_path / "run", "run")  # --resume reads only a folder distillery made
     (tmp_path / "run" / "config.yaml").write_text(text)
     return ["--resume"]
 
