@@ -351,10 +351,11 @@ def test_two_runs_on_one_out_the_second_is_refused_and_kill_9_frees_it(tmp_path,
     first, first_log = start(compress_args(tiny_bert, data, out), tmp_path, "first", cache, go=tmp_path / "never")
     try:
         wait_for(first_log, "FINE-TUNING", first)  # the run folder is claimed and locked
+        # another run with --overwrite, and a --resume of the live run, at once
         second, second_log = start(compress_args(tiny_bert, data, out, "--overwrite"), tmp_path, "second", cache)
+        resumed, resumed_log = start(["compress", "--out", str(out), "--resume"], tmp_path, "resumed", cache)
         second_err = finish(second, second_log)
         assert_one_line_error(second.returncode, second_err, f"{out} is in use by another distillery process (pid {first.pid})")
-        resumed, resumed_log = start(["compress", "--out", str(out), "--resume"], tmp_path, "resumed", cache)
         assert_one_line_error(resumed.wait(timeout=120), resumed_log.read_text(), "is in use")
     finally:
         first.send_signal(signal.SIGKILL)
@@ -369,9 +370,8 @@ def test_sigterm_says_where_to_resume_and_resume_is_exact(tmp_path, tiny_bert, d
     """SIGTERM mid-way through the teacher's fine-tuning (after its first checkpoint): a sentence,
     exit 143, and the resumed teacher equals one trained without a stop."""
     cache = tmp_path / "cache"
-    args = ["teacher", "--teacher", str(tiny_bert), "--data-dir", str(data), "--epochs", "3", "--max-length", "16",
-            "--train-limit", "16"]
-    proc, log = start([*args[:6], "--lr", "1e-3", *args[6:]], tmp_path, "killed", cache, step_delay=0.5)
+    args = ["teacher", "--teacher", str(tiny_bert), "--data-dir", str(data), "--epochs", "3", "--lr", "1e-3", *TINY]
+    proc, log = start(args, tmp_path, "killed", cache, step_delay=0.5)
     try:
         wait_for(log, "CHECKPOINTED", proc)
         time.sleep(0.3)
@@ -383,11 +383,11 @@ def test_sigterm_says_where_to_resume_and_resume_is_exact(tmp_path, tiny_bert, d
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "distillery: terminated (SIGTERM). Rerun with --resume to continue from the last checkpoint."
     monkeypatch.setenv("DISTILLERY_CACHE", str(cache))
-    out, err = run_ok(monkeypatch, capsys, *args[:6], "--lr", "1e-3", *args[6:])
+    out, err = run_ok(monkeypatch, capsys, *args)
     assert "teacher: resumed from" in err
     resumed = load_file(str(Path(json.loads(out)["path"]) / "model.safetensors"))
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "other-cache"))
-    out, _ = run_ok(monkeypatch, capsys, *args[:6], "--lr", "1e-3", *args[6:])
+    out, _ = run_ok(monkeypatch, capsys, *args)
     whole = load_file(str(Path(json.loads(out)["path"]) / "model.safetensors"))
     assert whole.keys() == resumed.keys()
     for name in whole:

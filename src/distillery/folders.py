@@ -371,9 +371,18 @@ def locked(path: str | os.PathLike, *, wait: bool = True,
         yield
         return
     target = lock_file(path)
-    with writing(target, "a lock file"):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = _open_locked(target, wait, on_wait, path)
+    try:
+        with writing(target, "a lock file"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = _open_locked(target, wait, on_wait, path)
+    except WriteRefused:
+        if os.access(target.parent, os.W_OK) or not target.parent.is_dir():
+            raise
+        fd = None  # a folder this process cannot write: a lock would guard nothing it can do there
+    if fd is None:
+        # what it reads there was renamed into place whole; what it tries to write fails with a sentence
+        yield
+        return
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
