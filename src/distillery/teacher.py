@@ -1,8 +1,10 @@
 """Resolve a teacher (packaged MiniLM, local folder or Hub id), give it a task head, fine-tune it.
 
 Fine-tuned teachers are cached under ``$DISTILLERY_CACHE`` (default ``~/.cache/distillery``) keyed by
-everything that changes the result (teacher, task and data settings, training settings), so a second
-``compress`` on the same task reuses the teacher instead of training it again.
+everything that changes the result (the teacher's files by content, task and data settings, training
+settings), so a second ``compress`` on the same task reuses the teacher instead of training it again.
+An entry is filled by one process at a time (a lock: a second ``compress`` waits, then reuses it),
+and one that cannot be read whole is deleted and fine-tuned again.
 """
 
 from __future__ import annotations
