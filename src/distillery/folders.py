@@ -6,6 +6,10 @@ replaces a folder only when it carries that marker (or an export's manifest, whi
 before the marker also carry), and never when the folder is the current directory or one above
 it, the home folder, or a folder that is or holds an input of the same command (the teacher, the
 data, an init model). A user's folder therefore survives any combination of ``--out`` and ``--overwrite``.
+
+Also here: writing a folder or file atomically; a write refused by the file system (full, read-only)
+as one sentence (:func:`writing`); and a lock that keeps a second process out of a run folder or a
+cache entry while the first one works in it (:func:`locked`).
 """
 
 from __future__ import annotations
@@ -302,6 +306,53 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
 
 
 # ------------------------------------------------------------------------------------------------
+# A full disk or a read-only folder while writing: the one place these become a sentence.
+
+# What a write fails with when the disk or the folder refuses it (not a bug, not a bad input).
+WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+
+
+def _refused_write(e: BaseException) -> str | None:
+    """The reason (strerror) when ``e`` is a write refused by the file system, else None."""
+    if isinstance(e, OSError):
+        return (e.strerror or os.strerror(e.errno)) if e.errno in WRITE_ERRNOS else None
+    text = str(e)
+    for code in WRITE_ERRNOS:  # safetensors (Rust) reports "... (os error 28)"
+        if f"os error {code}" in text or os.strerror(code) in text:
+            return os.strerror(code)
+    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text or "inline_container" in text):
+        return "the write failed"  # torch.save's zip writer, which names no errno
+    return None
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    import safetensors  # imported when a write failed: not on distillery's import path
+
+    return OSError, RuntimeError, safetensors.SafetensorError
+
+
+class WriteRefused(DistilleryError):
+    """A write refused by the file system (full, read-only, not permitted), as a sentence."""
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turn a write that the file system refuses inside the block into one sentence naming ``path``,
+    ``what`` was being written and how to go on. Anything else passes unchanged. The
+    writers inside are atomic (:func:`atomic_folder`, :func:`atomic_file`): nothing half-written
+    is left that a rerun or ``--resume`` would read."""
+    try:
+        yield
+    except _write_errors() as e:
+        reason = _refused_write(e)
+        if reason is None:
+            raise
+        raise WriteRefused(f"Could not write {what} to {path} ({reason[:1].lower() + reason[1:]}): "
+                           "free space (or fix permissions), then rerun the command (with --resume to "
+                           "continue a run).") from None
+
+
+# ------------------------------------------------------------------------------------------------
 # One process at a time: a run folder, a cache entry being filled. An advisory lock (flock) on a
 # file beside the locked path; the kernel releases it when its process ends, however it ends, so
 # a run killed with kill -9 never blocks its own --resume.
@@ -392,50 +443,3 @@ def locked(path: str | os.PathLike, *, wait: bool = True,
         with contextlib.suppress(OSError):
             os.unlink(target)
         os.close(fd)
-
-
-# ------------------------------------------------------------------------------------------------
-# A full disk or a read-only folder while writing: the one place these become a sentence.
-
-# What a write fails with when the disk or the folder refuses it (not a bug, not a bad input).
-WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
-
-
-def _refused_write(e: BaseException) -> str | None:
-    """The reason (strerror) when ``e`` is a write refused by the file system, else None."""
-    if isinstance(e, OSError):
-        return (e.strerror or os.strerror(e.errno)) if e.errno in WRITE_ERRNOS else None
-    text = str(e)
-    for code in WRITE_ERRNOS:  # safetensors (Rust) reports "... (os error 28)"
-        if f"os error {code}" in text or os.strerror(code) in text:
-            return os.strerror(code)
-    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text or "inline_container" in text):
-        return "the write failed"  # torch.save's zip writer, which names no errno
-    return None
-
-
-def _write_errors() -> tuple[type[BaseException], ...]:
-    import safetensors  # imported when a write failed: not on distillery's import path
-
-    return OSError, RuntimeError, safetensors.SafetensorError
-
-
-class WriteRefused(DistilleryError):
-    """A write refused by the file system (full, read-only, not permitted), as a sentence."""
-
-
-@contextlib.contextmanager
-def writing(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Turn a write that the file system refuses inside the block into one sentence naming ``path``,
-    ``what`` was being written and how to go on. Anything else passes unchanged. The
-    writers inside are atomic (:func:`atomic_folder`, :func:`atomic_file`): nothing half-written
-    is left that a rerun or ``--resume`` would read."""
-    try:
-        yield
-    except _write_errors() as e:
-        reason = _refused_write(e)
-        if reason is None:
-            raise
-        raise WriteRefused(f"Could not write {what} to {path} ({reason[:1].lower() + reason[1:]}): "
-                           "free space (or fix permissions), then rerun the command (with --resume to "
-                           "continue a run).") from None

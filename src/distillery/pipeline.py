@@ -26,7 +26,7 @@ from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import WriteRefused, claim, discard_unstarted, locked, writing
+from distillery.folders import WriteRefused, atomic_file, claim, discard_unstarted, locked, writing
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
@@ -303,6 +303,7 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
 
 
 def _write_result(path: Path, text: str) -> None:
-    """A result file of the run folder (a full disk is a sentence; --resume writes it again)."""
-    with writing(path, "the run's results"):
-        path.write_text(text)
+    """A result file of the run folder, whole or not at all (a full disk is a sentence; --resume
+    writes it again)."""
+    with writing(path, "the run's results"), atomic_file(path, "w") as f:
+        f.write(text)
