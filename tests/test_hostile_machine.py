@@ -392,3 +392,18 @@ def test_sigterm_says_where_to_resume_and_resume_is_exact(tmp_path, tiny_bert, d
     assert whole.keys() == resumed.keys()
     for name in whole:
         assert torch.equal(whole[name], resumed[name]), name
+
+
+def test_lock_refuses_a_second_holder_and_leaves_no_file(tmp_path):
+    from distillery.folders import InUse, lock_file, locked
+
+    folder = tmp_path / "run"
+    with locked(folder):
+        assert lock_file(folder).read_text().strip() == str(os.getpid())
+        with pytest.raises(InUse, match=rf"{folder} is in use by another distillery process \(pid {os.getpid()}\)"):
+            with locked(folder, wait=False):
+                pass
+    assert not lock_file(folder).exists()
+    lock_file(folder).write_text("12345\n")  # left by a process killed with kill -9: its lock died with it
+    with locked(folder, wait=False):
+        pass
