@@ -11,11 +11,16 @@ folder. Files a command writes (``eval --out``, ``bench --out``, importance scor
 rules (:func:`check_file_target`): an existing file is replaced only with ``--overwrite``, an input
 or a file inside an input folder never. A user's files and folders therefore survive any combination
 of ``--out``, ``--overwrite`` and ``--resume``.
+
+Also here: writing a folder or file atomically; a write refused by the file system (full, read-only)
+as one sentence (:func:`writing`); and a lock that keeps a second process out of a run folder or a
+cache entry while the first one works in it (:func:`locked`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -23,7 +28,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -448,3 +453,143 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+# ------------------------------------------------------------------------------------------------
+# A full disk or a read-only folder while writing: the one place these become a sentence.
+
+# What a write fails with when the disk or the folder refuses it (not a bug, not a bad input).
+WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+
+
+def _refused_write(e: BaseException) -> str | None:
+    """The reason (strerror) when ``e`` is a write refused by the file system, else None."""
+    if isinstance(e, OSError):
+        return (e.strerror or os.strerror(e.errno)) if e.errno in WRITE_ERRNOS else None
+    text = str(e)
+    for code in WRITE_ERRNOS:  # safetensors (Rust) reports "... (os error 28)"
+        if f"os error {code}" in text or os.strerror(code) in text:
+            return os.strerror(code)
+    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text or "inline_container" in text):
+        return "the write failed"  # torch.save's zip writer, which names no errno
+    return None
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    import safetensors  # imported when a write failed: not on distillery's import path
+
+    return OSError, RuntimeError, safetensors.SafetensorError
+
+
+class WriteRefused(DistilleryError):
+    """A write refused by the file system (full, read-only, not permitted), as a sentence."""
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turn a write that the file system refuses inside the block into one sentence naming ``path``,
+    ``what`` was being written and how to go on. Anything else passes unchanged. The
+    writers inside are atomic (:func:`atomic_folder`, :func:`atomic_file`): nothing half-written
+    is left that a rerun or ``--resume`` would read."""
+    try:
+        yield
+    except _write_errors() as e:
+        reason = _refused_write(e)
+        if reason is None:
+            raise
+        raise WriteRefused(f"Could not write {what} to {path} ({reason[:1].lower() + reason[1:]}): "
+                           "free space (or fix permissions), then rerun the command (with --resume to "
+                           "continue a run).") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# One process at a time: a run folder, a cache entry being filled. An advisory lock (flock) on a
+# file beside the locked path; the kernel releases it when its process ends, however it ends, so
+# a run killed with kill -9 never blocks its own --resume.
+
+
+class InUse(DistilleryError):
+    """Another process holds the lock (raised by :func:`locked` when told not to wait)."""
+
+
+def lock_file(path: str | os.PathLike) -> Path:
+    """``.<name>.lock`` beside ``path``: not inside it, since the folder may not exist yet or may be
+    replaced (``--overwrite``) while locked."""
+    path = _resolved(path)
+    return path.with_name(f".{path.name or 'root'}.lock")
+
+
+def _holder(fd: int) -> str:
+    """The process id the lock's holder wrote into the lock file, as "pid N", or ""."""
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f"pid {pid}" if pid.isdigit() else ""
+
+
+def _open_locked(target: Path, wait: bool, on_wait: Callable[[str], None] | None, path) -> int:
+    """An open descriptor of ``target`` (the lock file of ``path``) holding its exclusive lock, once
+    no other process holds it."""
+    import fcntl
+
+    while True:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    holder = _holder(fd)
+                    raise InUse(f"{path} is in use by another distillery process"
+                                f"{f' ({holder})' if holder else ''}; wait for it to end, or choose another "
+                                f"folder.") from None
+                if on_wait is not None:
+                    on_wait(_holder(fd))
+                    on_wait = None  # said once
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # The holder before us may have removed the file on release (see locked): a lock on a
+            # file no longer at ``target`` excludes no one, so take the current one instead.
+            if os.path.exists(target) and os.path.samestat(os.fstat(fd), os.stat(target)):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike, *, wait: bool = True,
+           on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the exclusive lock of ``path`` (a folder or file, existing or not) for the block.
+
+    Another process holding it makes this wait (``on_wait(holder)`` is called once first, holder
+    being "pid N" or ""), or with ``wait=False`` raise :class:`InUse`, a sentence naming the holder.
+    Without ``fcntl`` (Windows) the block runs unlocked."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        yield
+        return
+    target = lock_file(path)
+    try:
+        with writing(target, "a lock file"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = _open_locked(target, wait, on_wait, path)
+    except WriteRefused:
+        if os.access(target.parent, os.W_OK) or not target.parent.is_dir():
+            raise
+        fd = None  # a folder this process cannot write: a lock would guard nothing it can do there
+    if fd is None:
+        # what it reads there was renamed into place whole; what it tries to write fails with a sentence
+        yield
+        return
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        # removed while still locked, so that a waiter finds it gone and retries (_open_locked)
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        os.close(fd)

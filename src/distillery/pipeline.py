@@ -9,6 +9,7 @@ student's export folders are kept in exports/.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import check_target, claim, discard_unstarted
+from distillery.folders import WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked, writing
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
@@ -176,8 +177,9 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
     if resume:
         logger.info("Resuming the run in %s with its saved settings.", out)
         return
-    claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
-    config.save(out / "config.yaml")
+    with writing(out, "the run folder"):
+        claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
+        config.save(out / "config.yaml")
 
 
 def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume: bool = False,
@@ -203,17 +205,26 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     if hasattr(method, "check"):
         method.check(config, model_config)
     config.out = str(out)
-    # Under a launcher the main process claims the folder; the others wait for it (and stop with it
-    # when it refuses: the launcher ends the group).
-    distributed.on_main(prepare_run_folder, out, config, overwrite, resume)
-    try:
-        return _run(config, out, task, method, resume)
-    except Exception:
-        # A failure before training (a missing data file, a bug) must not leave behind a folder that
-        # the corrected rerun would trip over. An interrupted run keeps its folder for --resume.
-        if not resume and distributed.is_main():
-            discard_unstarted(out)
-        raise
+    with _run_lock(out):
+        # Under a launcher the main process claims the folder; the others wait for it (and stop with it
+        # when it refuses: the launcher ends the group).
+        distributed.on_main(prepare_run_folder, out, config, overwrite, resume)
+        try:
+            return _run(config, out, task, method, resume)
+        except WriteRefused:
+            raise  # a full disk: the folder stays, so that --resume continues once there is space
+        except Exception:
+            # A failure before training (a missing data file, a bug) must not leave behind a folder that
+            # the corrected rerun would trip over. An interrupted run keeps its folder for --resume.
+            if not resume and distributed.is_main():
+                discard_unstarted(out)
+            raise
+
+
+def _run_lock(out: Path):
+    """One process at a time in a run folder (the main one of a launch): another run on the same
+    --out, or a --resume of a live run, is refused with a sentence; held until the run ends or dies."""
+    return locked(out, wait=False) if distributed.is_main() else contextlib.nullcontext()
 
 
 def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
@@ -235,7 +246,8 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     student.eval()
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
-    save_model(student, tokenizer, out / "student")
+    with writing(out / "student", "the trained student"):
+        save_model(student, tokenizer, out / "student")
 
     logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
     # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
@@ -268,11 +280,11 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
             save_dir=out / "exports", save=("student",))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
 
     logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")
     bench = benchmark({"teacher": teacher.cpu(), "student": student.cpu(), **variants}, **config.bench)
-    (out / "bench.json").write_text(json.dumps(bench, indent=2))
+    _write_result(out / "bench.json", json.dumps(bench, indent=2))
 
     logger.info("[5/5] Writing the report.")
     train_info = {
@@ -285,9 +297,17 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
         "total_seconds": time.time() - started,
         "notes": ctx.notes,
     }
-    (out / "train.json").write_text(json.dumps(train_info, indent=2))
-    write_report(out)
+    _write_result(out / "train.json", json.dumps(train_info, indent=2))
+    with writing(out, "the report"):
+        write_report(out)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     logger.info("Done: %s (student %s = %.4f, teacher %.4f, latency speed-up %.2fx).", out, main,
                 student_metrics[main], teacher_metrics[main], bench["speedup"]["latency"])
     return out
+
+
+def _write_result(path: Path, text: str) -> None:
+    """A result file of the run folder, whole or not at all (a full disk is a sentence; --resume
+    writes it again)."""
+    with writing(path, "the run's results"), atomic_file(path, "w") as f:
+        f.write(text)

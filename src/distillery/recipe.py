@@ -12,6 +12,7 @@ which rejects impossible options before minutes are spent fine-tuning the teache
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,9 @@ import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
 from distillery.errors import DistilleryError
-from distillery.folders import atomic_file
+from distillery.folders import atomic_file, writing
+
+logger = logging.getLogger("distillery")
 
 # name -> module. Imported lazily so a method's extra dependencies load only when used.
 METHODS: dict[str, str] = {
@@ -124,17 +127,35 @@ class MethodContext:
         path = cache_root() / "logits" / f"{task_data.task.name}-{digest.hexdigest()[:16]}.npy"
         # Under a launcher, each node's first process fills the cache and the others then read it.
         with distributed.local_main_first():
-            if path.is_file():
-                logits = np.load(path)
-            else:
+            logits = read_logits_cache(path, len(train))
+            if logits is None:
                 logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
-                    np.save(f, logits)
-        if logits.shape[0] != len(train):
-            raise DistilleryError(f"Cached teacher logits {path} have {logits.shape[0]} rows for {len(train)} examples; delete the file.")
+                with writing(path, "the teacher's logits (a cache entry)"):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
+                        np.save(f, logits)
         return train.add_column("teacher_logits", logits.tolist())
+
+
+def read_logits_cache(path: Path, rows: int):
+    """The teacher logits cached in ``path`` (float32, ``rows`` rows), or None when there are none or
+    the file cannot be trusted (truncated, an object array, another shape): then it is deleted, with
+    a warning naming it, to be computed again. Never unpickled."""
+    import numpy as np
+
+    if not path.is_file():
+        return None
+    try:
+        logits = np.load(path, allow_pickle=False)
+        if logits.dtype != np.float32 or logits.ndim != 2 or logits.shape[0] != rows:
+            raise ValueError(f"a {logits.dtype} array of shape {logits.shape}, not {rows} rows of float32")
+    except (ValueError, EOFError, OSError) as e:  # numpy's errors on truncated, pickled or garbled files
+        logger.warning("The cached teacher logits %s are damaged (%s); they are deleted and computed again.",
+                       path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        path.unlink(missing_ok=True)
+        return None
+    return logits
 
 
 # -- method options ------------------------------------------------------------------------------

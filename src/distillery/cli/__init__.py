@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -289,9 +291,27 @@ def report(
 COMMAND_LINE_ERRORS = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 ABORTS = tuple({click.exceptions.Abort, typer.Abort})
 INTERRUPTED = "distillery: interrupted. Rerun with --resume to continue from the last checkpoint."
+TERMINATED = "distillery: terminated (SIGTERM). Rerun with --resume to continue from the last checkpoint."
+_terminated = False
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM stops the run as Ctrl-C does: a KeyboardInterrupt where the process is, so that the
+    trainer says where to resume from and nothing is half-written (the checkpoint writers are atomic)."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
+def catch_sigterm() -> None:
+    """Install :func:`_stop_on_sigterm`, unless under a launcher: torchrun stops its processes with
+    SIGTERM, and one waiting inside a collective would only answer it when that returns."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
 
 def main() -> None:
+    catch_sigterm()
     try:
         # Not standalone, so that DistilleryError reaches us; typer then *returns* the exit code of a
         # click Exit instead of exiting, including the 130 it makes of a KeyboardInterrupt.
@@ -309,7 +329,8 @@ def main() -> None:
             typer.echo(f"distillery: error: {message}", err=True)
         sys.exit(e.exit_code)
     if isinstance(code, int) and code != 0:
-        if code == 130:
-            typer.echo(INTERRUPTED, err=True)
+        if code == 130:  # 128 + the signal, as a shell reports it
+            code = 143 if _terminated else 130
+            typer.echo(TERMINATED if _terminated else INTERRUPTED, err=True)
         sys.exit(code)
 

@@ -19,7 +19,9 @@ Layout (under ``out_dir/checkpoints/``)::
 Each folder is written into a temporary sibling that every process can name, every file fsynced,
 then renamed into place with the previous version kept as ``<name>.old`` until then
 (:func:`distillery.folders.atomic_folder`); a crash at any moment leaves a complete ``<name>`` or
-``<name>.old``, and the readers take the first.
+``<name>.old``, and the readers take the first. A full disk or a read-only folder is the same: the
+write stops with a sentence (:func:`distillery.folders.writing`), and ``--resume`` continues from
+the complete one once there is space.
 
 Distribution is data parallel (DDP) only: optimizer state is replicated, and the main process
 writes it. Checkpoints of sharded optimizers (FSDP, DeepSpeed) are not supported.
@@ -45,7 +47,7 @@ from torch import nn
 
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
-from distillery.folders import atomic_folder, fsync_file, previous_version, shared_sibling
+from distillery.folders import atomic_folder, fsync_file, previous_version, shared_sibling, writing
 
 logger = logging.getLogger("distillery")
 
@@ -227,9 +229,9 @@ def save_last(acc: Any, root: Path, model: nn.Module, optimizer: Any, scheduler:
     """Write ``root/last`` atomically; every process calls it (each saves its own RNG state)."""
     final = root / LAST
     tmp = shared_sibling(final)
-    writing = atomic_folder(final, existing="old", tmp=tmp, durable=True) if acc.is_main_process \
+    into = atomic_folder(final, existing="old", tmp=tmp, durable=True) if acc.is_main_process \
         else contextlib.nullcontext(tmp)
-    with writing:
+    with writing(final, "a checkpoint"), into:
         acc.wait_for_everyone()  # the main process has emptied tmp
         _torch_save(_rng_state(), tmp / f"rng_state_{acc.process_index}.pt")
         if acc.is_main_process:
@@ -323,7 +325,8 @@ def resume_last(acc: Any, out_dir: Path, model: nn.Module, optimizer: Any, sched
 def save_best(root: Path, model: nn.Module, step: int, main_metric: str, metrics: Mapping[str, Any]) -> None:
     """Write ``root/best`` atomically (the main process only)."""
     final = root / BEST
-    with atomic_folder(final, existing="old", tmp=shared_sibling(final), durable=True) as tmp:
+    with writing(final, "the best weights (a checkpoint)"), \
+            atomic_folder(final, existing="old", tmp=shared_sibling(final), durable=True) as tmp:
         _save_weights(model, tmp / MODEL_FILE)
         _write_json({"step": step, "main_metric": main_metric, "metrics": metrics}, tmp / BEST_FILE)
 
