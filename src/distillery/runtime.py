@@ -29,6 +29,7 @@ from torch import nn
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
 from distillery.modeling import head_named, head_of, load_pretrained, model_folder, read_config
+from distillery.weights import verify_weights
 
 ONNX_FILE = "model.onnx"
 
@@ -38,6 +39,7 @@ def load_model(path: str | Path) -> nn.Module:
     (ONNX Runtime or torch int8), called like the Hugging Face model it came from."""
     folder = model_folder(path)
     if (folder / EXPORT_MANIFEST).is_file():
+        verify_weights(folder)
         return load_export(folder)
     return load_pretrained(folder)
 

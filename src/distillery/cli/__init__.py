@@ -182,7 +182,7 @@ def bench(
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
     setup_logging()
     from distillery.bench import benchmark, format_bench_table
-    from distillery.modeling import model_folder
+    from distillery.modeling import load_tokenizer, model_folder
     from distillery.runtime import load_model
 
     loaded = {}
@@ -190,11 +190,9 @@ def bench(
         name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
         loaded[name] = load_model(path)
     if export:
-        from transformers import AutoTokenizer
-
         from distillery.export import build_variants
 
-        sources = {name: (m, AutoTokenizer.from_pretrained(model_folder(p))) for (name, m), p in zip(loaded.items(), models)}
+        sources = {name: (m, load_tokenizer(str(model_folder(p)))) for (name, m), p in zip(loaded.items(), models)}
         loaded.update(build_variants(sources, export)[0])
     result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
     text = json.dumps(result, indent=2)
