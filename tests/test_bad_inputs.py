@@ -231,6 +231,9 @@ CASES = {
     "eval-renamed-keys": (lambda p: ["eval", hostile(p, "renamed-two"), "--data-dir", str(p.glue)], "encoderx."),
     "eval-config-8-layers": (lambda p: ["eval", hostile(p, "layers-8-two"), "--data-dir", str(p.glue)], "num_hidden_layers=8"),
     "bench-config-hidden-size": (lambda p: ["bench", hostile(p, "hidden-64-two")], "hidden_size=64"),
+    "eval-config-intermediate-size": (lambda p: ["eval", hostile(p, "intermediate-50-two"), "--data-dir", str(p.glue)],
+                                      "(37,) saved, (50,)"),
+    "teacher-config-intermediate-size": (lambda p: p.compress(teacher=hostile(p, "intermediate-50")), "another shape"),
     # custom data: missing labels must not become a class
     "custom-empty-label": (lambda p: custom(p, ["good movie,1", "bad movie,0", "fun plot,"]), "train.csv, line 4"),
     "custom-nan-label": (lambda p: custom(p, ["good movie,1", "bad movie,NaN", "fun plot,0"]), "train.csv, line 3"),
@@ -298,8 +301,8 @@ def hostile(p: Paths, kind: str) -> str:
     if base == "renamed":  # every encoder weight under another name
         state = load_file(weights)
         save_file({f"encoderx.{k.removeprefix('bert.')}": v for k, v in state.items()}, weights, metadata={"format": "pt"})
-    elif base.startswith(("layers-", "hidden-")):
-        field = "num_hidden_layers" if base.startswith("layers-") else "hidden_size"
+    elif base.startswith(("layers-", "hidden-", "intermediate-")):
+        field = {"layers": "num_hidden_layers", "hidden": "hidden_size", "intermediate": "intermediate_size"}[base.split("-")[0]]
         config.write_text(json.dumps({**json.loads(config.read_text()), field: int(base.split("-")[1])}))
     elif base == "pickled":  # a pickle holding an object besides the tensors: torch's weights-only reader refuses it
         state = load_file(weights)

@@ -138,7 +138,7 @@ def load_pretrained(folder: str | Path) -> PreTrainedModel:
     every weight must be there, of its shape, finite, and (in a folder distillery saved) unchanged."""
     folder = Path(folder)
     config = read_config(folder)
-    model, _ = load_checked(head_of(config).auto_class, folder, "the model", strict=True)
+    model, _ = load_checked(head_of(config).auto_class, folder, f"the model {folder}", strict=True)
     return model.eval()
 
 
@@ -148,7 +148,8 @@ def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, 
     (``strict``, or inside the encoder) unexpected. A local folder is checked first: its weights
     record (:func:`distillery.weights.verify_weights`) and config.json against the weights' header,
     before a model of the config's size is built. ``new_head``: the task head (and pooler) may be
-    missing or of another shape; it is replaced by a new one, trained next. ``what`` names the model."""
+    missing or of another shape; it is replaced by a new one, trained next. ``what`` names the model
+    and where it is (``teacher 'path'``, ``the model path``)."""
     import pickle
 
     from safetensors import SafetensorError
@@ -160,15 +161,16 @@ def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, 
         verify_weights(folder)
         check_against_config(folder, read_config(folder))
     try:
-        model, info = cls.from_pretrained(str(source), output_loading_info=True, ignore_mismatched_sizes=new_head,
-                                          **kwargs)
+        # weights of another shape are reported in the loading info, not raised: check_loading_info
+        # names them, or lets a new head (new_head) take their place
+        model, info = cls.from_pretrained(str(source), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
     except SafetensorError as e:  # a truncated or garbled weights file
         weights = ", ".join(str(p) for p in sorted(folder.glob("*.safetensors"))) or str(folder)
-        raise DistilleryError(f"Cannot load {what} in {folder}: {weights} is corrupt ({e}).") from None
+        raise DistilleryError(f"Cannot load {what}: {weights} is corrupt ({e}).") from None
     except pickle.UnpicklingError:  # torch's weights-only reader met a pickle of more than tensors
         raise pickle_refusal(folder) from None
     except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot load {what} in {source}: {first_line(e)}") from None
+        raise DistilleryError(f"Cannot load {what}: {first_line(e)}") from None
     check_loading_info(model, info, what, new_head=new_head, strict=strict)
     check_finite(model, source)
     return model, info
@@ -209,8 +211,9 @@ def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, 
 
 
 def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
-    """save_pretrained (safetensors) + tokenizer + the weights' SHA-256 record into a temporary
-    folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if distillery wrote it."""
+    """save_pretrained (safetensors), the tokenizer and the weights' SHA-256 record into a temporary
+    folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if
+    distillery wrote it."""
     with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -230,8 +233,9 @@ def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return candidates[0]
 
 
-# The JSON files a tokenizer folder may hold; each must be a JSON object.
-TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
+# The other JSON files a tokenizer folder may hold; each must be a JSON object.
+# (tokenizer.json is read by the tokenizers library itself, below: one parse of a file that can be large.)
+TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
 
 
 def check_tokenizer_files(folder: Path) -> None:

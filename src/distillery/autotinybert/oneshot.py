@@ -256,7 +256,7 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     if facts.get("layer_rule") != LAYER_RULE:
         raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
                               f"spread over the depth, so its ranking does not carry over: train it again.")
-    bert, _ = load_checked(BertModel, folder, "the super-net", new_head=True, strict=True)  # verifies its weights record too
+    bert, _ = load_checked(BertModel, folder, f"the super-net {folder}", new_head=True, strict=True)  # verifies its weights record too
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:
         head, head_kind = saved_head, facts.get("head_kind")
