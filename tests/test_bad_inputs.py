@@ -213,7 +213,7 @@ CASES = {
     "teacher-pickled-moebert-importance": (lambda p: ["moebert", "importance", "--teacher", hostile(p, "pickled"),
                                                       "--data-dir", str(p.glue), "--out", str(p.tmp / "i.safetensors")],
                                            "pytorch_model.bin"),
-    "eval-pickled": (lambda p: ["eval", hostile(p, "pickled-two"), "--data-dir", str(p.glue)], "safetensors"),
+    "eval-pickled": (lambda p: ["eval", hostile(p, "pickled-two"), "--data-dir", str(p.glue)], "pytorch_model.bin"),
     "export-pickled": (lambda p: ["export", hostile(p, "pickled-two"), "--format", "torch-int8", "--out", str(p.tmp / "x")],
                        "pytorch_model.bin"),
     "bench-pickled": (lambda p: ["bench", hostile(p, "pickled-two")], "pytorch_model.bin"),

@@ -90,16 +90,24 @@ def test_an_unaltered_saved_model_and_a_users_folder_without_record_load(saved, 
     assert distillery.load_student(altered).config.num_labels == 2
 
 
-def test_an_export_records_its_weights_and_refuses_an_altered_byte(saved, tmp_path):
+@pytest.mark.parametrize("fmt, file", [("torch-int8", "model.safetensors"), ("onnx", "model.onnx")])
+def test_an_export_records_its_weights_and_refuses_an_altered_byte(fmt, file, saved, tmp_path):
     import distillery
     from distillery.export import export_model
     from distillery.weights import WEIGHTS_RECORD
 
-    folder = export_model(saved, "torch-int8", tmp_path / "int8")
-    assert "model.safetensors" in json.loads((folder / WEIGHTS_RECORD).read_text())["sha256"]
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    folder = export_model(saved, fmt, tmp_path / "export")
+    assert file in json.loads((folder / WEIGHTS_RECORD).read_text())["sha256"]
     distillery.load_student(folder)
-    alter_one_byte(folder / "model.safetensors")
-    with pytest.raises(DistilleryError, match="int8/model.safetensors was changed"):
+    if file.endswith(".safetensors"):
+        alter_one_byte(folder / file)
+    else:  # a byte in the middle of the graph
+        data = bytearray((folder / file).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (folder / file).write_bytes(bytes(data))
+    with pytest.raises(DistilleryError, match=f"export/{file} was changed"):
         distillery.load_student(folder)
 
 

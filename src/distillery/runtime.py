@@ -39,7 +39,6 @@ def load_model(path: str | Path) -> nn.Module:
     (ONNX Runtime or torch int8), called like the Hugging Face model it came from."""
     folder = model_folder(path)
     if (folder / EXPORT_MANIFEST).is_file():
-        verify_weights(folder)
         return load_export(folder)
     return load_pretrained(folder)
 
@@ -202,6 +201,7 @@ def load_export(folder: str | os.PathLike) -> nn.Module:
     path = folder / manifest.get("file", ONNX_FILE)
     if not path.is_file():
         raise DistilleryError(f"The export folder {folder} has no {path.name}.")
+    verify_weights(folder)  # (torch-int8: load_pretrained verifies)
     return OnnxModel(path.read_bytes(), read_config(folder), manifest).eval()
 
 
