@@ -202,6 +202,8 @@ CASES = {
     "teacher-config-hidden-size": (lambda p: p.compress(teacher=hostile(p, "hidden-64")), "hidden_size=64"),
     "teacher-1-label-finetuned-on-sst2": (lambda p: p.compress("--teacher-finetuned", teacher=str(p.models / "regression")),
                                           "needs a 2-class classification head; drop --teacher-finetuned"),
+    "teacher-3-label-finetuned-on-sst2": (lambda p: p.compress("--teacher-finetuned", teacher=str(p.models / "three")),
+                                          "has a 3-class classification head but task sst2 needs a 2-class"),
     "teacher-2-label-finetuned-on-stsb": (lambda p: p.compress("--task", "stsb", "--teacher-finetuned",
                                                                teacher=str(p.models / "two")), "needs a regression head"),
     "teacher-2-label-finetuned-on-3-classes": (lambda p: [*custom(p, ["good,1", "bad,0", "meh,2"]), "--teacher",
