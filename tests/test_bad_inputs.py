@@ -232,6 +232,50 @@ CASES = {
     "eval-2-class-on-stsb": (lambda p: evaluate(p, "two", "--task", "stsb"), "head does not match"),
     "eval-3-class-on-sst2": (lambda p: evaluate(p, "three"), "3 outputs"),
     "eval-regression-on-sst2": (lambda p: evaluate(p, "regression"), "head does not match"),
+    # hostile teachers and saved models (issue 31): weights that do not match config.json, heads that do
+    # not fit the task, pickles, broken tokenizer files, non-finite weights (see hostile() below)
+    "teacher-renamed-keys": (lambda p: p.compress(teacher=hostile(p, "renamed")), "encoderx."),
+    "teacher-renamed-keys-teacher-command": (lambda p: ["teacher", "--teacher", hostile(p, "renamed"),
+                                                        "--data-dir", str(p.glue)], "encoderx."),
+    "teacher-config-8-layers": (lambda p: p.compress(teacher=hostile(p, "layers-8")), "num_hidden_layers=8"),
+    "teacher-config-100000-layers": (lambda p: p.compress(teacher=hostile(p, "layers-100000")), "num_hidden_layers=100000"),
+    "teacher-config-hidden-size": (lambda p: p.compress(teacher=hostile(p, "hidden-64")), "hidden_size=64"),
+    "teacher-1-label-finetuned-on-sst2": (lambda p: p.compress("--teacher-finetuned", teacher=str(p.models / "regression")),
+                                          "needs a 2-class classification head; drop --teacher-finetuned"),
+    "teacher-3-label-finetuned-on-sst2": (lambda p: p.compress("--teacher-finetuned", teacher=str(p.models / "three")),
+                                          "has a 3-class classification head but task sst2 needs a 2-class"),
+    "teacher-2-label-finetuned-on-stsb": (lambda p: p.compress("--task", "stsb", "--teacher-finetuned",
+                                                               teacher=str(p.models / "two")), "needs a regression head"),
+    "teacher-2-label-finetuned-on-3-classes": (lambda p: [*custom(p, ["good,1", "bad,0", "meh,2"]), "--teacher",
+                                                          str(p.models / "two"), "--teacher-finetuned"],
+                                               "needs a 3-class classification head"),
+    "teacher-pickled-compress": (lambda p: p.compress(teacher=hostile(p, "pickled")), "pytorch_model.bin"),
+    "teacher-pickled-teacher-command": (lambda p: ["teacher", "--teacher", hostile(p, "pickled"), "--data-dir", str(p.glue)],
+                                        "pytorch_model.bin"),
+    "teacher-pickled-moebert-importance": (lambda p: ["moebert", "importance", "--teacher", hostile(p, "pickled"),
+                                                      "--data-dir", str(p.glue), "--out", str(p.tmp / "i.safetensors")],
+                                           "pytorch_model.bin"),
+    "eval-pickled": (lambda p: ["eval", hostile(p, "pickled-two"), "--data-dir", str(p.glue)], "pytorch_model.bin"),
+    "export-pickled": (lambda p: ["export", hostile(p, "pickled-two"), "--format", "torch-int8", "--out", str(p.tmp / "x")],
+                       "pytorch_model.bin"),
+    "bench-pickled": (lambda p: ["bench", hostile(p, "pickled-two")], "pytorch_model.bin"),
+    "teacher-tokenizer-json-not-json": (lambda p: p.compress(teacher=hostile(p, "tokenizer-not-json")), "tokenizer.json"),
+    "teacher-tokenizer-json-not-a-tokenizer": (lambda p: p.compress(teacher=hostile(p, "tokenizer-not-a-tokenizer")),
+                                               "tokenizer.json"),
+    "teacher-tokenizer-config-a-list": (lambda p: p.compress(teacher=hostile(p, "tokenizer-config-a-list")),
+                                        "tokenizer_config.json"),
+    "eval-tokenizer-config-not-json": (lambda p: ["eval", hostile(p, "tokenizer-config-not-json-two"), "--data-dir",
+                                                  str(p.glue)], "tokenizer_config.json"),
+    "export-tokenizer-json-not-json": (lambda p: ["export", hostile(p, "tokenizer-not-json-two"), "--format", "torch-int8",
+                                                  "--out", str(p.tmp / "x")], "tokenizer.json"),
+    "cmow-init-a-bert-folder": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.bert}"), "not a CMOW encoder"),
+    "eval-nan-weights": (lambda p: ["eval", hostile(p, "nan-two"), "--data-dir", str(p.glue)], "model.safetensors holds non-finite"),
+    "eval-renamed-keys": (lambda p: ["eval", hostile(p, "renamed-two"), "--data-dir", str(p.glue)], "encoderx."),
+    "eval-config-8-layers": (lambda p: ["eval", hostile(p, "layers-8-two"), "--data-dir", str(p.glue)], "num_hidden_layers=8"),
+    "bench-config-hidden-size": (lambda p: ["bench", hostile(p, "hidden-64-two")], "hidden_size=64"),
+    "eval-config-intermediate-size": (lambda p: ["eval", hostile(p, "intermediate-50-two"), "--data-dir", str(p.glue)],
+                                      "(37,) saved, (50,)"),
+    "teacher-config-intermediate-size": (lambda p: p.compress(teacher=hostile(p, "intermediate-50")), "another shape"),
     # custom data: missing labels must not become a class
     "custom-empty-label": (lambda p: custom(p, ["good movie,1", "bad movie,0", "fun plot,"]), "train.csv, line 4"),
     "custom-nan-label": (lambda p: custom(p, ["good movie,1", "bad movie,NaN", "fun plot,0"]), "train.csv, line 3"),
@@ -355,6 +399,39 @@ CASES = {
     "report-out-a-user-folder": (lambda p: ["report", str(p.finished_run("a")), str(p.finished_run("b")),
                                             "--out", str(p.user_run())], "not written by distillery"),
 }
+
+
+def hostile(p: Paths, kind: str) -> str:
+    """A copy of the tiny BERT teacher (or, for a ``-two`` kind, of the saved 2-class model) damaged
+    as ``kind`` says (issue 31's hostile teachers and saved models); returns its folder."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    base = kind.removesuffix("-two")
+    folder = p.tmp / kind
+    shutil.copytree(p.models / "two" if kind.endswith("-two") else p.bert, folder)
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    if base == "renamed":  # every encoder weight under another name
+        state = load_file(weights)
+        save_file({f"encoderx.{k.removeprefix('bert.')}": v for k, v in state.items()}, weights, metadata={"format": "pt"})
+    elif base.startswith(("layers-", "hidden-", "intermediate-")):
+        field = {"layers": "num_hidden_layers", "hidden": "hidden_size", "intermediate": "intermediate_size"}[base.split("-")[0]]
+        config.write_text(json.dumps({**json.loads(config.read_text()), field: int(base.split("-")[1])}))
+    elif base == "pickled":  # a pickle holding an object besides the tensors: torch's weights-only reader refuses it
+        state = load_file(weights)
+        weights.unlink()
+        torch.save({**state, "extra": Paths}, folder / "pytorch_model.bin")
+    elif base == "nan":
+        save_file({k: v * float("nan") for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    else:
+        name, text = {"tokenizer-not-json": ("tokenizer.json", "{not json"),
+                      "tokenizer-not-a-tokenizer": ("tokenizer.json", '{"a": 1}'),
+                      "tokenizer-config-a-list": ("tokenizer_config.json", "[1]"),
+                      "tokenizer-config-not-json": ("tokenizer_config.json", "{oops")}[base]
+        (folder / name).write_text(text)
+    return str(folder)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -47,6 +47,17 @@ def _output(outputs, name: str, position: int) -> torch.Tensor:
     return outputs[position]
 
 
+def check_finite_outputs(chunks: list, task_data: TaskData, split: str) -> None:
+    """Refuse NaN or infinite outputs: argmax over them is a guess (a model of NaN weights scores like a coin)."""
+    def rows(a: np.ndarray) -> np.ndarray:
+        return (~np.isfinite(a)).reshape(len(a), -1).any(axis=1)
+
+    bad = sum(int((rows(c[0]) | rows(c[1]) if isinstance(c, tuple) else rows(c)).sum()) for c in chunks)
+    if bad:
+        raise DistilleryError(f"The model's outputs are not finite (NaN or inf) for {bad} {task_data.task.name} {split} "
+                              f"inputs: its weights are damaged or its training diverged, so it is not scored.")
+
+
 def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev"):
     """Raw model outputs over ``split`` ("dev" or "train") of ``task_data``, in dataset order.
 
@@ -92,6 +103,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
                     chunks.append(_output(outputs, "logits", 0).float().cpu().numpy())
     finally:
         model.train(was_training)
+    check_finite_outputs(chunks, task_data, split)
     restore = lambda a: a[np.argsort(order, kind="stable")]  # noqa: E731
     if is_qa:
         longest = max(s.shape[1] for s, _ in chunks)

@@ -9,6 +9,7 @@ callable model is ``distillery.runtime.load_model``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringMode
 
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, mark
+from distillery.weights import record_weights
 
 # Packages whose import registers a student type (its config and heads) with the Auto classes.
 MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow", "distillery.autotinybert")
@@ -132,28 +134,90 @@ def read_config(folder: str | Path):
 
 
 def load_pretrained(folder: str | Path) -> PreTrainedModel:
-    """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``."""
-    from safetensors import SafetensorError
-
+    """The Hugging Face model (fp32, with its head) saved with ``save_pretrained`` in ``folder``:
+    every weight must be there, of its shape, finite, and (in a folder distillery saved) unchanged."""
     folder = Path(folder)
     config = read_config(folder)
-    cls = head_of(config).auto_class
-    try:
-        model = cls.from_pretrained(folder)
-    except SafetensorError as e:  # a truncated or garbled weights file
-        weights = ", ".join(str(p) for p in sorted(folder.glob("*.safetensors"))) or str(folder)
-        raise DistilleryError(f"Cannot load the model in {folder}: {weights} is corrupt ({e}).") from None
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot load the model in {folder}: {e}") from None
+    model, _ = load_checked(head_of(config).auto_class, folder, f"the model {folder}", strict=True)
     return model.eval()
 
 
+def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, strict: bool = False, **kwargs):
+    """``cls.from_pretrained(source, **kwargs)`` and its loading info, refusing with a sentence what
+    transformers would only log while leaving weights random: weights missing, of another shape or
+    (``strict``, or inside the encoder) unexpected. A local folder is checked first: its weights
+    record (:func:`distillery.weights.verify_weights`) and config.json against the weights' header,
+    before a model of the config's size is built. ``new_head``: the task head (and pooler) may be
+    missing or of another shape; it is replaced by a new one, trained next. ``what`` names the model
+    and where it is (``teacher 'path'``, ``the model path``)."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    from distillery.weights import check_against_config, check_finite, pickle_refusal, verify_weights
+
+    folder = Path(source)
+    if folder.is_dir():
+        verify_weights(folder)
+        check_against_config(folder, read_config(folder))
+    try:
+        # weights of another shape are reported in the loading info, not raised: check_loading_info
+        # names them, or lets a new head (new_head) take their place
+        model, info = cls.from_pretrained(str(source), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    except SafetensorError as e:  # a truncated or garbled weights file
+        weights = ", ".join(str(p) for p in sorted(folder.glob("*.safetensors"))) or str(folder)
+        raise DistilleryError(f"Cannot load {what}: {weights} is corrupt ({e}).") from None
+    except pickle.UnpicklingError:  # torch's weights-only reader met a pickle of more than tensors
+        raise pickle_refusal(folder) from None
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"Cannot load {what}: {first_line(e)}") from None
+    check_loading_info(model, info, what, new_head=new_head, strict=strict)
+    check_finite(model, source)
+    return model, info
+
+
+def _is_head_key(model, key: str) -> bool:
+    """Whether a weight name belongs to the task head or pooler rather than to the encoder."""
+    prefix = getattr(model, "base_model_prefix", "")
+    if not prefix or model.base_model is model:  # a bare encoder: its pooler is all that is task-specific
+        return key.startswith("pooler.")
+    return not key.startswith(prefix + ".") or key.startswith(f"{prefix}.pooler.")
+
+
+def _some(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:3]) + (f", ... ({len(keys)} in all)" if len(keys) > 3 else "")
+
+
+def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, strict: bool = False) -> None:
+    """Refuse a load that left encoder weights random (missing or of another shape), or, ``strict``
+    (a model saved whole) or inside the encoder, put saved weights nowhere (unexpected)."""
+    allowed = (lambda key: _is_head_key(model, key)) if new_head else (lambda key: False)
+    missing = [k for k in info.get("missing_keys", ()) if not allowed(k)]
+    mismatched = [m for m in info.get("mismatched_keys", ()) if not allowed(m[0])]
+    unexpected = list(info.get("unexpected_keys", ()))
+    stray = unexpected if strict else [k for k in unexpected if not _is_head_key(model, k)]
+    if mismatched:
+        key, saved, wanted = sorted(mismatched)[0]
+        raise DistilleryError(f"The weights of {what} do not fit its config.json: {len(mismatched)} have another "
+                              f"shape (e.g. {key}: {tuple(saved)} saved, {tuple(wanted)} in the config's model).")
+    if missing or stray:
+        parts = [f"{len(missing)} weights missing ({_some(missing)})"] if missing else []
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
+        raise DistilleryError(f"The weights of {what} do not match its config.json ({getattr(model.config, 'model_type', '?')} "
+                              f"model {type(model).__name__}): {' and '.join(parts)}; they would be left random. "
+                              f"Were the weights renamed, or saved from another architecture?")
+
+
 def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
-    """save_pretrained (safetensors) + tokenizer into a temporary folder, marked as distillery's,
-    then moved into place; an existing ``folder`` is replaced only if distillery wrote it."""
+    """save_pretrained (safetensors), the tokenizer and the weights' SHA-256 record into a temporary
+    folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if
+    distillery wrote it."""
     with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        record_weights(tmp)
         mark(tmp, kind)
 
 
@@ -169,8 +233,39 @@ def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return candidates[0]
 
 
+# The other JSON files a tokenizer folder may hold; each must be a JSON object.
+# (tokenizer.json is read by the tokenizers library itself, below: one parse of a file that can be large.)
+TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Refuse, naming it, a tokenizer file of a local folder that is not what its name says
+    (transformers would fail on it with a bare JSON or key error naming no file)."""
+    for name in TOKENIZER_JSON:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            content = json.loads(path.read_bytes())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DistilleryError(f"The tokenizer file {path} is not valid JSON ({e}).") from None
+        if not isinstance(content, dict):
+            raise DistilleryError(f"The tokenizer file {path} holds a JSON {type(content).__name__}, not an object.")
+    fast = folder / "tokenizer.json"
+    if fast.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(fast))
+        except Exception as e:  # noqa: BLE001 -- the tokenizers library raises bare Exception for a file it cannot read
+            raise DistilleryError(f"The tokenizer file {fast} is not a tokenizer ({first_line(e)}).") from None
+
+
 def load_tokenizer(source: str):
-    """AutoTokenizer from a folder or Hub id; a sentence naming the source when there is none."""
+    """AutoTokenizer from a folder or Hub id; a sentence naming the source when there is none, or
+    naming the file of a local folder that is broken."""
+    if Path(source).is_dir():
+        check_tokenizer_files(Path(source))
     try:
         return AutoTokenizer.from_pretrained(source)
     except OSError as e:

@@ -29,6 +29,7 @@ from torch import nn
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
 from distillery.modeling import head_named, head_of, load_pretrained, model_folder, read_config
+from distillery.weights import verify_weights
 
 ONNX_FILE = "model.onnx"
 
@@ -200,6 +201,7 @@ def load_export(folder: str | os.PathLike) -> nn.Module:
     path = folder / manifest.get("file", ONNX_FILE)
     if not path.is_file():
         raise DistilleryError(f"The export folder {folder} has no {path.name}.")
+    verify_weights(folder)  # (torch-int8: load_pretrained verifies)
     return OnnxModel(path.read_bytes(), read_config(folder), manifest).eval()
 
 

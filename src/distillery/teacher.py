@@ -36,7 +36,8 @@ from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, load_tokenizer
+from distillery.modeling import first_line, load_checked, load_tokenizer
+from distillery.weights import check_against_config, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
 
@@ -134,12 +135,14 @@ OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 def check_teacher(name: str, config, data: DataConfig, supported: tuple[str, ...] = ENCODER_TYPES,
                   user: str = "distillery") -> None:
-    """Refuse, from its config alone, a teacher ``user`` (a method) cannot distil or a ``max_length``
-    its position embeddings cannot hold."""
+    """Refuse, from its config (and its weights' header), a teacher ``user`` (a method) cannot distil,
+    whose config.json disagrees with its weights, or a ``max_length`` its position embeddings cannot hold."""
     model_type = getattr(config, "model_type", None)
     if model_type not in supported:
         raise DistilleryError(f"Teacher {name!r} is a {model_type!r} model; {user} supports "
                               f"{', '.join(supported)} encoders only.")
+    if Path(resolve_teacher(name)).is_dir():  # a config that disagrees with its weights, refused before any build
+        check_against_config(resolve_teacher(name), config)
     positions = getattr(config, "max_position_embeddings", None)
     if positions:
         usable = positions - ((config.pad_token_id or 0) + 1 if model_type in OFFSET_POSITIONS else 0)
@@ -149,27 +152,42 @@ def check_teacher(name: str, config, data: DataConfig, supported: tuple[str, ...
 
 
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
-    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer."""
+    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer.
+
+    Its encoder must load whole (see :func:`distillery.modeling.load_checked`); a head that does not
+    fit the task is replaced by a new one, unless the teacher is given fine-tuned."""
     source = resolve_teacher(name)
     tokenizer = teacher_tokenizer(name)
     cls = task_model_class(task)
     kwargs = {} if finetuned else head_kwargs(task)
-    try:
-        model, loading = cls.from_pretrained(source, output_loading_info=True, **kwargs)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Could not load teacher {name!r} for {task.name}: {first_line(e)}") from None
-    if finetuned and loading["missing_keys"]:
-        # transformers would initialise the missing head at random and only log it
+    model, loading = load_checked(cls, source, f"teacher {name!r}", new_head=True, **kwargs)
+    if finetuned:
+        check_finetuned_head(name, model, task, loading)
+    elif loading["mismatched_keys"]:
+        logger.info("Teacher %s has a head of another shape; %s gets a new one (%d outputs), trained here.",
+                    name, task.name, model.config.num_labels)
+    return model, tokenizer
+
+
+def _head_words(outputs: int) -> str:
+    return "a regression head (1 output)" if outputs == 1 else f"a {outputs}-class classification head"
+
+
+def check_finetuned_head(name: str, model: PreTrainedModel, task: TaskSpec, loading: dict) -> None:
+    """A teacher given as fine-tuned (--teacher-finetuned) must bring a trained head of ``task``'s shape."""
+    drop = "drop --teacher-finetuned so that a new head is trained here."
+    if loading["missing_keys"]:  # transformers would initialise the missing head at random and only log it
         missing = ", ".join(sorted(loading["missing_keys"])[:4])
         raise DistilleryError(
             f"Teacher {name!r} is given as fine-tuned (--teacher-finetuned) but has no trained {task.name} "
-            f"head (missing weights: {missing}); drop --teacher-finetuned to fine-tune it here."
+            f"head (missing weights: {missing}); {drop}"
         )
-    if finetuned and task.kind != "qa" and model.config.num_labels != task.num_labels:
-        raise DistilleryError(
-            f"Teacher {name!r} has {model.config.num_labels} outputs but task {task.name} needs {task.num_labels}."
-        )
-    return model, tokenizer
+    if task.kind == "qa":
+        return
+    has = model.config.num_labels  # one output is a regression head: no task has a single class
+    if has != task.num_labels:
+        raise DistilleryError(f"Teacher {name!r} has {_head_words(has)} but task {task.name} needs "
+                              f"{_head_words(task.num_labels)}; {drop}")
 
 
 # The files of a saved model that decide what it computes: weights, config, tokenizer.
@@ -184,8 +202,7 @@ def file_digest(path: Path) -> str:
     stat = path.stat()
     memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if memo not in _FILE_DIGESTS:
-        with open(path, "rb") as f:
-            _FILE_DIGESTS[memo] = hashlib.file_digest(f, "sha256").hexdigest()
+        _FILE_DIGESTS[memo] = sha256_file(path)
     return _FILE_DIGESTS[memo]
 
 
@@ -348,10 +365,8 @@ def _read_entry(folder: Path, task: TaskSpec):
     """The cached teacher in ``folder`` (see _cached_entry); raises what a damaged entry raises."""
     info = json.loads((folder / "teacher.json").read_text())
     metric = float(info["metrics"][task.main_metric])
-    model, loading = task_model_class(task).from_pretrained(folder / "model", output_loading_info=True)
-    damaged = [k for what in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in loading.get(what) or ()]
-    if damaged:
-        raise ValueError(f"weights {', '.join(map(str, damaged[:4]))} do not fit its config")
+    # its weights record, weights against config, nothing missing or left over: else a damaged entry
+    model, _ = load_checked(task_model_class(task), folder / "model", f"the cached teacher {folder}", strict=True)
     tokenizer = load_tokenizer(str(folder / "model"))
     check_vocabulary(tokenizer, model.config, str(folder / "model"))  # tokenizer files gone: special tokens only
     logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric, metric)
@@ -374,6 +389,7 @@ def _finetune_into(folder: Path, teacher: TeacherConfig, task: TaskSpec, task_da
                 atomic_folder(folder, existing="any", tmp=shared_sibling(folder)) as tmp:
             model.save_pretrained(tmp / "model")
             tokenizer.save_pretrained(tmp / "model")
+            record_weights(tmp / "model")
             (tmp / "teacher.json").write_text(json.dumps(info, indent=2))
         shutil.rmtree(work, ignore_errors=True)
     distributed.barrier()

@@ -183,7 +183,7 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
-    from distillery.modeling import load_tokenizer
+    from distillery.modeling import load_checked, load_tokenizer
     from distillery.teacher import resolve_teacher
 
     # the recipe's own checks of these settings, before the run folder is touched
@@ -194,7 +194,7 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     started = time.time()
     path = resolve_teacher(teacher)
     tokenizer = load_tokenizer(path)
-    teacher_model = AutoModel.from_pretrained(path).eval()
+    teacher_model = load_checked(AutoModel, path, f"teacher {teacher!r}", new_head=True)[0].eval()
     for p in teacher_model.parameters():
         p.requires_grad_(False)
     supernet = SuperNet.from_teacher(teacher_model, strategy)
@@ -223,6 +223,8 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
 
     from safetensors.torch import save_file
 
+    from distillery.weights import record_weights
+
     folder = Path(folder)
     supernet.bert.save_pretrained(folder)
     if tokenizer is not None:
@@ -233,6 +235,7 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind,
             "layer_rule": LAYER_RULE}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
+    record_weights(folder)
     return folder
 
 
@@ -244,6 +247,8 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
 
     from transformers import BertModel
 
+    from distillery.modeling import load_checked
+
     folder = Path(folder)
     if not (folder / "supernet.json").is_file():
         raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
@@ -251,7 +256,7 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     if facts.get("layer_rule") != LAYER_RULE:
         raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
                               f"spread over the depth, so its ranking does not carry over: train it again.")
-    bert = BertModel.from_pretrained(folder)
+    bert, _ = load_checked(BertModel, folder, f"the super-net {folder}", new_head=True, strict=True)  # verifies its weights record too
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:
         head, head_kind = saved_head, facts.get("head_kind")

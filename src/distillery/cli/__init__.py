@@ -206,7 +206,7 @@ def bench(
     setup_logging()
     from distillery.bench import benchmark, format_bench_table
     from distillery.folders import check_file_target, write_file
-    from distillery.modeling import model_folder
+    from distillery.modeling import load_tokenizer, model_folder
     from distillery.runtime import load_model
 
     if out:
@@ -216,11 +216,9 @@ def bench(
         name = "teacher" if i == 0 else ("student" if len(models) == 2 else Path(path).name or f"model{i}")
         loaded[name] = load_model(path)
     if export:
-        from transformers import AutoTokenizer
-
         from distillery.export import build_variants
 
-        sources = {name: (m, AutoTokenizer.from_pretrained(model_folder(p))) for (name, m), p in zip(loaded.items(), models)}
+        sources = {name: (m, load_tokenizer(str(model_folder(p)))) for (name, m), p in zip(loaded.items(), models)}
         loaded.update(build_variants(sources, export)[0])
     result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
     text = json.dumps(result, indent=2)

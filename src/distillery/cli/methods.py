@@ -224,18 +224,16 @@ def atb_extract(
 ):
     """Cut one architecture out of a super-net as a standalone AutoTinyBERT model."""
     setup_logging(False)
-    from transformers import AutoTokenizer
-
     from distillery.autotinybert.oneshot import load_supernet
     from distillery.autotinybert.recipe import parse_arch
 
     from distillery.folders import check_target
-    from distillery.modeling import save_model
+    from distillery.modeling import load_tokenizer, save_model
 
     check_target(out, overwrite=overwrite, inputs=[supernet], kind="model")
     net = load_supernet(supernet)
     model = net.extract(parse_arch(arch))
-    save_model(model, AutoTokenizer.from_pretrained(supernet), Path(out))
+    save_model(model, load_tokenizer(supernet), Path(out))
     typer.echo(f"{parse_arch(arch)} → {out}")
 
 

@@ -30,6 +30,7 @@ from torch import nn
 from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM, checked_config
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
+from distillery.weights import record_weights
 
 logger = logging.getLogger("distillery")
 
@@ -41,12 +42,12 @@ def load_mlm_teacher(name: str):
     checkpoint has trained weights for one."""
     from transformers import AutoModelForMaskedLM
 
-    from distillery.modeling import load_tokenizer
+    from distillery.modeling import load_checked, load_tokenizer
     from distillery.teacher import resolve_teacher
 
     path = resolve_teacher(name)
     tokenizer = load_tokenizer(path)
-    model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    model, info = load_checked(AutoModelForMaskedLM, path, f"teacher {name!r}", new_head=True)
     head = getattr(model, "cls", None) or getattr(model, "lm_head", None)
     head_names = ("cls.", "lm_head.")
     has_head = head is not None and not any(k.startswith(head_names) for k in info.get("missing_keys", []))
@@ -147,6 +148,7 @@ def pretrain(
         return out / "model"
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
+    record_weights(out / "model")
     last = result.history[-1] if result.history else {}
     facts = {"teacher": teacher, "kd": "mlm-distribution" if teacher_head is not None else f"hidden-{hidden_loss}",
              "corpus": [str(p) for p in corpus], "lines": len(texts), "blocks": len(dataset), "max_length": max_length,

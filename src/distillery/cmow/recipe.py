@@ -67,7 +67,7 @@ def check(config, teacher_config) -> None:
     checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
                    matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=opts.head)
     if opts.init is not None:
-        init_config = CMOWConfig.from_pretrained(_model_dir(opts.init))
+        init_config = init_model_config(opts.init)
         if init_config.vocab_size != teacher_config.vocab_size:
             raise DistilleryError(f"--init {opts.init} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
                                   f"{teacher_config.vocab_size}: CMOW students share the teacher's tokenizer.")
@@ -77,6 +77,18 @@ def _model_dir(path):
     from distillery.modeling import model_folder
 
     return model_folder(path)
+
+
+def init_model_config(path) -> CMOWConfig:
+    """The config of an ``init`` model, which must be a CMOW encoder (``distillery cmow pretrain``)."""
+    from distillery.modeling import read_config
+
+    folder = _model_dir(path)
+    config = read_config(folder)
+    if not isinstance(config, CMOWConfig):
+        raise DistilleryError(f"init={path} is a {getattr(config, 'model_type', None)!r} model ({folder / 'config.json'}), "
+                              f"not a CMOW encoder: give the model folder of `distillery cmow pretrain` (its <out>/model).")
+    return config
 
 
 def score_bins(labels, width: float) -> list[float]:
@@ -104,8 +116,11 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
     if opts.init is not None:
         from safetensors.torch import load_file
 
+        from distillery.weights import verify_weights
+
         folder = _model_dir(opts.init)
-        source = CMOWConfig.from_pretrained(folder)
+        source = init_model_config(opts.init)
+        verify_weights(folder)
         for name in ("component", "bidirectional", "matrix_dim", "vector_dim"):
             if getattr(source, name) != getattr(config, name):
                 raise DistilleryError(f"--init {opts.init} has {name}={getattr(source, name)!r}, this run {getattr(config, name)!r}.")

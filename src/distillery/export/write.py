@@ -43,8 +43,9 @@ from distillery.export.parity import (
 )
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
-from distillery.modeling import head_of, load_pretrained, model_folder, read_config
+from distillery.modeling import head_of, load_pretrained, load_tokenizer, model_folder, read_config
 from distillery.runtime import ONNX_FILE, OnnxModel, load_export, quantize_torch, read_manifest, require_onnx
+from distillery.weights import record_weights
 
 logger = logging.getLogger("distillery")
 
@@ -162,6 +163,7 @@ def export(
         manifest["versions"] = _versions()
         manifest["seconds"] = round(time.time() - started, 1)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        record_weights(tmp)
         mark(tmp, "export")
     return out_dir
 
@@ -206,8 +208,6 @@ def export_model(
     teacher being ``recover_teacher`` or the run's fp32 teacher or, for a plain model, its own fp32
     weights; the recovered weights are exported (the manifest holds both scores).
     """
-    from transformers import AutoTokenizer
-
     fmt = resolve_format(fmt)
     src = Path(path).expanduser()
     if src.is_dir() and (src / EXPORT_MANIFEST).is_file():
@@ -225,11 +225,8 @@ def export_model(
         raise DistilleryError("--recover is for int8 formats; an fp32 ONNX export loses nothing to recover.")
     if recover and not (task or task_data is not None):
         raise DistilleryError("--recover needs --task (and its data): recovery trains on the task and scores on dev.")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot load the tokenizer saved in {folder}: {e}") from None
-    model = load_pretrained(folder)
+    model = load_pretrained(folder)  # first: damaged weights are named as such, not as a tokenizer problem
+    tokenizer = load_tokenizer(str(folder))
     if task_data is None and task:
         task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
                                         splits=("train", "dev") if recover else ("dev",), **data_options)
