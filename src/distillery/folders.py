@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -516,7 +517,10 @@ def lock_file(path: str | os.PathLike) -> Path:
     """``.<name>.lock`` beside ``path``: not inside it, since the folder may not exist yet or may be
     replaced (``--overwrite``) while locked."""
     path = _resolved(path)
-    return path.with_name(f".{path.name or 'root'}.lock")
+    name = path.name or "root"
+    if len(os.fsencode(name)) > 200:  # a name as long as the file system allows leaves no room for ".lock"
+        name = f"{_stem(name)}-{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
+    return path.with_name(f".{name}.lock")
 
 
 def _holder(fd: int) -> str:

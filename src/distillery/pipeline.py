@@ -205,6 +205,8 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     if hasattr(method, "check"):
         method.check(config, model_config)
     config.out = str(out)
+    if not resume:  # the output path itself (a file, a link, a name too long) is refused before its lock is taken
+        check_target(out, overwrite=overwrite, inputs=run_inputs(config))
     with _run_lock(out):
         # Under a launcher the main process claims the folder; the others wait for it (and stop with it
         # when it refuses: the launcher ends the group).
