@@ -136,3 +136,19 @@ def tiny_gpt2(tmp_path_factory):
     config = GPT2Config(vocab_size=len(vocab), n_embd=32, n_layer=2, n_head=4, n_positions=64)
     GPT2Model(config).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory):
+    """``tiny_family(name)``: the folder of a tiny random encoder of family ``name`` (tests/families.py),
+    made once per session."""
+    from tests.families import make_tiny_family
+
+    made = {}
+
+    def make(family: str, num_layers: int = 4) -> str:
+        if (family, num_layers) not in made:
+            made[family, num_layers] = make_tiny_family(family, tmp_path_factory.mktemp(f"tiny-{family}"), num_layers)
+        return made[family, num_layers]
+
+    return make

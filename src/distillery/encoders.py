@@ -1,0 +1,152 @@
+"""Where each encoder family keeps its parts: the one place that knows the Hugging Face layouts.
+
+A method reads a teacher only through :func:`layout_of` and the accessors below, never through a
+``model_type`` list of its own: supporting a new family is one :class:`EncoderLayout` entry here.
+Paths are attribute paths (``"encoder.layer"``, ``"intermediate.dense"``): ``layers`` and
+``embedding_projection`` from the base model (``model.base_model``), the rest from one layer.
+
+The families, as transformers 5 writes them:
+
+- bert, roberta (xlm-roberta, camembert), electra (its embeddings may be narrower than the
+  encoder: ``embeddings_project``), mpnet (one relative-attention bias, ``encoder.relative_attention_bias``,
+  shared by every layer, with a column per head), deberta-v2 (disentangled relative attention whose
+  ``encoder.rel_embeddings`` all layers share): post-LayerNorm layers with ``intermediate.dense`` ->
+  activation -> ``output.dense``.
+- distilbert: ``transformer.layer``, ``ffn.lin1``/``ffn.lin2``, no token types.
+- albert: one shared layer group applied ``num_hidden_layers`` times (``shared_layers``); its layer
+  list is the group's, and depth is the number of repeats.
+- modernbert: pre-LayerNorm, a fused ``attn.Wqkv``, a GLU FFN whose ``mlp.Wi`` stacks the input rows
+  over the gate rows (neuron j is rows j and I + j), rotary positions, alternating local/global
+  attention, no token types, no biases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from distillery.errors import DistilleryError
+
+# How a family encodes positions: what a method that slices heads or drops layers must carry along.
+POSITION_SCHEMES = ("absolute", "absolute-after-padding", "relative-bias", "disentangled", "rotary")
+
+
+@dataclass(frozen=True)
+class EncoderLayout:
+    """One encoder family's layout (see the module docstring for the path conventions)."""
+
+    family: str
+    model_types: tuple[str, ...]
+    layers: str  # the ModuleList of layers, from the base model
+    query: str | None  # None where the projections are fused (qkv)
+    key: str | None
+    value: str | None
+    attention_out: str
+    ffn_in: str
+    ffn_out: str
+    attention_norm: str | None
+    ffn_norm: str | None
+    positions: str = "absolute"
+    qkv: str | None = None  # a fused [q; k; v] projection (rows stacked in that order)
+    glu: bool = False  # ffn_in stacks input rows over gate rows: act(in) * gate
+    pre_norm: bool = False
+    token_types: bool = True
+    activation_key: str = "hidden_act"  # the config field naming the FFN activation
+    ffn_width_key: str = "intermediate_size"  # the config field of the FFN width
+    embedding_projection: str | None = None  # embeddings narrower than the encoder, projected up
+    shared_layers: bool = False  # one group of layers applied num_hidden_layers times (ALBERT)
+    relative_bias: str | None = None  # a per-head bias table all layers share (MPNet), from the base model
+
+    def __post_init__(self):
+        if self.positions not in POSITION_SCHEMES:
+            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, got {self.positions!r}")
+
+
+_BERT_LIKE = dict(query="attention.self.query", key="attention.self.key", value="attention.self.value",
+                  attention_out="attention.output.dense", ffn_in="intermediate.dense", ffn_out="output.dense",
+                  attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer")
+
+LAYOUTS = (
+    EncoderLayout("bert", ("bert",), **_BERT_LIKE),
+    EncoderLayout("roberta", ("roberta", "xlm-roberta", "camembert"), positions="absolute-after-padding",
+                  **_BERT_LIKE),
+    EncoderLayout("electra", ("electra",), embedding_projection="embeddings_project", **_BERT_LIKE),
+    EncoderLayout("distilbert", ("distilbert",), layers="transformer.layer", query="attention.q_lin",
+                  key="attention.k_lin", value="attention.v_lin", attention_out="attention.out_lin",
+                  ffn_in="ffn.lin1", ffn_out="ffn.lin2", attention_norm="sa_layer_norm",
+                  ffn_norm="output_layer_norm", token_types=False, activation_key="activation",
+                  ffn_width_key="hidden_dim"),
+    EncoderLayout("albert", ("albert",), layers="encoder.albert_layer_groups.0.albert_layers",
+                  query="attention.query", key="attention.key", value="attention.value",
+                  attention_out="attention.dense", ffn_in="ffn", ffn_out="ffn_output",
+                  attention_norm="attention.LayerNorm", ffn_norm="full_layer_layer_norm",
+                  embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True),
+    EncoderLayout("deberta-v2", ("deberta-v2",), positions="disentangled",
+                  **{**_BERT_LIKE, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
+                     "value": "attention.self.value_proj"}),
+    EncoderLayout("mpnet", ("mpnet",), positions="relative-bias", relative_bias="encoder.relative_attention_bias",
+                  token_types=False,
+                  **{**_BERT_LIKE, "query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v",
+                     "attention_out": "attention.attn.o", "attention_norm": "attention.LayerNorm"}),
+    EncoderLayout("modernbert", ("modernbert",), layers="layers", query=None, key=None, value=None,
+                  qkv="attn.Wqkv", attention_out="attn.Wo", ffn_in="mlp.Wi", ffn_out="mlp.Wo",
+                  attention_norm="attn_norm", ffn_norm="mlp_norm", positions="rotary", glu=True, pre_norm=True,
+                  token_types=False, activation_key="hidden_activation"),
+)
+FAMILIES = tuple(layout.family for layout in LAYOUTS)
+_BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}
+
+
+def supported_types() -> tuple[str, ...]:
+    return tuple(_BY_TYPE)
+
+
+def layout_of(config_or_type, name: str = "the teacher") -> EncoderLayout:
+    """The layout of a config's (or a model type's) family; a sentence naming it when it has none."""
+    model_type = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
+    if model_type not in _BY_TYPE:
+        raise DistilleryError(f"{name} is a {model_type!r} model, not an encoder family distillery knows "
+                              f"({', '.join(FAMILIES)}; a decoder such as GPT-2 has no encoder layout).")
+    return _BY_TYPE[model_type]
+
+
+def submodule(root: nn.Module, path: str) -> nn.Module:
+    """``root``'s module at the attribute path ``path`` (``"encoder.layer"``; digits index lists)."""
+    module = root
+    for part in path.split("."):
+        module = module[int(part)] if part.isdigit() else getattr(module, part)
+    return module
+
+
+def replace_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
+    """Put ``new`` at ``path`` under ``root``."""
+    parent_path, _, last = path.rpartition(".")
+    parent = submodule(root, parent_path) if parent_path else root
+    if last.isdigit():
+        parent[int(last)] = new
+    else:
+        setattr(parent, last, new)
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The ModuleList of a model's transformer layers (for ALBERT: the shared group's layers)."""
+    layout = layout_of(model.config)
+    return submodule(model.base_model, layout.layers)
+
+
+def layers_prefix(model: nn.Module) -> str:
+    """The state-dict prefix of the layer list in ``model`` (``bert.encoder.layer``, ``model.layers``)."""
+    layout = layout_of(model.config)
+    base = getattr(model, "base_model_prefix", "")
+    return f"{base}.{layout.layers}" if base and model.base_model is not model else layout.layers
+
+
+def ffn_linears(layout: EncoderLayout, layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
+    """A layer's FFN projections (in, out); with ``layout.glu`` the in projection's rows are the
+    input rows followed by the gate rows."""
+    return submodule(layer, layout.ffn_in), submodule(layer, layout.ffn_out)
+
+
+def ffn_width(layout: EncoderLayout, config) -> int:
+    return int(getattr(config, layout.ffn_width_key))

@@ -1,0 +1,99 @@
+"""Tiny random encoders of every family distillery knows (``distillery.encoders.FAMILIES``), each saved
+with its family's tokenizer kind: WordPiece (BERT-style) or a byte-level BPE trained here with
+``tokenizers`` (RoBERTa-style: roberta, xlm-roberta, modernbert). Sizes: hidden 32, 4 layers, 4 heads,
+FFN 48 (the transformers test convention), so that every method runs on them in seconds."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tests.conftest import WORDS, _bert_vocab
+
+# family -> (model_type, tokenizer kind, config fields beyond the shared ones)
+FAMILY_CONFIGS = {
+    "bert": ("bert", "wordpiece", {}),
+    "roberta": ("roberta", "bpe", {"max_position_embeddings": 520, "type_vocab_size": 1}),
+    "xlm-roberta": ("xlm-roberta", "bpe", {"max_position_embeddings": 520, "type_vocab_size": 1}),
+    "electra": ("electra", "wordpiece", {"embedding_size": 16}),
+    "distilbert": ("distilbert", "wordpiece", {}),
+    "albert": ("albert", "wordpiece", {"embedding_size": 16}),
+    "deberta-v2": ("deberta-v2", "wordpiece", {"relative_attention": True, "position_buckets": 16,
+                                               "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
+                                               "type_vocab_size": 0}),
+    "mpnet": ("mpnet", "wordpiece", {}),
+    "modernbert": ("modernbert", "bpe", {"global_attn_every_n_layers": 2, "local_attention": 8,
+                                         "max_position_embeddings": 512}),
+}
+FAMILY_NAMES = tuple(FAMILY_CONFIGS)
+# Families whose tokenizer gives no token_type_ids (their embeddings have no token types).
+NO_TOKEN_TYPES = {"roberta", "xlm-roberta", "distilbert", "mpnet", "modernbert"}
+
+
+def _wordpiece(no_token_types: bool):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(_bert_vocab())}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.decoder = decoders.WordPiece()
+    names = ["input_ids", "attention_mask"] + ([] if no_token_types else ["token_type_ids"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+                                   model_input_names=names)
+
+
+def _byte_bpe():
+    """A byte-level BPE trained on the test vocabulary's words (a few hundred merges)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([" ".join(WORDS)] * 20, trainer)
+    ids = tok.get_vocab()
+    tok.post_processor = processors.RobertaProcessing(("</s>", ids["</s>"]), ("<s>", ids["<s>"]), add_prefix_space=True)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", cls_token="<s>", sep_token="</s>", mask_token="<mask>",
+                                   model_max_length=512, model_input_names=["input_ids", "attention_mask"])
+
+
+def family_config(family: str, vocab_size: int, tokenizer, num_layers: int = 4):
+    from transformers import AutoConfig
+
+    model_type, _, extra = FAMILY_CONFIGS[family]
+    shared = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=num_layers, num_attention_heads=4,
+                  intermediate_size=48, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+    if family == "distilbert":
+        shared = dict(vocab_size=vocab_size, dim=32, n_layers=num_layers, n_heads=4, hidden_dim=48, dropout=0.0,
+                      attention_dropout=0.0, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
+    if family == "modernbert":
+        shared.update(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                      cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+    if family in ("roberta", "xlm-roberta"):
+        shared.update(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+    return AutoConfig.for_model(model_type, **{**shared, **extra})
+
+
+def make_tiny_family(family: str, path, num_layers: int = 4, seed: int = 0) -> str:
+    """Save a tiny random encoder of ``family`` (no task head) and its tokenizer in ``path``."""
+    from transformers import AutoModel
+
+    path = str(path)
+    os.makedirs(path, exist_ok=True)
+    tokenizer = _byte_bpe() if FAMILY_CONFIGS[family][1] == "bpe" else _wordpiece(family in NO_TOKEN_TYPES)
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    AutoModel.from_config(family_config(family, len(tokenizer), tokenizer, num_layers)).save_pretrained(path)
+    return path
