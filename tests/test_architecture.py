@@ -13,10 +13,10 @@ LAYERS = [
     ("services", ("distillery.errors", "distillery.config", "distillery.folders", "distillery.distributed",
                   "distillery.data", "distillery.metrics", "distillery.distill", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
-                  "distillery.teacher")),
+                  "distillery.teacher", "distillery.weights", "distillery.encoders")),
     ("methods and export", ("distillery.recipe", "distillery.baseline", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.report", "distillery.plot")),
+    ("pipeline", ("distillery.pipeline", "distillery.report", "distillery.plot", "distillery.markdown")),
     ("cli", ("distillery.cli",)),
 ]
 

@@ -200,7 +200,7 @@ def assert_shown_as_is(markdown: str) -> None:
 def test_user_named_text_cannot_inject_markdown_or_html(tmp_path):
     """A teacher path, a run folder's name, a method option, a model name, a note or hardware holding a
     backtick, a "|", HTML, emphasis, a link or line breaks goes into report.md escaped (md())."""
-    from distillery.report import md
+    from distillery.markdown import md
 
     runs = []
     for name in ("a", "b"):
@@ -230,7 +230,7 @@ def test_md_shows_any_text_as_it_is(value):
     import html
     import re
 
-    from distillery.report import md
+    from distillery.markdown import md
 
     page = rendered(f"| h |\n|---|\n| {md(value)} |\n\nbefore {md(value, code=True)} after\n")
     cell = re.search(r"<td>(.*?)</td>", page, flags=re.S).group(1)

@@ -445,3 +445,11 @@ def dotted_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def run_inputs(config: RunConfig) -> list[str]:
+    """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
+    model): its output folder may be none of them, nor hold one."""
+    paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file]
+    paths += [v for v in config.method_options.values() if isinstance(v, str) and ("/" in v or os.sep in v)]
+    return [str(p) for p in paths if p]

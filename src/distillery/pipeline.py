@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
-from distillery.config import ConfigError, RunConfig
+from distillery.config import ConfigError, RunConfig, run_inputs
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
@@ -160,16 +159,6 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
             f"--resume continues the run in {out} with its saved settings, but these were given differently: "
             f"{'; '.join(differing)}. Drop them to resume, or start a new run (another --out) to change them.")
     return out, config
-
-
-def run_inputs(config: RunConfig) -> list[str]:
-    """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
-    model): its output folder may be none of them, nor hold one."""
-    from distillery.config import resolve_data_dir
-
-    paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file]
-    paths += [v for v in config.method_options.values() if isinstance(v, str) and ("/" in v or os.sep in v)]
-    return [str(p) for p in paths if p]
 
 
 def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bool) -> None:

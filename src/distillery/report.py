@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +21,7 @@ from distillery.bench import format_count, format_hardware, speedup_over
 from distillery.config import load_yaml, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
+from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
 from distillery.plot import dominates, plot_points, write_plot
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
@@ -203,65 +203,6 @@ def _get(d: Mapping[str, Any], *keys: str) -> Any:
 # --------------------------------------------------------------------------------------------
 # Formatting
 
-# What turns plain text into Markdown or HTML: emphasis, code, links and images, table cells,
-# strike-through, raw HTML and entities. An "_" between two letters or digits emphasises nothing
-# and is left as it is (matthews_correlation stays readable in report.md).
-_MARKUP = re.compile(r"[\\`*\[\]|~]|(?<![^\W_])_|_(?![^\W_])")
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-# A line break would end the table row, list item or paragraph the text stands in.
-_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-
-
-def md(value: Any, *, code: bool = False) -> str:
-    """``value`` (anything user-named: a path, a run folder's name, a setting or a name read from a run's
-    files) as Markdown that shows it as it is and builds nothing: no code span closed, no table cell
-    added, no live HTML, no link. Every such value goes through here on its way into a report.
-
-    ``code``: as a code span, whose content Markdown shows literally (HTML and backslashes included);
-    it is fenced with more backticks than any run inside. Not for table cells, where GitHub's tables
-    split at a "|" even inside a code span: there, plain (``code=False``) text."""
-    text = _BREAKS.sub(" ", str(value))
-    if code:
-        ticks = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
-        # one space each side is dropped when read, unless the span holds nothing but spaces
-        pad = " " if text.strip() and (text[0] in "` " or text[-1] in "` ") else ""
-        return f"{ticks}{pad}{text or ' '}{pad}{ticks}"
-    text = _MARKUP.sub(lambda m: "\\" + m.group(0), text)
-    return re.sub("[&<>]", lambda m: _ENTITIES[m.group(0)], text)
-
-
-
-def _fmt_metric(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.3f}" if abs(v) <= 1.5 else f"{v:.2f}"
-
-
-def _fmt_x(v: float | None, digits: int = 2) -> str:
-    return "—" if v is None else f"{v:.{digits}f}×"
-
-
-def _fmt_ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f}"
-
-
-def _fmt_rate(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.1f}"
-
-
-def _fmt_pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f} %"
-
-
-def _fmt_seconds(s: float) -> str:
-    s = float(s)
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.2f} h"
-
-
 def _shape(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
     for row in rows:
         batch, seq = row[key]
@@ -297,13 +238,13 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
             md(row["model"]),
             format_count(row["params"]) if row["params"] is not None else "—",
             format_count(row["effective_params"]) if row["effective_params"] is not None else "—",
-            _fmt_ms(row["latency_ms"]),
-            _fmt_rate(row["throughput"]),
+            fmt_ms(row["latency_ms"]),
+            fmt_rate(row["throughput"]),
             _with_ideal(row["latency_speedup"], row.get("flop_ideal_latency")),
             _with_ideal(row["throughput_speedup"], row.get("flop_ideal_throughput")),
-            _fmt_metric(row["main"]),
-            *[_fmt_metric(row["metrics"].get(k)) for k in others],
-            _fmt_pct(row["retention"]),
+            fmt_metric(row["main"]),
+            *[fmt_metric(row["metrics"].get(k)) for k in others],
+            fmt_pct(row["retention"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -311,7 +252,7 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
 
 def _with_ideal(measured: float | None, ideal: float | None) -> str:
     """A measured speed-up with the FLOP-ideal one for the same shape beside it: ``1.64× (1.87×)``."""
-    return _fmt_x(measured) + (f" ({_fmt_x(ideal)})" if ideal else "")
+    return fmt_x(measured) + (f" ({fmt_x(ideal)})" if ideal else "")
 
 
 def _faster(x: float) -> str:
@@ -335,7 +276,7 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
     if student["retention"] is not None:
         parts.append(
             f"keeps {100 * student['retention']:.1f} % of the teacher's {md(main)} "
-            f"({_fmt_metric(student['main'])} against {_fmt_metric(teacher['main'])})"
+            f"({fmt_metric(student['main'])} against {fmt_metric(teacher['main'])})"
         )
     text = " and ".join(parts) + "."
     if teacher["params"] and student["params"]:
@@ -385,7 +326,7 @@ def _config_lines(
         if key.endswith("_seconds") and _is_number(value):
             what = key[: -len("_seconds")].replace("_", " ")
             label = "whole run time" if what == "total" else f"{what} training time"
-            lines.append(f"- {md(label)}: {_fmt_seconds(value)}")
+            lines.append(f"- {md(label)}: {fmt_seconds(value)}")
     notes = train.get("notes")
     if isinstance(notes, str):
         notes = [notes]
@@ -409,12 +350,12 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
     for p in SST2_REFERENCE_POINTS:
         tp = p["throughput_speedup"]
         tp_text = "—" if tp is None else (f"~{tp:.0f}×" if tp >= 50 else f"{tp:.2f}×")
-        lines.append(f"| {p['name']} | {p['accuracy']:.3f} | {_fmt_x(p['latency_speedup'])} | {tp_text} |")
+        lines.append(f"| {p['name']} | {p['accuracy']:.3f} | {fmt_x(p['latency_speedup'])} | {tp_text} |")
     if student is None:
         return "\n".join(lines) + "\n"
     accuracy = (student.get("metrics") or {}).get("accuracy", student.get("main"))
     lat, tp = student.get("latency_speedup"), student.get("throughput_speedup")
-    lines.append(f"| **this student** | {_fmt_metric(accuracy)} | {_fmt_x(lat)} | {_fmt_x(tp)} |")
+    lines.append(f"| **this student** | {fmt_metric(accuracy)} | {fmt_x(lat)} | {fmt_x(tp)} |")
     lines.append("")
     m2v, int8, layers3 = SST2_REFERENCE_POINTS[3], SST2_REFERENCE_POINTS[1], SST2_REFERENCE_POINTS[2]
     said = []
@@ -422,7 +363,7 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
         better = accuracy > m2v["accuracy"]
         said.append(
             f"The student is {'more' if better else 'not more'} accurate than model2vec "
-            f"({_fmt_metric(accuracy)} against {m2v['accuracy']:.3f})"
+            f"({fmt_metric(accuracy)} against {m2v['accuracy']:.3f})"
             + ("" if better else ", which is about 190× faster: for this task the static embeddings win")
             + "."
         )
@@ -449,7 +390,7 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
                 + ("at least as good on both." if beats else "not better on both accuracy and speed.")
             )
     teacher_acc = metrics.get("teacher", {}).get("accuracy")
-    acc_text = f", accuracy {_fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
+    acc_text = f", accuracy {fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
     if str(teacher_name).lower() in BUILT_IN_TEACHER_NAMES:
         caveat = (
             f"This run's teacher is the built-in one ({md(teacher_name, code=True)}{acc_text}; "
@@ -477,19 +418,19 @@ def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
              "export are in its folder's `distillery_export.json`.", ""]
     for t in teachers:
         winners = [s for s in students if dominates(s, t)]
-        desc = f"{md(t['model'], code=True)} ({md(main)} {_fmt_metric(t['main'])}, {_fmt_x(t['latency_speedup'])} the teacher's speed)"
+        desc = f"{md(t['model'], code=True)} ({md(main)} {fmt_metric(t['main'])}, {fmt_x(t['latency_speedup'])} the teacher's speed)"
         if winners:
             best = max(winners, key=lambda r: (r["main"], -r["latency_ms"]))
             others = ", ".join(md(w["model"], code=True) for w in winners if w is not best)
-            lines.append(f"- {desc} is dominated by {md(best['model'], code=True)} ({_fmt_metric(best['main'])}, "
-                         f"{_fmt_x(best['latency_speedup'])}): as fast or faster and as good or better"
+            lines.append(f"- {desc} is dominated by {md(best['model'], code=True)} ({fmt_metric(best['main'])}, "
+                         f"{fmt_x(best['latency_speedup'])}): as fast or faster and as good or better"
                          + (f"; also by {others}" if others else "") + ".")
         else:
             fastest = min((s for s in students if s["latency_ms"]), key=lambda r: r["latency_ms"], default=None)
             extra = ""
             if fastest is not None and fastest["main"] is not None and t["main"] is not None:
-                extra = (f" (the fastest, {md(fastest['model'], code=True)}, scores {_fmt_metric(fastest['main'])} at "
-                         f"{_fmt_x(fastest['latency_speedup'])})")
+                extra = (f" (the fastest, {md(fastest['model'], code=True)}, scores {fmt_metric(fastest['main'])} at "
+                         f"{fmt_x(fastest['latency_speedup'])})")
             lines.append(f"- {desc} is not dominated by any student variant{extra}.")
     return "\n".join(lines) + "\n"
 
@@ -612,9 +553,9 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         top = max(best, key=lambda r: r["main"])
         fastest = max(best, key=lambda r: r["latency_speedup"])
         lines += [
-            f"Most accurate compressed model: {md(top['point'], code=True)} ({md(main)} {_fmt_metric(top['main'])}, "
-            f"{_fmt_x(top['latency_speedup'], 1)} at {lat_shape}). Fastest: {md(fastest['point'], code=True)} "
-            f"({_fmt_x(fastest['latency_speedup'], 1)}, {md(main)} {_fmt_metric(fastest['main'])}).",
+            f"Most accurate compressed model: {md(top['point'], code=True)} ({md(main)} {fmt_metric(top['main'])}, "
+            f"{fmt_x(top['latency_speedup'], 1)} at {lat_shape}). Fastest: {md(fastest['point'], code=True)} "
+            f"({fmt_x(fastest['latency_speedup'], 1)}, {md(main)} {fmt_metric(fastest['main'])}).",
             "",
         ]
     points = plot_points(rows, label_key="point")

@@ -143,7 +143,8 @@ def teacher_cmd(
     from distillery.data.loading import task_for
     from distillery.folders import check_target
     from distillery.modeling import save_model
-    from distillery.pipeline import build_run_config, run_inputs
+    from distillery.config import run_inputs
+    from distillery.pipeline import build_run_config
     from distillery.teacher import get_finetuned_teacher
 
     config = build_run_config(task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={

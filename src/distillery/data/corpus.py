@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 
-from distillery.data.loading import regular_file
+from distillery.data.files import regular_file
 from distillery.errors import DistilleryError
 
 

@@ -15,24 +15,22 @@ A local folder that lacks a file is an error, never a silent fall back to the Hu
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import datasets
 import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
+from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
 
 SQUAD_FILES = {1: ("train-v1.1.json", "dev-v1.1.json"), 2: ("train-v2.0.json", "dev-v2.0.json")}
-CUSTOM_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json")
 
 
 def column_values(dataset, name: str) -> list:
@@ -133,30 +131,6 @@ def glue_folder(task: TaskSpec, data_dir: Path) -> Path:
     raise DistilleryError(f"No {task.glue_dir} folder for task {task.name} in {data_dir}; looked in {looked}.")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end) for a UTF-8 text file; a BOM is dropped."""
-    try:
-        # newline="\n": a stray carriage return inside a field must not start a new row.
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
-            for number, line in enumerate(f, start=1):
-                yield number, line.rstrip("\n").rstrip("\r")
-    except UnicodeDecodeError as e:
-        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
-
-
-def regular_file(path: str | Path, what: str) -> Path:
-    """``path`` as a Path when it is a regular file; else a sentence saying what it is instead
-    (a device such as /dev/zero would be read forever)."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        raise DistilleryError(f"{what} {path} is a folder, not a file.")
-    if path.exists():
-        raise DistilleryError(f"{what} {path} is not a regular file (a device, pipe or socket); give a text file.")
-    raise DistilleryError(f"{what} {path} does not exist.")
-
-
 def _column_index(path: Path, header: list[str], name: str | int) -> int:
     if isinstance(name, int):
         return name
@@ -168,7 +142,7 @@ def _column_index(path: Path, header: list[str], name: str | int) -> int:
 def read_glue_tsv(task: TaskSpec, path: Path) -> datasets.Dataset:
     """Read one GLUE TSV file: plain split on tabs (no quoting), header by name, labels checked."""
     path = Path(path)
-    lines = _lines(path)
+    lines = numbered_lines(path)
     header = None
     if task.has_header:
         first = next(lines, None)
@@ -415,159 +389,6 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
             columns["label"].append(label_ids[raw])
     ordered = {k: columns[k] for k in ("text", "text_pair", "label") if k in columns}
     return datasets.Dataset.from_dict(ordered, features=_features(task))
-
-
-# A share of rows with an empty text this large is a wrong column or a damaged export, not a few
-# blank reviews: refused. Fewer are kept (an empty text is a valid, if uninformative, example) with a warning.
-EMPTY_TEXT_LIMIT = 0.1
-
-
-def check_empty_texts(path, rows: list[tuple[int, dict[str, str]]], text_columns: list[str]) -> None:
-    """Refuse a file where at least EMPTY_TEXT_LIMIT of the rows have an empty text; warn below that."""
-    empty = [number for number, row in rows if any(not row[c] for c in text_columns)]
-    if not empty:
-        return
-    columns = " or ".join(repr(c) for c in text_columns)
-    what = (f"{path}: {len(empty)} of {len(rows)} rows have an empty text in column {columns} "
-            f"(the first at line {empty[0]})")
-    if len(empty) >= EMPTY_TEXT_LIMIT * len(rows):
-        raise DistilleryError(f"{what}; that many means a wrong --text-column or a damaged file. Fill or drop them.")
-    logger.warning("%s; they are kept as examples.", what)
-
-
-def _as_text(value) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))  # JSON 1.0 and 1 are the same class
-    return str(value)
-
-
-def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tuple[int, dict[str, str]]]:
-    """Rows of your CSV/TSV/JSONL file as (line number, {column: text}) for the named columns.
-
-    ``.csv``: the csv module, quoting on. ``.tsv``: a header row, then plain split on tabs.
-    ``.jsonl`` / ``.json``: one JSON object per line (a single JSON list of objects works too).
-    """
-    path = regular_file(path, "Data file")
-    wanted = [c for c in columns if c is not None]
-    suffix = path.suffix.lower()
-    if suffix not in CUSTOM_EXTENSIONS:
-        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
-    if path.stat().st_size == 0:
-        raise DistilleryError(f"{path} is empty.")
-    if suffix in (".jsonl", ".json"):
-        records = list(_json_records(path))
-        present: list[str] = []
-        for _, record in records:
-            present += [k for k in record if k not in present]
-    else:
-        header, records = _table_records(path, delimiter="," if suffix == ".csv" else "\t")
-        present = header
-    if not records:
-        raise DistilleryError(f"{path} has no examples.")
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        raise DistilleryError(
-            f"{path} has no column {missing[0]!r}; its columns are {', '.join(map(str, present)) or '(none)'}."
-        )
-    rows = []
-    for number, record in records:
-        row = {}
-        for c in wanted:
-            if isinstance(record.get(c), (dict, list)):  # str() would train on its Python repr
-                kind = "an object" if isinstance(record[c], dict) else "a list"
-                raise DistilleryError(f"{path}, line {number}: field {c!r} holds {kind}, not a text or a label.")
-            value = _as_text(record.get(c))
-            if value is None:
-                raise DistilleryError(f"{path}, line {number}: no value in column {c!r}.")
-            row[c] = value.strip()
-        rows.append((number, row))
-    return rows
-
-
-def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
-    text_lines = list(_lines(path))
-    first = next((line for _, line in text_lines if line.strip()), "")
-    if first.lstrip().startswith("["):
-        try:
-            records = json.loads("\n".join(line for _, line in text_lines))
-        except json.JSONDecodeError as e:
-            raise DistilleryError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}).") from None
-        for i, record in enumerate(records, start=1):
-            if not isinstance(record, dict):
-                raise DistilleryError(f"{path}: item {i} is not a JSON object.")
-            yield i, record
-        return
-    for number, line in text_lines:
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DistilleryError(f"{path}, line {number}: not valid JSON ({e.msg}).") from None
-        if not isinstance(record, dict):
-            raise DistilleryError(f"{path}, line {number}: expected a JSON object with named fields.")
-        yield number, record
-
-
-def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[int, dict]]]:
-    records = []
-    if delimiter == "\t":
-        lines = _lines(path)
-        first = next(lines, None)
-        header = _header(path, first[1].split("\t") if first else [])
-        for number, line in lines:
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            _check_field_count(path, number, header, fields, "tab-separated")
-            records.append((number, dict(zip(header, fields))))
-        return header, records
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f)
-            header = _header(path, next(reader, []))
-            start = reader.line_num
-            for fields in reader:
-                if not any(field.strip() for field in fields):
-                    start = reader.line_num
-                    continue
-                _check_field_count(path, start + 1, header, fields, "comma-separated")
-                records.append((start + 1, dict(zip(header, fields))))
-                start = reader.line_num
-    except UnicodeDecodeError as e:
-        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
-    except csv.Error as e:
-        raise DistilleryError(f"{path}, line {reader.line_num}: {e}.") from None
-    return header, records
-
-
-def _header(path: Path, names: list[str]) -> list[str]:
-    """A table's column names; one named twice is refused (a dict of the row would keep the last)."""
-    header = [h.strip() for h in names]
-    first: dict[str, int] = {}
-    for number, name in enumerate(header, start=1):
-        if name in first:
-            raise DistilleryError(
-                f"{path}: the header names column {name!r} twice (columns {first[name]} and {number}); rename one."
-            )
-        first[name] = number
-    return header
-
-
-def _check_field_count(path: Path, number: int, header: list[str], fields: list[str], kind: str) -> None:
-    # A row with more fields than the header is a text holding the separator unquoted: the fields
-    # after it would shift into the label column.
-    if len(fields) != len(header):
-        hint = "" if len(fields) < len(header) else (
-            "; a text holding a comma must be quoted" if kind == "comma-separated" else "; a text holds a tab")
-        raise DistilleryError(
-            f"{path}, line {number}: expected {len(header)} {kind} fields, found {len(fields)}{hint}."
-        )
-
 
 # A stand-in spec for the QA schema (read_squad_json does not know which SQuAD version it reads).
 _QA_SHAPE = TaskSpec(name="qa", kind="qa", labels=None, metrics=("f1",), main_metric="f1")

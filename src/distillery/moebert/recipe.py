@@ -327,7 +327,7 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     first: never the teacher's files, the data's or the teacher cache's, an existing one only with
     ``overwrite``)."""
     from distillery.folders import check_file_target
-    from distillery.pipeline import run_inputs
+    from distillery.config import run_inputs
     from distillery.teacher import cache_root
 
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
