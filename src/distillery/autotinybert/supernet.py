@@ -1,4 +1,6 @@
-"""The one-shot super-network: a BERT that runs any α of its search space by slicing its weights.
+"""The one-shot super-network: a full-size AutoTinyBERT model of the teacher's family (cut from the
+teacher by :mod:`distillery.autotinybert.convert`, so any encoder family distillery knows) that runs any α of
+its search space by slicing its weights, through the same forward as the extracted model.
 
 Every sub-network uses the bottom-left sub-matrices (AutoTinyBERT §3.2) — the first d_m dimensions of
 embeddings, LayerNorms and every hidden-side weight, the first d_f FFN neurons, and the attention rows
@@ -13,8 +15,12 @@ units. A permutation of units is exact: the rewired super-net computes what it d
 Hidden dimensions are not rewired: the residual stream ties one order across embeddings, every layer
 and the head, and the slice of it is a projection that no single permutation makes lossless.
 A LayerNorm of a sub-network normalises over its own d_m dimensions. At full size the super-net is
-exactly the BERT it was built from (a test), and :meth:`SuperNet.extract` turns α into a standalone
-:class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+exactly the teacher it was built from (a test per family), and :meth:`SuperNet.extract` turns α into a
+standalone :class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+With rotary positions (ModernBERT) a head keeping d of its dimensions keeps the first d / 2 of each
+half, the pairs rotated together, at their own frequencies; a relative bias table (MPNet) loses the
+columns of the heads a sub-network drops; DeBERTa's relative embeddings are projected by the same sliced
+rows as the content keys and queries.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from distillery.autotinybert.convert import check_family, convert_teacher
+from distillery.autotinybert.convert import convert_teacher
 from distillery.autotinybert.modeling_autotinybert import (
     AutoTinyBertConfig,
     AutoTinyBertForQuestionAnswering,
@@ -97,11 +103,6 @@ def _permute_rows(lin: nn.Linear, rows: Tensor) -> None:
     lin.weight.copy_(lin.weight[rows])
     if lin.bias is not None:
         lin.bias.copy_(lin.bias[rows])
-
-
-def check_teacher_family(teacher_config) -> None:
-    """Refuse, up front and by name, a teacher whose structure the super-net cannot slice."""
-    check_family(teacher_config)
 
 
 class SuperNet(nn.Module):
