@@ -144,3 +144,74 @@ def test_compress_autotinybert_runs_on_every_family(family, tiny_family, tmp_pat
     c = student.config
     assert (c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads, c.qkv_size) == (2, 32, 24, 4, 16)
     assert (out / "supernet" / "supernet.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["deberta-v2", "mpnet", "modernbert"])
+def test_onnx_export_of_a_family_student_passes_parity(family, tiny_family, tmp_path):
+    """Relative attention, its buckets and the rotary / local-window masks export (the others are BERT's ops)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    import distillery.export.write as ex
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    teacher, _ = family_teacher(tiny_family(family), num_labels=2)
+    folder = tmp_path / "atb"
+    SuperNet.from_teacher(teacher, "head-dims").extract(Arch(2, 32, 24, 4, 16)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_family(family)).save_pretrained(folder)
+    out = ex.export_model(folder, "onnx", tmp_path / "onnx")
+    assert json.loads((out / ex.EXPORT_MANIFEST).read_text())["parity"]["fp32"]["passed"]
+
+
+@pytest.mark.parametrize("family", ["roberta", "deberta-v2"])
+def test_qa_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family):
+    from transformers import AutoModelForQuestionAnswering
+
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    _, batch = family_teacher(tiny_family(family))
+    torch.manual_seed(0)
+    teacher = AutoModelForQuestionAnswering.from_pretrained(tiny_family(family)).eval()
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    assert net.head_kind == "qa"
+    real = batch["attention_mask"].bool()  # DeBERTa zeroes padded tokens' embeddings and attention rows; the
+    with torch.no_grad():                  # student computes them as any token: no real token's output changes
+        expected = teacher(**batch)
+        assert_close(net(**batch)["start_logits"][real], expected.start_logits[real])
+        arch = Arch(2, 24, 24, 4, 16)
+        assert_close(net.extract(arch)(**batch).end_logits, net(**batch, arch=arch)["end_logits"])
+
+
+def test_refusals_name_the_family_and_what_the_student_lacks(tiny_family):
+    from transformers import AutoModelForQuestionAnswering
+
+    from distillery.autotinybert.supernet import SuperNet
+    from distillery.errors import DistilleryError
+
+    teacher = AutoModelForQuestionAnswering.from_pretrained(tiny_family("modernbert"))
+    with pytest.raises(DistilleryError, match="modernbert teacher for a QA task: it runs a prediction head"):
+        SuperNet.from_teacher(teacher)
+
+
+def test_a_bert_supernet_folder_from_before_the_families_loads(tmp_path):
+    """A super-net folder whose weights are a BertModel (as saved before the families) is converted on load."""
+    import json
+
+    from transformers import BertConfig, BertModel
+
+    from distillery.autotinybert.oneshot import LAYER_RULE, load_supernet
+    from distillery.weights import record_weights
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=24)).eval()
+    bert.save_pretrained(tmp_path)
+    (tmp_path / "supernet.json").write_text(json.dumps({"strategy": "heads", "head_kind": None, "layer_rule": LAYER_RULE}))
+    record_weights(tmp_path)
+    net = load_supernet(tmp_path).eval()
+    ids = torch.randint(5, 60, (2, 7))
+    with torch.no_grad():
+        assert_close(net(ids)["last_hidden_state"], bert(ids).last_hidden_state)

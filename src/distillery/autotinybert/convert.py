@@ -30,10 +30,14 @@ from distillery.encoders import (
 from distillery.errors import DistilleryError
 
 
-def check_family(config) -> EncoderLayout:
-    """The teacher's layout; a sentence naming what the AutoTinyBERT student lacks for it, if anything."""
+def check_family(config, qa: bool = False) -> EncoderLayout:
+    """The teacher's layout; a sentence naming what the AutoTinyBERT student lacks for it (on a QA task
+    with ``qa``), if anything."""
     layout = layout_of(config)
     name = f"autotinybert cannot cut a super-net from this {layout.family} teacher"
+    if qa and layout.pooler_norm is not None:
+        raise DistilleryError(f"{name} for a QA task: it runs a prediction head (dense, activation, norm) on every "
+                              f"token before its output layer, and the student's QA head is one linear layer.")
     if layout.family == "deberta-v2" and getattr(config, "conv_kernel_size", 0) > 0:
         raise DistilleryError(f"{name}: its first layer adds a convolution (conv_kernel_size "
                               f"{config.conv_kernel_size}) that the student's layer does not have.")
@@ -156,16 +160,23 @@ def _load_layer(dst, src, layout: EncoderLayout, shared_bias: nn.Embedding | Non
         copy_linear(getattr(s, name, None), optional_submodule(src, path))
 
 
+def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linear | None, str | None]:
+    """The teacher's last linear layer and the head kind ("classification", "qa"; None for an encoder
+    without one), by the Hugging Face task class the teacher is."""
+    kind = type(teacher).__name__
+    if kind.endswith("ForQuestionAnswering"):
+        check_family(teacher.config, qa=True)
+        return _from_task(teacher, layout.qa_outputs), "qa"
+    if kind.endswith("ForSequenceClassification"):
+        return _from_task(teacher, layout.classifier), "classification"
+    return None, None
+
+
 def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Linear | None, str | None]:
     """(the full-size AutoTinyBertModel, the task's last linear layer, the head kind "classification",
     "qa" or None) computing what ``teacher`` computes."""
     layout = check_family(teacher.config)
-    qa = optional_submodule(teacher, layout.qa_outputs)
-    classifier = None if qa is not None else _from_task(teacher, layout.classifier)
-    head_kind = "qa" if qa is not None else "classification" if classifier is not None else None
-    if head_kind == "qa" and layout.pooler_norm is not None:
-        raise DistilleryError(f"autotinybert cannot cut a super-net from this {layout.family} QA teacher: it runs "
-                              f"a prediction head on every token before qa_outputs, which the student does not have.")
+    head, head_kind = task_head(teacher, layout)
     base = teacher.base_model
     pooler = _from_task(teacher, layout.pooler_dense)
     config = student_config(teacher, layout)
@@ -185,8 +196,7 @@ def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Lin
         if model.pooler is not None:
             copy_linear(model.pooler.dense, pooler)
             _copy(model.pooler.norm, _from_task(teacher, layout.pooler_norm))
-    head = qa if qa is not None else classifier
     if head is not None:
-        head = nn.Linear(head.in_features, head.out_features).requires_grad_(True)
-        copy_linear(head, qa if qa is not None else classifier)
+        source, head = head, nn.Linear(head.in_features, head.out_features)
+        copy_linear(head, source)
     return model.eval(), head, head_kind

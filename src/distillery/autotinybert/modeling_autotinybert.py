@@ -286,6 +286,7 @@ class Context:
         self.config, self.dtype, self.device, self.seq = model.config, x.dtype, x.device, x.shape[1]
         self.padding = additive_mask(attention_mask, x.dtype)
         self._windows: dict[int, Tensor | None] = {0: self.padding}
+        self._rotary: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         c = self.config
         if c.relative_attention == "bias":
             self.buckets = mpnet_buckets(self.seq, c.relative_buckets, self.device)
@@ -310,6 +311,11 @@ class Context:
 
     def rotary(self, head_size: int, window: int) -> tuple[Tensor, Tensor]:
         """cos, sin (T, head_size) of the first head_size / 2 frequency pairs of the teacher's head size."""
+        if (head_size, window) not in self._rotary:
+            self._rotary[head_size, window] = self._rotary_table(head_size, window)
+        return self._rotary[head_size, window]
+
+    def _rotary_table(self, head_size: int, window: int) -> tuple[Tensor, Tensor]:
         c = self.config
         theta = c.local_rope_theta if window else c.rope_theta
         full = c.rotary_head_size or head_size
