@@ -605,6 +605,8 @@ def test_unsupported_teachers_are_refused_by_name_before_any_work(tiny_gpt2):
         check_family(AutoConfig.from_pretrained(tiny_gpt2))
     with pytest.raises(DistilleryError, match="convolution"):
         check_family(DebertaV2Config(conv_kernel_size=3))
+    with pytest.raises(DistilleryError, match="before their LayerNorm"):
+        check_family(DebertaV2Config(embedding_size=128))
     with pytest.raises(DistilleryError, match="2 layer groups"):
         check_family(AlbertConfig(num_hidden_groups=2))
     check_family(BertConfig())

@@ -78,6 +78,7 @@ class EncoderLayout:
     pooler_norm: str | None = None
     classifier: str = "classifier"
     qa_outputs: str = "qa_outputs"
+    qa_token_head: bool = False  # the QA model runs the pooler's dense / activation / norm on every token first
     pooling_key: str | None = None  # the config field choosing "cls" or "mean" pooling (default: cls)
 
     def __post_init__(self):
@@ -125,7 +126,8 @@ LAYOUTS = (
                   token_types=False, activation_key="hidden_activation", word_embeddings="embeddings.tok_embeddings",
                   position_embeddings=None, token_type_embeddings=None, embedding_norm="embeddings.norm",
                   final_norm="final_norm", pooler_dense="head.dense", pooler_activation="config:classifier_activation",
-                  pooler_norm="head.norm", pooling_key="classifier_pooling"),
+                  pooler_norm="head.norm", pooling_key="classifier_pooling", qa_outputs="classifier",
+                  qa_token_head=True),
 )
 FAMILIES = tuple(layout.family for layout in LAYOUTS)
 _BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}

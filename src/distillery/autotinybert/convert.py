@@ -30,14 +30,10 @@ from distillery.encoders import (
 from distillery.errors import DistilleryError
 
 
-def check_family(config, qa: bool = False) -> EncoderLayout:
-    """The teacher's layout; a sentence naming what the AutoTinyBERT student lacks for it (on a QA task
-    with ``qa``), if anything."""
+def check_family(config) -> EncoderLayout:
+    """The teacher's layout; a sentence naming what the AutoTinyBERT student lacks for it, if anything."""
     layout = layout_of(config)
     name = f"autotinybert cannot cut a super-net from this {layout.family} teacher"
-    if qa and layout.pooler_norm is not None:
-        raise DistilleryError(f"{name} for a QA task: it runs a prediction head (dense, activation, norm) on every "
-                              f"token before its output layer, and the student's QA head is one linear layer.")
     if layout.family == "deberta-v2" and getattr(config, "conv_kernel_size", 0) > 0:
         raise DistilleryError(f"{name}: its first layer adds a convolution (conv_kernel_size "
                               f"{config.conv_kernel_size}) that the student's layer does not have.")
@@ -75,7 +71,7 @@ def _activation(config, name: str) -> str:
     return getattr(config, name.split(":", 1)[1]) if name.startswith("config:") else name
 
 
-def student_config(teacher: PreTrainedModel, layout: EncoderLayout) -> AutoTinyBertConfig:
+def student_config(teacher: PreTrainedModel, layout: EncoderLayout, head_kind: str | None) -> AutoTinyBertConfig:
     """The AutoTinyBertConfig of ``teacher`` at full size."""
     c, base = teacher.config, teacher.base_model
     layer = encoder_layers(teacher)[0]
@@ -99,7 +95,8 @@ def student_config(teacher: PreTrainedModel, layout: EncoderLayout) -> AutoTinyB
               final_norm=layout.final_norm is not None, glu=layout.glu, linear_bias=q.bias is not None,
               norm_bias=norm.bias is not None, pooling=getattr(c, layout.pooling_key) if layout.pooling_key else "cls",
               pooler_activation=_activation(c, layout.pooler_activation), pooler_norm=layout.pooler_norm is not None,
-              pooler_bias=pooler is None or pooler.bias is not None, **_relative(c, layout))
+              pooler_bias=pooler is None or pooler.bias is not None,
+              token_head=head_kind == "qa" and layout.qa_token_head, **_relative(c, layout))
     return AutoTinyBertConfig(**kw)
 
 
@@ -165,7 +162,6 @@ def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linea
     without one), by the Hugging Face task class the teacher is."""
     kind = type(teacher).__name__
     if kind.endswith("ForQuestionAnswering"):
-        check_family(teacher.config, qa=True)
         return _from_task(teacher, layout.qa_outputs), "qa"
     if kind.endswith("ForSequenceClassification"):
         return _from_task(teacher, layout.classifier), "classification"
@@ -179,8 +175,8 @@ def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Lin
     head, head_kind = task_head(teacher, layout)
     base = teacher.base_model
     pooler = _from_task(teacher, layout.pooler_dense)
-    config = student_config(teacher, layout)
-    model = AutoTinyBertModel(config, add_pooling_layer=pooler is not None and head_kind != "qa")
+    config = student_config(teacher, layout, head_kind)
+    model = AutoTinyBertModel(config, add_pooling_layer=pooler is not None and (head_kind != "qa" or config.token_head))
     with torch.no_grad():
         emb = model.embeddings
         for dst, path in ((emb.word_embeddings, layout.word_embeddings), (emb.position_embeddings, layout.position_embeddings),

@@ -18,7 +18,8 @@ with what a family needs recorded in the config (so that save -> load rebuilds i
 - layers: ``pre_norm`` (with ``first_attention_norm`` and ``final_norm``), ``glu`` (``intermediate.gate``
   beside ``intermediate.dense``: act(dense) · gate), ``linear_bias``, ``norm_bias``;
 - head: ``pooling`` ("cls" or "mean"), the pooler's dense layer (``pooler_bias``), ``pooler_activation``,
-  ``pooler_norm``, then the classifier.
+  ``pooler_norm``, then the classifier; for QA with ``token_head`` (ModernBERT) that dense layer,
+  activation and norm run on every token before ``qa_outputs``.
 
 The defaults are BERT's, with BERT's parameter names, so students saved before the families load as
 they were. The forward of :class:`AutoTinyBertModel` takes an optional :class:`Slice`: the super-net is a
@@ -82,6 +83,7 @@ class AutoTinyBertConfig(BertConfig):
     pooler_activation: str = "tanh"
     pooler_bias: bool = True
     pooler_norm: bool = False
+    token_head: bool = False  # QA: the pooler's dense, activation and norm on every token before qa_outputs
 
     def __post_init__(self, **kwargs):
         if self.qkv_size is None:
@@ -407,8 +409,12 @@ class AutoTinyBertPooler(nn.Module):
             pooled = (x * m).sum(1) / m.sum(1)
         else:
             pooled = x.mean(1) if self.pooling == "mean" else x[:, 0]
+        return self.transform(pooled, d)
+
+    def transform(self, h: Tensor, d: int | None = None) -> Tensor:
+        """The dense layer, activation and norm (over the first ``d`` dimensions when given) of any states."""
         cut = None if d is None else slice(0, d)
-        return layer_norm(self.act(linear(pooled, self.dense, cut, cut)), self.norm, d)
+        return layer_norm(self.act(linear(h, self.dense, cut, cut)), self.norm, d)
 
 
 class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
@@ -486,7 +492,7 @@ class AutoTinyBertForSequenceClassification(AutoTinyBertPreTrainedModel):
 class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
     def __init__(self, config: AutoTinyBertConfig):
         super().__init__(config)
-        self.bert = AutoTinyBertModel(config, add_pooling_layer=False)
+        self.bert = AutoTinyBertModel(config, add_pooling_layer=config.token_head)
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -495,7 +501,8 @@ class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
                 **kwargs) -> AutoTinyBertQAOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                         output_hidden_states=output_hidden_states)
-        start, end = self.qa_outputs(out.last_hidden_state).split(1, dim=-1)
+        h = out.last_hidden_state if self.bert.pooler is None else self.bert.pooler.transform(out.last_hidden_state)
+        start, end = self.qa_outputs(h).split(1, dim=-1)
         start, end = start.squeeze(-1).contiguous(), end.squeeze(-1).contiguous()
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -43,10 +43,8 @@ def options(config) -> AutoTinyBertOptions:
 def check(config, teacher_config) -> None:
     opts = options(config)
     from distillery.autotinybert.convert import check_family
-    from distillery.data.loading import task_for
 
-    # every family of distillery.encoders, or a sentence saying what the student lacks for this one
-    check_family(teacher_config, qa=task_for(config.data).kind == "qa")
+    check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
     if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
         parse_arch(opts.arch)
     if opts.evaluator == "finetune" and distributed.launched():

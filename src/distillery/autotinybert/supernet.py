@@ -187,6 +187,8 @@ class SuperNet(nn.Module):
             pooled = self.bert.pooler(x, attention_mask, d)
             return {"logits": F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)}
         if self.head_kind == "qa":
+            if self.bert.pooler is not None:  # a prediction head on every token (ModernBERT)
+                x = self.bert.pooler.transform(x, d)
             start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
             return {"start_logits": start.squeeze(-1), "end_logits": end.squeeze(-1)}
         return {}
