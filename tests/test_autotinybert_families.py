@@ -12,6 +12,7 @@ from torch.testing import assert_close
 
 from tests.families import FAMILY_NAMES
 
+LAYOUT_FAMILY = {"xlm-roberta": "roberta"}  # a model type under another family's layout (distillery.encoders)
 SENTENCES = ["the movie was good", "a bad film , not fun at all , really boring", "paris"]
 
 
@@ -60,7 +61,7 @@ def test_full_size_subnetwork_is_the_teacher_and_slices_extract_save_and_load(fa
     student.save_pretrained(tmp_path)
     distillery.register_models()
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert loaded.config.family == family if family not in ("xlm-roberta",) else loaded.config.family == "roberta"
+    assert loaded.config.family == LAYOUT_FAMILY.get(family, family)
     with torch.no_grad():
         assert_close(loaded(**batch).logits, got, atol=1e-5, rtol=1e-5)
 
@@ -140,7 +141,7 @@ def test_compress_autotinybert_runs_on_every_family(family, tiny_family, tmp_pat
     out = compress(config)
     student = distillery.load_student(out)
     assert type(student).__name__ == "AutoTinyBertForSequenceClassification"
-    assert student.config.family == ("roberta" if family == "xlm-roberta" else family)
+    assert student.config.family == LAYOUT_FAMILY.get(family, family)
     c = student.config
     assert (c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads, c.qkv_size) == (2, 32, 24, 4, 16)
     assert (out / "supernet" / "supernet.json").is_file()

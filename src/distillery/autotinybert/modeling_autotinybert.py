@@ -121,14 +121,6 @@ def split_heads(x: Tensor, heads: int) -> Tensor:
     return x.view(bsz, seq, heads, width // heads).transpose(1, 2)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, heads: int, mask: Tensor | None, dropout: float) -> Tensor:
-    """(B, T, d_qkv) each -> (B, T, d_qkv): scaled dot-product attention over ``heads`` heads.
-    ``mask``: additive (B, 1, 1, T) or None."""
-    out = F.scaled_dot_product_attention(split_heads(q, heads), split_heads(k, heads), split_heads(v, heads),
-                                         attn_mask=mask, dropout_p=dropout)
-    return out.transpose(1, 2).reshape(q.shape)
-
-
 def additive_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """(B, T) 1/0 -> (B, 1, 1, T) additive mask (0 or the dtype's minimum); None when all tokens are real."""
     if attention_mask is None or (not torch.compiler.is_exporting() and bool(attention_mask.all())):

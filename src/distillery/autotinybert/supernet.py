@@ -25,7 +25,6 @@ rows as the content keys and queries.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
