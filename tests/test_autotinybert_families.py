@@ -125,9 +125,9 @@ def test_compress_autotinybert_runs_on_every_family(family, tiny_family, tmp_pat
     import distillery.teacher
 
     monkeypatch.setattr(distillery.pipeline, "ENCODER_TYPES", supported_types(), raising=False)
-    if distillery.teacher.check_teacher.__defaults__ is not None:
-        monkeypatch.setattr(distillery.teacher.check_teacher, "__defaults__",
-                            (supported_types(), *distillery.teacher.check_teacher.__defaults__[1:]))
+    defaults = getattr(distillery.teacher, "check_teacher", None).__defaults__ or ()
+    if defaults and isinstance(defaults[0], tuple) and "bert" in defaults[0]:  # (supported types, user)
+        monkeypatch.setattr(distillery.teacher.check_teacher, "__defaults__", (supported_types(), *defaults[1:]))
     data = write_glue(tmp_path / "data", n_train=48, n_dev=8)
     # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
     # predictor and the search, which see a family only through extract() (tested above) and Arch; the
