@@ -595,20 +595,21 @@ def test_inplace_distillation_from_an_untrained_supernet_equals_distillation_fro
         assert_close(grads[1][1][n], g, atol=1e-6, rtol=1e-5, msg=n)
 
 
-def test_non_bert_teachers_are_refused_by_name_before_any_work(tiny_roberta):
-    from transformers import AutoModel, DistilBertConfig, DistilBertModel, ElectraConfig
+def test_unsupported_teachers_are_refused_by_name_before_any_work(tiny_gpt2):
+    from transformers import AlbertConfig, AutoConfig, DebertaV2Config
 
-    from distillery.autotinybert.supernet import check_teacher_family
+    from distillery.autotinybert.convert import check_family
     from distillery.errors import DistilleryError
 
-    with pytest.raises(DistilleryError, match="RoBERTa counts positions from padding_idx"):
-        SuperNet.from_teacher(AutoModel.from_pretrained(tiny_roberta))
-    distil = DistilBertModel(DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37))
-    with pytest.raises(DistilleryError, match="DistilBERT names its layers differently"):
-        SuperNet.from_teacher(distil)
-    with pytest.raises(DistilleryError, match="ELECTRA"):
-        check_teacher_family(ElectraConfig())
-    check_teacher_family(BertConfig())
+    with pytest.raises(DistilleryError, match="'gpt2' model, not an encoder family"):
+        check_family(AutoConfig.from_pretrained(tiny_gpt2))
+    with pytest.raises(DistilleryError, match="convolution"):
+        check_family(DebertaV2Config(conv_kernel_size=3))
+    with pytest.raises(DistilleryError, match="before their LayerNorm"):
+        check_family(DebertaV2Config(embedding_size=128))
+    with pytest.raises(DistilleryError, match="2 layer groups"):
+        check_family(AlbertConfig(num_hidden_groups=2))
+    check_family(BertConfig())
 
 
 def test_search_judges_feasible_seeds_first_and_never_one_over_budget():

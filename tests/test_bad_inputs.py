@@ -206,7 +206,7 @@ CASES = {
     "gpt2-distill": (lambda p: p.compress(teacher=p.gpt2), "'gpt2'"),
     "gpt2-moebert": (lambda p: p.compress("--method", "moebert", teacher=p.gpt2), "'gpt2'"),
     "gpt2-cmow": (lambda p: p.compress("--method", "cmow", teacher=p.gpt2), "'gpt2'"),
-    "roberta-autotinybert": (lambda p: p.compress("--method", "autotinybert", teacher=p.roberta), "'roberta'"),
+    "gpt2-autotinybert": (lambda p: p.compress("--method", "autotinybert", teacher=p.gpt2), "'gpt2'"),
     "max-length-over-bert-positions": (lambda p: p.compress("--max-length", "600"), "max_length 600"),
     "max-length-over-roberta-positions": (lambda p: p.compress("--max-length", "519", teacher=p.roberta), "518 positions"),
     "gpt2-teacher-command": (lambda p: ["teacher", "--teacher", p.gpt2, "--data-dir", str(p.glue)], "'gpt2'"),

@@ -57,6 +57,29 @@ class EncoderLayout:
     embedding_projection: str | None = None  # embeddings narrower than the encoder, projected up
     shared_layers: bool = False  # one group of layers applied num_hidden_layers times (ALBERT)
     relative_bias: str | None = None  # a per-head bias table all layers share (MPNet), from the base model
+    # Embeddings, from the base model (an optional path that the model lacks reads as absent: DeBERTa-v2
+    # has position or token-type embeddings only when its config asks for them).
+    word_embeddings: str = "embeddings.word_embeddings"
+    position_embeddings: str | None = "embeddings.position_embeddings"
+    token_type_embeddings: str | None = "embeddings.token_type_embeddings"
+    embedding_norm: str = "embeddings.LayerNorm"
+    offset_positions: bool = False  # absolute positions count from the embeddings' padding_idx + 1
+    final_norm: str | None = None  # a norm after the last layer (pre-norm families), from the base model
+    # DeBERTa-v2's shared relative-position embeddings and their norm, from the base model; and a layer's own
+    # projections of them when the config does not share the content ones (share_att_key false)
+    relative_embeddings: str | None = None
+    relative_norm: str | None = None
+    position_key: str | None = None
+    position_query: str | None = None
+    # The sequence-classification head, from the task model: a dense layer on the pooled token (then its
+    # activation, and a norm), and the linear layer to the labels; QA reads every token through qa_outputs.
+    pooler_dense: str | None = None
+    pooler_activation: str = "tanh"  # a name, or "config:<key>" for the config field naming it
+    pooler_norm: str | None = None
+    classifier: str = "classifier"
+    qa_outputs: str = "qa_outputs"
+    qa_token_head: bool = False  # the QA model runs the pooler's dense / activation / norm on every token first
+    pooling_key: str | None = None  # the config field choosing "cls" or "mean" pooling (default: cls)
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -68,31 +91,43 @@ _BERT_LIKE = dict(query="attention.self.query", key="attention.self.key", value=
                   attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer")
 
 LAYOUTS = (
-    EncoderLayout("bert", ("bert",), **_BERT_LIKE),
+    EncoderLayout("bert", ("bert",), pooler_dense="bert.pooler.dense", **_BERT_LIKE),
     EncoderLayout("roberta", ("roberta", "xlm-roberta", "camembert"), positions="absolute-after-padding",
+                  offset_positions=True, pooler_dense="classifier.dense", classifier="classifier.out_proj",
                   **_BERT_LIKE),
-    EncoderLayout("electra", ("electra",), embedding_projection="embeddings_project", **_BERT_LIKE),
+    EncoderLayout("electra", ("electra",), embedding_projection="embeddings_project", pooler_dense="classifier.dense",
+                  pooler_activation="gelu", classifier="classifier.out_proj", **_BERT_LIKE),
     EncoderLayout("distilbert", ("distilbert",), layers="transformer.layer", query="attention.q_lin",
                   key="attention.k_lin", value="attention.v_lin", attention_out="attention.out_lin",
                   ffn_in="ffn.lin1", ffn_out="ffn.lin2", attention_norm="sa_layer_norm",
                   ffn_norm="output_layer_norm", token_types=False, activation_key="activation",
-                  ffn_width_key="hidden_dim"),
+                  ffn_width_key="hidden_dim", token_type_embeddings=None, pooler_dense="pre_classifier",
+                  pooler_activation="relu"),
     EncoderLayout("albert", ("albert",), layers="encoder.albert_layer_groups.0.albert_layers",
                   query="attention.query", key="attention.key", value="attention.value",
                   attention_out="attention.dense", ffn_in="ffn", ffn_out="ffn_output",
                   attention_norm="attention.LayerNorm", ffn_norm="full_layer_layer_norm",
-                  embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True),
-    EncoderLayout("deberta-v2", ("deberta-v2",), positions="disentangled",
+                  embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True,
+                  pooler_dense="albert.pooler"),
+    EncoderLayout("deberta-v2", ("deberta-v2",), positions="disentangled", relative_embeddings="encoder.rel_embeddings",
+                  relative_norm="encoder.LayerNorm", position_key="attention.self.pos_key_proj",
+                  position_query="attention.self.pos_query_proj", pooler_dense="pooler.dense",
+                  pooler_activation="config:pooler_hidden_act",
                   **{**_BERT_LIKE, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
                      "value": "attention.self.value_proj"}),
     EncoderLayout("mpnet", ("mpnet",), positions="relative-bias", relative_bias="encoder.relative_attention_bias",
-                  token_types=False,
+                  token_types=False, token_type_embeddings=None, offset_positions=True,
+                  pooler_dense="classifier.dense", classifier="classifier.out_proj",
                   **{**_BERT_LIKE, "query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v",
                      "attention_out": "attention.attn.o", "attention_norm": "attention.LayerNorm"}),
     EncoderLayout("modernbert", ("modernbert",), layers="layers", query=None, key=None, value=None,
                   qkv="attn.Wqkv", attention_out="attn.Wo", ffn_in="mlp.Wi", ffn_out="mlp.Wo",
                   attention_norm="attn_norm", ffn_norm="mlp_norm", positions="rotary", glu=True, pre_norm=True,
-                  token_types=False, activation_key="hidden_activation"),
+                  token_types=False, activation_key="hidden_activation", word_embeddings="embeddings.tok_embeddings",
+                  position_embeddings=None, token_type_embeddings=None, embedding_norm="embeddings.norm",
+                  final_norm="final_norm", pooler_dense="head.dense", pooler_activation="config:classifier_activation",
+                  pooler_norm="head.norm", pooling_key="classifier_pooling", qa_outputs="classifier",
+                  qa_token_head=True),
 )
 FAMILIES = tuple(layout.family for layout in LAYOUTS)
 _BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}
@@ -117,6 +152,16 @@ def submodule(root: nn.Module, path: str) -> nn.Module:
     for part in path.split("."):
         module = module[int(part)] if part.isdigit() else getattr(module, part)
     return module
+
+
+def optional_submodule(root: nn.Module, path: str | None) -> nn.Module | None:
+    """``root``'s module at ``path``, or None where the path is None or the model lacks it (or holds None)."""
+    if path is None:
+        return None
+    try:
+        return submodule(root, path)
+    except (AttributeError, IndexError):
+        return None
 
 
 def replace_submodule(root: nn.Module, path: str, new: nn.Module) -> None:

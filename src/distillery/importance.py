@@ -26,8 +26,8 @@ Head importance (Michel et al., 2019, "Are Sixteen Heads Really Better than One?
 
     I_h = Σ_(x,y) | ∂L(x,y)/∂ξ_h | = Σ_(x,y) | Σ_t (∂L/∂c_th) · c_th |
 
-read in the same pass from the gradient of that input; the value biases of every layer then require
-grad, so that autograd records the first layer's attention too.
+read in the same pass from the gradient of that input; the value biases (weights, without biases) of every
+layer then require grad, so that autograd records the first layer's attention too.
 
 The scores come from the task's **train** split (or a seeded sample of it), never from dev: the
 paper's code scores on dev, which leaks the evaluation set into the conversion.
@@ -63,15 +63,15 @@ def dense_ffns(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
         ) from None
 
 
-def attention_blocks(teacher) -> list[tuple[nn.Module, nn.Linear]]:
-    """(self-attention with query/key/value, attention-output dense) of every layer of a BERT-family encoder."""
-    _, layers = find_encoder_layers(teacher)
-    try:
-        return [(layer.attention.self, layer.attention.output.dense) for layer in layers]
-    except AttributeError:
-        raise DistilleryError(
-            f"{type(teacher).__name__} is not a BERT-family encoder (no attention.self / attention.output.dense)."
-        ) from None
+def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
+    """(value projection, attention-output projection) of every layer, read through the family's layout
+    (:mod:`distillery.encoders`); the value projection is the fused [q; k; v] one where the family fuses
+    them (ModernBERT). The heads sit side by side in the output projection's input columns."""
+    from distillery.encoders import encoder_layers, layout_of, submodule
+
+    layout = layout_of(teacher.config, type(teacher).__name__)
+    return [(submodule(layer, layout.value or layout.qkv), submodule(layer, layout.attention_out))
+            for layer in encoder_layers(teacher)]
 
 
 def _inputs(batch, device):
@@ -204,8 +204,8 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
             p.requires_grad_(False)
         for w1, _ in ffns:
             w1.bias.requires_grad_(True)
-        for attention, _ in attns:
-            attention.value.bias.requires_grad_(True)
+        for value, _ in attns:  # its weight where the family has no biases (a costlier gradient, the same graph)
+            (value.weight if value.bias is None else value.bias).requires_grad_(True)
         loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
         first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
         if kind != "qa" and first is not None and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0]):

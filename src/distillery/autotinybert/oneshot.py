@@ -88,13 +88,15 @@ class KDTerms(NamedTuple):
 
 @torch.no_grad()
 def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Targets:
-    """The teacher's :class:`Targets` for a batch (its head's outputs when it has a task head)."""
-    out = teacher(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                  output_hidden_states=True)
-    base = teacher.base_model
-    last = base.encoder.layer[-1].attention.self
-    x = out.hidden_states[-2]
-    scores = attention_scores(last.query(x), last.key(x), base.config.num_attention_heads)
+    """The teacher's :class:`Targets` for a batch (its head's outputs when it has a task head); the
+    scores are the last layer's content scores q·kᵀ/√d_head, read through the family's layout."""
+    from distillery.autotinybert.convert import layer_qk
+    from distillery.encoders import encoder_layers, layout_of
+
+    types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+    out = teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **types)
+    q, k = layer_qk(layout_of(teacher.config), encoder_layers(teacher)[-1], out.hidden_states[-2])
+    scores = attention_scores(q, k, teacher.config.num_attention_heads)
     head = {k: out[k] for k in ("logits", "start_logits", "end_logits") if k in out and out[k] is not None}
     return Targets(out.hidden_states[-1], scores, head or None)
 
@@ -245,7 +247,7 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     import json
     from pathlib import Path
 
-    from transformers import BertModel
+    from transformers import AutoModel
 
     from distillery.modeling import load_checked
 
@@ -256,7 +258,8 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     if facts.get("layer_rule") != LAYER_RULE:
         raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
                               f"spread over the depth, so its ranking does not carry over: train it again.")
-    bert, _ = load_checked(BertModel, folder, f"the super-net {folder}", new_head=True, strict=True)  # verifies its weights record too
+    # an AutoTinyBERT model (a BERT one from before the families: SuperNet converts it); verifies its weights record too
+    bert, _ = load_checked(AutoModel, folder, f"the super-net {folder}", new_head=True, strict=True)
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:
         head, head_kind = saved_head, facts.get("head_kind")

@@ -36,18 +36,15 @@ from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
 
-TEACHER_TYPES = ("bert",)  # the super-net is cut from BertLayer's modules
-
-
 def options(config) -> AutoTinyBertOptions:
     return AutoTinyBertOptions.read(config.method_options)
 
 
 def check(config, teacher_config) -> None:
     opts = options(config)
-    from distillery.autotinybert.supernet import check_teacher_family
+    from distillery.autotinybert.convert import check_family
 
-    check_teacher_family(teacher_config)
+    check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
     if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
         parse_arch(opts.arch)
     if opts.evaluator == "finetune" and distributed.launched():

@@ -59,14 +59,16 @@ class SearchSpace:
 
     @classmethod
     def from_supernet(cls, num_layers: int, hidden: int, ffn: int, heads: int, strategy: str = "heads",
-                      hidden_step: int | None = None, ffn_step: int | None = None) -> "SearchSpace":
+                      hidden_step: int | None = None, ffn_step: int | None = None,
+                      qkv_size: int | None = None) -> "SearchSpace":
         """The default space of a super-net: 1..L layers, d_m from 2 steps up to d, d_f from one step up
         to D_f, 1..H heads (``heads``) or d_qkv in steps of 4·H (``head-dims``). Steps default to 32 (d_m)
-        and 64 (d_f), or an eighth of the size for a small super-net."""
+        and 64 (d_f), or an eighth of the size for a small super-net. ``qkv_size``: the attention width
+        (default the hidden size)."""
         hidden_step = hidden_step or min(32, max(1, hidden // 8))
         ffn_step = ffn_step or min(64, max(1, ffn // 8))
         return cls(layers=(1, num_layers, 1), hidden=(min(2 * hidden_step, hidden), hidden, hidden_step),
-                   ffn=(min(ffn_step, ffn), ffn, ffn_step), heads=(1, heads, 1), head_size=hidden // heads,
+                   ffn=(min(ffn_step, ffn), ffn, ffn_step), heads=(1, heads, 1), head_size=(qkv_size or hidden) // heads,
                    max_heads=heads, strategy=strategy, qkv_step=4 * heads)
 
     def at_full_width(self) -> "SearchSpace":

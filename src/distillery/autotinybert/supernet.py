@@ -1,4 +1,6 @@
-"""The one-shot super-network: a BERT that runs any α of its search space by slicing its weights.
+"""The one-shot super-network: a full-size AutoTinyBERT model of the teacher's family (cut from the
+teacher by :mod:`distillery.autotinybert.convert`, so any encoder family distillery knows) that runs any α of
+its search space by slicing its weights, through the same forward as the extracted model.
 
 Every sub-network uses the bottom-left sub-matrices (AutoTinyBERT §3.2) — the first d_m dimensions of
 embeddings, LayerNorms and every hidden-side weight, the first d_f FFN neurons, and the attention rows
@@ -13,27 +15,30 @@ units. A permutation of units is exact: the rewired super-net computes what it d
 Hidden dimensions are not rewired: the residual stream ties one order across embeddings, every layer
 and the head, and the slice of it is a projection that no single permutation makes lossless.
 A LayerNorm of a sub-network normalises over its own d_m dimensions. At full size the super-net is
-exactly the BERT it was built from (a test), and :meth:`SuperNet.extract` turns α into a standalone
-:class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+exactly the teacher it was built from (a test per family), and :meth:`SuperNet.extract` turns α into a
+standalone :class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+With rotary positions (ModernBERT) a head keeping d of its dimensions keeps the first d / 2 of each
+half, the pairs rotated together, at their own frequencies; a relative bias table (MPNet) loses the
+columns of the heads a sub-network drops; DeBERTa's relative embeddings are projected by the same sliced
+rows as the content keys and queries.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel, PreTrainedModel
+from transformers import PreTrainedModel
 
+from distillery.autotinybert.convert import convert_teacher
 from distillery.autotinybert.modeling_autotinybert import (
     AutoTinyBertConfig,
     AutoTinyBertForQuestionAnswering,
     AutoTinyBertForSequenceClassification,
     AutoTinyBertModel,
-    additive_mask,
-    attention,
+    Slice,
     split_heads,
 )
 from distillery.autotinybert.space import Arch, SearchSpace
@@ -42,7 +47,7 @@ from distillery.errors import DistilleryError
 
 
 def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
-    """Pre-softmax scores q·kᵀ/√d_head per head: (B, T, d_qkv) × 2 -> (B, h, T, T)."""
+    """Pre-softmax content scores q·kᵀ/√d_head per head: (B, T, d_qkv) × 2 -> (B, h, T, T)."""
     return split_heads(q, heads) @ split_heads(k, heads).transpose(-1, -2) / math.sqrt(q.shape[-1] // heads)
 
 
@@ -52,100 +57,87 @@ def sub_layers(arch_layers: int, num_layers: int) -> list[int]:
     return select_layers(num_layers, arch_layers)
 
 
-def head_rows(heads: Tensor, head_size: int, per_head: int | None = None) -> Tensor:
+def head_rows(heads: Tensor, head_size: int, per_head: int | None = None, rotary: bool = False) -> Tensor:
     """Q/K/V rows of the given heads, in their order, the first ``per_head`` (default all) dimensions
-    of each: (h,) -> (h · per_head,)."""
-    return (heads[:, None] * head_size + torch.arange(per_head or head_size)[None, :]).flatten()
+    of each: (h,) -> (h · per_head,). With ``rotary`` a head's kept dimensions are the first per_head / 2
+    of each half, the pairs that rotary positions rotate together (i and i + head_size / 2)."""
+    per_head = per_head or head_size
+    dims = torch.arange(per_head)
+    if rotary and per_head < head_size:
+        dims = torch.cat((torch.arange(per_head // 2), head_size // 2 + torch.arange(per_head // 2)))
+    return (heads[:, None] * head_size + dims[None, :]).flatten()
 
 
-def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str) -> Tensor:
+def qkv_rows(arch: Arch, max_heads: int, head_size: int, strategy: str, rotary: bool = False) -> Tensor:
     """Indices of the Q/K/V output rows (and attention-output input columns) α keeps."""
     if strategy == "heads":
         return head_rows(torch.arange(arch.heads), head_size)  # whole heads, the first h of them
-    return head_rows(torch.arange(max_heads), head_size, arch.qkv // max_heads)
+    return head_rows(torch.arange(max_heads), head_size, arch.qkv // max_heads, rotary)
 
 
 @torch.no_grad()
 def permute_units(layer: nn.Module, neurons: Tensor, heads: Tensor | None, head_size: int) -> None:
-    """Reorder one BERT layer's FFN neurons (W1 rows and b1, W2 columns) and attention heads (Q/K/V
-    rows of each head block, attention-output columns) in place: the layer's function is unchanged."""
-    inter, out = layer.intermediate.dense, layer.output.dense
-    inter.weight.copy_(inter.weight[neurons])
-    inter.bias.copy_(inter.bias[neurons])
+    """Reorder one AutoTinyBERT layer's FFN neurons (W1 and gate rows, W2 columns) and attention heads
+    (Q/K/V rows of each head block, attention-output columns, a relative bias's columns) in place: the
+    layer's function is unchanged."""
+    for lin in (layer.intermediate.dense, getattr(layer.intermediate, "gate", None)):
+        if lin is not None:
+            _permute_rows(lin, neurons)
+    out = layer.output.dense
     out.weight.copy_(out.weight[:, neurons])
     if heads is None:
         return
     rows = head_rows(heads, head_size)
     s = layer.attention.self
-    for lin in (s.query, s.key, s.value):
-        lin.weight.copy_(lin.weight[rows])
-        lin.bias.copy_(lin.bias[rows])
+    for lin in (s.query, s.key, s.value, getattr(s, "pos_key", None), getattr(s, "pos_query", None)):
+        if lin is not None:
+            _permute_rows(lin, rows)
     o = layer.attention.output.dense
     o.weight.copy_(o.weight[:, rows])
+    if hasattr(s, "relative_bias"):
+        s.relative_bias.weight.copy_(s.relative_bias.weight[:, heads])
 
 
-# What each encoder family lacks for the super-net, which slices BERT's layout (absolute positions from
-# 0, embeddings as wide as the hidden size, a pooler + linear head) into a standalone AutoTinyBERT student.
-_ROBERTA = ("counts positions from padding_idx + 1 and classifies through a two-layer head without a pooler; "
-            "the AutoTinyBERT student has neither")
-MISSING = {
-    "roberta": f"RoBERTa {_ROBERTA}",
-    "xlm-roberta": f"XLM-RoBERTa {_ROBERTA}",
-    "camembert": f"CamemBERT {_ROBERTA}",
-    "electra": "ELECTRA may project narrower embeddings up to the hidden size and classifies through a two-layer "
-               "head without a pooler; the AutoTinyBERT student has neither",
-    "distilbert": "DistilBERT names its layers differently (transformer.layer, attention.q_lin, ffn.lin1), has no "
-                  "token-type embeddings and classifies through pre_classifier; the super-net slices BERT's modules only",
-}
-
-
-def check_teacher_family(teacher_config) -> None:
-    """Refuse, up front and by name, a teacher whose structure the super-net cannot slice."""
-    model_type = getattr(teacher_config, "model_type", None)
-    if model_type == "bert":
-        return
-    reason = MISSING.get(model_type, f"a {model_type!r} encoder is not BERT's layout (embeddings, encoder.layer "
-                                     f"with attention.self / intermediate / output, pooler)")
-    raise DistilleryError(f"autotinybert builds its super-net from a BERT teacher only: {reason}. "
-                          f"Use a BERT-architecture teacher, or --method distill / moebert for this one.")
+def _permute_rows(lin: nn.Linear, rows: Tensor) -> None:
+    lin.weight.copy_(lin.weight[rows])
+    if lin.bias is not None:
+        lin.bias.copy_(lin.bias[rows])
 
 
 class SuperNet(nn.Module):
-    """A BERT (base model plus an optional task head) that runs sub-architectures by slicing."""
+    """A full-size AutoTinyBERT model of the teacher's family (base model plus an optional task head) that
+    runs sub-architectures by slicing its weights."""
 
-    def __init__(self, bert: BertModel, head: nn.Module | None = None, head_kind: str | None = None,
+    def __init__(self, bert: AutoTinyBertModel, head: nn.Module | None = None, head_kind: str | None = None,
                  strategy: str = "heads", dropout: float | None = None):
         super().__init__()
-        if not isinstance(bert, BertModel):
-            raise DistilleryError(f"The AutoTinyBERT super-net is built from a BERT model, got {type(bert).__name__}.")
+        if not isinstance(bert, AutoTinyBertModel):  # a BERT super-net folder saved before the families
+            bert = convert_teacher(bert)[0]
         self.bert = bert
         self.head = head
         self.head_kind = head_kind  # "classification", "qa" or None (encoder only)
-        self.config: BertConfig = bert.config
+        self.config: AutoTinyBertConfig = bert.config
         c = self.config
         self.space = SearchSpace.from_supernet(c.num_hidden_layers, c.hidden_size, c.intermediate_size,
-                                               c.num_attention_heads, strategy)
-        self.head_size = c.hidden_size // c.num_attention_heads
+                                               c.num_attention_heads, strategy, qkv_size=c.qkv_size)
+        self.head_size = c.qkv_size // c.num_attention_heads
         self.classifier_dropout = nn.Dropout(dropout if dropout is not None else c.hidden_dropout_prob)
 
     @classmethod
     def from_teacher(cls, teacher: PreTrainedModel, strategy: str = "heads") -> "SuperNet":
-        """A super-net initialised from a (fine-tuned) BERT teacher: a copy of its weights."""
-        check_teacher_family(teacher.config)
-        teacher = copy.deepcopy(teacher)
-        if isinstance(teacher, BertForSequenceClassification):
-            return cls(teacher.bert, teacher.classifier, "classification", strategy)
-        if isinstance(teacher, BertForQuestionAnswering):
-            return cls(teacher.bert, teacher.qa_outputs, "qa", strategy)
-        if isinstance(teacher, BertModel):
-            return cls(teacher, None, None, strategy)
-        raise DistilleryError(f"AutoTinyBERT builds its super-net from BERT models; {type(teacher).__name__} is not one.")
+        """A super-net initialised from a (fine-tuned) teacher of any family distillery knows: a copy of its weights."""
+        bert, head, head_kind = convert_teacher(teacher)
+        return cls(bert, head, head_kind, strategy)
 
     @torch.no_grad()
     def rewire(self, neuron_scores: Tensor, head_scores: Tensor | None = None) -> dict[str, list[list[int]]]:
         """Order every layer's FFN neurons ((L, D_f) scores) and heads ((L, H) scores), most important
-        first; returns the orders applied (original unit index at each new position)."""
+        first; returns the orders applied (original unit index at each new position). Scores of one row
+        (a teacher with one shared layer, untied here) order every layer alike."""
         c = self.config
+        neuron_scores = neuron_scores.expand(c.num_hidden_layers, -1) if len(neuron_scores) == 1 else neuron_scores
+        if head_scores is not None and len(head_scores) == 1:
+            head_scores = head_scores.expand(c.num_hidden_layers, -1)
         if tuple(neuron_scores.shape) != (c.num_hidden_layers, c.intermediate_size):
             raise DistilleryError(f"Neuron scores of shape {tuple(neuron_scores.shape)}; the super-net needs "
                                   f"({c.num_hidden_layers}, {c.intermediate_size}).")
@@ -164,43 +156,20 @@ class SuperNet(nn.Module):
         if not self.space.contains(arch):
             raise DistilleryError(f"{arch} is not in the super-net's search space ({self.space.strategy}).")
 
-    def _layer_norm(self, ln: nn.LayerNorm, x: Tensor, d: int) -> Tensor:
-        return F.layer_norm(x, (d,), ln.weight[:d], ln.bias[:d], ln.eps)
+    def slice(self, arch: Arch, device=None) -> Slice:
+        """What sub-network α takes of the super-net's weights."""
+        rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy,
+                        rotary=self.config.relative_attention == "rotary")
+        return Slice(arch.hidden, arch.ffn, rows.to(device), arch.heads, sub_layers(arch.layers, self.config.num_hidden_layers))
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                arch: Arch | None = None, output_hidden_states: bool = False,
                last_scores: bool = False) -> tuple[Tensor, list[Tensor] | None]:
         """Last hidden state (B, T, d_m) of sub-network α (default: the full super-net), and the hidden
         states of every layer when asked; with ``last_scores`` the list holds the last layer's
-        pre-softmax attention scores (B, h, T, T) instead (what the KD objective compares)."""
-        arch = arch or self.space.full()
-        d, f = arch.hidden, arch.ffn
-        emb = self.bert.embeddings
-        seq = input_ids.shape[1]
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        x = (F.embedding(input_ids, emb.word_embeddings.weight[:, :d])
-             + emb.position_embeddings.weight[:seq, :d] + F.embedding(token_type_ids, emb.token_type_embeddings.weight[:, :d]))
-        x = emb.dropout(self._layer_norm(emb.LayerNorm, x, d))
-        mask = additive_mask(attention_mask, x.dtype)
-        rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy).to(x.device)
-        heads = arch.heads
-        hidden = [x] if output_hidden_states else None
-        scores = None
-        kept = sub_layers(arch.layers, self.config.num_hidden_layers)
-        for i, layer in enumerate(self.bert.encoder.layer[j] for j in kept):
-            s, o = layer.attention.self, layer.attention.output
-            q, k, v = (F.linear(x, lin.weight[rows, :d], lin.bias[rows]) for lin in (s.query, s.key, s.value))
-            if last_scores and i == arch.layers - 1:
-                scores = attention_scores(q, k, heads)
-            p = s.dropout.p if self.training else 0.0
-            a = attention(q, k, v, heads, mask, p)
-            x = self._layer_norm(o.LayerNorm, o.dropout(F.linear(a, o.dense.weight[:d, rows], o.dense.bias[:d])) + x, d)
-            inter, out = layer.intermediate, layer.output
-            h = inter.intermediate_act_fn(F.linear(x, inter.dense.weight[:f, :d], inter.dense.bias[:f]))
-            x = self._layer_norm(out.LayerNorm, out.dropout(F.linear(h, out.dense.weight[:d, :f], out.dense.bias[:d])) + x, d)
-            if hidden is not None:
-                hidden.append(x)
+        pre-softmax content scores (B, h, T, T) instead (what the KD objective compares)."""
+        sub = self.slice(arch or self.space.full(), input_ids.device)
+        x, hidden, scores = self.bert.encode(input_ids, attention_mask, token_type_ids, sub, output_hidden_states, last_scores)
         return x, ([scores] if last_scores else hidden)
 
     @property
@@ -210,14 +179,15 @@ class SuperNet(nn.Module):
             return "regression" if self.head.out_features == 1 else "classification"
         return self.head_kind
 
-    def head_outputs(self, x: Tensor, d: int) -> dict[str, Tensor]:
+    def head_outputs(self, x: Tensor, d: int, attention_mask: Tensor | None = None) -> dict[str, Tensor]:
         """The task head on a last hidden state of width ``d``: ``logits`` (pooler + linear) or
         ``start_logits``/``end_logits``; empty without a head."""
         if self.head_kind == "classification":
-            pool = self.bert.pooler.dense
-            pooled = torch.tanh(F.linear(x[:, 0], pool.weight[:d, :d], pool.bias[:d]))
+            pooled = self.bert.pooler(x, attention_mask, d)
             return {"logits": F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)}
         if self.head_kind == "qa":
+            if self.bert.pooler is not None:  # a prediction head on every token (ModernBERT)
+                x = self.bert.pooler.transform(x, d)
             start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
             return {"start_logits": start.squeeze(-1), "end_logits": end.squeeze(-1)}
         return {}
@@ -236,14 +206,14 @@ class SuperNet(nn.Module):
             outs = []
             for a in sub_networks:
                 x, (scores,) = self.encode(input_ids, attention_mask, token_type_ids, a, last_scores=True)
-                outs.append({"last_hidden_state": x, "scores": scores, **self.head_outputs(x, a.hidden)})
+                outs.append({"last_hidden_state": x, "scores": scores, **self.head_outputs(x, a.hidden, attention_mask)})
             return {"sub_networks": outs}
         arch = arch or self.space.full()
         x, hidden = self.encode(input_ids, attention_mask, token_type_ids, arch, output_hidden_states)
         out: dict[str, Tensor] = {"last_hidden_state": x}
         if hidden is not None:
             out["hidden_states"] = tuple(hidden)
-        return {**out, **self.head_outputs(x, arch.hidden)}
+        return {**out, **self.head_outputs(x, arch.hidden, attention_mask)}
 
     # -- extraction ------------------------------------------------------------------------------
 
@@ -251,8 +221,13 @@ class SuperNet(nn.Module):
         c = self.config.to_dict()
         for key in ("model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype"):
             c.pop(key, None)
+        kept = sub_layers(arch.layers, self.config.num_hidden_layers)
+        windows = self.config.layer_windows
         c.update(num_hidden_layers=arch.layers, hidden_size=arch.hidden, intermediate_size=arch.ffn,
-                 num_attention_heads=arch.heads, qkv_size=arch.qkv)
+                 num_attention_heads=arch.heads, qkv_size=arch.qkv,
+                 layer_windows=None if windows is None else [windows[j] for j in kept])
+        if self.head is not None:
+            c["num_labels"] = self.head.out_features
         return AutoTinyBertConfig(**c)
 
     @torch.no_grad()
@@ -263,35 +238,35 @@ class SuperNet(nn.Module):
         model_cls = {"classification": AutoTinyBertForSequenceClassification, "qa": AutoTinyBertForQuestionAnswering}
         model = model_cls.get(self.head_kind, AutoTinyBertModel)(config)
         base = model if isinstance(model, AutoTinyBertModel) else model.bert
-        d, f = arch.hidden, arch.ffn
-        rows = qkv_rows(arch, self.space.max_heads, self.head_size, self.space.strategy)
-        src_emb, dst_emb = self.bert.embeddings, base.embeddings
-        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-            getattr(dst_emb, name).weight.copy_(getattr(src_emb, name).weight[:, :d])
-        _copy_ln(dst_emb.LayerNorm, src_emb.LayerNorm, d)
-        kept = sub_layers(arch.layers, self.config.num_hidden_layers)
-        for src, dst in zip((self.bert.encoder.layer[j] for j in kept), base.encoder.layer):
-            for name in ("query", "key", "value"):
-                _copy_linear(getattr(dst.attention.self, name), getattr(src.attention.self, name), rows, slice(0, d))
-            _copy_linear(dst.attention.output.dense, src.attention.output.dense, slice(0, d), rows)
-            _copy_ln(dst.attention.output.LayerNorm, src.attention.output.LayerNorm, d)
-            _copy_linear(dst.intermediate.dense, src.intermediate.dense, slice(0, f), slice(0, d))
-            _copy_linear(dst.output.dense, src.output.dense, slice(0, d), slice(0, f))
-            _copy_ln(dst.output.LayerNorm, src.output.LayerNorm, d)
-        if base.pooler is not None and self.bert.pooler is not None:
-            _copy_linear(base.pooler.dense, self.bert.pooler.dense, slice(0, d), slice(0, d))
-        if self.head_kind == "classification":
-            _copy_linear(model.classifier, self.head, slice(None), slice(0, d))
-        elif self.head_kind == "qa":
-            _copy_linear(model.qa_outputs, self.head, slice(None), slice(0, d))
+        sub = self.slice(arch)
+        source = self.bert.state_dict()
+        for name, dst in base.state_dict().items():
+            dst.copy_(sliced_weight(name, source, dst.shape, sub))
+        if self.head is not None:
+            head = model.classifier if self.head_kind == "classification" else model.qa_outputs
+            head.weight.copy_(self.head.weight[:, : arch.hidden])
+            head.bias.copy_(self.head.bias)
         return model.eval()
 
 
-def _copy_linear(dst: nn.Linear, src: nn.Linear, out_index, in_index) -> None:
-    dst.weight.copy_(src.weight[out_index][:, in_index])
-    dst.bias.copy_(src.bias[out_index])
+# Weights whose Q/K/V-side dimension takes the sub-network's rows (every other dimension of every weight
+# takes its first entries: d_m, d_f, heads of a bias table; rewiring put the kept units first).
+_ROWS_OUT = (".attention.self.query.", ".attention.self.key.", ".attention.self.value.",
+             ".attention.self.pos_key.", ".attention.self.pos_query.")
+_ROWS_IN = ".attention.output.dense.weight"
 
 
-def _copy_ln(dst: nn.LayerNorm, src: nn.LayerNorm, d: int) -> None:
-    dst.weight.copy_(src.weight[:d])
-    dst.bias.copy_(src.bias[:d])
+def sliced_weight(name: str, source: dict[str, Tensor], shape: torch.Size, sub: Slice) -> Tensor:
+    """The super-net's tensor behind the extracted model's ``name``, sliced to ``shape``: layer i of the
+    sub-network is super-net layer ``sub.layers[i]``."""
+    parts = name.split(".")
+    if name.startswith("encoder.layer."):
+        parts[2] = str(sub.layers[int(parts[2])])
+    t = source[".".join(parts)]
+    dotted = "." + name
+    for dim, size in enumerate(shape):
+        if (dim == 0 and any(r in dotted for r in _ROWS_OUT)) or (dim == 1 and dotted.endswith(_ROWS_IN)):
+            t = t.index_select(dim, sub.rows.to(t.device))
+        else:
+            t = t.narrow(dim, 0, size)
+    return t

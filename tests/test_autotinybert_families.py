@@ -1,0 +1,209 @@
+"""AutoTinyBERT on every encoder family: the super-net cut from a tiny random teacher of each family
+(tests/families.py) is the teacher at full size, its sub-networks extract to standalone models that
+save and load, and `compress --method autotinybert` runs end to end."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from tests.families import FAMILY_NAMES
+
+LAYOUT_FAMILY = {"xlm-roberta": "roberta"}  # a model type under another family's layout (distillery.encoders)
+SENTENCES = ["the movie was good", "a bad film , not fun at all , really boring", "paris"]
+
+
+def family_teacher(path, num_labels: int = 3):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(0)
+    teacher = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels).eval()
+    batch = dict(AutoTokenizer.from_pretrained(path)(SENTENCES, padding=True, return_tensors="pt"))
+    assert batch["attention_mask"].min() == 0  # a padded batch
+    return teacher, batch
+
+
+def random_scores(net, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    c = net.config
+    return (torch.rand(c.num_hidden_layers, c.intermediate_size, generator=g),
+            torch.rand(c.num_hidden_layers, c.num_attention_heads, generator=g))
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_full_size_subnetwork_is_the_teacher_and_slices_extract_save_and_load(family, tiny_family, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    import distillery
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    teacher, batch = family_teacher(tiny_family(family))
+    with torch.no_grad():
+        expected = teacher(**batch).logits
+        for strategy in ("heads", "head-dims"):
+            net = SuperNet.from_teacher(teacher, strategy).eval()
+            assert_close(net(**batch)["logits"], expected)
+            assert_close(net.extract(net.space.full())(**batch).logits, expected)
+            # rewired (heads, their Q/K/V rows, a relative bias's columns reordered layer by layer): still the teacher
+            net.rewire(*random_scores(net))
+            assert_close(net(**batch)["logits"], expected)
+        full = net.space.full()
+        smaller = [Arch(2, full.hidden, 24, full.heads, 16), net.space.sample(random.Random(3))]
+        for arch in smaller:  # head-dims: every head keeps 4 of its 8 dimensions (rotary: 2 of each half)
+            student = net.extract(arch)
+            got = student(**batch).logits
+            assert got.shape == expected.shape and torch.isfinite(got).all()
+            assert_close(got, net(**batch, arch=arch)["logits"])
+    student.save_pretrained(tmp_path)
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert loaded.config.family == LAYOUT_FAMILY.get(family, family)
+    with torch.no_grad():
+        assert_close(loaded(**batch).logits, got, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["roberta", "mpnet", "deberta-v2", "modernbert"])
+def test_head_importance_reads_the_layout(family, tiny_family):
+    """attention_blocks finds the value (or fused qkv) and output projections of any family; where the
+    FFN side of the importance pass reads the family too (BERT's module names here), the head scores
+    match the explicit-mask reference."""
+    from distillery.importance import attention_blocks, unit_importance
+    from tests.oracles import reference_head_importance
+    from tests.test_moebert import _collate, _examples
+
+    teacher, _ = family_teacher(tiny_family(family))
+    blocks = attention_blocks(teacher)
+    assert len(blocks) == teacher.config.num_hidden_layers
+    value, out = blocks[0]
+    assert out.in_features == teacher.config.hidden_size
+    assert value.out_features == teacher.config.hidden_size * (3 if family == "modernbert" else 1)
+    if family != "modernbert":
+        data = _examples("classification", n=6)
+        _, heads = unit_importance(teacher, data, _collate, "classification", batch_size=3, progress=False)
+        assert_close(heads, reference_head_importance(teacher, data, _collate, "classification"), rtol=1e-5, atol=1e-6)
+
+
+def test_old_bert_students_load_as_they_were(tmp_path):
+    """A student saved before the families (a config without their fields) is BERT's layer as before."""
+    import json
+
+    from transformers import AutoModelForSequenceClassification
+
+    import distillery
+    from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoTinyBertForSequenceClassification(AutoTinyBertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                                                     num_attention_heads=2, intermediate_size=24,
+                                                                     qkv_size=8)).eval()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("family", "position_kind", "relative_attention", "pre_norm", "glu", "pooling", "pooler_activation",
+                "pooler_bias", "pooler_norm", "linear_bias", "norm_bias", "embedding_size", "layer_windows"):
+        config.pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    ids = torch.randint(5, 50, (2, 7))
+    with torch.no_grad():
+        assert_close(loaded(ids).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_compress_autotinybert_runs_on_every_family(family, tiny_family, tmp_path, monkeypatch):
+    import distillery
+    import distillery.pipeline
+    from distillery.encoders import supported_types
+    from distillery.pipeline import build_run_config, compress
+    from tests.test_pipeline import TINY, write_glue
+
+    # until the teacher checks read distillery.encoders (the foundation's change): every family it knows
+    import distillery.teacher
+
+    monkeypatch.setattr(distillery.pipeline, "ENCODER_TYPES", supported_types(), raising=False)
+    defaults = getattr(distillery.teacher, "check_teacher", None).__defaults__ or ()
+    if defaults and isinstance(defaults[0], tuple) and "bert" in defaults[0]:  # (supported types, user)
+        monkeypatch.setattr(distillery.teacher.check_teacher, "__defaults__", (supported_types(), *defaults[1:]))
+    data = write_glue(tmp_path / "data", n_train=48, n_dev=8)
+    # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
+    # predictor and the search, which see a family only through extract() (tested above) and Arch; the
+    # smallest one-shot phase of tests/test_autotinybert.py. Rewiring off: its FFN importance
+    # (importance.dense_ffns) is another change's, and rewiring itself is tested per family above.
+    opts = {"arch": "2,32,24,4,16", "supernet_steps": 2, "latency_runs": 1, "rewire": False}
+    overrides = {**TINY, "teacher.train.epochs": 1.0, "student.epochs": 1.0, "student.eval_every": None,
+                 **{f"method_options.{k}": v for k, v in opts.items()}}
+    config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=tiny_family(family),
+                              data_dir=str(data), out=str(tmp_path / "run"), overrides=overrides)
+    out = compress(config)
+    student = distillery.load_student(out)
+    assert type(student).__name__ == "AutoTinyBertForSequenceClassification"
+    assert student.config.family == LAYOUT_FAMILY.get(family, family)
+    c = student.config
+    assert (c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads, c.qkv_size) == (2, 32, 24, 4, 16)
+    assert (out / "supernet" / "supernet.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["deberta-v2", "mpnet", "modernbert"])
+def test_onnx_export_of_a_family_student_passes_parity(family, tiny_family, tmp_path):
+    """Relative attention, its buckets and the rotary / local-window masks export (the others are BERT's ops)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    import distillery.export.write as ex
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    teacher, _ = family_teacher(tiny_family(family), num_labels=2)
+    folder = tmp_path / "atb"
+    SuperNet.from_teacher(teacher, "head-dims").extract(Arch(2, 32, 24, 4, 16)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_family(family)).save_pretrained(folder)
+    out = ex.export_model(folder, "onnx", tmp_path / "onnx")
+    assert json.loads((out / ex.EXPORT_MANIFEST).read_text())["parity"]["fp32"]["passed"]
+
+
+@pytest.mark.parametrize("family", ["roberta", "deberta-v2", "modernbert"])
+def test_qa_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family):
+    from transformers import AutoModelForQuestionAnswering
+
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+
+    _, batch = family_teacher(tiny_family(family))
+    torch.manual_seed(0)
+    teacher = AutoModelForQuestionAnswering.from_pretrained(tiny_family(family)).eval()
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    assert net.head_kind == "qa"
+    real = batch["attention_mask"].bool()  # DeBERTa zeroes padded tokens' embeddings and attention rows; the
+    with torch.no_grad():                  # student computes them as any token: no real token's output changes
+        expected = teacher(**batch)
+        assert_close(net(**batch)["start_logits"][real], expected.start_logits[real])
+        arch = Arch(2, 24, 24, 4, 16)
+        student = net.extract(arch)
+        assert_close(student(**batch).end_logits, net(**batch, arch=arch)["end_logits"])
+        assert_close(net.extract(net.space.full())(**batch).start_logits[real], expected.start_logits[real])
+
+
+def test_a_bert_supernet_folder_from_before_the_families_loads(tmp_path):
+    """A super-net folder whose weights are a BertModel (as saved before the families) is converted on load."""
+    import json
+
+    from transformers import BertConfig, BertModel
+
+    from distillery.autotinybert.oneshot import LAYER_RULE, load_supernet
+    from distillery.weights import record_weights
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=24)).eval()
+    bert.save_pretrained(tmp_path)
+    (tmp_path / "supernet.json").write_text(json.dumps({"strategy": "heads", "head_kind": None, "layer_rule": LAYER_RULE}))
+    record_weights(tmp_path)
+    net = load_supernet(tmp_path).eval()
+    ids = torch.randint(5, 60, (2, 7))
+    with torch.no_grad():
+        assert_close(net(ids)["last_hidden_state"], bert(ids).last_hidden_state)
