@@ -150,3 +150,22 @@ def ffn_linears(layout: EncoderLayout, layer: nn.Module) -> tuple[nn.Linear, nn.
 
 def ffn_width(layout: EncoderLayout, config) -> int:
     return int(getattr(config, layout.ffn_width_key))
+
+
+def is_distillery_student(config) -> bool:
+    """Whether ``config`` is one of distillery's own student types (registered by its method packages)."""
+    return type(config).__module__.startswith("distillery.")
+
+
+def require(config, families: tuple[str, ...] | None, user: str) -> EncoderLayout:
+    """The teacher's layout, for a method (``user``) that restructures it; a sentence when the teacher has
+    none (a distillery student without a layout, a decoder) or is not among ``families`` (None: any)."""
+    if is_distillery_student(config) and getattr(config, "model_type", None) not in _BY_TYPE:
+        raise DistilleryError(f"{user} restructures the teacher's encoder layers, and a distillery "
+                              f"{config.model_type!r} student has no encoder layout it can read: use a method that "
+                              f"needs only the teacher's outputs (cmow) on it.")
+    layout = layout_of(config)
+    if families is not None and layout.family not in families:
+        raise DistilleryError(f"{user} supports {', '.join(families)} encoders only, and the teacher is a "
+                              f"{config.model_type!r} ({layout.family} family) model.")
+    return layout

@@ -30,7 +30,7 @@ from distillery.folders import WriteRefused, atomic_file, check_target, claim, d
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import ENCODER_TYPES, check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
+from distillery.teacher import check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -200,8 +200,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     task = task_for(config.data)
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
-    check_teacher(config.teacher.name, model_config, config.data, getattr(method, "TEACHER_TYPES", ENCODER_TYPES),
-                  f"method {config.method}")
+    check_teacher(config.teacher.name, model_config, config.data)
     if hasattr(method, "check"):
         method.check(config, model_config)
     config.out = str(out)

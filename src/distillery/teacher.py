@@ -28,6 +28,7 @@ from transformers import (
 )
 
 import distillery.distributed as distributed
+from distillery import encoders
 from distillery.config import DataConfig, TeacherConfig
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
@@ -36,7 +37,7 @@ from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, load_checked, load_tokenizer
+from distillery.modeling import first_line, load_checked, load_tokenizer, register_models
 from distillery.weights import check_against_config, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
@@ -120,35 +121,41 @@ def head_kwargs(task: TaskSpec) -> dict:
 def teacher_config(name: str):
     """The teacher's PretrainedConfig (cheap: no weights are read)."""
     source = resolve_teacher(name)
+    register_models()  # a distillery student (moebert, cmow, autotinybert) is a teacher too
     try:
         return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as e:
         raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
 
 
-# Model types the pipeline runs end to end (the tests' tiny BERT and RoBERTa; XLM-R and CamemBERT are
-# RoBERTa's code under another name). Decoders (GPT-2, ...) have no [CLS]-style head nor padding.
-ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
-# Embeddings that number positions after the padding index: pad_token_id + 1 positions go unused.
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+def usable_positions(config) -> int | None:
+    """How many tokens a teacher reads, by its family's position scheme (None: no limit)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not positions or encoders.is_distillery_student(config):
+        return positions
+    scheme = encoders.layout_of(config).positions
+    if scheme == "absolute-after-padding":  # positions are numbered after the padding index
+        return positions - ((config.pad_token_id or 0) + 1)
+    if scheme == "relative-bias":  # MPNet numbers its absolute positions after a fixed padding index, 1
+        return positions - 2
+    if scheme == "disentangled" and not getattr(config, "position_biased_input", True):
+        return None  # relative positions only, log-bucketed: any length
+    return positions
 
 
-def check_teacher(name: str, config, data: DataConfig, supported: tuple[str, ...] = ENCODER_TYPES,
-                  user: str = "distillery") -> None:
-    """Refuse, from its config (and its weights' header), a teacher ``user`` (a method) cannot distil,
-    whose config.json disagrees with its weights, or a ``max_length`` its position embeddings cannot hold."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in supported:
-        raise DistilleryError(f"Teacher {name!r} is a {model_type!r} model; {user} supports "
-                              f"{', '.join(supported)} encoders only.")
+def check_teacher(name: str, config, data: DataConfig) -> None:
+    """Refuse, from its config (and its weights' header), a teacher that is no encoder distillery knows
+    (a decoder, an unknown family) nor a distillery student, whose config.json disagrees with its weights,
+    or a ``max_length`` its position embeddings cannot hold. What one method cannot do with a family is
+    that method's ``check``."""
+    if not encoders.is_distillery_student(config):
+        encoders.layout_of(config, f"Teacher {name!r}")
     if Path(resolve_teacher(name)).is_dir():  # a config that disagrees with its weights, refused before any build
         check_against_config(resolve_teacher(name), config)
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions:
-        usable = positions - ((config.pad_token_id or 0) + 1 if model_type in OFFSET_POSITIONS else 0)
-        if data.max_length > usable:
-            raise DistilleryError(f"max_length {data.max_length} is longer than teacher {name!r} can read: "
-                                  f"it has {usable} positions.")
+    usable = usable_positions(config)
+    if usable is not None and data.max_length > usable:
+        raise DistilleryError(f"max_length {data.max_length} is longer than teacher {name!r} can read: "
+                              f"it has {usable} positions.")
 
 
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:

@@ -36,8 +36,6 @@ from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
 
-TEACHER_TYPES = ("bert",)  # the super-net is cut from BertLayer's modules
-
 
 def options(config) -> AutoTinyBertOptions:
     return AutoTinyBertOptions.read(config.method_options)
