@@ -237,12 +237,17 @@ def flops_per_token(model: nn.Module, seq: int = 128) -> float:
         custom[cpu_sdpa] = _cpu_sdpa_flops
     inputs = make_inputs(model, 1, seq)
     was_training = model.training
-    model.eval()
+    # The counter's module tracker hooks every input that requires grad through autograd, which inference
+    # mode turns off: a parameter passed from module to module (DeBERTa's shared rel_embeddings) must not.
+    requires = [p.requires_grad for p in model.parameters()]
+    model.eval().requires_grad_(False)
     try:
         with torch.inference_mode(), FlopCounterMode(display=False, custom_mapping=custom) as counter:
             model(**inputs)
     finally:
         model.train(was_training)
+        for p, grad in zip(model.parameters(), requires):
+            p.requires_grad_(grad)
     return counter.get_total_flops() / seq
 
 

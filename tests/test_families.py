@@ -1,0 +1,88 @@
+"""The contract: every method on every encoder family (tests/families.py's tiny random teachers, each with
+its own tokenizer kind). Each cell compresses end to end on a small SST-2 slice (teacher fine-tuned one
+epoch, student one epoch), loads the saved student back equal to 1e-5, and exports it to ONNX, whose
+parity check must pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import distillery
+from tests.families import FAMILY_NAMES
+from tests.test_pipeline import write_glue
+
+METHODS = ("distill", "cmow")
+
+# Small enough that a cell takes seconds: the teacher's fine-tuning is cached per family across methods.
+CELL = {
+    "data.train_limit": 32, "data.max_length": 24,
+    "teacher.train.epochs": 1.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
+    "teacher.train.eval_every": None,
+    "student.epochs": 1.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": None,
+    "bench.latency_shape": [1, 8], "bench.throughput_shape": [2, 8],
+    "bench.latency_runs": 1, "bench.throughput_runs": 1, "bench.warmup": 0,
+}
+METHOD_OPTIONS = {  # each method's smallest sensible student
+    "distill": {},
+    "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.train_examples": "budget"},
+}
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("glue"), n_train=32, n_dev=16)
+
+
+def compress(method: str, teacher, glue, out, finetuned: bool = False, **more):
+    overrides = {**CELL, **METHOD_OPTIONS[method], **more}
+    if finetuned:
+        overrides["teacher.finetuned"] = True
+    return distillery.compress(method=method, task="sst2", teacher=str(teacher), data_dir=str(glue), out=str(out),
+                               overrides=overrides)
+
+
+def dev_batch(folder):
+    """A padded batch of real sentences in the student's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return dict(tokenizer(["the movie was good", "a bad and boring film with a dull plot"], padding=True,
+                          return_tensors="pt"))
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The students the pipeline saves, as trained (in memory), by run folder."""
+    import distillery.pipeline as pipeline
+
+    students, save = {}, pipeline.save_model
+
+    def recording(model, tokenizer, folder, *args, **kwargs):
+        students[folder.parent] = model
+        return save(model, tokenizer, folder, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "save_model", recording)
+    return students
+
+
+def logits(model, batch):
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def check_cell(run, trained):
+    """Save -> load equal to 1e-5, and the ONNX export (its own parity check inside) computing the same."""
+    from distillery.export import FP32_ATOL, FP32_RTOL, export_model
+
+    batch = dev_batch(run / "student")
+    expected = logits(trained[run], batch)
+    torch.testing.assert_close(logits(distillery.load_student(run), batch), expected, atol=1e-5, rtol=1e-5)
+    onnx = export_model(run, "onnx", run.parent / "onnx")  # raises when its parity check fails
+    torch.testing.assert_close(logits(distillery.load_student(onnx), batch), expected, atol=FP32_ATOL, rtol=FP32_RTOL)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_method_on_every_family(family, method, tiny_family, glue, trained, tmp_path):
+    check_cell(compress(method, tiny_family(family), glue, tmp_path / "run"), trained)
