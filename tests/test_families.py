@@ -5,10 +5,13 @@ parity check must pass."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import distillery
+from distillery.errors import DistilleryError
 from tests.families import FAMILY_NAMES
 from tests.test_pipeline import write_glue
 
@@ -26,6 +29,7 @@ CELL = {
 METHOD_OPTIONS = {  # each method's smallest sensible student
     "distill": {},
     "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.train_examples": "budget"},
+    "moebert": {"method_options.experts": 2, "method_options.importance_examples": 16},
 }
 
 
@@ -86,3 +90,40 @@ def check_cell(run, trained):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_every_method_on_every_family(family, method, tiny_family, glue, trained, tmp_path):
     check_cell(compress(method, tiny_family(family), glue, tmp_path / "run"), trained)
+
+
+# A student is a teacher: the next method runs on it (given fine-tuned) and the report names the chain.
+
+
+def assert_chain(run, first, second):
+    """The run's metrics.json holds teacher -> student 1 -> student 2 and report.md shows it, comparing the
+    final student with the original teacher (scored by the first run) and the direct one."""
+    chain = json.loads((run / "metrics.json").read_text())["chain"]
+    assert [link["method"] for link in chain] == [None, first, second]
+    assert chain[1]["model"] == str(run.parent / "first" / "student") and chain[2]["model"] == str(run / "student")
+    assert chain[0]["metrics"]["accuracy"] == json.loads((run.parent / "first" / "metrics.json").read_text())["teacher"]["accuracy"]
+    report = (run / "report.md").read_text()
+    assert "## Chain" in report and f"`{first}` student → `{second}` student." in report
+    assert "original teacher" in report and "the direct teacher" in report
+
+
+def test_distill_on_a_distill_student(tiny_family, glue, trained, tmp_path):
+    first = compress("distill", tiny_family("bert"), glue, tmp_path / "first")
+    second = compress("distill", first / "student", glue, tmp_path / "second", finetuned=True,
+                      **{"method_options.student_layers": 1})
+    assert distillery.load_student(second).config.num_hidden_layers == 1
+    assert_chain(second, "distill", "distill")
+    check_cell(second, trained)
+
+
+def test_cmow_on_a_moebert_student(tiny_bert, glue, trained, tmp_path):
+    first = compress("moebert", tiny_bert, glue, tmp_path / "first")
+    second = compress("cmow", first / "student", glue, tmp_path / "second", finetuned=True)
+    assert type(distillery.load_student(second)).__name__ == "CMOWForSequenceClassification"
+    assert_chain(second, "moebert", "cmow")
+
+
+def test_a_method_that_cannot_restructure_a_student_says_so(tiny_bert, glue, tmp_path):
+    first = compress("cmow", tiny_bert, glue, tmp_path / "first")
+    with pytest.raises(DistilleryError, match="'cmow' student has no encoder layout"):
+        compress("distill", first / "student", glue, tmp_path / "second", finetuned=True)

@@ -30,7 +30,7 @@ from distillery.folders import WriteRefused, atomic_file, check_target, claim, d
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
+from distillery.teacher import check_teacher, teacher_chain, get_finetuned_teacher, teacher_config, teacher_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -281,6 +281,10 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
             save_dir=out / "exports", save=("student",))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
+    chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
+    if chain:
+        metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
+                                     "metrics": student_metrics}]
     _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
 
     logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")

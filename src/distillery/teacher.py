@@ -158,6 +158,32 @@ def check_teacher(name: str, config, data: DataConfig) -> None:
                               f"it has {usable} positions.")
 
 
+def teacher_chain(name: str) -> list[dict] | None:
+    """When the teacher ``name`` is an earlier run's student (``RUN/student`` beside RUN's config.yaml and
+    metrics.json), the models that made it, original teacher first, as ``{"model", "method", "task", "metrics"}``
+    (``method``: what made that model from the one before; None for the original teacher), ending with that
+    student. The earlier run's own chain when it had one. None for any other teacher, or when the earlier
+    run's files cannot be read (the chain is a report line, never a reason to stop)."""
+    from distillery.report import load_run  # imported here: the report's plotting is not the teacher's concern
+
+    folder = Path(resolve_teacher(name))
+    if folder.name != "student" or not (folder.parent / "metrics.json").is_file():
+        return None
+    try:
+        run = load_run(folder.parent)
+    except DistilleryError as e:
+        logger.warning("The run %s that made teacher %s cannot be read (%s); its chain is left out.",
+                       folder.parent, name, first_line(e))
+        return None
+    config, metrics = run["config"], run["metrics"]
+    if isinstance(metrics.get("chain"), list) and metrics["chain"]:
+        return metrics["chain"]
+    task = metrics.get("task")
+    original = (config.get("teacher") or {}).get("name")
+    return [{"model": original, "method": None, "task": task, "metrics": metrics.get("teacher")},
+            {"model": str(folder), "method": config.get("method"), "task": task, "metrics": metrics.get("student")}]
+
+
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
     """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer.
 
