@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
+from distillery import encoders
 from distillery.errors import DistilleryError
 from distillery.autotinybert.options import AutoTinyBertOptions, budget_overrides  # noqa: F401 (the pipeline reads budget_overrides here)
 from distillery.recipe import MethodContext
@@ -45,6 +46,7 @@ def check(config, teacher_config) -> None:
     opts = options(config)
     from distillery.autotinybert.supernet import check_teacher_family
 
+    encoders.require(teacher_config, ("bert",), "method autotinybert")  # the super-net is cut from BertLayer's modules
     check_teacher_family(teacher_config)
     if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
         parse_arch(opts.arch)
