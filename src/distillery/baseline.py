@@ -18,7 +18,7 @@ from typing import ClassVar
 from transformers import PreTrainedModel
 
 from distillery.distill.losses import distillation_loss
-from distillery import encoders
+import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext, MethodOptions, number, one_of, option
 

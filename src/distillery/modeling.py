@@ -224,7 +224,7 @@ def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
 def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """(state-dict prefix, ModuleList) of a model's transformer layers, read through its family's layout
     (:mod:`distillery.encoders`, the one place that knows them)."""
-    from distillery import encoders
+    import distillery.encoders as encoders
 
     return encoders.layers_prefix(model), encoders.encoder_layers(model)
 

@@ -28,8 +28,8 @@ from transformers import (
 )
 
 import distillery.distributed as distributed
-from distillery import encoders
-from distillery.config import DataConfig, TeacherConfig
+import distillery.encoders as encoders
+from distillery.config import DataConfig, TeacherConfig, load_yaml
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
@@ -164,18 +164,21 @@ def teacher_chain(name: str) -> list[dict] | None:
     (``method``: what made that model from the one before; None for the original teacher), ending with that
     student. The earlier run's own chain when it had one. None for any other teacher, or when the earlier
     run's files cannot be read (the chain is a report line, never a reason to stop)."""
-    from distillery.report import load_run  # imported here: the report's plotting is not the teacher's concern
+    import yaml
 
     folder = Path(resolve_teacher(name))
-    if folder.name != "student" or not (folder.parent / "metrics.json").is_file():
+    run = folder.parent
+    if folder.name != "student" or not (run / "metrics.json").is_file():
         return None
     try:
-        run = load_run(folder.parent)
-    except DistilleryError as e:
-        logger.warning("The run %s that made teacher %s cannot be read (%s); its chain is left out.",
-                       folder.parent, name, first_line(e))
+        config = load_yaml((run / "config.yaml").read_text())
+        metrics = json.loads((run / "metrics.json").read_text())
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        logger.warning("The run %s that made teacher %s cannot be read (%s); its chain is left out.", run, name,
+                       first_line(e))
         return None
-    config, metrics = run["config"], run["metrics"]
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        return None
     if isinstance(metrics.get("chain"), list) and metrics["chain"]:
         return metrics["chain"]
     task = metrics.get("task")

@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
-from distillery import encoders
+import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.autotinybert.options import AutoTinyBertOptions, budget_overrides  # noqa: F401 (the pipeline reads budget_overrides here)
 from distillery.recipe import MethodContext

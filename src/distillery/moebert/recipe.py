@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 
 from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
-from distillery import encoders
+import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
 import distillery.distributed as distributed
