@@ -107,16 +107,15 @@ def assert_chain(run, first, second):
     assert "original teacher" in report and "the direct teacher" in report
 
 
-def test_distill_on_a_distill_student(tiny_family, glue, trained, tmp_path):
+def test_distill_on_a_distill_student(tiny_family, glue, tmp_path):
     first = compress("distill", tiny_family("bert"), glue, tmp_path / "first")
     second = compress("distill", first / "student", glue, tmp_path / "second", finetuned=True,
                       **{"method_options.student_layers": 1})
     assert distillery.load_student(second).config.num_hidden_layers == 1
     assert_chain(second, "distill", "distill")
-    check_cell(second, trained)
 
 
-def test_cmow_on_a_moebert_student(tiny_bert, glue, trained, tmp_path):
+def test_cmow_on_a_moebert_student(tiny_bert, glue, tmp_path):
     first = compress("moebert", tiny_bert, glue, tmp_path / "first")
     second = compress("cmow", first / "student", glue, tmp_path / "second", finetuned=True)
     assert type(distillery.load_student(second)).__name__ == "CMOWForSequenceClassification"
