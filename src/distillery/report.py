@@ -501,7 +501,7 @@ def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
 def _chain_role(i: int, last: int) -> str:
     if i == 0:
         return "original teacher"
-    return "this run's student" if i == last else f"student {i} (the {'direct ' if i == last - 1 else ''}teacher)"
+    return "this run's student" if i == last else f"student {i}" + (" (the direct teacher)" if i == last - 1 else "")
 
 
 def chain_section(metrics: Mapping[str, Any], main: str) -> str:
