@@ -57,6 +57,9 @@ class EncoderLayout:
     embedding_projection: str | None = None  # embeddings narrower than the encoder, projected up
     shared_layers: bool = False  # one group of layers applied num_hidden_layers times (ALBERT)
     relative_bias: str | None = None  # a per-head bias table all layers share (MPNet), from the base model
+    # absolute positions numbered after this fixed padding index whatever pad_token_id is (MPNet's embeddings: 1);
+    # "absolute-after-padding" families number them after pad_token_id
+    position_padding_idx: int | None = None
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -86,7 +89,7 @@ LAYOUTS = (
                   **{**_BERT_LIKE, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
                      "value": "attention.self.value_proj"}),
     EncoderLayout("mpnet", ("mpnet",), positions="relative-bias", relative_bias="encoder.relative_attention_bias",
-                  token_types=False,
+                  token_types=False, position_padding_idx=1,
                   **{**_BERT_LIKE, "query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v",
                      "attention_out": "attention.attn.o", "attention_norm": "attention.LayerNorm"}),
     EncoderLayout("modernbert", ("modernbert",), layers="layers", query=None, key=None, value=None,

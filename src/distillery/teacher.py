@@ -133,13 +133,13 @@ def usable_positions(config) -> int | None:
     positions = getattr(config, "max_position_embeddings", None)
     if not positions or encoders.is_distillery_student(config):
         return positions
-    scheme = encoders.layout_of(config).positions
-    if scheme == "absolute-after-padding":  # positions are numbered after the padding index
-        return positions - ((config.pad_token_id or 0) + 1)
-    if scheme == "relative-bias":  # MPNet numbers its absolute positions after a fixed padding index, 1
-        return positions - 2
-    if scheme == "disentangled" and not getattr(config, "position_biased_input", True):
+    layout = encoders.layout_of(config)
+    if layout.positions == "disentangled" and not getattr(config, "position_biased_input", True):
         return None  # relative positions only, log-bucketed: any length
+    if layout.position_padding_idx is not None:  # numbered after a fixed padding index (MPNet)
+        return positions - (layout.position_padding_idx + 1)
+    if layout.positions == "absolute-after-padding":  # numbered after the padding index: those go unused
+        return positions - ((config.pad_token_id or 0) + 1)
     return positions
 
 
@@ -168,7 +168,7 @@ def teacher_chain(name: str) -> list[dict] | None:
 
     folder = Path(resolve_teacher(name))
     run = folder.parent
-    if folder.name != "student" or not (run / "metrics.json").is_file():
+    if not folder.is_dir() or folder.name != "student" or not (run / "metrics.json").is_file():
         return None
     try:
         config = load_yaml((run / "config.yaml").read_text())
