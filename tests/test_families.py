@@ -153,3 +153,20 @@ def test_a_method_that_cannot_restructure_a_student_says_so(tiny_bert, glue, tmp
     first = compress("cmow", tiny_bert, glue, tmp_path / "first")
     with pytest.raises(DistilleryError, match="'cmow' student has no encoder layout"):
         compress("distill", first / "student", glue, tmp_path / "second", finetuned=True)
+
+
+def test_the_chain_is_read_from_the_teachers_run_and_left_out_when_unreadable(tmp_path):
+    from distillery.teacher import teacher_chain
+
+    student = tmp_path / "run" / "student"
+    student.mkdir(parents=True)
+    (student / "config.json").write_text("{}")
+    assert teacher_chain(str(student)) is None  # no metrics.json: a plain folder
+    (tmp_path / "run" / "config.yaml").write_text("method: moebert\nteacher: {name: bert-tiny}\n")
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(
+        {"task": "sst2", "teacher": {"accuracy": 0.9}, "student": {"accuracy": 0.8}}))
+    assert teacher_chain(str(student)) == [
+        {"model": "bert-tiny", "method": None, "task": "sst2", "metrics": {"accuracy": 0.9}},
+        {"model": str(student), "method": "moebert", "task": "sst2", "metrics": {"accuracy": 0.8}}]
+    (tmp_path / "run" / "metrics.json").write_text("{not json")
+    assert teacher_chain(str(student)) is None
