@@ -38,8 +38,9 @@ def models(tmp_path_factory, tiny_bert):
 class Paths:
     """What a case's command line may refer to."""
 
-    def __init__(self, tmp, glue, bert, roberta, gpt2, models):
+    def __init__(self, tmp, glue, bert, roberta, gpt2, models, family=None):
         self.tmp, self.glue, self.bert, self.roberta, self.gpt2, self.models = tmp, glue, bert, roberta, gpt2, models
+        self.family = family  # tiny_family: the folder of a tiny teacher of an encoder family (tests/families.py)
         self.file = tmp / "a-file"
         self.file.write_text("not a folder\n")
 
@@ -209,6 +210,11 @@ CASES = {
     "gpt2-autotinybert": (lambda p: p.compress("--method", "autotinybert", teacher=p.gpt2), "'gpt2'"),
     "max-length-over-bert-positions": (lambda p: p.compress("--max-length", "600"), "max_length 600"),
     "max-length-over-roberta-positions": (lambda p: p.compress("--max-length", "519", teacher=p.roberta), "518 positions"),
+    # each family's position scheme: MPNet numbers positions after its padding index 1, DistilBERT from 0
+    "max-length-over-mpnet-positions": (lambda p: p.compress("--max-length", "511", teacher=p.family("mpnet")),
+                                        "510 positions"),
+    "max-length-over-distilbert-positions": (lambda p: p.compress("--max-length", "513", teacher=p.family("distilbert")),
+                                             "512 positions"),
     "gpt2-teacher-command": (lambda p: ["teacher", "--teacher", p.gpt2, "--data-dir", str(p.glue)], "'gpt2'"),
     # a run folder's config.yaml read by --resume
     "resume-epochs-text": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "student: {epochs: abc}\n"),
@@ -435,9 +441,9 @@ def hostile(p: Paths, kind: str) -> str:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models):
+def test_bad_input(case, monkeypatch, capsys, tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models, tiny_family):
     build, fragment = CASES[case]
-    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models))
+    args = build(Paths(tmp_path, glue, tiny_bert, tiny_roberta, tiny_gpt2, models, tiny_family))
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert_one_line_error(code, err, fragment)
     assert not list(tmp_path.glob("*/checkpoints")), "no training may start"

@@ -18,8 +18,8 @@ from typing import ClassVar
 from transformers import PreTrainedModel
 
 from distillery.distill.losses import distillation_loss
+import distillery.encoders as encoders
 from distillery.errors import DistilleryError
-from distillery.modeling import find_encoder_layers
 from distillery.recipe import MethodContext, MethodOptions, number, one_of, option
 
 logger = logging.getLogger("distillery")
@@ -68,23 +68,30 @@ def select_layers(num_teacher_layers: int, student_layers: int | list[int] | Non
 
 
 def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedModel:
-    """A new model of the teacher's class with ``len(layers)`` layers, each a copy of a teacher layer.
+    """A new model of the teacher's class with ``len(layers)`` layers, each a copy of a teacher layer
+    (ALBERT, whose layers are one shared group: ``len(layers)`` repeats of it).
 
     Embeddings, pooler and task head are copied too, so the student starts where the teacher is.
     """
-    prefix, _ = find_encoder_layers(teacher)
+    layout = encoders.require(teacher.config, None, "method distill")
     config = teacher.config.__class__.from_dict(teacher.config.to_dict())
-    config.num_hidden_layers = len(layers)
+    config.num_hidden_layers = len(layers)  # DistilBERT's n_layers through its attribute_map
+    if isinstance(getattr(config, "layer_types", None), list):  # ModernBERT: each layer keeps its attention kind
+        config.layer_types = [teacher.config.layer_types[i] for i in layers]
     student = type(teacher)(config)
-    new_index = {old: new for new, old in enumerate(layers)}
-    state = {}
-    for key, value in teacher.state_dict().items():
-        if key.startswith(prefix + "."):
-            old, rest = key[len(prefix) + 1 :].split(".", 1)
-            if int(old) not in new_index:
-                continue
-            key = f"{prefix}.{new_index[int(old)]}.{rest}"
-        state[key] = value.detach().clone()
+    source = teacher.state_dict()
+    prefix = encoders.layers_prefix(teacher) + "."
+    new_index = dict(enumerate(layers))
+
+    def teacher_key(key: str) -> str:
+        if layout.shared_layers or not key.startswith(prefix):  # ALBERT's group is the same, only repeated less
+            return key
+        index, rest = key[len(prefix):].split(".", 1)
+        return f"{prefix}{new_index[int(index)]}.{rest}"
+
+    # Every student weight comes from the teacher; a teacher weight the student has no place for is left
+    # behind (ModernBERT's first layer has no attention LayerNorm: a later layer copied there loses it).
+    state = {key: source[teacher_key(key)].detach().clone() for key in student.state_dict()}
     student.load_state_dict(state, strict=True)
     return student
 
@@ -94,6 +101,7 @@ def options(config) -> DistillOptions:
 
 
 def check(config, teacher_config) -> None:
+    encoders.require(teacher_config, None, "method distill")
     select_layers(teacher_config.num_hidden_layers, options(config).student_layers)
 
 

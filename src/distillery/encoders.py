@@ -63,7 +63,6 @@ class EncoderLayout:
     position_embeddings: str | None = "embeddings.position_embeddings"
     token_type_embeddings: str | None = "embeddings.token_type_embeddings"
     embedding_norm: str = "embeddings.LayerNorm"
-    offset_positions: bool = False  # absolute positions count from the embeddings' padding_idx + 1
     final_norm: str | None = None  # a norm after the last layer (pre-norm families), from the base model
     # DeBERTa-v2's shared relative-position embeddings and their norm, from the base model; and a layer's own
     # projections of them when the config does not share the content ones (share_att_key false)
@@ -80,6 +79,14 @@ class EncoderLayout:
     qa_outputs: str = "qa_outputs"
     qa_token_head: bool = False  # the QA model runs the pooler's dense / activation / norm on every token first
     pooling_key: str | None = None  # the config field choosing "cls" or "mean" pooling (default: cls)
+    # absolute positions numbered after this fixed padding index whatever pad_token_id is (MPNet's embeddings: 1);
+    # "absolute-after-padding" families number them after pad_token_id
+    position_padding_idx: int | None = None
+
+    @property
+    def offset_positions(self) -> bool:
+        """Whether absolute positions count from the embeddings' padding index + 1 (RoBERTa, MPNet)."""
+        return self.positions == "absolute-after-padding" or self.position_padding_idx is not None
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -93,7 +100,7 @@ _BERT_LIKE = dict(query="attention.self.query", key="attention.self.key", value=
 LAYOUTS = (
     EncoderLayout("bert", ("bert",), pooler_dense="bert.pooler.dense", **_BERT_LIKE),
     EncoderLayout("roberta", ("roberta", "xlm-roberta", "camembert"), positions="absolute-after-padding",
-                  offset_positions=True, pooler_dense="classifier.dense", classifier="classifier.out_proj",
+                  pooler_dense="classifier.dense", classifier="classifier.out_proj",
                   **_BERT_LIKE),
     EncoderLayout("electra", ("electra",), embedding_projection="embeddings_project", pooler_dense="classifier.dense",
                   pooler_activation="gelu", classifier="classifier.out_proj", **_BERT_LIKE),
@@ -116,7 +123,7 @@ LAYOUTS = (
                   **{**_BERT_LIKE, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
                      "value": "attention.self.value_proj"}),
     EncoderLayout("mpnet", ("mpnet",), positions="relative-bias", relative_bias="encoder.relative_attention_bias",
-                  token_types=False, token_type_embeddings=None, offset_positions=True,
+                  token_types=False, token_type_embeddings=None, position_padding_idx=1,
                   pooler_dense="classifier.dense", classifier="classifier.out_proj",
                   **{**_BERT_LIKE, "query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v",
                      "attention_out": "attention.attn.o", "attention_norm": "attention.LayerNorm"}),
@@ -195,3 +202,22 @@ def ffn_linears(layout: EncoderLayout, layer: nn.Module) -> tuple[nn.Linear, nn.
 
 def ffn_width(layout: EncoderLayout, config) -> int:
     return int(getattr(config, layout.ffn_width_key))
+
+
+def is_distillery_student(config) -> bool:
+    """Whether ``config`` is one of distillery's own student types (registered by its method packages)."""
+    return type(config).__module__.startswith("distillery.")
+
+
+def require(config, families: tuple[str, ...] | None, user: str) -> EncoderLayout:
+    """The teacher's layout, for a method (``user``) that restructures it; a sentence when the teacher has
+    none (a distillery student without a layout, a decoder) or is not among ``families`` (None: any)."""
+    if is_distillery_student(config) and getattr(config, "model_type", None) not in _BY_TYPE:
+        raise DistilleryError(f"{user} restructures the teacher's encoder layers, and a distillery "
+                              f"{config.model_type!r} student has no encoder layout it can read: use a method that "
+                              f"needs only the teacher's outputs (cmow) on it.")
+    layout = layout_of(config)
+    if families is not None and layout.family not in families:
+        raise DistilleryError(f"{user} supports {', '.join(families)} encoders only, and the teacher is a "
+                              f"{config.model_type!r} ({layout.family} family) model.")
+    return layout

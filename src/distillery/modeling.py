@@ -222,15 +222,11 @@ def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
 
 
 def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    """The ModuleList of transformer layers (``bert.encoder.layer``, ``roberta.encoder.layer``, ...)."""
-    n = model.config.num_hidden_layers
-    candidates = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n]
-    if len(candidates) != 1:
-        raise DistilleryError(
-            f"Cannot find the transformer layers of {type(model).__name__}: expected one list of "
-            f"{n} layers, found {len(candidates)}."
-        )
-    return candidates[0]
+    """(state-dict prefix, ModuleList) of a model's transformer layers, read through its family's layout
+    (:mod:`distillery.encoders`, the one place that knows them)."""
+    import distillery.encoders as encoders
+
+    return encoders.layers_prefix(model), encoders.encoder_layers(model)
 
 
 # The other JSON files a tokenizer folder may hold; each must be a JSON object.

@@ -29,7 +29,7 @@ from distillery.folders import WriteRefused, atomic_file, check_target, claim, d
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import ENCODER_TYPES, check_teacher, get_finetuned_teacher, teacher_config, teacher_tokenizer
+from distillery.teacher import check_teacher, teacher_chain, get_finetuned_teacher, teacher_config, teacher_tokenizer
 
 logger = logging.getLogger("distillery")
 
@@ -189,8 +189,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     task = task_for(config.data)
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
-    check_teacher(config.teacher.name, model_config, config.data, getattr(method, "TEACHER_TYPES", ENCODER_TYPES),
-                  f"method {config.method}")
+    check_teacher(config.teacher.name, model_config, config.data)
     if hasattr(method, "check"):
         method.check(config, model_config)
     config.out = str(out)
@@ -271,6 +270,10 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
             save_dir=out / "exports", save=("student",))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
+    chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
+    if chain:
+        metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
+                                     "metrics": student_metrics}]
     _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
 
     logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")

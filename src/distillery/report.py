@@ -439,6 +439,34 @@ def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
 # Reports
 
 
+def _chain_role(i: int, last: int) -> str:
+    if i == 0:
+        return "original teacher"
+    return "this run's student" if i == last else f"student {i}" + (" (the direct teacher)" if i == last - 1 else "")
+
+
+def chain_section(metrics: Mapping[str, Any], main: str) -> str:
+    """The models this run's student descends from, when its teacher was an earlier run's student
+    (metrics.json "chain"): each with its score and the final student's retention against it. The direct
+    teacher's score is this run's measurement; the earlier ones are their runs' (on the same task only)."""
+    chain = metrics.get("chain")
+    if not isinstance(chain, list) or len(chain) < 3 or not all(isinstance(link, Mapping) for link in chain):
+        return ""
+    last, task = len(chain) - 1, metrics.get("task")
+    final = (metrics.get("student") or {}).get(main)
+    steps = [md(chain[0].get("model"), code=True)] + [f"{md(link.get('method'), code=True)} student"
+                                                      for link in chain[1:]]
+    lines = ["## Chain", "", "This student descends from " + " → ".join(steps) + ".", "",
+             f"| model | made by | {md(main)} | final student's retention |", "|---|---|---|---|"]
+    for i, link in enumerate(chain):
+        scores = metrics.get("teacher") if i == last - 1 else metrics.get("student") if i == last else link.get("metrics")
+        score = (scores or {}).get(main) if link.get("task") in (None, task) else None
+        kept = final / score if _is_number(final) and _is_number(score) and score else None
+        lines.append(f"| {_chain_role(i, last)}: {md(link.get('model'), code=True)} | "
+                     f"{md(link.get('method') or '—')} | {fmt_metric(score)} | {fmt_pct(kept)} |")
+    return "\n".join(lines + [""])
+
+
 def write_report(run_dir: str | os.PathLike) -> Path:
     """Write ``report.md`` and ``plot.png`` into a run folder; return the report's path."""
     run = load_run(run_dir)
@@ -465,6 +493,9 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     if cfg_lines:
         out += cfg_lines + [""]
     out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
+    chain = chain_section(metrics, main)
+    if chain:
+        out += [chain]
     split = metrics.get("split")
     out += [
         "## Results",

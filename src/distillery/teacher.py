@@ -28,7 +28,8 @@ from transformers import (
 )
 
 import distillery.distributed as distributed
-from distillery.config import DataConfig, TeacherConfig
+import distillery.encoders as encoders
+from distillery.config import DataConfig, TeacherConfig, load_yaml
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
@@ -36,7 +37,7 @@ from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, load_checked, load_tokenizer
+from distillery.modeling import first_line, load_checked, load_tokenizer, register_models
 from distillery.weights import check_against_config, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
@@ -120,35 +121,70 @@ def head_kwargs(task: TaskSpec) -> dict:
 def teacher_config(name: str):
     """The teacher's PretrainedConfig (cheap: no weights are read)."""
     source = resolve_teacher(name)
+    register_models()  # a distillery student (moebert, cmow, autotinybert) is a teacher too
     try:
         return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as e:
         raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
 
 
-# Model types the pipeline runs end to end (the tests' tiny BERT and RoBERTa; XLM-R and CamemBERT are
-# RoBERTa's code under another name). Decoders (GPT-2, ...) have no [CLS]-style head nor padding.
-ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
-# Embeddings that number positions after the padding index: pad_token_id + 1 positions go unused.
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+def usable_positions(config) -> int | None:
+    """How many tokens a teacher reads, by its family's position scheme (None: no limit)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not positions or encoders.is_distillery_student(config):
+        return positions
+    layout = encoders.layout_of(config)
+    if layout.positions == "disentangled" and not getattr(config, "position_biased_input", True):
+        return None  # relative positions only, log-bucketed: any length
+    if layout.position_padding_idx is not None:  # numbered after a fixed padding index (MPNet)
+        return positions - (layout.position_padding_idx + 1)
+    if layout.positions == "absolute-after-padding":  # numbered after the padding index: those go unused
+        return positions - ((config.pad_token_id or 0) + 1)
+    return positions
 
 
-def check_teacher(name: str, config, data: DataConfig, supported: tuple[str, ...] = ENCODER_TYPES,
-                  user: str = "distillery") -> None:
-    """Refuse, from its config (and its weights' header), a teacher ``user`` (a method) cannot distil,
-    whose config.json disagrees with its weights, or a ``max_length`` its position embeddings cannot hold."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in supported:
-        raise DistilleryError(f"Teacher {name!r} is a {model_type!r} model; {user} supports "
-                              f"{', '.join(supported)} encoders only.")
+def check_teacher(name: str, config, data: DataConfig) -> None:
+    """Refuse, from its config (and its weights' header), a teacher that is no encoder distillery knows
+    (a decoder, an unknown family) nor a distillery student, whose config.json disagrees with its weights,
+    or a ``max_length`` its position embeddings cannot hold. What one method cannot do with a family is
+    that method's ``check``."""
+    if not encoders.is_distillery_student(config):
+        encoders.layout_of(config, f"Teacher {name!r}")
     if Path(resolve_teacher(name)).is_dir():  # a config that disagrees with its weights, refused before any build
         check_against_config(resolve_teacher(name), config)
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions:
-        usable = positions - ((config.pad_token_id or 0) + 1 if model_type in OFFSET_POSITIONS else 0)
-        if data.max_length > usable:
-            raise DistilleryError(f"max_length {data.max_length} is longer than teacher {name!r} can read: "
-                                  f"it has {usable} positions.")
+    usable = usable_positions(config)
+    if usable is not None and data.max_length > usable:
+        raise DistilleryError(f"max_length {data.max_length} is longer than teacher {name!r} can read: "
+                              f"it has {usable} positions.")
+
+
+def teacher_chain(name: str) -> list[dict] | None:
+    """When the teacher ``name`` is an earlier run's student (``RUN/student`` beside RUN's config.yaml and
+    metrics.json), the models that made it, original teacher first, as ``{"model", "method", "task", "metrics"}``
+    (``method``: what made that model from the one before; None for the original teacher), ending with that
+    student. The earlier run's own chain when it had one. None for any other teacher, or when the earlier
+    run's files cannot be read (the chain is a report line, never a reason to stop)."""
+    import yaml
+
+    folder = Path(resolve_teacher(name))
+    run = folder.parent
+    if not folder.is_dir() or folder.name != "student" or not (run / "metrics.json").is_file():
+        return None
+    try:
+        config = load_yaml((run / "config.yaml").read_text())
+        metrics = json.loads((run / "metrics.json").read_text())
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        logger.warning("The run %s that made teacher %s cannot be read (%s); its chain is left out.", run, name,
+                       first_line(e))
+        return None
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        return None
+    if isinstance(metrics.get("chain"), list) and metrics["chain"]:
+        return metrics["chain"]
+    task = metrics.get("task")
+    original = (config.get("teacher") or {}).get("name")
+    return [{"model": original, "method": None, "task": task, "metrics": metrics.get("teacher")},
+            {"model": str(folder), "method": config.get("method"), "task": task, "metrics": metrics.get("student")}]
 
 
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:

@@ -31,6 +31,7 @@ from transformers import PreTrainedModel
 
 from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
+import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
 import distillery.distributed as distributed
@@ -42,7 +43,6 @@ from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of
 logger = logging.getLogger("distillery")
 
 DISTILL_LAYERS = ("all", "last", "skip", "none")
-TEACHER_TYPES = ("bert", "roberta")  # the two embeddings and heads modeling_moebert has
 
 # Table 7 of the paper (BERT-base): lr, batch (GPUs × per-GPU), epochs, weight decay, λ_distill.
 # No warm-up. --preset paper applies the row of the task; tasks without a row keep the budget's.
@@ -121,6 +121,7 @@ def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
 
 def check(config, teacher_config) -> None:
     opts = options(config)
+    encoders.require(teacher_config, ("bert", "roberta"), "method moebert")  # the embeddings and heads modeling_moebert has
     if opts.init is None:
         expert_shape(opts, teacher_config.intermediate_size)
     elif not (Path(opts.init) / "config.json").is_file():

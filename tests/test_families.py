@@ -1,0 +1,172 @@
+"""The contract: every method on every encoder family (tests/families.py's tiny random teachers, each with
+its own tokenizer kind). Each cell compresses end to end on a small SST-2 slice (teacher fine-tuned one
+epoch, student one epoch), loads the saved student back equal to 1e-5, and exports it to ONNX, whose
+parity check must pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import distillery
+from distillery.errors import DistilleryError
+from tests.families import FAMILY_NAMES
+from tests.test_pipeline import write_glue
+
+METHODS = ("distill", "cmow")
+
+# Small enough that a cell takes seconds: the teacher's fine-tuning is cached per family across methods.
+CELL = {
+    "data.train_limit": 32, "data.max_length": 24,
+    "teacher.train.epochs": 1.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
+    "teacher.train.eval_every": None,
+    "student.epochs": 1.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": None,
+    "bench.latency_shape": [1, 8], "bench.throughput_shape": [2, 8],
+    "bench.latency_runs": 1, "bench.throughput_runs": 1, "bench.warmup": 0,
+}
+METHOD_OPTIONS = {  # each method's smallest sensible student
+    "distill": {},
+    # one direction: the CMOW graph is the same class for every family (what differs is the vocabulary, the
+    # padding and separator ids and the tokenizer's inputs), and its bidirectional ONNX trace costs 1.5 s more
+    "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.bidirectional": False,
+             "method_options.train_examples": "budget"},
+    "moebert": {"method_options.experts": 2, "method_options.importance_examples": 16},
+}
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory):
+    return write_glue(tmp_path_factory.mktemp("glue"), n_train=32, n_dev=16)
+
+
+def compress(method: str, teacher, glue, out, finetuned: bool = False, **more):
+    overrides = {**CELL, **METHOD_OPTIONS[method], **more}
+    if finetuned:
+        overrides["teacher.finetuned"] = True
+    return distillery.compress(method=method, task="sst2", teacher=str(teacher), data_dir=str(glue), out=str(out),
+                               overrides=overrides)
+
+
+def dev_batch(folder):
+    """A padded batch of real sentences in the student's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return dict(tokenizer(["the movie was good", "a bad and boring film with a dull plot"], padding=True,
+                          return_tensors="pt"))
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The students the pipeline saves, as trained (in memory), by run folder."""
+    import distillery.pipeline as pipeline
+
+    students, save = {}, pipeline.save_model
+
+    def recording(model, tokenizer, folder, *args, **kwargs):
+        students[folder.parent] = model
+        return save(model, tokenizer, folder, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "save_model", recording)
+    return students
+
+
+def logits(model, batch):
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def check_cell(run, trained):
+    """Save -> load equal to 1e-5, and the ONNX export (its own parity check inside) computing the same."""
+    from distillery.export import FP32_ATOL, FP32_RTOL, export_model
+
+    batch = dev_batch(run / "student")
+    expected = logits(trained[run], batch)
+    torch.testing.assert_close(logits(distillery.load_student(run), batch), expected, atol=1e-5, rtol=1e-5)
+    onnx = export_model(run, "onnx", run.parent / "onnx")  # raises when its parity check fails
+    torch.testing.assert_close(logits(distillery.load_student(onnx), batch), expected, atol=FP32_ATOL, rtol=FP32_RTOL)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_method_on_every_family(family, method, tiny_family, glue, trained, tmp_path):
+    check_cell(compress(method, tiny_family(family), glue, tmp_path / "run"), trained)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_every_family(family, tiny_family):
+    """distill's student keeps the teacher's class: with every layer it computes the teacher's logits; Patient
+    KD's hidden-state MSE pairs student layer j with the teacher layer it came from (zero for that copy)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from distillery.baseline import build_student
+    from distillery.distill.losses import distillation_loss
+
+    folder = tiny_family(family)
+    teacher = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
+    batch = dev_batch(folder)
+    every = build_student(teacher, [0, 1, 2, 3]).eval()
+    torch.testing.assert_close(logits(every, batch), logits(teacher, batch))
+    labelled = {**batch, "labels": torch.tensor([1, 0])}
+    loss = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[0, 1, 2, 3])
+    assert loss(every, labelled)[1]["hidden"] == pytest.approx(0.0, abs=1e-10)
+    student = build_student(teacher, [1, 3]).train()
+    total, logs = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[1, 3])(
+        student, labelled)
+    total.backward()
+    assert logs["hidden"] > 0 and torch.isfinite(total)
+
+
+# A student is a teacher: the next method runs on it (given fine-tuned) and the report names the chain.
+
+
+def assert_chain(run, first, second):
+    """The run's metrics.json holds teacher -> student 1 -> student 2 and report.md shows it, comparing the
+    final student with the original teacher (scored by the first run) and the direct one."""
+    chain = json.loads((run / "metrics.json").read_text())["chain"]
+    assert [link["method"] for link in chain] == [None, first, second]
+    assert chain[1]["model"] == str(run.parent / "first" / "student") and chain[2]["model"] == str(run / "student")
+    assert chain[0]["metrics"]["accuracy"] == json.loads((run.parent / "first" / "metrics.json").read_text())["teacher"]["accuracy"]
+    report = (run / "report.md").read_text()
+    assert "## Chain" in report and f"`{first}` student → `{second}` student." in report
+    assert "original teacher" in report and "the direct teacher" in report
+
+
+def test_distill_on_a_distill_student(tiny_family, glue, tmp_path):
+    first = compress("distill", tiny_family("bert"), glue, tmp_path / "first")
+    second = compress("distill", first / "student", glue, tmp_path / "second", finetuned=True,
+                      **{"method_options.student_layers": 1})
+    assert distillery.load_student(second).config.num_hidden_layers == 1
+    assert_chain(second, "distill", "distill")
+
+
+def test_cmow_on_a_moebert_student(tiny_bert, glue, tmp_path):
+    first = compress("moebert", tiny_bert, glue, tmp_path / "first")
+    second = compress("cmow", first / "student", glue, tmp_path / "second", finetuned=True)
+    assert type(distillery.load_student(second)).__name__ == "CMOWForSequenceClassification"
+    assert_chain(second, "moebert", "cmow")
+
+
+def test_a_method_that_cannot_restructure_a_student_says_so(tiny_bert, glue, tmp_path):
+    first = compress("cmow", tiny_bert, glue, tmp_path / "first")
+    with pytest.raises(DistilleryError, match="'cmow' student has no encoder layout"):
+        compress("distill", first / "student", glue, tmp_path / "second", finetuned=True)
+
+
+def test_the_chain_is_read_from_the_teachers_run_and_left_out_when_unreadable(tmp_path):
+    from distillery.teacher import teacher_chain
+
+    student = tmp_path / "run" / "student"
+    student.mkdir(parents=True)
+    (student / "config.json").write_text("{}")
+    assert teacher_chain(str(student)) is None  # no metrics.json: a plain folder
+    (tmp_path / "run" / "config.yaml").write_text("method: moebert\nteacher: {name: bert-tiny}\n")
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(
+        {"task": "sst2", "teacher": {"accuracy": 0.9}, "student": {"accuracy": 0.8}}))
+    assert teacher_chain(str(student)) == [
+        {"model": "bert-tiny", "method": None, "task": "sst2", "metrics": {"accuracy": 0.9}},
+        {"model": str(student), "method": "moebert", "task": "sst2", "metrics": {"accuracy": 0.8}}]
+    (tmp_path / "run" / "metrics.json").write_text("{not json")
+    assert teacher_chain(str(student)) is None
