@@ -57,6 +57,11 @@ class EncoderLayout:
     embedding_projection: str | None = None  # embeddings narrower than the encoder, projected up
     shared_layers: bool = False  # one group of layers applied num_hidden_layers times (ALBERT)
     relative_bias: str | None = None  # a per-head bias table all layers share (MPNet), from the base model
+    # The FFN as one replaceable piece (MoEBERT): ``ffn_block`` receives the FFN input; a module put in its
+    # place returns the FFN's output (``ffn_out`` included, before any dropout, residual or LayerNorm the
+    # layer adds), and the modules in ``ffn_rest`` (what ran after it up to ``ffn_out``) become identities.
+    ffn_block: str | None = None
+    ffn_rest: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -65,7 +70,8 @@ class EncoderLayout:
 
 _BERT_LIKE = dict(query="attention.self.query", key="attention.self.key", value="attention.self.value",
                   attention_out="attention.output.dense", ffn_in="intermediate.dense", ffn_out="output.dense",
-                  attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer")
+                  attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer",
+                  ffn_block="intermediate", ffn_rest=("output.dense",))
 
 LAYOUTS = (
     EncoderLayout("bert", ("bert",), **_BERT_LIKE),
@@ -76,12 +82,13 @@ LAYOUTS = (
                   key="attention.k_lin", value="attention.v_lin", attention_out="attention.out_lin",
                   ffn_in="ffn.lin1", ffn_out="ffn.lin2", attention_norm="sa_layer_norm",
                   ffn_norm="output_layer_norm", token_types=False, activation_key="activation",
-                  ffn_width_key="hidden_dim"),
+                  ffn_width_key="hidden_dim", ffn_block="ffn.lin1", ffn_rest=("ffn.activation", "ffn.lin2")),
     EncoderLayout("albert", ("albert",), layers="encoder.albert_layer_groups.0.albert_layers",
                   query="attention.query", key="attention.key", value="attention.value",
                   attention_out="attention.dense", ffn_in="ffn", ffn_out="ffn_output",
                   attention_norm="attention.LayerNorm", ffn_norm="full_layer_layer_norm",
-                  embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True),
+                  embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True,
+                  ffn_block="ffn", ffn_rest=("activation", "ffn_output")),
     EncoderLayout("deberta-v2", ("deberta-v2",), positions="disentangled",
                   **{**_BERT_LIKE, "query": "attention.self.query_proj", "key": "attention.self.key_proj",
                      "value": "attention.self.value_proj"}),
@@ -92,7 +99,7 @@ LAYOUTS = (
     EncoderLayout("modernbert", ("modernbert",), layers="layers", query=None, key=None, value=None,
                   qkv="attn.Wqkv", attention_out="attn.Wo", ffn_in="mlp.Wi", ffn_out="mlp.Wo",
                   attention_norm="attn_norm", ffn_norm="mlp_norm", positions="rotary", glu=True, pre_norm=True,
-                  token_types=False, activation_key="hidden_activation"),
+                  token_types=False, activation_key="hidden_activation", ffn_block="mlp", ffn_rest=()),
 )
 FAMILIES = tuple(layout.family for layout in LAYOUTS)
 _BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}
@@ -146,6 +153,15 @@ def ffn_linears(layout: EncoderLayout, layer: nn.Module) -> tuple[nn.Linear, nn.
     """A layer's FFN projections (in, out); with ``layout.glu`` the in projection's rows are the
     input rows followed by the gate rows."""
     return submodule(layer, layout.ffn_in), submodule(layer, layout.ffn_out)
+
+
+def layer_calls(model: nn.Module) -> list[int]:
+    """The index into :func:`encoder_layers` of each layer call of one forward pass, in order: each
+    layer once, or for shared layers (ALBERT) the group's layers once per repeat."""
+    n = len(encoder_layers(model))
+    if not layout_of(model.config).shared_layers:
+        return list(range(n))
+    return [k for _ in range(model.config.num_hidden_layers) for k in range(n)]
 
 
 def ffn_width(layout: EncoderLayout, config) -> int:
