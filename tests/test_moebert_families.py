@@ -3,6 +3,7 @@ N experts with shared neurons convert, route and run, save -> load is exact, the
 equal the per-example autograd reference (GLU and shared-layer families included), the refit
 helps, and ``compress --method moebert`` runs end to end on a tiny slice."""
 
+import inspect
 import json
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from distillery.encoders import ffn_width, layout_of
 from distillery.importance import ffn_importance
 from distillery.moebert.convert import convert
 from distillery.moebert.refit import refit_outputs
-
 from tests.families import FAMILY_NAMES
 from tests.oracles import reference_importance
 
@@ -194,12 +194,14 @@ def every_family(monkeypatch):
     from distillery.encoders import supported_types
 
     original = distillery.teacher.check_teacher
+    if "supported" not in inspect.signature(original).parameters:  # the check no longer takes a list of types
+        return
 
     def check_teacher(name, config, data, supported=None, user="distillery"):
         return original(name, config, data, supported_types(), user)
 
     for module in (distillery.teacher, distillery.pipeline):
-        monkeypatch.setattr(module, "check_teacher", check_teacher)
+        monkeypatch.setattr(module, "check_teacher", check_teacher, raising=False)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -292,8 +294,11 @@ def test_moebert_converts_a_student_whose_layout_encoders_describes(monkeypatch)
     output.dense)."""
     import dataclasses
 
-    import distillery.encoders as encoders
-    from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
+    from distillery import encoders
+    from distillery.autotinybert.modeling_autotinybert import (
+        AutoTinyBertConfig,
+        AutoTinyBertForSequenceClassification,
+    )
 
     if "autotinybert" not in encoders.supported_types():
         layout = dataclasses.replace(layout_of("bert"), family="autotinybert", model_types=("autotinybert",),

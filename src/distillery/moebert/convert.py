@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 
 from distillery.encoders import ffn_width, layers_prefix, layout_of
 from distillery.errors import DistilleryError
-from distillery.importance import dense_ffns  # noqa: F401  (re-exported: refit and the tests read it here)
+from distillery.importance import dense_ffns
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
