@@ -354,6 +354,7 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         calls = layer_calls(family)
         repeat = [calls[:c].count(k) for c, k in enumerate(calls)]
         object.__setattr__(self, "_calls", [(blocks[k], r) for k, r in zip(calls, repeat)])
+        object.__setattr__(self, "_blocks", blocks)
         named = inspect.signature(family.forward).parameters
         object.__setattr__(self, "_dropped", tuple(k for k in _OPTIONAL_INPUTS if k not in named))
         self.post_init()
@@ -375,11 +376,7 @@ class MoEBertPreTrainedModel(PreTrainedModel):
     @property
     def moe_layers(self) -> list[MoEBlock]:
         """The MoE blocks, one per layer of the family's layer list (ALBERT: of its shared group)."""
-        blocks = []
-        for block, _ in self._calls:
-            if not any(block is b for b in blocks):
-                blocks.append(block)
-        return blocks
+        return list(self._blocks)
 
     @property
     def moe_calls(self) -> list[tuple[MoEBlock, int]]:
@@ -430,20 +427,25 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  "position_ids": position_ids, "inputs_embeds": inputs_embeds, "output_hidden_states": output_hidden_states}
         inputs = {k: v for k, v in {**given, **kwargs}.items() if v is not None and k not in self._dropped}
-        blocks = self.moe_layers
-        for block in blocks:
-            block.routing = routing
+        blocks = self._blocks
+        for block in blocks:  # object.__setattr__: a plain attribute, without nn.Module's checks (~1 µs each)
+            object.__setattr__(block, "routing", routing)
         try:
             out = self._family(**inputs)
         finally:
             for block in blocks:
-                block.routing = None
+                object.__setattr__(block, "routing", None)
         if routing.calls != len(self._calls):
             raise RuntimeError(f"{routing.calls} MoE FFN calls in a forward pass; the model expected {len(self._calls)}.")
-        fields = {name: out.get(name) for name in self.OUTPUT.__dataclass_fields__ if name not in ("balance_loss", "expert_load")}
+        fields = {name: out.get(name) for name in self.OUTPUT.FAMILY_FIELDS}
         return self.OUTPUT(**fields, balance_loss=torch.stack(routing.balance).sum() if routing.balance else None,
                            expert_load=torch.stack([_expert_load(t, mask, self.config.num_experts)
                                                     for t in routing.assigned]) if output_expert_load else None)
+
+
+for _output in (MoEBertModelOutput, MoEBertSequenceClassifierOutput, MoEBertQuestionAnsweringOutput):
+    # the fields read from the family model's output (the rest are the mixture's own)
+    _output.FAMILY_FIELDS = tuple(n for n in _output.__dataclass_fields__ if n not in ("balance_loss", "expert_load"))
 
 
 def _expert_load(token_expert: Tensor, mask: Tensor, num_experts: int) -> Tensor:
