@@ -67,6 +67,24 @@ def test_one_expert_holding_every_neuron_is_the_teacher(family, tiny_family):
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_question_answering_teachers_convert_exactly(family, tiny_family):
+    """The family's QA head; padding skips the experts, so only real positions must agree."""
+    from transformers import AutoModelForQuestionAnswering
+
+    torch.manual_seed(0)
+    teacher = AutoModelForQuestionAnswering.from_pretrained(tiny_family(family)).eval()
+    rows, d_h = shape(teacher)
+    x = padded(AutoTokenizer.from_pretrained(tiny_family(family)))
+    student = convert(teacher, torch.rand(rows, d_h), num_experts=1, expert_size=d_h, shared_size=8)
+    assert type(student).__name__ == "MoEBertForQuestionAnswering"
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        out, ref = student(**x), teacher(**x)
+    assert_close(out.start_logits[real], ref.start_logits[real])
+    assert_close(out.end_logits[real], ref.end_logits[real])
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_experts_with_shared_neurons_convert_run_and_reload_exactly(family, tiny_family, tmp_path):
     teacher, tok = family_teacher(tiny_family, family)
     rows, d_h = shape(teacher)
