@@ -21,7 +21,7 @@ def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
     ffns = dense_ffns(model)
     weights = [w for pair in ffns for w in (pair[0].weight, pair[1].weight)]
     device = weights[0].device
-    scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64)
+    scores = torch.zeros(len(ffns), ffns[0][1].in_features, dtype=torch.float64)
     was_training = model.training
     model.eval()
     try:
@@ -32,7 +32,10 @@ def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
             grads = torch.autograd.grad(loss, weights)
             for i, (w1, w2) in enumerate(ffns):
                 g1, g2 = grads[2 * i], grads[2 * i + 1]
-                term = (w1.weight * g1).sum(1) + (w2.weight * g2).sum(0)  # (d_h,)
+                in_term, d_h = (w1.weight * g1).sum(1), w2.weight.shape[1]
+                if in_term.numel() == 2 * d_h:  # a GLU's W1: neuron j has input row j and gate row d_h + j
+                    in_term = in_term[:d_h] + in_term[d_h:]
+                term = in_term + (w2.weight * g2).sum(0)  # (d_h,)
                 scores[i] += term.detach().abs().double().cpu()
     finally:
         model.train(was_training)

@@ -87,7 +87,7 @@ def test_gate_with_probability_scaling_scales_the_ffn_output():
     shared, the FFN output is exactly p times the teacher's."""
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=D_H, shared_size=D_H, routing="gate")
-    layer, dense = student.moebert.layers[0], teacher.bert.encoder.layer[0]
+    layer, dense = student.moe_layers[0], teacher.bert.encoder.layer[0]
     a = torch.randn(3, 5, 32)
     mask = torch.ones(3, 5)
     expert, p, _ = layer.gate(a, mask)
@@ -127,7 +127,7 @@ def test_shared_default_is_a_sixth_rounded_to_eight():
 def test_dispatch_equals_a_per_token_loop(mode):
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3, shared_mode=mode)
-    ffn = student.moebert.layers[0].experts
+    ffn = student.moe_layers[0].experts
     x = torch.randn(2, 13, 32)
     experts = torch.randint(0, 3, (2, 13))
     experts[0, :] = 1  # an expert with many tokens and one with few
@@ -138,7 +138,7 @@ def test_dispatch_equals_a_per_token_loop(mode):
 def test_padding_takes_no_expert_slots():
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3)
-    ffn = student.moebert.layers[0].experts
+    ffn = student.moe_layers[0].experts
     x = torch.randn(2, 10, 32)
     experts = torch.randint(0, 3, (2, 10))
     valid = torch.ones(2, 10, dtype=torch.long)
@@ -157,7 +157,7 @@ def test_plans_for_several_layers_share_one_capacity():
     loop, padding included, with the capacity of the busiest expert of any row."""
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3)
-    ffn = student.moebert.layers[0].experts
+    ffn = student.moe_layers[0].experts
     x = torch.randn(2, 7, 32)
     experts = torch.randint(0, 3, (4, 2, 7))
     experts[2, :, :] = 2  # one row with every token on one expert sets the capacity for all
@@ -177,7 +177,7 @@ def test_dispatch_gradients_equal_the_per_token_loop(mode):
     and of every expert weight equal the per-token loop's, with padding in the batch."""
     teacher = tiny_teacher()
     student = convert(teacher, IMPORTANCE, num_experts=3, expert_size=9, shared_size=3, shared_mode=mode)
-    ffn = student.moebert.layers[0].experts
+    ffn = student.moe_layers[0].experts
     x = torch.randn(2, 6, 32)
     experts = torch.randint(0, 3, (2, 6))
     valid = torch.ones(2, 6, dtype=torch.long)
@@ -250,14 +250,14 @@ def test_save_load_keeps_routing(routing, tmp_path):
     student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=9, shared_size=3, routing=routing,
                       token_counts=torch.arange(99))
     with torch.no_grad():
-        for layer in student.moebert.layers:
+        for layer in student.moe_layers:
             if layer.gate is not None:
                 layer.gate.linear.weight.normal_()
     student.save_pretrained(tmp_path)
     assert not list(tmp_path.glob("*.bin")) and (tmp_path / "model.safetensors").is_file()
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     assert isinstance(loaded, MoEBertForSequenceClassification)
-    for a, b in zip(student.moebert.layers, loaded.moebert.layers):
+    for a, b in zip(student.moe_layers, loaded.moe_layers):
         assert torch.equal(a.hash_table, b.hash_table)
         if a.gate is not None:
             assert torch.equal(a.gate.linear.weight, b.gate.linear.weight)
@@ -412,8 +412,8 @@ def test_refit_equals_a_least_squares_solve_on_the_explicit_design_matrix(mode):
     batches = [batch(seed=s) for s in range(3)]
     inputs, ids = _ffn_inputs(teacher, batches)
     refit_outputs(student, teacher, batches, ridge=1e-2, progress=False)
-    for i, layer in enumerate(student.moebert.layers):
-        ex, p = layer.experts, f"moebert.layers.{i}.experts."
+    for i, layer in enumerate(student.moe_layers):
+        ex, p = layer.experts, f"bert.encoder.layer.{i}.intermediate.experts."
         w1, b1, w2 = before[p + "w1"].double(), before[p + "b1"].double(), before[p + "w2"].double()
         n, d, k = w1.shape
         shared = mode == "tied"
@@ -592,7 +592,7 @@ def test_onnx_export_parity_with_routing(routing, tiny_bert, tmp_path):
     teacher = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).eval()
     student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=8, shared_size=3, routing=routing)
     with torch.no_grad():  # experts that differ from each other, so that a wrong route would show
-        for layer in student.moebert.layers:
+        for layer in student.moe_layers:
             layer.experts.w2.normal_(0, 0.5)
             if layer.gate is not None:
                 layer.gate.linear.weight.normal_(0, 1.0)

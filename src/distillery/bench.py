@@ -238,16 +238,16 @@ def flops_per_token(model: nn.Module, seq: int = 128) -> float:
     inputs = make_inputs(model, 1, seq)
     was_training = model.training
     model.eval()
-    # The counter's module tracker hooks the gradient of any module input that requires grad, and fails on
-    # a parameter passed as an input under inference mode (DeBERTa's rel_embeddings into key_proj): none does here.
-    requires = {p: p.requires_grad for p in model.parameters()}
+    # Frozen while counting: the counter's module tracker hooks the gradient of every module input that
+    # requires grad, and fails on a parameter passed as one (DeBERTa-v2's relative embeddings).
+    requires = [(p, p.requires_grad) for p in model.parameters()]
     try:
-        for p in requires:
+        for p, _ in requires:
             p.requires_grad_(False)
         with torch.inference_mode(), FlopCounterMode(display=False, custom_mapping=custom) as counter:
             model(**inputs)
     finally:
-        for p, flag in requires.items():
+        for p, flag in requires:
             p.requires_grad_(flag)
         model.train(was_training)
     return counter.get_total_flops() / seq

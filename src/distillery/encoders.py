@@ -87,6 +87,11 @@ class EncoderLayout:
     def offset_positions(self) -> bool:
         """Whether absolute positions count from the embeddings' padding index + 1 (RoBERTa, MPNet)."""
         return self.positions == "absolute-after-padding" or self.position_padding_idx is not None
+    # The FFN as one replaceable piece (MoEBERT): ``ffn_block`` receives the FFN input; a module put in its
+    # place returns the FFN's output (``ffn_out`` included, before any dropout, residual or LayerNorm the
+    # layer adds), and the modules in ``ffn_rest`` (what ran after it up to ``ffn_out``) become identities.
+    ffn_block: str | None = None
+    ffn_rest: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -95,7 +100,8 @@ class EncoderLayout:
 
 _BERT_LIKE = dict(query="attention.self.query", key="attention.self.key", value="attention.self.value",
                   attention_out="attention.output.dense", ffn_in="intermediate.dense", ffn_out="output.dense",
-                  attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer")
+                  attention_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm", layers="encoder.layer",
+                  ffn_block="intermediate", ffn_rest=("output.dense",))
 
 LAYOUTS = (
     EncoderLayout("bert", ("bert",), pooler_dense="bert.pooler.dense", **_BERT_LIKE),
@@ -109,13 +115,13 @@ LAYOUTS = (
                   ffn_in="ffn.lin1", ffn_out="ffn.lin2", attention_norm="sa_layer_norm",
                   ffn_norm="output_layer_norm", token_types=False, activation_key="activation",
                   ffn_width_key="hidden_dim", token_type_embeddings=None, pooler_dense="pre_classifier",
-                  pooler_activation="relu"),
+                  pooler_activation="relu", ffn_block="ffn.lin1", ffn_rest=("ffn.activation", "ffn.lin2")),
     EncoderLayout("albert", ("albert",), layers="encoder.albert_layer_groups.0.albert_layers",
                   query="attention.query", key="attention.key", value="attention.value",
                   attention_out="attention.dense", ffn_in="ffn", ffn_out="ffn_output",
                   attention_norm="attention.LayerNorm", ffn_norm="full_layer_layer_norm",
                   embedding_projection="encoder.embedding_hidden_mapping_in", shared_layers=True,
-                  pooler_dense="albert.pooler"),
+                  pooler_dense="albert.pooler", ffn_block="ffn", ffn_rest=("activation", "ffn_output")),
     EncoderLayout("deberta-v2", ("deberta-v2",), positions="disentangled", relative_embeddings="encoder.rel_embeddings",
                   relative_norm="encoder.LayerNorm", position_key="attention.self.pos_key_proj",
                   position_query="attention.self.pos_query_proj", pooler_dense="pooler.dense",
@@ -134,7 +140,7 @@ LAYOUTS = (
                   position_embeddings=None, token_type_embeddings=None, embedding_norm="embeddings.norm",
                   final_norm="final_norm", pooler_dense="head.dense", pooler_activation="config:classifier_activation",
                   pooler_norm="head.norm", pooling_key="classifier_pooling", qa_outputs="classifier",
-                  qa_token_head=True),
+                  qa_token_head=True, ffn_block="mlp", ffn_rest=()),
 )
 FAMILIES = tuple(layout.family for layout in LAYOUTS)
 _BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}
@@ -198,6 +204,15 @@ def ffn_linears(layout: EncoderLayout, layer: nn.Module) -> tuple[nn.Linear, nn.
     """A layer's FFN projections (in, out); with ``layout.glu`` the in projection's rows are the
     input rows followed by the gate rows."""
     return submodule(layer, layout.ffn_in), submodule(layer, layout.ffn_out)
+
+
+def layer_calls(model: nn.Module) -> list[int]:
+    """The index into :func:`encoder_layers` of each layer call of one forward pass, in order: each
+    layer once, or for shared layers (ALBERT) the group's layers once per repeat."""
+    n = len(encoder_layers(model))
+    if not layout_of(model.config).shared_layers:
+        return list(range(n))
+    return [k for _ in range(model.config.num_hidden_layers) for k in range(n)]
 
 
 def ffn_width(layout: EncoderLayout, config) -> int:

@@ -17,6 +17,23 @@ gradients of the *summed* batch loss with respect to z and h are exactly each ex
 capture z, h and their gradients; each example's terms are summed over its tokens, added, and
 their absolute value accumulated.
 
+A GLU FFN (ModernBERT: ``h = act(z_in) · z_gate`` with ``z = W1 a + b1`` stacking the input rows
+over the gate rows, neuron j being rows j and d_h + j) has three weight vectors per neuron: its
+input row u_j, its gate row g_j and w2_j. The first-order change of the loss when all three go to
+zero is the sum of the three products, each read from the gradient at its own pre-activation:
+
+    u_jᵀ ∇_{u_j} L = Σ_t (∂L/∂z_in,tj) (z_in,tj − b_in,j)     with ∂L/∂z_in = ∂L/∂h · act'(z_in) · z_gate
+    g_jᵀ ∇_{g_j} L = Σ_t (∂L/∂z_gate,tj) (z_gate,tj − b_gate,j)  with ∂L/∂z_gate = ∂L/∂h · act(z_in)
+
+so the hook on W1's output (both halves at once) gives a (B, 2·d_h) term whose halves are added
+(without gate bias the gate term equals the W2 term: ∂L/∂h · act(z_in) · z_gate = ∂L/∂h · h).
+
+A weight used more than once in a pass (ALBERT's one layer, applied ``num_hidden_layers`` times)
+has as gradient the sum over its uses, so each example's terms are summed over the calls before
+the absolute value is taken (Eq. 4 for a shared weight), and such a model gets one row of scores.
+
+Layers, FFN projections and GLU layout come from :mod:`distillery.encoders`, for every family.
+
 ``b1_j`` is not included, as in Eq. 4: the score is the first-order change of the loss when the
 neuron's weights w1_j and w2_j go to zero. (Including b1 would add Σ_t ∂L/∂z_tj · b1_j; the paper's
 scores, and ours, leave it out.)
@@ -46,21 +63,21 @@ from tqdm.auto import tqdm
 import distillery.distributed as distributed
 from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
 from distillery.distill.losses import task_loss
+from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of
 from distillery.errors import DistilleryError
-from distillery.modeling import find_encoder_layers
 
 logger = logging.getLogger("distillery")
 
 
 def dense_ffns(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
-    """(W1 = intermediate.dense, W2 = output.dense) of every layer of a BERT-family encoder."""
-    _, layers = find_encoder_layers(teacher)
+    """(W1, W2) of every layer of the family's layer list (:func:`distillery.encoders.ffn_linears`;
+    a GLU's W1 stacks the input rows over the gate rows)."""
+    layout = layout_of(teacher.config)
     try:
-        return [(layer.intermediate.dense, layer.output.dense) for layer in layers]
+        return [ffn_linears(layout, layer) for layer in encoder_layers(teacher)]
     except AttributeError:
-        raise DistilleryError(
-            f"{type(teacher).__name__} is not a BERT-family encoder (no intermediate.dense / output.dense FFN)."
-        ) from None
+        raise DistilleryError(f"{type(teacher).__name__} has no dense FFN where the {layout.family} layout puts it "
+                              f"({layout.ffn_in} / {layout.ffn_out}).") from None
 
 
 def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
@@ -100,6 +117,10 @@ def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None
     else:
         batches = length_batches(lengths.numpy()[indices], batch_size)
     return DataLoader(subset, batch_sampler=distributed.shard(batches), collate_fn=collate_fn)
+
+
+def _needs_grad(module, args):  # forward pre-hook: autograd records the pass from here on
+    return (args[0].requires_grad_(),) + args[1:] if not args[0].requires_grad else None
 
 
 def _first_token(module, args):  # forward pre-hook: the module sees token 0 of each sequence only
@@ -144,34 +165,40 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
     """(layers, d_h) FFN neuron scores and, with ``heads``, (layers, H) head scores, from one pass."""
     if len(dataset) == 0:
         raise DistilleryError("Importance needs at least one training example.")
+    layout = layout_of(model.config)
     ffns = dense_ffns(model)
     attns = attention_blocks(model) if heads else []
     n_heads = model.config.num_attention_heads
+    d_h = ffn_width(layout, model.config)
     device = next(model.parameters()).device
-    scores = torch.zeros(len(ffns), ffns[0][0].out_features, dtype=torch.float64, device=device)
+    scores = torch.zeros(len(ffns), d_h, dtype=torch.float64, device=device)
     head_scores = torch.zeros(len(ffns), n_heads, dtype=torch.float64, device=device) if heads else None
-    pending: dict[int, Tensor] = {}  # layer -> per-example W2 term of the batch, waiting for the W1 term
+    pending: dict[int, list[Tensor]] = {i: [] for i in range(len(ffns))}  # W2 terms waiting for their W1 term
+    terms: dict[int, Tensor] = {}  # layer -> per-example terms of the batch (summed over a shared layer's calls)
     handles = []
 
     # The gradient hooks keep *detached* views of z and h: a hook holding the tensor itself would
     # close a reference cycle (tensor -> grad_fn -> hook -> tensor) that only the cyclic garbage
     # collector frees, and activations of long batches (SQuAD windows) would pile up until it runs.
-    def on_hidden(i):  # output.dense's input h = act(z): (B, T, d_h)
+    def on_hidden(i):  # W2's input h = act(z), or act(z_in) · z_gate: (B, T, d_h)
         def pre_hook(module, args):
             h = args[0]
             if h.requires_grad:
                 value = h.detach()
-                h.register_hook(lambda g: pending.__setitem__(i, (g * value).sum(1)))  # (B, d_h)
+                h.register_hook(lambda g: pending[i].append((g * value).sum(1)))  # (B, d_h)
         return pre_hook
 
-    def on_pre_activation(i, w1):  # intermediate.dense's output z: (B, T, d_h)
+    def on_pre_activation(i, w1):  # W1's output z: (B, T, d_h), or (B, T, 2·d_h) for a GLU
         def hook(module, args, z):
             if z.requires_grad:
-                centred = z.detach() - w1.bias.detach()  # w1_j · a = z_j − b1_j
+                centred = z.detach() if w1.bias is None else z.detach() - w1.bias.detach()  # w1_j · a = z_j − b1_j
 
                 def grad_hook(g):
-                    term = (g * centred).sum(1) + pending.pop(i)  # (B, d_h), per example
-                    scores[i] += term.abs().sum(0).double()
+                    term = (g * centred).sum(1)  # (B, d_h) or (B, 2·d_h)
+                    if layout.glu:
+                        term = term[:, :d_h] + term[:, d_h:]  # a neuron's input and gate rows
+                    term = term + pending[i].pop()  # the same call's W2 term (its gradient came just before)
+                    terms[i] = term if i not in terms else terms[i] + term
                 z.register_hook(grad_hook)
         return hook
 
@@ -199,21 +226,28 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
         # Only activation gradients are needed. Freezing every weight but the b1 biases (and the
         # value biases, for heads) skips the weight-gradient matmuls; those biases still requiring
         # grad make autograd record the graph from the first FFN (attention) on (a bias gradient is
-        # a cheap sum over tokens).
+        # a cheap sum over tokens). An FFN without biases (ModernBERT) has its first input require grad.
         for p in model.parameters():
             p.requires_grad_(False)
         for w1, _ in ffns:
-            w1.bias.requires_grad_(True)
+            if w1.bias is not None:
+                w1.bias.requires_grad_(True)
+        if ffns[0][0].bias is None:
+            handles.append(ffns[0][0].register_forward_pre_hook(_needs_grad))
         for value, _ in attns:  # its weight where the family has no biases (a costlier gradient, the same graph)
             (value.weight if value.bias is None else value.bias).requires_grad_(True)
         loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
         first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
-        if kind != "qa" and first is not None and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0]):
+        if (kind != "qa" and first is not None and not layout.shared_layers
+                and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0])):
             handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
         for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
             out = model(**_inputs(batch, device))
             loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
             loss.backward()
+            for i, term in terms.items():
+                scores[i] += term.abs().sum(0).double()
+            terms.clear()
     finally:
         for h in handles:
             h.remove()

@@ -3,11 +3,15 @@
 Neurons of each FFN are ranked by importance (descending); the top ``s`` are shared by every
 expert, and expert e (0-based) gets ranks ``s+e, s+e+N, s+e+2N, …`` until it holds ``d_e``
 neurons; the least important neurons are dropped. ``b1`` and ``W2`` follow ``W1``'s neurons, ``b2``
-is kept once. Attention, embeddings, LayerNorms and the task head are copied unchanged.
+is kept once; a GLU FFN's gate rows follow their input rows (neuron j is rows j and d_h + j of
+``W1``). Everything else (embeddings, attention, LayerNorms, the task head) is the teacher's, under
+the teacher's parameter names: the student is the teacher's own class with MoE FFNs
+(:mod:`distillery.moebert.modeling_moebert`). Any family :mod:`distillery.encoders` describes converts.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -16,15 +20,21 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from distillery.modeling import find_encoder_layers
+from distillery.encoders import ffn_width, layers_prefix, layout_of
 from distillery.errors import DistilleryError
-from distillery.importance import dense_ffns  # noqa: F401  (re-exported: refit and the tests read it here)
+from distillery.importance import dense_ffns
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
     MoEBertForSequenceClassification,
+    MoEBertModel,
+    MoEBertPreTrainedModel,
     check_expert_shape,
 )
+
+# The teacher's class name ends with ... -> the MoEBERT class with the same head
+STUDENT_CLASSES = (("ForSequenceClassification", MoEBertForSequenceClassification),
+                   ("ForQuestionAnswering", MoEBertForQuestionAnswering), ("Model", MoEBertModel))
 
 SPLITS = ("import", "random", "inverse")
 
@@ -94,6 +104,27 @@ def count_tokens(input_ids: Iterable[Sequence[int]], vocab_size: int) -> Tensor:
     return counts
 
 
+def teacher_layout(config):
+    """The teacher's encoder layout, or a sentence saying why MoEBERT cannot cut its FFNs."""
+    if getattr(config, "model_type", None) == MoEBertConfig.model_type:
+        raise DistilleryError("The teacher is already a MoEBERT model: MoEBERT cuts a dense teacher's FFNs into experts.")
+    layout = layout_of(config)
+    if layout.ffn_block is None:
+        raise DistilleryError(f"The {layout.family} layout does not say where its FFN block is, so MoEBERT cannot replace it.")
+    if layout.shared_layers and getattr(config, "num_hidden_groups", 1) != 1:
+        raise DistilleryError(f"This {layout.family} teacher has {config.num_hidden_groups} layer groups; MoEBERT "
+                              f"converts a teacher with one shared group (the layout describes group 0 only).")
+    return layout
+
+
+def student_class(teacher) -> type[MoEBertPreTrainedModel]:
+    name = type(teacher).__name__
+    for suffix, cls in STUDENT_CLASSES:
+        if name.endswith(suffix):
+            return cls
+    raise DistilleryError(f"Cannot convert {name}: MoEBERT has sequence-classification, QA and bare-encoder heads.")
+
+
 def convert(
     teacher: PreTrainedModel,
     importance: Tensor | None,
@@ -110,14 +141,13 @@ def convert(
 ) -> PreTrainedModel:
     """A MoEBERT model with the teacher's weights, its FFNs cut into experts.
 
-    ``importance``: (layers, d_h) scores from :func:`distillery.moebert.importance.ffn_importance`
-    (None only for ``split="random"``). ``token_counts`` (vocab,) is needed for ``hash-b``.
+    ``importance``: (layers, d_h) scores from :func:`distillery.importance.ffn_importance`, one row
+    per layer of the family's layer list (None only for ``split="random"``). ``token_counts``
+    (vocab,) is needed for ``hash-b``.
     """
-    tc = teacher.config
-    model_type = getattr(tc, "model_type", "")
-    if model_type not in ("bert", "roberta", "moebert") and not hasattr(tc, "intermediate_size"):
-        raise DistilleryError(f"Cannot convert a {model_type or type(teacher).__name__} model: MoEBERT needs a BERT-family encoder.")
-    d_h, n_layers = tc.intermediate_size, tc.num_hidden_layers
+    layout = teacher_layout(teacher.config)
+    ffns = dense_ffns(teacher)
+    d_h, n_layers = ffn_width(layout, teacher.config), len(ffns)
     expert_size = expert_size or d_h // num_experts
     shared_size = shared_default(d_h) if shared_size is None else shared_size
     try:
@@ -134,67 +164,58 @@ def convert(
         raise DistilleryError(f"Importance scores have shape {tuple(importance.shape)}; the teacher needs ({n_layers}, {d_h}).")
     if routing == "hash-b" and token_counts is None:
         raise DistilleryError("hash-b routing balances token frequencies: pass token_counts from the train split.")
-    head = "qa" if type(teacher).__name__.endswith("ForQuestionAnswering") else "classification"
-    if head == "classification" and not type(teacher).__name__.endswith("ForSequenceClassification"):
-        raise DistilleryError(f"Cannot convert {type(teacher).__name__}: MoEBERT has sequence-classification and QA heads.")
-
-    is_roberta = model_type == "roberta" or getattr(tc, "embedding_type", "bert") == "roberta"
-    fields = {k: v for k, v in tc.to_dict().items() if k not in ("model_type", "transformers_version", "architectures")}
-    for k in ("num_experts", "expert_size", "shared_size", "shared_mode", "routing", "gate_scale", "routing_seed",
-              "embedding_type", "classifier_type"):
-        fields.pop(k, None)
+    cls = student_class(teacher)
+    tc = teacher.config
     try:
-        config = MoEBertConfig(**fields, num_experts=num_experts, expert_size=expert_size, shared_size=shared_size,
-                               shared_mode=shared_mode, routing=routing, gate_scale=gate_scale, routing_seed=seed,
-                               embedding_type="roberta" if is_roberta else "bert",
-                               classifier_type="roberta" if model_type == "roberta" else "bert")
+        config = MoEBertConfig(encoder_config=copy.deepcopy(tc), num_experts=num_experts, expert_size=expert_size,
+                               shared_size=shared_size, shared_mode=shared_mode, routing=routing, gate_scale=gate_scale,
+                               routing_seed=seed, id2label=tc.id2label, label2id=tc.label2id, problem_type=tc.problem_type)
     except Exception as e:  # huggingface_hub's strict-dataclass validation raises its own error type
         raise DistilleryError(str(e).splitlines()[-1].strip()) from None
-    config._attn_implementation = teacher.config._attn_implementation  # same attention kernel as the teacher
-    cls = MoEBertForQuestionAnswering if head == "qa" else MoEBertForSequenceClassification
     student = cls(config)
-
-    # Everything but the FFNs keeps the teacher's name under the "moebert" prefix.
-    prefix = teacher.base_model_prefix
-    layer_key, _ = find_encoder_layers(teacher)
-    state = {}
-    for key, value in teacher.state_dict().items():
-        if ".intermediate." in key or (".output.dense." in key and ".attention." not in key):  # the dense FFN
-            continue
-        if key.startswith(layer_key + "."):
-            i, rest = key[len(layer_key) + 1:].split(".", 1)
-            rest = rest.replace("output.LayerNorm", "LayerNorm") if not rest.startswith("attention.") else rest
-            key = f"moebert.layers.{i}.{rest}"
-        elif key.startswith(prefix + "."):
-            key = "moebert." + key[len(prefix) + 1:]
-        state[key] = value.detach().clone()
-
-    tables = []
-    for i, (w1, w2) in enumerate(dense_ffns(teacher)):
-        shared, own = expert_indices(neuron_ranking(importance[i], split, seed=seed * 1000 + i),
-                                     num_experts, expert_size, shared_size)
+    own = student.state_dict()
+    # Everything but the FFNs has the teacher's own name in the student.
+    state = {k: v.detach().clone() for k, v in teacher.state_dict().items() if k in own}
+    prefix = layers_prefix(teacher)
+    tables = {}
+    for i, (w1, w2) in enumerate(ffns):
+        shared, experts = expert_indices(neuron_ranking(importance[i], split, seed=seed * 1000 + i),
+                                         num_experts, expert_size, shared_size)
         if shared_mode == "cloned":  # every expert holds a copy of the shared neurons
-            own = torch.cat([shared.expand(num_experts, -1), own], dim=1)
-        W1, B1, W2 = w1.weight.detach(), w1.bias.detach(), w2.weight.detach()  # (d_h, d), (d_h,), (d, d_h)
-        p = f"moebert.layers.{i}.experts."
-        state[p + "w1"] = W1[own].transpose(1, 2).contiguous()  # (N, k, d) -> (N, d, k)
-        state[p + "b1"] = B1[own].clone()
-        state[p + "w2"] = W2[:, own].permute(1, 2, 0).contiguous()  # (d, N, k) -> (N, k, d)
-        state[p + "b2"] = w2.bias.detach().clone()
-        if shared_mode == "tied" and shared_size:
-            state[p + "shared_w1"] = W1[shared].t().contiguous()  # (d, s)
-            state[p + "shared_b1"] = B1[shared].clone()
-            state[p + "shared_w2"] = W2[:, shared].t().contiguous()  # (s, d)
+            experts = torch.cat([shared.expand(num_experts, -1), experts], dim=1)
+        p = f"{prefix}.{i}.{layout.ffn_block}."
+        state.update(_expert_weights(p, w1, w2, shared, experts, d_h, layout.glu, tied=shared_mode == "tied"))
         if routing == "hash-b":
-            tables.append(balanced_hash_table(token_counts, num_experts))
+            table = balanced_hash_table(token_counts, num_experts)
+            tables[p + "hash_table"] = table.expand_as(own[p + "hash_table"]).clone()
+    state.update(tables)
     missing, unexpected = student.load_state_dict(state, strict=False)
-    # Left at their initial values on purpose: the hash tables (seeded per layer), the gates, and
-    # buffers the teacher does not save.
-    allowed = ("hash_table", "gate.", "position_ids", "token_type_ids")
-    missing = [k for k in missing if not any(a in k for a in allowed)]
+    # Left at their initial values on purpose: the hash tables (seeded per layer call) and the gates.
+    missing = [k for k in missing if not any(a in k for a in ("hash_table", "gate."))]
     if missing or unexpected:
         raise DistilleryError(f"Cannot map the teacher's weights onto MoEBERT: missing {missing[:5]}, unexpected {unexpected[:5]}.")
-    for layer, table in zip(student.moebert.layers, tables):
-        layer.hash_table.copy_(table)
     # built on the CPU; it lives where the teacher does (the refit runs the two side by side)
     return student.to(next(teacher.parameters()).device).eval()
+
+
+def _expert_weights(p: str, w1: nn.Linear, w2: nn.Linear, shared: Tensor, experts: Tensor, d_h: int, glu: bool,
+                    tied: bool) -> dict[str, Tensor]:
+    """The MoE block's state (keys under ``p``) from the dense W1, W2: experts (N, k) and shared (s,)
+    neuron indices; a GLU neuron j takes W1 rows j (input) and d_h + j (gate)."""
+    W1, W2 = w1.weight.detach(), w2.weight.detach()  # (d_h or 2·d_h, d), (d, d_h)
+    B1 = w1.bias.detach() if w1.bias is not None else None
+
+    def rows(t: Tensor, idx: Tensor, dim: int) -> Tensor:  # the neurons' rows of W1 (dim -2) or entries of b1 (-1)
+        return torch.cat([t[idx], t[idx + d_h]], dim=dim) if glu else t[idx]
+
+    out = {p + "experts.w1": rows(W1, experts, -2).transpose(1, 2).contiguous(),  # (N, k, d) -> (N, d, k)
+           p + "experts.w2": W2[:, experts].permute(1, 2, 0).contiguous()}  # (d, N, k) -> (N, k, d)
+    if B1 is not None:
+        out[p + "experts.b1"] = rows(B1, experts, -1).clone()
+        out[p + "experts.b2"] = w2.bias.detach().clone()
+    if tied and shared.numel():
+        out[p + "experts.shared_w1"] = rows(W1, shared, -2).t().contiguous()  # (d, s)
+        out[p + "experts.shared_w2"] = W2[:, shared].t().contiguous()  # (s, d)
+        if B1 is not None:
+            out[p + "experts.shared_b1"] = rows(B1, shared, -1).clone()
+    return out

@@ -33,7 +33,8 @@ from distillery.data.encode import MODEL_INPUTS, TARGETS
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
-from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default
+from distillery.encoders import ffn_width
+from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default, teacher_layout
 import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
@@ -119,11 +120,16 @@ def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
     return n, d_e, s
 
 
+def teacher_width(teacher_config) -> int:
+    """d_h of the teacher's FFN, read through its family's layout; a sentence where MoEBERT cannot cut it."""
+    return ffn_width(teacher_layout(teacher_config), teacher_config)
+
+
 def check(config, teacher_config) -> None:
     opts = options(config)
     encoders.require(teacher_config, ("bert", "roberta"), "method moebert")  # the embeddings and heads modeling_moebert has
     if opts.init is None:
-        expert_shape(opts, teacher_config.intermediate_size)
+        expert_shape(opts, teacher_width(teacher_config))
     elif not (Path(opts.init) / "config.json").is_file():
         raise DistilleryError(f"--init {opts.init} is not a saved model folder (no config.json).")
 
@@ -200,7 +206,7 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOp
                     importance: torch.Tensor | None) -> tuple[PreTrainedModel, str | None]:
     """The teacher converted by the options (importance None: the random split needs none), and a
     line on the output refit when there was one."""
-    n, d_e, s = expert_shape(opts, teacher.config.intermediate_size)
+    n, d_e, s = expert_shape(opts, teacher_width(teacher.config))
     counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts.routing == "hash-b" else None
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
                       shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
@@ -239,7 +245,7 @@ def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
             if distributed.is_main():
                 save_importance(importance, path, config, task_data, opts)
     student, refit_line = convert_teacher(teacher, task_data, config, opts, importance)
-    d_h, c = teacher.config.intermediate_size, student.config
+    d_h, c = teacher_width(teacher.config), student.config
     n, d_e, s = c.num_experts, c.expert_size, c.shared_size
     ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
                      f"shared ({opts.shared_mode}), split {opts.split}, routing {opts.routing}; "
@@ -349,7 +355,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
                  inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])
     opts = options(config)
     teacher, tokenizer, task_data = _teacher_and_data(config)
-    expert_shape(opts, teacher.config.intermediate_size)  # an impossible shape fails before any scoring
+    expert_shape(opts, teacher_width(teacher.config))  # an impossible shape fails before any scoring
     importance = None
     if opts.split != "random":
         importance = (load_importance(importance_path) if importance_path is not None

@@ -7,9 +7,10 @@ activations are strongly correlated with the dropped ones, so a linear map of th
 of what was lost. Per layer, with the routing fixed (hash routing is known before training), we
 solve for the output side only (b2, the shared block's W2 and every expert's W2):
 
-    min_W  Σ_t ‖φ_t W − y_t‖² + λ ‖W − W_0‖²      φ_t = [1, act(W1_s a_t + b1_s), act(W1_e a_t + b1_e)]
+    min_W  Σ_t ‖φ_t W − y_t‖² + λ ‖W − W_0‖²      φ_t = [1, h_s(a_t), h_e(a_t)]
 
-where ``a_t`` is the teacher's FFN input for token t (real tokens of the train sample the importance
+with h the hidden neurons (``act(W1 a + b1)``, or ``act(in) · gate`` for a GLU; no 1 where the FFN
+has no biases), where ``a_t`` is the teacher's FFN input for token t (real tokens of the train sample the importance
 scores use), ``y_t`` the dense FFN's output, e the token's expert, and W_0 the converted weights.
 φ_t is zero outside the bias, the shared block and the token's own expert, so the normal equations
 are assembled block by block from one pass over the sample (a loop over the N experts, each one
@@ -55,24 +56,19 @@ class _Normal:
 
 def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bool = True) -> list[tuple[float, float]]:
     """Refit every MoE layer's b2 and W2 (shared and per expert) in place; returns, per layer, the
-    mean squared error of the FFN output against the dense FFN on the sample, before and after."""
+    mean squared error of the FFN output against the dense FFN on the sample, before and after.
+    A layer applied several times (ALBERT) gathers the tokens of every call, each routed as that call."""
     if ridge <= 0:
         raise DistilleryError("The refit's ridge must be above zero.")
-    layers = student.moebert.layers
+    layers = student.moe_layers
     ffns = dense_ffns(teacher)
     if len(ffns) != len(layers):
         raise DistilleryError(f"The teacher has {len(ffns)} layers and the student {len(layers)}: refit needs the converted pair.")
     gate = student.config.routing == "gate"
     device = next(student.parameters()).device
-    stats: list[_Normal] = []
-    for layer in layers:
-        ex = layer.experts
-        n, _, k = ex.w1.shape
-        common = 1 + (ex.shared_w1.shape[1] if ex.shared_w1 is not None else 0)
-        size, d = common + n * k, ex.b2.numel()
-        stats.append(_Normal(torch.zeros(size, size, dtype=torch.float64, device=device),
-                             torch.zeros(size, d, dtype=torch.float64, device=device)))
+    stats = [_normal(layer.experts, device) for layer in layers]
     batch: dict[str, Tensor] = {}
+    calls = [0] * len(layers)  # calls of each layer in the current batch's pass: which hash table row routes
 
     def hook(i):
         def pre_hook(module, args):  # the teacher's FFN input a: (B, T, d)
@@ -80,12 +76,13 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
             x = args[0][real]  # (tokens, d)
             w1, w2 = ffns[i]
             ex, st = layers[i].experts, stats[i]
-            y = w2(ex.act(F.linear(x, w1.weight, w1.bias)))  # the dense FFN, b2 included (not w1(x): this hooks w1)
-            ones = x.new_ones(x.shape[0], 1)
-            shared = [ex.act(torch.addmm(ex.shared_b1, x, ex.shared_w1))] if ex.shared_w1 is not None else []
-            c = torch.cat([ones, *shared], dim=1)  # (tokens, 1 + s): what every token has
-            assign = None if gate else layers[i].hash_table[batch["input_ids"][real]]
-            (n, _, k), width = ex.w1.shape, c.shape[1]
+            y = w2(ex.hidden(F.linear(x, w1.weight, w1.bias)))  # the dense FFN, b2 included (not w1(x): this hooks w1)
+            ones = [x.new_ones(x.shape[0], 1)] if ex.b2 is not None else []
+            shared = [ex.shared_hidden(x)] if ex.shared_w1 is not None else []
+            c = torch.cat([*ones, *shared, x.new_zeros(x.shape[0], 0)], dim=1)  # (tokens, 1 + s): what every token has
+            assign = None if gate else layers[i].table(calls[i])[batch["input_ids"][real]]
+            calls[i] += 1
+            (n, k, _), width = ex.w2.shape, c.shape[1]
             copies = n if gate else 1  # the gate counts every token once per expert, hashing once in all
             st.gram[:width, :width] += copies * (c.t() @ c).double()
             st.rhs[:width] += copies * (c.t() @ y).double()
@@ -94,7 +91,7 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
             for e in range(n):  # a handful of experts, each one matmul
                 rows = slice(None) if assign is None else (assign == e).nonzero().squeeze(1)
                 xe, ce, ye = x[rows], c[rows], y[rows]
-                he = ex.act(torch.addmm(ex.b1[e], xe, ex.w1[e]))  # (tokens of e, k)
+                he = ex.own_hidden(xe, e)  # (tokens of e, k)
                 o = slice(width + e * k, width + (e + 1) * k)
                 st.gram[:width, o] += (ce.t() @ he).double()
                 st.gram[o, o] += (he.t() @ he).double()
@@ -109,6 +106,7 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
             for b in tqdm(loader, desc="refit", disable=not progress, leave=False):
                 batch.clear()
                 batch.update({key: v.to(device) for key, v in b.items() if key in MODEL_INPUTS})
+                calls[:] = [0] * len(layers)
                 teacher(**batch)
             for st in stats:  # each process summed its share of the batches (sample_loader)
                 totals = torch.tensor([st.yy, st.tokens], dtype=torch.float64, device=device)
@@ -121,12 +119,22 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
         student.train(was_training[0]), teacher.train(was_training[1])
 
 
+def _normal(ex, device) -> _Normal:
+    """Empty statistics for one MoE FFN: unknowns b2 (if any), the shared W2, every expert's W2."""
+    n, k, d = ex.w2.shape
+    common = (1 if ex.b2 is not None else 0) + (ex.shared_w2.shape[0] if ex.shared_w2 is not None else 0)
+    size = common + n * k
+    return _Normal(torch.zeros(size, size, dtype=torch.float64, device=device),
+                   torch.zeros(size, d, dtype=torch.float64, device=device))
+
+
 def _solve(ex, st: _Normal, ridge: float) -> tuple[float, float]:
     """Solve one layer's ridge system and write b2, shared W2 and W2 back; (MSE before, after)."""
     if st.tokens == 0:
         return 0.0, 0.0
     n, k, d = ex.w2.shape
-    parts = [ex.b2.unsqueeze(0)] + ([ex.shared_w2] if ex.shared_w1 is not None else []) + [ex.w2.reshape(n * k, d)]
+    parts = (([ex.b2.unsqueeze(0)] if ex.b2 is not None else []) + ([ex.shared_w2] if ex.shared_w1 is not None else [])
+             + [ex.w2.reshape(n * k, d)])
     w0 = torch.cat(parts).double()  # (D, d)
     gram = torch.triu(st.gram) + torch.triu(st.gram, 1).t()  # only the upper blocks were accumulated
 
@@ -138,8 +146,10 @@ def _solve(ex, st: _Normal, ridge: float) -> tuple[float, float]:
     w = torch.linalg.solve(gram + lam * eye, st.rhs + lam * w0)
     before, after = mse(w0), mse(w)
     w = w.to(ex.w2.dtype)
-    ex.b2.copy_(w[0])
+    if ex.b2 is not None:
+        ex.b2.copy_(w[0])
     if ex.shared_w1 is not None:
-        ex.shared_w2.copy_(w[1:1 + ex.shared_w2.shape[0]])
+        start = int(ex.b2 is not None)
+        ex.shared_w2.copy_(w[start:start + ex.shared_w2.shape[0]])
     ex.w2.copy_(w[-n * k:].view(n, k, d))
     return before, after
