@@ -113,59 +113,6 @@ def test_old_bert_students_load_as_they_were(tmp_path):
         assert_close(loaded(ids).logits, model(ids).logits)
 
 
-@pytest.mark.parametrize("family", FAMILY_NAMES)
-def test_compress_autotinybert_runs_on_every_family(family, tiny_family, tmp_path, monkeypatch):
-    import distillery
-    import distillery.pipeline
-    from distillery.encoders import supported_types
-    from distillery.pipeline import build_run_config, compress
-    from tests.test_pipeline import TINY, write_glue
-
-    # until the teacher checks read distillery.encoders (the foundation's change): every family it knows
-    import distillery.teacher
-
-    monkeypatch.setattr(distillery.pipeline, "ENCODER_TYPES", supported_types(), raising=False)
-    defaults = getattr(distillery.teacher, "check_teacher", None).__defaults__ or ()
-    if defaults and isinstance(defaults[0], tuple) and "bert" in defaults[0]:  # (supported types, user)
-        monkeypatch.setattr(distillery.teacher.check_teacher, "__defaults__", (supported_types(), *defaults[1:]))
-    data = write_glue(tmp_path / "data", n_train=48, n_dev=8)
-    # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
-    # predictor and the search, which see a family only through extract() (tested above) and Arch; the
-    # smallest one-shot phase of tests/test_autotinybert.py. Rewiring off: its FFN importance
-    # (importance.dense_ffns) is another change's, and rewiring itself is tested per family above.
-    opts = {"arch": "2,32,24,4,16", "supernet_steps": 2, "latency_runs": 1, "rewire": False}
-    overrides = {**TINY, "teacher.train.epochs": 1.0, "student.epochs": 1.0, "student.eval_every": None,
-                 **{f"method_options.{k}": v for k, v in opts.items()}}
-    config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=tiny_family(family),
-                              data_dir=str(data), out=str(tmp_path / "run"), overrides=overrides)
-    out = compress(config)
-    student = distillery.load_student(out)
-    assert type(student).__name__ == "AutoTinyBertForSequenceClassification"
-    assert student.config.family == LAYOUT_FAMILY.get(family, family)
-    c = student.config
-    assert (c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads, c.qkv_size) == (2, 32, 24, 4, 16)
-    assert (out / "supernet" / "supernet.json").is_file()
-
-
-@pytest.mark.parametrize("family", ["deberta-v2", "mpnet", "modernbert"])
-def test_onnx_export_of_a_family_student_passes_parity(family, tiny_family, tmp_path):
-    """Relative attention, its buckets and the rotary / local-window masks export (the others are BERT's ops)."""
-    import json
-
-    from transformers import AutoTokenizer
-
-    import distillery.export.write as ex
-    from distillery.autotinybert.space import Arch
-    from distillery.autotinybert.supernet import SuperNet
-
-    teacher, _ = family_teacher(tiny_family(family), num_labels=2)
-    folder = tmp_path / "atb"
-    SuperNet.from_teacher(teacher, "head-dims").extract(Arch(2, 32, 24, 4, 16)).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_family(family)).save_pretrained(folder)
-    out = ex.export_model(folder, "onnx", tmp_path / "onnx")
-    assert json.loads((out / ex.EXPORT_MANIFEST).read_text())["parity"]["fp32"]["passed"]
-
-
 @pytest.mark.parametrize("family", ["roberta", "deberta-v2", "modernbert"])
 def test_qa_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family):
     from transformers import AutoModelForQuestionAnswering

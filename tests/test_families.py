@@ -15,7 +15,7 @@ from distillery.errors import DistilleryError
 from tests.families import FAMILY_NAMES
 from tests.test_pipeline import write_glue
 
-METHODS = ("distill", "cmow")
+METHODS = ("distill", "moebert", "cmow", "autotinybert")
 
 # Small enough that a cell takes seconds: the teacher's fine-tuning is cached per family across methods.
 CELL = {
@@ -32,7 +32,11 @@ METHOD_OPTIONS = {  # each method's smallest sensible student
     # padding and separator ids and the tokenizer's inputs), and its bidirectional ONNX trace costs 1.5 s more
     "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.bidirectional": False,
              "method_options.train_examples": "budget"},
-    "moebert": {"method_options.experts": 2, "method_options.importance_examples": 16},
+    "moebert": {"method_options.experts": 2, "method_options.shared": 4, "method_options.importance_examples": 16},
+    # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
+    # predictor and the search, which see a family only through extract() and Arch; the shortest one-shot phase
+    "autotinybert": {"method_options.arch": "2,32,24,4,16", "method_options.supernet_steps": 2,
+                     "method_options.latency_runs": 1},
 }
 
 
@@ -147,6 +151,16 @@ def test_cmow_on_a_moebert_student(tiny_bert, glue, tmp_path):
     second = compress("cmow", first / "student", glue, tmp_path / "second", finetuned=True)
     assert type(distillery.load_student(second)).__name__ == "CMOWForSequenceClassification"
     assert_chain(second, "moebert", "cmow")
+
+
+def test_moebert_on_an_autotinybert_student(tiny_bert, glue, tmp_path):
+    """MoEBERT on a searched architecture: the student's FFNs, read through its own layout, cut into experts."""
+    first = compress("autotinybert", tiny_bert, glue, tmp_path / "first")
+    second = compress("moebert", first / "student", glue, tmp_path / "second", finetuned=True)
+    assert distillery.load_student(second).config.encoder_config.model_type == "autotinybert"
+    assert_chain(second, "autotinybert", "moebert")
+    with pytest.raises(DistilleryError, match="a distillery student's attention and positions are its own"):
+        compress("autotinybert", first / "student", glue, tmp_path / "third", finetuned=True)
 
 
 def test_a_method_that_cannot_restructure_a_student_says_so(tiny_bert, glue, tmp_path):

@@ -92,6 +92,9 @@ class EncoderLayout:
     # layer adds), and the modules in ``ffn_rest`` (what ran after it up to ``ffn_out``) become identities.
     ffn_block: str | None = None
     ffn_rest: tuple[str, ...] = ()
+    # A distillery student's layout: its layers and FFN are where this says (methods that drop layers or
+    # replace FFNs read it), but its attention and positions are its config's, not a family's.
+    student: bool = False
 
     def __post_init__(self):
         if self.positions not in POSITION_SCHEMES:
@@ -142,8 +145,13 @@ LAYOUTS = (
                   pooler_norm="head.norm", pooling_key="classifier_pooling", qa_outputs="classifier",
                   qa_token_head=True, ffn_block="mlp", ffn_rest=()),
 )
+# The AutoTinyBERT student: BERT's parameter names; unsliced, it calls its FFN pieces as modules (act included).
+STUDENT_LAYOUTS = (
+    EncoderLayout("autotinybert", ("autotinybert",), student=True,
+                  **{**_BERT_LIKE, "ffn_block": "intermediate.dense", "ffn_rest": ("act", "output.dense")}),
+)
 FAMILIES = tuple(layout.family for layout in LAYOUTS)
-_BY_TYPE = {model_type: layout for layout in LAYOUTS for model_type in layout.model_types}
+_BY_TYPE = {model_type: layout for layout in LAYOUTS + STUDENT_LAYOUTS for model_type in layout.model_types}
 
 
 def supported_types() -> tuple[str, ...]:

@@ -34,6 +34,9 @@ def check_family(config) -> EncoderLayout:
     """The teacher's layout; a sentence naming what the AutoTinyBERT student lacks for it, if anything."""
     layout = layout_of(config)
     name = f"autotinybert cannot cut a super-net from this {layout.family} teacher"
+    if layout.student:
+        raise DistilleryError(f"{name}: a distillery student's attention and positions are its own, not a family's; "
+                              f"give autotinybert the student's original teacher, or use moebert, distill or cmow on it.")
     if layout.family == "deberta-v2" and getattr(config, "conv_kernel_size", 0) > 0:
         raise DistilleryError(f"{name}: its first layer adds a convolution (conv_kernel_size "
                               f"{config.conv_kernel_size}) that the student's layer does not have.")

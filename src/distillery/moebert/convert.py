@@ -109,6 +109,9 @@ def teacher_layout(config):
     if getattr(config, "model_type", None) == MoEBertConfig.model_type:
         raise DistilleryError("The teacher is already a MoEBERT model: MoEBERT cuts a dense teacher's FFNs into experts.")
     layout = layout_of(config)
+    if layout.student and getattr(config, "glu", False):
+        raise DistilleryError(f"This {layout.family} student has a GLU FFN (two input projections), which MoEBERT "
+                              f"cannot replace as one block; convert its original teacher instead.")
     if layout.ffn_block is None:
         raise DistilleryError(f"The {layout.family} layout does not say where its FFN block is, so MoEBERT cannot replace it.")
     if layout.shared_layers and getattr(config, "num_hidden_groups", 1) != 1:
