@@ -123,3 +123,11 @@ def test_the_chain_of_an_export_of_a_plain_model_starts_at_that_model(first, tmp
     manifest = json.loads((export / "distillery_export.json").read_text())
     (export / "distillery_export.json").write_text(json.dumps({**manifest, "source": "teacher"}))
     assert teacher_chain(str(export)) is None
+
+
+def test_an_export_of_a_model_without_the_tasks_head_is_refused(tiny_bert, first, tmp_path):
+    from distillery.export import export_model
+
+    export = export_model(tiny_bert, "torch-int8", tmp_path / "encoder-int8")  # a bare encoder: no head
+    with pytest.raises(DistilleryError, match="is an export of a base model, not of a model fine-tuned for sst2"):
+        compress("cmow", export, first[1], tmp_path / "second", finetuned=True)

@@ -5,6 +5,10 @@ everything that changes the result (the teacher's files by content, task and dat
 settings), so a second ``compress`` on the same task reuses the teacher instead of training it again.
 An entry is filled by one process at a time (a lock: a second ``compress`` waits, then reuses it),
 and one that cannot be read whole is deleted and fine-tuned again.
+
+A teacher given fine-tuned (``finetuned``) is loaded as it is and never cached: a model folder, an earlier
+run's student, or an export folder (ONNX, int8; :func:`export_manifest` tells one), which computes outputs
+only and so serves only a method that reads nothing else of its teacher (:func:`check_export_teacher`).
 """
 
 from __future__ import annotations
@@ -188,10 +192,11 @@ def check_teacher(name: str, config, data: DataConfig) -> None:
 
 def teacher_chain(name: str) -> list[dict] | None:
     """When the teacher ``name`` is an earlier run's student (``RUN/student`` beside RUN's config.yaml and
-    metrics.json), the models that made it, original teacher first, as ``{"model", "method", "task", "metrics"}``
-    (``method``: what made that model from the one before; None for the original teacher), ending with that
-    student. The earlier run's own chain when it had one. None for any other teacher, or when the earlier
-    run's files cannot be read (the chain is a report line, never a reason to stop)."""
+    metrics.json) or an export (:func:`_export_chain`), the models that made it, original teacher first, as
+    ``{"model", "method", "task", "metrics"}`` (``method``: what made that model from the one before; None for
+    the original teacher), ending with that student. The earlier run's own chain when it had one. None for
+    any other teacher, or when the earlier run's files cannot be read (the chain is a report line, never a
+    reason to stop)."""
     import yaml
 
     folder = Path(resolve_teacher(name))
@@ -233,7 +238,8 @@ def _export_chain(folder: Path, manifest: dict) -> list[dict] | None:
 
 
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
-    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer.
+    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer; an export
+    teacher (given fine-tuned) as ``runtime.load_export`` runs it, with the head it was exported with.
 
     Its encoder must load whole (see :func:`distillery.modeling.load_checked`); a head that does not
     fit the task is replaced by a new one, unless the teacher is given fine-tuned."""
