@@ -29,7 +29,9 @@ from distillery.folders import WriteRefused, atomic_file, check_target, claim, d
 from distillery.modeling import save_model
 from distillery.recipe import METHODS, MethodContext, get_method
 from distillery.report import write_report
-from distillery.teacher import check_teacher, teacher_chain, get_finetuned_teacher, teacher_config, teacher_tokenizer
+from distillery.runtime import is_export
+from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
+                                teacher_tokenizer)
 
 logger = logging.getLogger("distillery")
 
@@ -190,6 +192,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
+    check_export_teacher(config.teacher, config.method, getattr(method, "TEACHER_OUTPUTS_ONLY", False))
     if hasattr(method, "check"):
         method.check(config, model_config)
     config.out = str(out)
@@ -264,10 +267,13 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
         from distillery.export import build_variants  # imported here: onnx is needed only when asked for
 
         logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
+        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported
+        models = {"teacher": (teacher, tokenizer)} if not is_export(teacher) else {}
         variants, metrics["others"], _ = build_variants(
-            {"teacher": (teacher, tokenizer), "student": (student, tokenizer)}, config.export, task_data=task_data,
+            {**models, "student": (student, tokenizer)}, config.export, task_data=task_data,
             source_metrics={"teacher": teacher_metrics, "student": student_metrics},
-            save_dir=out / "exports", save=("student",))
+            save_dir=out / "exports", save=("student",),
+            sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
     chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it

@@ -5,7 +5,9 @@ A method is a module with ``run(ctx: MethodContext) -> PreTrainedModel``, which 
 (``options(config)`` reads them from ``config.method_options``), and optionally ``check(config, teacher_config)``,
 which rejects impossible options before minutes are spent fine-tuning the teacher,
 ``budget_overrides(budget, task)`` (nested settings the method changes in a budget's defaults) and
-``preset_overrides(name, task)`` (dotted settings of a named preset, e.g. a paper's table). The pipeline does everything around it
+``preset_overrides(name, task)`` (dotted settings of a named preset, e.g. a paper's table), and
+``TEACHER_OUTPUTS_ONLY = True`` when it reads nothing of the teacher but its outputs (then an ONNX or int8
+export is a teacher too; any other method is given a PyTorch model folder). The pipeline does everything around it
 (data, teacher, evaluation, benchmark, saving, report), so a method holds only what its paper adds.
 """
 
@@ -65,6 +67,7 @@ class MethodContext:
 
         from distillery.distill.trainer import Trainer
         from distillery.evaluation import score
+        from distillery.runtime import on_device
 
         cfg = replace(self.config.student, **settings)
         self.student_examples = len(self.task_data.train if train_dataset is None else train_dataset)
@@ -80,7 +83,7 @@ class MethodContext:
             resume=self.resume,
             desc=desc,
         )
-        self.teacher.to(trainer.device)
+        on_device(self.teacher, trainer.device)
         return trainer.train().model
 
     def distillation_train(self, whole_split: bool):
@@ -106,25 +109,22 @@ class MethodContext:
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
         score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a
-        hash of the teacher's weights and the encoded train split, so a second student of the same
+        hash of the teacher's weights (an export's graph or int8 weights: ``runtime.weights_digest``) and the
+        encoded train split, so a second student of the same
         task (another method, an ablation, a resumed run) does not pay the teacher's passes again.
         ``task_data``: another encoding of the task to label (default the run's)."""
         import hashlib
 
         import numpy as np
-        import torch
 
         from distillery.evaluation import predict
+        from distillery.runtime import weights_digest
         from distillery.teacher import cache_root
 
         task_data = task_data or self.task_data
         train = task_data.train
-        digest = hashlib.sha256()
-        for name, tensor in sorted(self.teacher.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        digest.update(content_digest(train).encode())
-        path = cache_root() / "logits" / f"{task_data.task.name}-{digest.hexdigest()[:16]}.npy"
+        key = hashlib.sha256(f"{weights_digest(self.teacher)} {content_digest(train)}".encode()).hexdigest()[:16]
+        path = cache_root() / "logits" / f"{task_data.task.name}-{key}.npy"
         # Under a launcher, each node's first process fills the cache and the others then read it.
         with distributed.local_main_first():
             logits = read_logits_cache(path, len(train))

@@ -320,7 +320,7 @@ def _config_lines(
         lines.append(f"- training examples: {int(train['train_examples']):,}"
                      + (f" (the teacher fine-tuned on {int(teacher_n):,} of them, and labelled the rest)"
                         if _is_number(teacher_n) and teacher_n < train["train_examples"] else ""))
-    if train.get("teacher_cached"):
+    if train.get("teacher_cached") and not _cfg(config, "teacher", "finetuned"):  # a given one is not fine-tuned here
         lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
         if key.endswith("_seconds") and _is_number(value):

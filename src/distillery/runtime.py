@@ -43,6 +43,38 @@ def load_model(path: str | Path) -> nn.Module:
     return load_pretrained(folder)
 
 
+def is_export(model) -> bool:
+    """Whether ``model`` is an export (an :class:`OnnxModel`, or a torch model quantized to int8): it computes
+    outputs, on the CPU, and has no fp32 weights to train or export again."""
+    return hasattr(model, "exported_architecture")  # set on exported and quantized models only
+
+
+def on_device(model: nn.Module, device) -> nn.Module:
+    """``model`` moved to ``device``; an export stays on the CPU, where it runs (ONNX Runtime's CPU
+    provider, torch's int8 kernels), and its inputs follow it (evaluation sends them to the model's device)."""
+    return model if is_export(model) else model.to(device)
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of what decides ``model``'s outputs: an ONNX graph's bytes, or each tensor of its state by name
+    (a quantized model's int8 weights with their scales, as the dequantized values)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    if isinstance(model, OnnxModel):
+        digest.update(model._bytes)
+        return digest.hexdigest()
+    for name, value in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        for tensor in value if isinstance(value, tuple) else (value,):  # int8 Linear: (packed weight, bias)
+            if not isinstance(tensor, torch.Tensor):  # the packed parameters' dtype
+                digest.update(repr(tensor).encode())
+                continue
+            tensor = tensor.dequantize() if tensor.is_quantized else tensor
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 @contextmanager
 def quiet():
     """Silence torch.ao's deprecation notices and the ONNX exporter's progress lines: printed at

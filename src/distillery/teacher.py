@@ -5,6 +5,10 @@ everything that changes the result (the teacher's files by content, task and dat
 settings), so a second ``compress`` on the same task reuses the teacher instead of training it again.
 An entry is filled by one process at a time (a lock: a second ``compress`` waits, then reuses it),
 and one that cannot be read whole is deleted and fine-tuned again.
+
+A teacher given fine-tuned (``finetuned``) is loaded as it is and never cached: a model folder, an earlier
+run's student, or an export folder (ONNX, int8; :func:`export_manifest` tells one), which computes outputs
+only and so serves only a method that reads nothing else of its teacher (:func:`check_export_teacher`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.folders import atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, load_checked, load_tokenizer, register_models
+from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
+from distillery.modeling import first_line, head_named, load_checked, load_tokenizer, register_models
+from distillery.runtime import load_export, on_device, read_manifest
 from distillery.weights import check_against_config, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
@@ -128,6 +133,33 @@ def teacher_config(name: str):
         raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
 
 
+def export_manifest(name: str) -> dict | None:
+    """The manifest of the teacher ``name`` when it is an export folder (ONNX or int8, written by
+    ``distillery export`` or ``compress --export``), else None. The one test of an export teacher: it
+    computes outputs (``runtime.load_export``) but has no weights a method could train, copy or read
+    hidden states from."""
+    folder = Path(resolve_teacher(name))
+    return read_manifest(folder) if (folder / EXPORT_MANIFEST).is_file() else None
+
+
+def check_export_teacher(teacher: TeacherConfig, method: str | None = None, outputs_only: bool = False) -> None:
+    """An export teacher must come fine-tuned (it cannot be trained) and, with ``method``, go to a method
+    that reads only its outputs (``outputs_only``: the method module's ``TEACHER_OUTPUTS_ONLY``)."""
+    manifest = export_manifest(teacher.name)
+    if manifest is None:
+        return
+    source = manifest.get("source")
+    origin = f"the folder it was exported from ({source})" if source and Path(source).is_dir() \
+        else "the PyTorch model folder it was exported from"
+    what = f"Teacher {teacher.name!r} is a {manifest['format']} export"
+    if not teacher.finetuned:
+        raise DistilleryError(f"{what}: it computes outputs but cannot be fine-tuned; give it with --teacher-finetuned "
+                              f"when it already has the task's head, or give {origin} to fine-tune that.")
+    if method is not None and not outputs_only:
+        raise DistilleryError(f"{what}, which computes outputs only, but method {method} needs the teacher as a "
+                              f"PyTorch model folder (it reads the teacher's weights); give {origin}.")
+
+
 def usable_positions(config) -> int | None:
     """How many tokens a teacher reads, by its family's position scheme (None: no limit)."""
     positions = getattr(config, "max_position_embeddings", None)
@@ -160,13 +192,17 @@ def check_teacher(name: str, config, data: DataConfig) -> None:
 
 def teacher_chain(name: str) -> list[dict] | None:
     """When the teacher ``name`` is an earlier run's student (``RUN/student`` beside RUN's config.yaml and
-    metrics.json), the models that made it, original teacher first, as ``{"model", "method", "task", "metrics"}``
-    (``method``: what made that model from the one before; None for the original teacher), ending with that
-    student. The earlier run's own chain when it had one. None for any other teacher, or when the earlier
-    run's files cannot be read (the chain is a report line, never a reason to stop)."""
+    metrics.json) or an export (:func:`_export_chain`), the models that made it, original teacher first, as
+    ``{"model", "method", "task", "metrics"}`` (``method``: what made that model from the one before; None for
+    the original teacher), ending with that student. The earlier run's own chain when it had one. None for
+    any other teacher, or when the earlier run's files cannot be read (the chain is a report line, never a
+    reason to stop)."""
     import yaml
 
     folder = Path(resolve_teacher(name))
+    manifest = export_manifest(name)
+    if manifest is not None:
+        return _export_chain(folder, manifest)
     run = folder.parent
     if not folder.is_dir() or folder.name != "student" or not (run / "metrics.json").is_file():
         return None
@@ -187,14 +223,37 @@ def teacher_chain(name: str) -> list[dict] | None:
             {"model": str(folder), "method": config.get("method"), "task": task, "metrics": metrics.get("student")}]
 
 
+def _export_chain(folder: Path, manifest: dict) -> list[dict] | None:
+    """An export teacher's chain: the models that made its source (or the source alone), then the export,
+    with the scores the export recorded (given a task); None when the manifest names no source folder."""
+    source = manifest.get("source")
+    # an export's source is an fp32 model, never an export (export() refuses those): no cycle to follow
+    if not source or not Path(source).is_dir() or (Path(source) / EXPORT_MANIFEST).is_file():
+        return None
+    scores = manifest.get("scores") or {}
+    task = scores.get("task")
+    before = teacher_chain(source) or [{"model": source, "method": None, "task": task, "metrics": scores.get("source")}]
+    return before + [{"model": str(folder), "method": f"{manifest['format']} export", "task": task,
+                      "metrics": scores.get("export")}]
+
+
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:
-    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer.
+    """The teacher with ``task``'s head (new and random unless ``finetuned``), and its tokenizer; an export
+    teacher (given fine-tuned) as ``runtime.load_export`` runs it, with the head it was exported with.
 
     Its encoder must load whole (see :func:`distillery.modeling.load_checked`); a head that does not
     fit the task is replaced by a new one, unless the teacher is given fine-tuned."""
     source = resolve_teacher(name)
     tokenizer = teacher_tokenizer(name)
     cls = task_model_class(task)
+    manifest = export_manifest(name)
+    if manifest is not None:  # given fine-tuned (check_export_teacher): its head is what it was exported with
+        if head_named(manifest["head"]).auto_class is not cls:
+            raise DistilleryError(f"Teacher {name!r} is an export of a {manifest['head']} model, not of a model "
+                                  f"fine-tuned for {task.name}; export the fine-tuned model.")
+        model = load_export(source)
+        check_finetuned_head(name, model, task, {"missing_keys": []})
+        return model, tokenizer
     kwargs = {} if finetuned else head_kwargs(task)
     model, loading = load_checked(cls, source, f"teacher {name!r}", new_head=True, **kwargs)
     if finetuned:
@@ -333,12 +392,13 @@ def get_finetuned_teacher(
     teacher was given, cached or fine-tuned now.
     """
     model, tokenizer, info = _finetuned_teacher(teacher, task, data, task_data)
-    return model.to(distributed.device()), tokenizer, info
+    return on_device(model, distributed.device()), tokenizer, info
 
 
 def _finetuned_teacher(teacher: TeacherConfig, task: TaskSpec, data: DataConfig, task_data: TaskData | None):
     """get_finetuned_teacher's model wherever it was loaded or trained, its tokenizer and info."""
     check_teacher(teacher.name, teacher_config(teacher.name), data)
+    check_export_teacher(teacher)
     if teacher.finetuned:
         model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
         return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}

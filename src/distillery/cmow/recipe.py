@@ -28,6 +28,10 @@ from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of
 
 logger = logging.getLogger("distillery")
 
+# The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
+# any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
+TEACHER_OUTPUTS_ONLY = True
+
 @dataclass
 class CMOWOptions(MethodOptions):
     METHOD: ClassVar[str] = "cmow"

@@ -44,7 +44,7 @@ from distillery.export.parity import (
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
 from distillery.modeling import head_of, load_pretrained, load_tokenizer, model_folder, read_config
-from distillery.runtime import ONNX_FILE, OnnxModel, load_export, quantize_torch, read_manifest, require_onnx
+from distillery.runtime import ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx
 from distillery.weights import record_weights
 
 logger = logging.getLogger("distillery")
@@ -94,7 +94,7 @@ def export(
     """
     if not hasattr(model, "config") or not hasattr(model, "save_pretrained"):
         raise DistilleryError(f"Only Hugging Face models export; got a {type(model).__name__}.")
-    if hasattr(model, "exported_architecture"):  # set on exported and quantized models only
+    if is_export(model):
         raise DistilleryError("This model is already an export (ONNX or int8); export the fp32 model it came from.")
     fmt = resolve_format(fmt, model.config)
     if fmt != "torch-int8":
@@ -304,13 +304,15 @@ def build_variants(
     source_metrics: Mapping[str, Mapping[str, float]] | None = None,
     save_dir: str | os.PathLike | None = None,
     save: Sequence[str] = (),
+    sources: Mapping[str, str | None] | None = None,
 ) -> tuple[dict[str, nn.Module], dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
     """Every model in every format, loaded back from its export folder, ready to be measured.
 
     ``models``: name → (fp32 model, tokenizer). Returns ``(variants, metrics, manifests)`` keyed
     ``"<name>-<format>"``: the loaded models, their dev metrics (with ``task_data``) and manifests.
     Models named in ``save`` keep their folders in ``save_dir/<name>-<format>``; the others are
-    exported to a temporary folder and loaded into memory.
+    exported to a temporary folder and loaded into memory. ``sources``: the folder each model is saved in,
+    recorded as its exports' source (default: the model's name), so that a kept export names where it came from.
     """
     variants, metrics, manifests = {}, {}, {}
     for given in dict.fromkeys(formats):
@@ -324,7 +326,7 @@ def build_variants(
                 keep = save_dir is not None and name in save
                 target = Path(save_dir) / key if keep else Path(tmp) / key
                 folder = export(model, tokenizer, fmt, target, task_data=task_data, overwrite=True,
-                                source_metrics=(source_metrics or {}).get(name), source=name)
+                                source_metrics=(source_metrics or {}).get(name), source=(sources or {}).get(name) or name)
                 manifests[key] = read_manifest(folder)
                 variants[key] = load_export(folder)
             scores = manifests[key].get("scores")
