@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ../shared/data
 PYTEST_ARGS ?=
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: install demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
 
@@ -21,9 +22,10 @@ install: $(VENV)/.installed
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/distillery compress --data-dir $(DATA)
 
-## make test: the default suite (offline, tiny models; slow integration tests excluded)
+## make test: the default suite (offline, tiny models; slow integration tests excluded), one worker per core
+## (a test file stays on one worker: its module fixtures are built once)
 test: install
-	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS); \
+	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 ## make test-slow: integration tests on the real data and the built-in teacher
