@@ -13,7 +13,7 @@ LAYERS = [
     ("services", ("distillery.errors", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.distributed",
                   "distillery.data", "distillery.metrics", "distillery.distill", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
-                  "distillery.teacher", "distillery.weights", "distillery.encoders")),
+                  "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.base_teacher")),
     ("methods and export", ("distillery.recipe", "distillery.baseline", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
     ("pipeline", ("distillery.pipeline", "distillery.report", "distillery.plot", "distillery.markdown")),

@@ -32,7 +32,7 @@ WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef056156
 
 
 def folder() -> Path:
-    from distillery.teacher import cache_root
+    from distillery.config import cache_root
 
     return cache_root() / "teachers" / NAME
 

@@ -253,6 +253,11 @@ def from_mapping(cls: type, d: Any, section: str | None = None) -> Any:
         raise (e.under(section) if section else e) from None
 
 
+def cache_root() -> Path:
+    """Where fine-tuned teachers, fetched teachers and teacher logits are kept: $DISTILLERY_CACHE, else ~/.cache/distillery."""
+    return Path(os.environ.get("DISTILLERY_CACHE") or Path.home() / ".cache" / "distillery")
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     """The local data folder: the explicit option, else ``$DISTILLERY_DATA``, else None (the Hub)."""
     value = data_dir if data_dir not in (None, "") else os.environ.get(DEFAULT_DATA_ENV) or None

@@ -119,7 +119,7 @@ class MethodContext:
 
         from distillery.evaluation import predict
         from distillery.runtime import weights_digest
-        from distillery.teacher import cache_root
+        from distillery.config import cache_root
 
         task_data = task_data or self.task_data
         train = task_data.train

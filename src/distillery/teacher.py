@@ -33,7 +33,7 @@ from transformers import (
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
-from distillery.config import DataConfig, TeacherConfig, load_yaml
+from distillery.config import DataConfig, TeacherConfig, cache_root, load_yaml
 from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
@@ -49,10 +49,6 @@ logger = logging.getLogger("distillery")
 
 BUILTIN_TEACHER = "minilm"
 BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DISTILLERY_CACHE") or Path.home() / ".cache" / "distillery")
 
 
 def resolve_teacher(name: str) -> str:

@@ -335,7 +335,7 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     ``overwrite``)."""
     from distillery.folders import check_file_target
     from distillery.config import run_inputs
-    from distillery.teacher import cache_root
+    from distillery.config import cache_root
 
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
     opts = options(config)
