@@ -15,6 +15,16 @@ def run_cli(monkeypatch, capsys, *args):
     return exit_info.value.code, captured.out, captured.err
 
 
+def run_ok(monkeypatch, capsys, *args) -> str:
+    """Run the CLI and require success; return stdout."""
+    monkeypatch.setattr(sys, "argv", ["distillery", *args])
+    try:
+        cli.main()
+    except SystemExit as e:
+        assert e.code in (0, None), capsys.readouterr().err
+    return capsys.readouterr().out
+
+
 def assert_one_line_error(code, err, fragment):
     assert code not in (0, None)
     assert "Traceback" not in err

@@ -4,30 +4,18 @@ it did not write; each refusal is a plain sentence and the refused folder surviv
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from distillery import cli
 from distillery.errors import DistilleryError
 from distillery.folders import (atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
                                 previous_version, replace_with, shared_sibling, temporary_sibling)
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_cli import assert_one_line_error, run_cli, run_ok
 from tests.test_pipeline import write_glue
 
 TINY_RUN = ["--max-length", "16", "--teacher-epochs", "1", "--epochs", "1", "--batch-size", "8",
             "--latency-runs", "2", "--train-limit", "16", "--dev-limit", "8"]
-
-
-def run_ok(monkeypatch, capsys, *args) -> str:
-    """Run the CLI and require success; return stdout."""
-    monkeypatch.setattr(sys, "argv", ["distillery", *args])
-    try:
-        cli.main()
-    except SystemExit as e:
-        assert e.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
 
 
 def snapshot(folder) -> dict[str, bytes]:

@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from distillery import cli
 from distillery.errors import DistilleryError
 from distillery.folders import (EXPORT_MANIFEST, MARKER, check_file_target, check_target, claim, is_ours, mark,
                                 marker_kind, write_file)
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_cli import assert_one_line_error, run_cli, run_ok
 from tests.test_pipeline import write_glue
 
 
@@ -57,16 +55,6 @@ def model(tmp_path_factory, tiny_bert):
 def refused(monkeypatch, capsys, fragment, *args):
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert_one_line_error(code, err, fragment)
-
-
-def succeeds(monkeypatch, capsys, *args) -> str:
-    """Run the CLI, require success, return what it printed."""
-    monkeypatch.setattr(sys, "argv", ["distillery", *args])
-    try:
-        cli.main()
-    except SystemExit as e:
-        assert e.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
 
 
 # -- --out FILE: never an input, never an existing file without --overwrite -----------------------
@@ -106,7 +94,7 @@ def test_an_existing_file_is_replaced_only_with_overwrite(monkeypatch, capsys, t
     args = ["eval", str(model / "two"), "--data-dir", str(data), "--out", str(out)]
     refused(monkeypatch, capsys, "--overwrite", *args)
     assert out.read_text() == "my results\n"
-    printed = succeeds(monkeypatch, capsys, *args, "--overwrite")
+    printed = run_ok(monkeypatch, capsys, *args, "--overwrite")
     assert json.loads(out.read_text()) == json.loads(printed)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no temporary file left
 
@@ -166,7 +154,7 @@ def test_report_out_never_writes_into_a_folder_it_did_not_make(monkeypatch, caps
 
     merged = tmp_path / "merged"
     for _ in range(2):  # made and marked the first time, rewritten in place the second
-        succeeds(monkeypatch, capsys, "report", *runs, "--out", str(merged))
+        run_ok(monkeypatch, capsys, "report", *runs, "--out", str(merged))
         assert marker_kind(merged) == "report" and (merged / "plot.png").is_file()
         assert sorted(p.name for p in merged.iterdir()) == [MARKER, "plot.png", "report.md"]
 
