@@ -1,0 +1,255 @@
+"""The seeds' scale: every method from the base-size teacher (``--teacher mpnet-base``, all-mpnet-base-v2:
+12 layers, hidden 768, FFN 3072, 110M parameters) on SST-2, with each model's int8 export.
+
+    python benchmarks/base.py --data-dir ../shared/data                 # quality runs, then speed, then docs
+    python benchmarks/base.py --data-dir ../shared/data --only speed    # speed of the finished runs again (quiet machine)
+
+quality  ``distillery compress --teacher mpnet-base --export int8`` per row into runs/base-sst2-<row>/: ``distill``
+         (6 of 12 layers), ``moebert``, ``autotinybert`` at 2×, 4× and 8× latency budgets (the 4× and 8× runs start
+         from the 2× run's super-net, as ``--option supernet=RUN/supernet`` lets any user do), ``cmow``. One
+         fine-tuned teacher serves them all (the teacher cache). The budget is sized to finish in one sitting on
+         2 CPU cores (``--train-limit``, ``--max-length``, one epoch; see BUDGET); every run keeps its own
+         provisional bench.json (few runs, small throughput batch): the published speed is the next phase's.
+         → benchmarks/results/base-quality.json
+speed    The fine-tuned teacher, every student, each one's int8 export and MoEBERT's no-routing bound (the
+         teacher with every FFN cut to one expert's width: a token's MoE FLOPs with no dispatch at all) measured
+         together in ONE interleaved benchmark per thread count (1 and 2): 1×128 latency, 256×64 throughput,
+         FLOP-ideal ratios. → benchmarks/results/base-speed.json
+docs     The "base-size teacher" block of docs/results.md and the README's base rows, from both files.
+
+Records are stored under a "records" key, so the MiniLM tables (benchmarks/common.py) never pick them up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from common import README, RESULTS, RESULTS_DOC, record_from_run, replace_block
+
+TEACHER = "mpnet-base"
+TASK = "sst2"
+# label -> (method, method options). The 4× and 8× students reuse the 2× run's super-net.
+ROWS = {
+    "distill": ("distill", {}),
+    "cmow": ("cmow", {}),
+    "moebert": ("moebert", {}),
+    "autotinybert-2x": ("autotinybert", {"speedup": 2}),
+    "autotinybert-4x": ("autotinybert", {"speedup": 4}),
+    "autotinybert-8x": ("autotinybert", {"speedup": 8}),
+}
+# The sitting's budget on 2 CPU cores (about 2 hours for every row): a train slice, SST-2's sentences at
+# most 64 tokens, one epoch of teacher fine-tuning and of each student's training; every student trains on
+# the same slice (``train_examples=budget``: labelling all 67k sentences with a base-size teacher alone would
+# take most of the sitting). The one-shot phase and the search are cut to match (300 → 150 super-net steps;
+# 60 timed architectures; 2 generations of 8 candidates probed on 512 + 256 examples).
+BUDGET = {"data.max_length": 64, "teacher.train.epochs": 1.0, "bench.latency_runs": 5, "bench.warmup": 1,
+          "bench.throughput_runs": 1, "bench.throughput_shape": [32, 64]}
+STUDENT_EPOCHS = {"distill": 1.0, "moebert": 1.0, "autotinybert": 1.0}  # cmow keeps its own 5 epochs (it is cheap)
+METHOD_BUDGET = {
+    "distill": {"train_examples": "budget"},
+    "cmow": {"train_examples": "budget"},
+    "autotinybert": {"train_examples": "budget", "supernet_steps": 150, "latency_archs": 60, "generations": 2,
+                     "population": 8, "probe_examples": 512, "proxy_examples": 256},
+}
+
+
+def run_dir(args, label: str) -> Path:
+    return Path(args.runs_dir) / f"base-{TASK}-{label}"
+
+
+def overrides_for(args, label: str) -> dict:
+    method, options = ROWS[label]
+    out = {**BUDGET, "data.train_limit": args.train_limit}
+    if method in STUDENT_EPOCHS:
+        out["student.epochs"] = STUDENT_EPOCHS[method]
+    opts = {**METHOD_BUDGET.get(method, {}), **options}
+    if method == "autotinybert" and options.get("speedup") != 2:
+        opts["supernet"] = str(run_dir(args, "autotinybert-2x") / "supernet")
+    out.update({f"method_options.{k}": v for k, v in opts.items()})
+    return out
+
+
+def quality_record(args, label: str) -> dict:
+    folder = run_dir(args, label)
+    rec = record_from_run(folder, label, "base-sitting")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    rec["others"] = metrics.get("others", {})  # the int8 exports' dev scores
+    rec["settings_overrides"] = overrides_for(args, label)
+    return rec
+
+
+def run_quality(args) -> None:
+    from distillery.pipeline import build_run_config, compress
+
+    for label in args.rows:
+        out = run_dir(args, label)
+        if not (args.reuse and (out / "report.md").is_file()):
+            started = time.time()
+            config = build_run_config(method=ROWS[label][0], task=TASK, budget="quick", teacher=TEACHER,
+                                      data_dir=args.data_dir, out=str(out), overrides=overrides_for(args, label))
+            config.export = ["int8"]
+            try:
+                compress(config, overwrite=True)
+            except Exception as e:  # noqa: BLE001 - one failed row must not cost the sitting's other rows
+                logging.getLogger("distillery").exception("%s failed", label)
+                print(f"{label}: FAILED ({type(e).__name__}: {e})", flush=True)
+                continue
+            print(f"{label}: {(time.time() - started) / 60:.1f} min", flush=True)
+        records = {r["method"]: r for r in load("base-quality")}
+        records[label] = quality_record(args, label)
+        save("base-quality", [records[k] for k in ROWS if k in records])
+
+
+def load(name: str) -> list[dict]:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text())["records"] if path.is_file() else []
+
+
+def save(name: str, records: list[dict]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"records": records}, indent=2) + "\n")
+
+
+def speed_models(args) -> dict:
+    """Teacher, every finished run's student, MoEBERT's no-routing bound, and the int8 export of each."""
+    from moebert import narrow_ffn
+    from transformers import AutoTokenizer
+
+    from distillery.export import build_variants
+    from distillery.runtime import load_model
+
+    finished = [label for label in ROWS if (run_dir(args, label) / "student").is_dir()]
+    if not finished:
+        raise SystemExit("No finished base-size run under runs/: run the quality phase first.")
+    teacher_path = json.loads((run_dir(args, finished[0]) / "train.json").read_text())["teacher_path"]
+    fp32 = {"teacher": load_model(teacher_path)}
+    fp32.update({label: load_model(run_dir(args, label) / "student") for label in finished})
+    if "moebert" in fp32:
+        fp32["no-routing bound"] = narrow_ffn(fp32["teacher"], fp32["moebert"].config.expert_size)
+    tokenizer = AutoTokenizer.from_pretrained(teacher_path)
+    int8, _, _ = build_variants({k: (m, tokenizer) for k, m in fp32.items() if k != "no-routing bound"}, ["int8"])
+    return {**fp32, **int8}
+
+
+def run_speed(args) -> None:
+    from distillery.bench import benchmark, format_bench_table
+
+    models = speed_models(args)
+    benches = []
+    for threads in args.threads:
+        started = time.time()
+        bench = benchmark(models, threads=threads, latency_runs=args.latency_runs, throughput_runs=args.throughput_runs)
+        print(f"{threads} thread(s), {(time.time() - started) / 60:.1f} min\n{format_bench_table(bench)}", flush=True)
+        benches.append(bench)
+        save("base-speed", benches)
+
+
+def _speed_cells(bench: dict, name: str) -> str:
+    s = bench["speedups"][name]
+    return (f"{s['latency']:.2f}× ({s['flop_ideal_latency']:.2f}×) | "
+            f"{s['throughput']:.2f}× ({s['flop_ideal_throughput']:.2f}×)")
+
+
+def speed_checks(benches: dict[int, dict]) -> list[str]:
+    """The issue's speed acceptance, measured at 2 threads (every core here)."""
+    b = benches.get(2) or next(iter(benches.values()))
+    lines, s = [], b["speedups"]
+    if "moebert" in s and "no-routing bound" in s:
+        share = s["moebert"]["latency"] / s["no-routing bound"]["latency"]
+        tp = s["moebert"]["throughput"] / s["no-routing bound"]["throughput"]
+        lines.append(f"- MoEBERT reaches {share:.3f} of its no-routing bound at 1×128 ({tp:.3f} at 256×64); "
+                     f"FLOP-ideal {s['moebert']['flop_ideal_latency']:.2f}× against the bound's "
+                     f"{s['no-routing bound']['flop_ideal_latency']:.2f}×.")
+    for k in (2, 4, 8):
+        name = f"autotinybert-{k}x"
+        if name in s:
+            lines.append(f"- AutoTinyBERT {k}× budget: measured {s[name]['latency']:.2f}× "
+                         f"({100 * (s[name]['latency'] / k - 1):+.1f} % of the budget).")
+    if "cmow" in s:
+        lines.append(f"- CMOW throughput: {s['cmow']['throughput']:.0f}× the teacher at 256×64.")
+    return lines
+
+
+def base_table(quality: list[dict], benches: list[dict]) -> str:
+    by_threads = {b["hardware"]["threads"]: b for b in benches}
+    two = by_threads.get(2) or (benches[0] if benches else None)
+    one = by_threads.get(1)
+    rows = {r["method"]: r for r in quality}
+    lines = ["| model | SST-2 dev acc. | int8 export | params | latency 2 thr. (FLOP-ideal) | throughput 2 thr. "
+             "(FLOP-ideal) | latency 1 thr. | throughput 1 thr. |", "|---|---|---|---|---|---|---|---|"]
+    first = next(iter(rows.values()), None)
+    names = ["teacher", *ROWS, "no-routing bound"]
+    for name in names:
+        if two is None or name not in two["speedups"]:
+            continue
+        if name == "teacher":
+            acc = f"{first['metrics']['teacher']['accuracy']:.4f}" if first else "—"
+            q8 = first["others"].get("teacher-torch-int8") or first["others"].get("teacher-onnx-int8") if first else None
+        elif name in rows:
+            acc = f"{rows[name]['metrics']['student']['accuracy']:.4f}"
+            others = rows[name]["others"]
+            q8 = others.get("student-torch-int8") or others.get("student-onnx-int8")
+        else:
+            acc, q8 = "—", None
+        int8_cell = "—" if not q8 else f"{q8['accuracy']:.4f}"
+        int8_speed = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+        params = two["models"][name]["params"] / 1e6
+        lines.append(f"| {name} | {acc} | {int8_cell} | {params:.1f}M | {_speed_cells(two, name)} | "
+                     + (f"{one['speedups'][name]['latency']:.2f}× | {one['speedups'][name]['throughput']:.2f}× |" if one else "— | — |"))
+        if int8_speed:
+            lines.append(f"| {name} int8 | | | | {_speed_cells(two, int8_speed)} | "
+                         + (f"{one['speedups'][int8_speed]['latency']:.2f}× | {one['speedups'][int8_speed]['throughput']:.2f}× |"
+                            if one else "— | — |"))
+    if two:
+        hw = two["hardware"]
+        teacher = two["models"]["teacher"]
+        lines += ["", f"Speed-ups against the fp32 teacher (1×128 latency {teacher['latency_ms']['median']:.0f} ms at 2 threads), "
+                  f"all models in one interleaved process per thread count, on {hw.get('cpu')} ({hw.get('cores')} cores), "
+                  f"torch {hw.get('torch')}.", "", *speed_checks(by_threads)]
+    return "\n".join(lines)
+
+
+def write_docs() -> None:
+    quality, benches = load("base-quality"), load("base-speed")
+    replace_block(RESULTS_DOC, "base", base_table(quality, benches))
+    replace_block(README, "base-summary", readme_rows(quality, benches))
+
+
+def readme_rows(quality: list[dict], benches: list[dict]) -> str:
+    two = next((b for b in benches if b["hardware"]["threads"] == 2), benches[0] if benches else None)
+    rows = ["| base-size teacher (mpnet-base) | SST-2 dev | latency speed-up, 2 threads |", "|---|---|---|"]
+    for r in quality:
+        if two and r["method"] in two["speedups"]:
+            rows.append(f"| `{r['method']}` | {r['metrics']['student']['accuracy']:.3f} (teacher "
+                        f"{r['metrics']['teacher']['accuracy']:.3f}) | {two['speedups'][r['method']]['latency']:.2f}× |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--only", choices=["quality", "speed", "docs"], default=None)
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--train-limit", type=int, default=8000)
+    parser.add_argument("--reuse", action="store_true", help="Keep finished run folders as they are.")
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--latency-runs", type=int, default=20)
+    parser.add_argument("--throughput-runs", type=int, default=1)
+    args = parser.parse_args()
+    from distillery.cli import setup_logging
+
+    setup_logging()
+    if args.only in (None, "quality"):
+        run_quality(args)
+    if args.only in (None, "speed"):
+        run_speed(args)
+    write_docs()
+
+
+if __name__ == "__main__":
+    main()
