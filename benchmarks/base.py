@@ -148,6 +148,70 @@ def run_speed(args) -> None:
         save("base-speed", benches)
 
 
+def loop_dispatch(ffn, flat, expert):
+    """The rejected alternative, written out: a loop over the experts, each on its own tokens (index_select,
+    one matmul pair, index_copy back)."""
+    import torch
+
+    out = torch.empty_like(flat)
+    for e in range(ffn.num_experts):
+        rows = (expert == e).nonzero().squeeze(1)
+        out.index_copy_(0, rows, ffn.expert(flat.index_select(0, rows), e))
+    return out
+
+
+def run_dispatch(args) -> None:
+    """One FFN layer alone at 1x128 and 8x128 tokens, hidden 384 (MiniLM) and 768 (base): a dense FFN of one
+    expert's width (the no-routing bound), the batched dispatch the model uses, and the per-expert loop; the
+    three interleaved, medians of ``--dispatch-runs``."""
+    import statistics
+
+    import torch
+
+    from distillery.moebert.convert import shared_default
+    from distillery.moebert.experts import MoEFeedForward, plan_dispatch
+
+    records = []
+    for d, d_h in ((384, 1536), (768, 3072)):
+        n, d_e = 4, d_h // 4
+        s = shared_default(d_h)
+        ffn = MoEFeedForward(d, n, d_e - s, s, "gelu").eval()
+        w1, w2 = torch.randn(d, d_e) * 0.02, torch.randn(d_e, d) * 0.02
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            for tokens in (128, 1024):
+                flat = torch.randn(tokens, d)
+                expert = torch.randint(0, n, (tokens,))
+                plan = plan_dispatch(expert[None], n)[0]  # the model plans every layer at once, before the first
+                variants = {
+                    "dense": lambda: torch.nn.functional.gelu(flat @ w1) @ w2,
+                    "batched": lambda: ffn(flat[None], plan),
+                    "loop": lambda: loop_dispatch(ffn, flat, expert) + torch.nn.functional.gelu(flat @ ffn.shared_w1) @ ffn.shared_w2,
+                }
+                times = {k: [] for k in variants}
+                with torch.inference_mode():
+                    for _ in range(args.dispatch_runs):
+                        for k, f in variants.items():
+                            t = time.perf_counter()
+                            f()
+                            times[k].append(1e3 * (time.perf_counter() - t))
+                ms = {k: statistics.median(v) for k, v in times.items()}
+                records.append({"hidden": d, "ffn": d_h, "expert_size": d_e, "shared": s, "threads": threads,
+                                "tokens": tokens, "ms": ms})
+                print(records[-1], flush=True)
+    save("base-dispatch", records)
+
+
+def dispatch_lines(records: list[dict]) -> list[str]:
+    lines = ["| hidden | d_e (shared) | threads | tokens | dense d_e (ms) | batched dispatch (ms) | per-expert loop (ms) | "
+             "batched ÷ dense |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        ms = r["ms"]
+        lines.append(f"| {r['hidden']} | {r['expert_size']} ({r['shared']}) | {r['threads']} | {r['tokens']} | "
+                     f"{ms['dense']:.3f} | {ms['batched']:.3f} | {ms['loop']:.3f} | {ms['batched'] / ms['dense']:.2f} |")
+    return lines
+
+
 def _speed_cells(bench: dict, name: str) -> str:
     s = bench["speedups"][name]
     return (f"{s['latency']:.2f}× ({s['flop_ideal_latency']:.2f}×) | "
@@ -215,7 +279,11 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
 
 def write_docs() -> None:
     quality, benches = load("base-quality"), load("base-speed")
-    replace_block(RESULTS_DOC, "base", base_table(quality, benches))
+    dispatch = load("base-dispatch")
+    table = base_table(quality, benches)
+    if dispatch:
+        table += "\n\nOne MoEBERT FFN layer alone (benchmarks/base.py --only dispatch):\n\n" + "\n".join(dispatch_lines(dispatch))
+    replace_block(RESULTS_DOC, "base", table)
     replace_block(README, "base-summary", readme_rows(quality, benches))
 
 
@@ -233,13 +301,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--only", choices=["quality", "speed", "docs"], default=None)
+    parser.add_argument("--only", choices=["quality", "speed", "dispatch", "docs"], default=None)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--train-limit", type=int, default=8000)
     parser.add_argument("--reuse", action="store_true", help="Keep finished run folders as they are.")
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--latency-runs", type=int, default=20)
     parser.add_argument("--throughput-runs", type=int, default=1)
+    parser.add_argument("--dispatch-runs", type=int, default=200)
     args = parser.parse_args()
     from distillery.cli import setup_logging
 
@@ -248,6 +317,8 @@ def main() -> None:
         run_quality(args)
     if args.only in (None, "speed"):
         run_speed(args)
+    if args.only in (None, "dispatch"):
+        run_dispatch(args)
     write_docs()
 
 
