@@ -225,7 +225,7 @@ class TrainerState:
 
     @classmethod
     def fresh(cls, *, desc: str, total_steps: int, main_metric: str | None, greater_is_better: bool,
-              num_examples: int, config: TrainConfig, num_processes: int) -> "TrainerState":
+              num_examples: int, config: TrainConfig, num_processes: int) -> TrainerState:
         """The state at step 0 of a run with these settings."""
         return cls(desc=desc, total_steps=total_steps, main_metric=main_metric, greater_is_better=greater_is_better,
                    num_examples=num_examples, batch_size=config.batch_size, grad_accum=config.grad_accum,
@@ -240,7 +240,7 @@ class TrainerState:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, source: str | os.PathLike) -> "TrainerState":
+    def from_dict(cls, data: Any, source: str | os.PathLike) -> TrainerState:
         """The state a ``trainer_state.json`` holds; a missing field or one of the wrong type is a
         :class:`CorruptCheckpoint` naming ``source``."""
         def corrupt(why: str) -> CorruptCheckpoint:
