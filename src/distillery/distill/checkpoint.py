@@ -11,7 +11,7 @@ Layout (under ``out_dir/checkpoints/``)::
       extra_parameters.safetensors  the Trainer's ``extra_parameters`` ("0", "1", ... in order)
       optimizer.pt, scheduler.pt    state dicts (``torch.load(..., weights_only=True)``)
       rng_state_<rank>.pt           python, numpy, torch (and CUDA) RNG states of each process
-      trainer_state.json            step, epoch, batch within the epoch, best metric, history
+      trainer_state.json            step, epoch, batch within the epoch, best metric, history (TrainerState)
     best/                           the weights with the best main metric so far
       model.safetensors
       best.json                     step and metrics
