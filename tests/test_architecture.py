@@ -1,12 +1,17 @@
 """The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
-flow (no cycle, late imports counted), and no source file outgrows a newcomer's reading (600 lines)."""
+flow (no cycle, late imports counted), and no source file or function outgrows a newcomer's reading
+(600 lines a file, 80 a function)."""
 
+import ast
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "distillery"
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 80
 
 # Lowest first: a module may import from its own layer (without a cycle) and the layers below.
 LAYERS = [
@@ -54,3 +59,11 @@ def test_imports_only_go_down_the_layers():
 def test_no_source_file_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+@pytest.mark.xfail(strict=False, reason="until issue 30's slices A/B merge")
+def test_no_function_over_80_lines():
+    long = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p in sorted(SRC.rglob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, "\n".join(long)

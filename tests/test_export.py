@@ -272,6 +272,15 @@ def test_recovery_pass_runs_through_the_trainer(bert_cls, glue_dir, tmp_path):
     assert not any(isinstance(m, ex.FakeQuantLinear) for m in model.modules())
 
 
+def test_recovery_is_skipped_when_int8_loses_little(bert_cls, glue_dir, tmp_path):
+    out = ex.export_model(bert_cls, "torch-int8", tmp_path / "skipped", task="sst2", data_dir=str(glue_dir),
+                          max_length=32, recover=True, recover_threshold=100.0)
+    recovery = json.loads((out / EXPORT_MANIFEST).read_text())["recovery"]
+    assert set(recovery) == {"skipped", "before"}
+    assert recovery["skipped"].endswith("not more than 100") and recovery["before"]["main_metric"] == "accuracy"
+    assert not (tmp_path / "skipped.recover").exists()
+
+
 # ------------------------------------------------------------------------------ compress, report
 
 

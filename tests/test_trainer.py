@@ -17,6 +17,7 @@ from safetensors.torch import load_file, load_model
 import distillery.distill.checkpoint as checkpoint_module
 from distillery.config import TrainConfig
 from distillery.distill import HiddenProjection, Trainer, find_checkpoint, hidden_mse
+from distillery.distill.checkpoint import TrainerState
 from distillery.distill.data_order import EpochSampler
 from distillery.distill.optim import param_groups as _param_groups
 from distillery.errors import DistilleryError
@@ -165,6 +166,67 @@ def test_resume_from_a_truncated_checkpoint_file(name, killed_run, tmp_path, uni
     (last / name).write_bytes(b"garbage" * 3)
     _, final = resume_run(tmp_path, resume=True, model_seed=5)
     assert_same_weights(final, uninterrupted[1])
+
+
+# trainer_state.json as format 1 writes it: these keys, in this order ("stopped_early" once true)
+FORMAT_1_KEYS = ["format", "desc", "global_step", "total_steps", "epoch", "batch_in_epoch", "examples_seen", "seconds",
+                 "best_metric", "best_step", "best_metrics", "history", "log_window", "eval_window", "main_metric",
+                 "greater_is_better", "num_examples", "batch_size", "grad_accum", "seed", "num_processes"]
+
+
+def test_trainer_state_round_trips_through_its_dict():
+    state = TrainerState.fresh(desc="round-trip", total_steps=9, main_metric="accuracy", greater_is_better=True,
+                               num_examples=48, config=cfg(**RESUME_CFG), num_processes=1)
+    assert list(state.to_dict()) == FORMAT_1_KEYS
+    state.global_step, state.epoch, state.batch_in_epoch, state.examples_seen = 5, 1, 2, 80
+    state.seconds, state.best_metric, state.best_step = 1.25, 0.8125, 4
+    state.best_metrics = {"accuracy": 0.8125, "loss": 0.5}
+    state.history = [{"step": 4, "epoch": 1.33, "loss": 0.7, "lr": 1e-3, "metrics": {"accuracy": 0.8125}}]
+    state.log_window, state.eval_window = {"n": 1, "loss": 0.7, "parts": {"aux": 0.1}}, None
+    state.stopped_early = True
+    data = json.loads(json.dumps(state.to_dict()))
+    assert data["stopped_early"] is True
+    again = TrainerState.from_dict(data, "trainer_state.json")
+    assert again == state
+    again.history[0]["step"] = 99  # no list or dict shared with the file's object
+    assert data["history"][0]["step"] == 4
+
+    state.best_metric = float("nan")  # not JSON: written as null, read back as no best yet
+    assert TrainerState.from_dict(json.loads(json.dumps(state.to_dict())), "x").best_metric is None
+
+
+def test_a_checkpoint_in_the_format_1_shape_resumes_exactly(killed_run, tmp_path, uninterrupted):
+    """A trainer_state.json rebuilt key by key as format 1 writes it resumes to the uninterrupted weights."""
+    import shutil
+
+    shutil.copytree(killed_run, tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "checkpoints" / "last" / "trainer_state.json"
+    written = json.loads(path.read_text())
+    assert list(written) == FORMAT_1_KEYS
+    path.write_text(json.dumps({key: written[key] for key in FORMAT_1_KEYS}, indent=1))
+    result, final = resume_run(tmp_path, resume=True, model_seed=5)
+    assert result.global_step == 6
+    assert_same_weights(final, uninterrupted[1])
+    assert [h["step"] for h in result.history] == [h["step"] for h in uninterrupted[0].history]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.pop("history"), "it has no history"),
+    (lambda s: s.update(global_step="4"), "its global_step is '4', not a whole number"),
+    (lambda s: s.update(greater_is_better=1), "its greater_is_better is 1, not true or false"),
+    (lambda s: s.update(log_window={"n": 1}), "its log_window is"),
+])
+def test_a_trainer_state_with_a_missing_or_mistyped_field_is_refused(change, message, killed_run, tmp_path):
+    import shutil
+
+    shutil.copytree(killed_run, tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "checkpoints" / "last" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+    with pytest.raises(DistilleryError) as info:
+        resume_run(tmp_path, resume=True, model_seed=5)
+    assert str(info.value).startswith(f"The checkpoint file {path} is corrupt: {message}")
 
 
 def test_resume_at_an_epoch_boundary(tmp_path, uninterrupted):

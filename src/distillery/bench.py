@@ -319,9 +319,8 @@ def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128
     """Median milliseconds per forward pass of each model at ``shape`` (batch, seq), the models taking
     turns in one process (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
     batch, seq = _check_shape("shape", shape)
-    with _torch_threads(threads), torch.inference_mode():
-        inputs = {n: make_inputs(m, batch, seq, seed) for n, m in models.items()}
-        times = _interleaved_times({n: m.eval() for n, m in models.items()}, inputs, int(runs), int(warmup))
+    with _torch_threads(threads):
+        times = _times_at({n: m.eval() for n, m in models.items()}, (batch, seq), int(runs), int(warmup), seed)
     return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
 
 
@@ -368,15 +367,7 @@ def benchmark(
                     "warmup": warmup, "throughput_runs": throughput_runs, "threads": threads})
     lat_batch, lat_seq = _check_shape("latency_shape", latency_shape)
     tp_batch, tp_seq = _check_shape("throughput_shape", throughput_shape)
-
-    loaded: dict[str, nn.Module] = {}
-    for name, model in models.items():
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model(model)
-        if not isinstance(model, nn.Module):
-            raise DistilleryError(f"Model {name!r} is a {type(model).__name__}, not a torch model or a folder.")
-        _check_positions(name, model, max(lat_seq, tp_seq))
-        loaded[str(name)] = model
+    loaded = _loaded_models(models, max(lat_seq, tp_seq))
 
     modes = {name: m.training for name, m in loaded.items()}
     try:
@@ -385,80 +376,67 @@ def benchmark(
                 m.eval()
             devices = {_model_device(m) for m in loaded.values()}
             hardware = hardware_fingerprint(next(iter(devices)) if len(devices) == 1 else None)
-
-            records: dict[str, dict[str, Any]] = {}
-            for name, m in loaded.items():
-                # An exported model (ONNX graph, packed int8 weights) has no parameters to count or torch
-                # ops to trace; its figures are those of the fp32 architecture it carries, beside its backend.
-                exported = getattr(m, "exported_architecture", None)
-                if exported is not None:
-                    fp32 = exported.fp32_model()
-                    params, effective = count_parameters(fp32)
-                    records[name] = {"params": params, "effective_params": effective,
-                                     "flops_per_token": float(flops_per_token(fp32, seq=lat_seq)),
-                                     "backend": exported.backend}
-                    if exported.weights_bytes:
-                        records[name]["weights_bytes"] = exported.weights_bytes
-                    records[name]["flops_per_token_throughput"] = float(flops_per_token(fp32, seq=tp_seq))
-                    continue
-                params, effective = count_parameters(m)
-                records[name] = {
-                    "params": params,
-                    "effective_params": effective,
-                    "flops_per_token": float(flops_per_token(m, seq=lat_seq)),
-                    # attention grows with the sequence: the throughput shape has its own count
-                    "flops_per_token_throughput": float(flops_per_token(m, seq=tp_seq)),
-                }
-
-            with torch.inference_mode():
-                lat_inputs = {n: make_inputs(m, lat_batch, lat_seq, seed) for n, m in loaded.items()}
-                lat = _interleaved_times(loaded, lat_inputs, int(latency_runs), int(warmup))
-                del lat_inputs
-                tp_inputs = {n: make_inputs(m, tp_batch, tp_seq, seed) for n, m in loaded.items()}
-                tp = _interleaved_times(loaded, tp_inputs, int(throughput_runs), 1)
-                del tp_inputs
+            records = {name: _size_record(m, lat_seq, tp_seq) for name, m in loaded.items()}
+            lat = _times_at(loaded, (lat_batch, lat_seq), int(latency_runs), int(warmup), seed)
+            tp = _times_at(loaded, (tp_batch, tp_seq), int(throughput_runs), 1, seed)
     finally:
         for name, m in loaded.items():
             m.train(modes[name])
 
-    for name in loaded:
+    for name, record in records.items():
         ms = [t * 1000.0 for t in lat[name]]
-        records[name]["latency_ms"] = {
-            "batch": lat_batch,
-            "seq": lat_seq,
-            "median": float(statistics.median(ms)),
-            "p90": float(np.percentile(ms, 90)),
-            "runs": int(latency_runs),
-        }
-        records[name]["throughput"] = {
-            "batch": tp_batch,
-            "seq": tp_seq,
-            "sentences_per_s": float(tp_batch / statistics.median(tp[name])),
-        }
+        record["latency_ms"] = {"batch": lat_batch, "seq": lat_seq, "median": float(statistics.median(ms)),
+                                "p90": float(np.percentile(ms, 90)), "runs": int(latency_runs)}
+        record["throughput"] = {"batch": tp_batch, "seq": tp_seq,
+                                "sentences_per_s": float(tp_batch / statistics.median(tp[name]))}
 
-    speedups = {}
-    if reference in records:
-        ref = records[reference]
-        for name, rec in records.items():
-            if name != reference:
-                speedups[name] = speedup_over(ref, rec)
+    speedups = {name: speedup_over(records[reference], rec) for name, rec in records.items()
+                if reference in records and name != reference}
     speedup = dict(speedups["student"]) if reference == "teacher" and "student" in speedups else {}
+    settings = {"reference": reference, "latency_runs": int(latency_runs), "warmup": int(warmup),
+                "throughput_runs": int(throughput_runs), "throughput_warmup": 1, "seed": int(seed),
+                "order": "interleaved, rotated each run"}
+    return {"hardware": hardware, "models": records, "speedup": speedup, "speedups": speedups, "settings": settings}
 
-    return {
-        "hardware": hardware,
-        "models": records,
-        "speedup": speedup,
-        "speedups": speedups,
-        "settings": {
-            "reference": reference,
-            "latency_runs": int(latency_runs),
-            "warmup": int(warmup),
-            "throughput_runs": int(throughput_runs),
-            "throughput_warmup": 1,
-            "seed": int(seed),
-            "order": "interleaved, rotated each run",
-        },
-    }
+
+def _times_at(models: Mapping[str, nn.Module], shape: tuple[int, int], runs: int, warmup: int,
+              seed: int) -> dict[str, list[float]]:
+    """:func:`_interleaved_times` on seeded random inputs of ``shape`` (batch, seq), freed afterwards."""
+    with torch.inference_mode():
+        inputs = {n: make_inputs(m, *shape, seed) for n, m in models.items()}
+        return _interleaved_times(models, inputs, runs, warmup)
+
+
+def _loaded_models(models: Mapping[str, nn.Module | str | os.PathLike], seq: int) -> dict[str, nn.Module]:
+    """Each model by name, a folder loaded; refused when it is no torch model or takes fewer than ``seq`` positions."""
+    loaded: dict[str, nn.Module] = {}
+    for name, model in models.items():
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model(model)
+        if not isinstance(model, nn.Module):
+            raise DistilleryError(f"Model {name!r} is a {type(model).__name__}, not a torch model or a folder.")
+        _check_positions(name, model, seq)
+        loaded[str(name)] = model
+    return loaded
+
+
+def _size_record(model: nn.Module, lat_seq: int, tp_seq: int) -> dict[str, Any]:
+    """A model's parameter and FLOP counts, the start of its ``bench.json`` record.
+
+    An exported model (ONNX graph, packed int8 weights) has no parameters to count or torch ops to
+    trace; its figures are those of the fp32 architecture it carries, beside its backend."""
+    exported = getattr(model, "exported_architecture", None)
+    counted = exported.fp32_model() if exported is not None else model
+    params, effective = count_parameters(counted)
+    record: dict[str, Any] = {"params": params, "effective_params": effective,
+                              "flops_per_token": float(flops_per_token(counted, seq=lat_seq))}
+    if exported is not None:
+        record["backend"] = exported.backend
+        if exported.weights_bytes:
+            record["weights_bytes"] = exported.weights_bytes
+    # attention grows with the sequence: the throughput shape has its own count
+    record["flops_per_token_throughput"] = float(flops_per_token(counted, seq=tp_seq))
+    return record
 
 
 def speedup_over(ref: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, float]:

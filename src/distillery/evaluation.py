@@ -74,14 +74,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
     device = _device(model)
     accepted = _accepted_inputs(model)
     is_qa = task_data.task.kind == "qa"
-    # Batches of similar lengths, longest first (a batch that does not fit in memory fails at once),
-    # so each pads little (on SST-2 sorting alone more than halves the work of a pass in file order);
-    # the outputs are put back in dataset order at the end.
-    lengths = example_lengths(dataset)
-    n = len(dataset)
-    batches = (length_batches(lengths.numpy(), batch_size)[::-1] if lengths is not None
-               else [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)])
-    order = np.array([i for b in batches for i in b], dtype=np.int64)  # dataset index of each output row
+    batches = _length_batches(dataset, batch_size)
     loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
     was_training = model.training
     model.eval()
@@ -104,8 +97,26 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
     finally:
         model.train(was_training)
     check_finite_outputs(chunks, task_data, split)
+    return _in_dataset_order(chunks, batches, task_data)
+
+
+def _length_batches(dataset, batch_size: int) -> list[list[int]]:
+    """Dataset indices in batches of similar lengths, longest first (a batch that does not fit in
+    memory fails at once), so each pads little (on SST-2 sorting alone more than halves the work of
+    a pass in file order); in file order when the examples' lengths are unknown."""
+    lengths = example_lengths(dataset)
+    if lengths is not None:
+        return length_batches(lengths.numpy(), batch_size)[::-1]
+    n = len(dataset)
+    return [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+
+
+def _in_dataset_order(chunks: list, batches: list[list[int]], task_data: TaskData):
+    """The outputs of each batch of ``batches`` concatenated back into dataset order: logits (QA start
+    and end logits padded to the longest window), checked against the task's number of outputs."""
+    order = np.array([i for b in batches for i in b], dtype=np.int64)  # dataset index of each output row
     restore = lambda a: a[np.argsort(order, kind="stable")]  # noqa: E731
-    if is_qa:
+    if task_data.task.kind == "qa":
         longest = max(s.shape[1] for s, _ in chunks)
         pad = lambda a: np.pad(a, ((0, 0), (0, longest - a.shape[1])), constant_values=LOGIT_PAD)  # noqa: E731
         return (restore(np.concatenate([pad(s) for s, _ in chunks])), restore(np.concatenate([pad(e) for _, e in chunks])))

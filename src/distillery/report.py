@@ -357,6 +357,12 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
     lat, tp = student.get("latency_speedup"), student.get("throughput_speedup")
     lines.append(f"| **this student** | {fmt_metric(accuracy)} | {fmt_x(lat)} | {fmt_x(tp)} |")
     lines.append("")
+    said = _sst2_comparisons(accuracy, lat, tp) + [_sst2_teacher_caveat(metrics, teacher_name)]
+    return "\n".join(lines + [" ".join(said)]) + "\n"
+
+
+def _sst2_comparisons(accuracy: float | None, lat: float | None, tp: float | None) -> list[str]:
+    """Sentences placing the student against model2vec, the int8 teacher and the 3-layer KD baseline."""
     m2v, int8, layers3 = SST2_REFERENCE_POINTS[3], SST2_REFERENCE_POINTS[1], SST2_REFERENCE_POINTS[2]
     said = []
     if accuracy is not None:
@@ -369,10 +375,8 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
         )
     if lat is not None:
         faster = lat > int8["latency_speedup"]
-        s = (
-            f"It is {'faster' if faster else 'not faster'} than the int8 teacher at 1×128 "
-            f"({lat:.2f}× against {int8['latency_speedup']:.2f}×)"
-        )
+        s = (f"It is {'faster' if faster else 'not faster'} than the int8 teacher at 1×128 "
+             f"({lat:.2f}× against {int8['latency_speedup']:.2f}×)")
         if tp is not None:
             s += f" and {'has more' if tp > int8['throughput_speedup'] else 'has less'} throughput ({tp:.2f}× against {int8['throughput_speedup']:.2f}×)"
         s += "."
@@ -389,20 +393,18 @@ def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], 
                 f"({layers3['accuracy']:.3f}, {layers3['latency_speedup']:.2f}×), the student is "
                 + ("at least as good on both." if beats else "not better on both accuracy and speed.")
             )
+    return said
+
+
+def _sst2_teacher_caveat(metrics: Mapping[str, Any], teacher_name: Any) -> str:
+    """Whether the run's speed-ups compare directly with the reference points (same built-in teacher)."""
     teacher_acc = metrics.get("teacher", {}).get("accuracy")
     acc_text = f", accuracy {fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
     if str(teacher_name).lower() in BUILT_IN_TEACHER_NAMES:
-        caveat = (
-            f"This run's teacher is the built-in one ({md(teacher_name, code=True)}{acc_text}; "
-            f"{SST2_TEACHER_ACCURACY:.3f} recorded), so its speed-ups compare directly."
-        )
-    else:
-        caveat = (
-            f"This run's speed-ups are against its own teacher ({md(teacher_name, code=True)}{acc_text}), not the "
-            "built-in one, so the comparison is of ratios to different teachers."
-        )
-    said.append(caveat)
-    return "\n".join(lines + [" ".join(said)]) + "\n"
+        return (f"This run's teacher is the built-in one ({md(teacher_name, code=True)}{acc_text}; "
+                f"{SST2_TEACHER_ACCURACY:.3f} recorded), so its speed-ups compare directly.")
+    return (f"This run's speed-ups are against its own teacher ({md(teacher_name, code=True)}{acc_text}), not the "
+            "built-in one, so the comparison is of ratios to different teachers.")
 
 
 def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
@@ -273,82 +274,125 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
 
 def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple[Arch, float]:
     """The architecture to ship, and the budget's speed-up (teacher latency measured here ÷ budget)."""
-    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
-    from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates
-    from distillery.baseline import select_layers
+    from distillery.autotinybert.search import conventional
     from distillery.bench import latency_ms
 
-    space, seed = supernet.space, ctx.config.student.seed
-    runs = int(opts.latency_runs)
     # the budget hangs on this one figure: three times the runs of an architecture's timing
     teacher = ctx.teacher.cpu().eval()
-    teacher_ms = latency_ms({"teacher": teacher}, runs=3 * runs)["teacher"]
+    teacher_ms = latency_ms({"teacher": teacher}, runs=3 * int(opts.latency_runs))["teacher"]
     budget = float(opts.budget_ms) if opts.budget_ms is not None else teacher_ms / float(opts.speedup)
     if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
         arch = parse_arch(opts.arch)
         supernet.check(arch)
         ctx.notes.append(f"Architecture given: {arch}.")
         return arch, teacher_ms / budget
+    predict = _fit_latency_predictor(ctx, opts, supernet, teacher, teacher_ms, budget)
+    if opts.arch == "conventional":
+        candidates = conventional(supernet.space, predict, budget)
+    elif opts.arch == "fast":
+        candidates = _fast_candidates(ctx, opts, supernet, projection, predict, budget)
+    else:
+        candidates = _searched_candidates(ctx, opts, supernet, projection, predict, budget)
+    arch = _first_within_budget(ctx, opts, supernet, candidates, predict, teacher, teacher_ms, budget)
+    return arch, teacher_ms / budget
+
+
+def _fit_latency_predictor(ctx: MethodContext, opts, supernet, teacher, teacher_ms: float,
+                          budget: float) -> Callable[[Arch], float]:
+    """Time sampled sub-networks beside the teacher, fit the latency predictor on them and save it
+    (``latency.json``); return it as arch -> predicted ms."""
+    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
+
+    space, seed = supernet.space, ctx.config.student.seed
     archs = space.sample_distinct(int(opts.latency_archs), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
                 len(archs), teacher_ms, budget)
-    ms = measure(supernet, archs, runs=runs, reference=teacher, reference_ms=teacher_ms)  # in teacher-time units
+    ms = measure(supernet, archs, runs=int(opts.latency_runs), reference=teacher,
+                 reference_ms=teacher_ms)  # in teacher-time units
     predictor, report = fit_predictor(space, archs, ms, seed=seed)
     save_predictor(ctx.out_dir / "latency.json", predictor, {**report, "teacher_ms": teacher_ms, "budget_ms": budget},
                    archs, ms, (1, 128), None)
     ctx.notes.append(f"Latency predictor: {len(archs)} architectures timed here; held-out MAPE {report['mape_mlp']:.1f} % "
                      f"(FLOP-count baseline {report['mape_flops']:.1f} %). Budget {budget:.2f} ms = teacher {teacher_ms:.2f} ms"
                      + (f" / {float(opts.speedup):g}." if opts.budget_ms is None else "."))
-    predict = lambda a: float(predictor.predict([a])[0])
-    if opts.arch == "conventional":
-        candidates = conventional(space, predict, budget)
-    elif opts.arch == "fast":
-        evaluate, _ = candidate_evaluator(ctx, opts, supernet, projection, seed)
-        fast = fast_candidates(space, predict, budget)
-        if not fast:
-            raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
-        candidates = sorted(fast, key=evaluate, reverse=True)
-    else:
-        evaluate, ylabel = candidate_evaluator(ctx, opts, supernet, projection, seed)
-        floor = float(opts.budget_floor) * budget
-        searched = search_space(space, opts, predict, budget)
-        if searched == space and not opts.search_hidden:
-            ctx.notes.append(f"Search: no architecture at the teacher's hidden size is predicted under {budget:.2f} ms; "
-                             f"d_m is searched too.")
-        if opts.search_backend == "optuna":
-            from distillery.autotinybert.search import optuna_search, write_log
+    return lambda a: float(predictor.predict([a])[0])
 
-            result = optuna_search(searched, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
-                                   population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
-                                   floor_ms=floor)
-            write_log(ctx.out_dir / "search.json", result.evaluated, budget)
-        else:
-            full = space.full()  # the distill baseline's shape: every other layer, full width
-            baseline = Arch(len(select_layers(full.layers, None)), full.hidden, full.ffn, full.heads, full.qkv)
-            result = evolutionary_search(searched, evaluate, predict, budget, generations=int(opts.generations),
-                                         population=int(opts.population), p_mutation=float(opts.p_mutation),
-                                         p_exploration=float(opts.p_exploration), seed=seed,
-                                         log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])
-        candidates = [c.arch for c in result.best]
-        # if the best all miss the budget when measured (the floor keeps them near it, and sub-millisecond
-        # timings are noisy), the other evaluated ones, the fastest predicted first (score −1e9: a trial
-        # Optuna did not evaluate)
-        best = set(candidates)
-        candidates += [c.arch for c in sorted(result.evaluated, key=lambda c: c.latency_ms)
-                       if c.arch not in best and c.latency_ms <= budget and c.score > -1e8]
-        write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png", ylabel)
-        ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts.generations} generations "
-                         f"(search.json, search.png).")
-    for arch in candidates:  # what ships must meet the budget as measured, not only as predicted
+
+def _fast_candidates(ctx: MethodContext, opts, supernet, projection, predict, budget: float) -> list[Arch]:
+    """AutoTinyBERT-Fast: the architectures its rule gives under the budget, the best evaluated first."""
+    from distillery.autotinybert.search import fast_candidates as fast_rule
+
+    evaluate, _ = candidate_evaluator(ctx, opts, supernet, projection, ctx.config.student.seed)
+    fast = fast_rule(supernet.space, predict, budget)
+    if not fast:
+        raise DistilleryError(f"No AutoTinyBERT-Fast architecture is predicted under {budget:.2f} ms.")
+    return sorted(fast, key=evaluate, reverse=True)
+
+
+def _searched_candidates(ctx: MethodContext, opts, supernet, projection, predict, budget: float) -> list[Arch]:
+    """The search's best architectures, then the other evaluated ones under the budget (fastest first);
+    writes ``search.json`` and ``search.png``."""
+    space, seed = supernet.space, ctx.config.student.seed
+    evaluate, ylabel = candidate_evaluator(ctx, opts, supernet, projection, seed)
+    searched = search_space(space, opts, predict, budget)
+    if searched == space and not opts.search_hidden:
+        ctx.notes.append(f"Search: no architecture at the teacher's hidden size is predicted under {budget:.2f} ms; "
+                         f"d_m is searched too.")
+    result = _run_search(ctx, opts, space, searched, evaluate, predict, budget)
+    candidates = [c.arch for c in result.best]
+    # if the best all miss the budget when measured (the floor keeps them near it, and sub-millisecond
+    # timings are noisy), the other evaluated ones, the fastest predicted first (score −1e9: a trial
+    # Optuna did not evaluate)
+    best = set(candidates)
+    candidates += [c.arch for c in sorted(result.evaluated, key=lambda c: c.latency_ms)
+                   if c.arch not in best and c.latency_ms <= budget and c.score > -1e8]
+    write_search_plot(result.evaluated, budget, candidates[0], ctx.out_dir / "search.png", ylabel)
+    ctx.notes.append(f"Search: {len(result.evaluated)} candidates over {opts.generations} generations "
+                     f"(search.json, search.png).")
+    return candidates
+
+
+def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSpace, evaluate, predict,
+                budget: float):
+    """The search over ``searched`` (within the super-net's ``space``) with the chosen backend (Optuna or the paper's evolutionary search),
+    its log written to ``search.json``; returns the search's result (best and evaluated candidates)."""
+    from distillery.autotinybert.search import evolutionary_search
+    from distillery.baseline import select_layers
+
+    seed, floor = ctx.config.student.seed, float(opts.budget_floor) * budget
+    if opts.search_backend == "optuna":
+        from distillery.autotinybert.search import optuna_search, write_log
+
+        result = optuna_search(searched, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
+                               population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
+                               floor_ms=floor)
+        write_log(ctx.out_dir / "search.json", result.evaluated, budget)
+        return result
+    full = space.full()  # the distill baseline's shape: every other layer, full width
+    baseline = Arch(len(select_layers(full.layers, None)), full.hidden, full.ffn, full.heads, full.qkv)
+    return evolutionary_search(searched, evaluate, predict, budget, generations=int(opts.generations),
+                               population=int(opts.population), p_mutation=float(opts.p_mutation),
+                               p_exploration=float(opts.p_exploration), seed=seed,
+                               log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])
+
+
+def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Arch], predict, teacher,
+                        teacher_ms: float, budget: float) -> Arch:
+    """The first candidate whose measured latency meets the budget (5 % tolerance), written to
+    ``architecture.json``: what ships must meet the budget as measured, not only as predicted."""
+    from distillery.autotinybert.latency import measure
+
+    for arch in candidates:
         # timed beside the teacher like the predictor's architectures (see ``measure``), with more runs
-        measured = measure(supernet, [arch], runs=3 * runs, progress=False, reference=teacher, reference_ms=teacher_ms)[0]
+        measured = measure(supernet, [arch], runs=3 * int(opts.latency_runs), progress=False, reference=teacher,
+                           reference_ms=teacher_ms)[0]
         if measured <= 1.05 * budget:
             ctx.notes.append(f"Architecture: {arch}; predicted {predict(arch):.2f} ms, measured {measured:.2f} ms "
                              f"(budget {budget:.2f} ms).")
             (ctx.out_dir / "architecture.json").write_text(json.dumps(
                 {**arch.as_dict(), "predicted_ms": predict(arch), "measured_ms": measured, "budget_ms": budget,
                  "teacher_ms": teacher_ms, "choice": opts.arch or "search"}, indent=2))
-            return arch, teacher_ms / budget
+            return arch
         logger.info("%s measured %.2f ms (in teacher time), over the budget by more than 5 %%: next candidate.", arch, measured)
     raise DistilleryError(f"None of the {len(candidates)} candidates met the {budget:.2f} ms budget when measured "
                           f"(the latency predictor is off on this machine now: re-run, or lower budget_floor).")

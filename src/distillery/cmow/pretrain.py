@@ -102,24 +102,13 @@ def pretrain(
     """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
-    from distillery.cmow.recipe import CMOWOptions
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
-    from distillery.teacher import teacher_config
 
-    out = Path(out)
-    CMOWOptions.check_value("kd_weight", kd_weight)
-    CMOWOptions.check_value("temperature", temperature)
-    if hidden_loss not in HIDDEN_LOSSES:
-        raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
-    # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
-    for key, value in (model_options or {}).items():
-        CMOWOptions.check_value(key, value)  # a model option without a spec passes as it is
-    # the model's own checks (its size among them) before anything is written: the teacher's config gives the vocabulary
-    checked_config(vocab_size=teacher_config(teacher).vocab_size, **(model_options or {}))
-    out = distributed.on_main(claim, out, "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
+    _check_settings(teacher, kd_weight, temperature, hidden_loss, model_options)
+    out = distributed.on_main(claim, Path(out), "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
 
@@ -146,14 +135,37 @@ def pretrain(
     model = result.model.eval()
     if not distributed.is_main():  # under a launcher: trained here too, saved by the main process
         return out / "model"
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
-    record_weights(out / "model")
     last = result.history[-1] if result.history else {}
     facts = {"teacher": teacher, "kd": "mlm-distribution" if teacher_head is not None else f"hidden-{hidden_loss}",
              "corpus": [str(p) for p in corpus], "lines": len(texts), "blocks": len(dataset), "max_length": max_length,
              "kd_weight": kd_weight, "temperature": temperature, "steps": result.global_step, "seconds": time.time() - started,
              "examples_per_s": result.examples_per_s, "last_loss": last.get("loss"), "last_parts": last.get("parts")}
+    _save(out, model, tokenizer, facts)
+    return out / "model"
+
+
+def _check_settings(teacher: str, kd_weight: float, temperature: float, hidden_loss: str,
+                    model_options: dict[str, Any] | None) -> None:
+    """Refuse bad :func:`pretrain` settings before anything is written."""
+    from distillery.cmow.recipe import CMOWOptions
+    from distillery.teacher import teacher_config
+
+    CMOWOptions.check_value("kd_weight", kd_weight)
+    CMOWOptions.check_value("temperature", temperature)
+    if hidden_loss not in HIDDEN_LOSSES:
+        raise DistilleryError(f"hidden_loss must be one of {', '.join(HIDDEN_LOSSES)}, got {hidden_loss!r}.")
+    # the encoder options the task recipe shares are checked as it checks them; the rest by CMOWConfig
+    for key, value in (model_options or {}).items():
+        CMOWOptions.check_value(key, value)  # a model option without a spec passes as it is
+    # the model's own checks (its size among them): the teacher's config gives the vocabulary
+    checked_config(vocab_size=teacher_config(teacher).vocab_size, **(model_options or {}))
+
+
+def _save(out: Path, model: nn.Module, tokenizer, facts: dict[str, Any]) -> None:
+    """The pretrained model and its tokenizer in ``out/model``, the run's facts in ``out/pretrain.json``;
+    the checkpoints, no longer needed, removed."""
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    record_weights(out / "model")
     (out / "pretrain.json").write_text(json.dumps(facts, indent=2))
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    return out / "model"

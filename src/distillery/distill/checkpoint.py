@@ -11,7 +11,7 @@ Layout (under ``out_dir/checkpoints/``)::
       extra_parameters.safetensors  the Trainer's ``extra_parameters`` ("0", "1", ... in order)
       optimizer.pt, scheduler.pt    state dicts (``torch.load(..., weights_only=True)``)
       rng_state_<rank>.pt           python, numpy, torch (and CUDA) RNG states of each process
-      trainer_state.json            step, epoch, batch within the epoch, best metric, history
+      trainer_state.json            step, epoch, batch within the epoch, best metric, history (TrainerState)
     best/                           the weights with the best main metric so far
       model.safetensors
       best.json                     step and metrics
@@ -30,13 +30,18 @@ writes it. Checkpoints of sharded optimizers (FSDP, DeepSpeed) are not supported
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import logging
 import math
 import os
 import pickle
 import random
+import types
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +151,6 @@ def _read(path: Path, reader: Callable[[Path], Any]) -> Any:
         raise CorruptCheckpoint(f"The checkpoint file {path} is corrupt ({detail}).") from None
 
 
-def _read_state(path: Path) -> dict:
-    state = json.loads(path.read_text())
-    missing = [k for k in ("format", "global_step", "epoch", "batch_in_epoch", "total_steps") if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)}")
-    return state
-
-
 def _torch_load(path: Path) -> Any:
     return torch.load(path, map_location="cpu", weights_only=True)
 
@@ -196,35 +193,105 @@ def json_float(x: float | None) -> float | None:
 MUST_MATCH = ("num_examples", "batch_size", "grad_accum", "seed")
 
 
-def fresh_state(*, desc: str, total_steps: int, main_metric: str | None, greater_is_better: bool, num_examples: int,
-                config: TrainConfig, num_processes: int) -> dict[str, Any]:
-    """What ``trainer_state.json`` holds at step 0 (the Trainer updates it as it goes)."""
-    return {
-        "format": STATE_FORMAT,
-        "desc": desc,
-        "global_step": 0,
-        "total_steps": total_steps,
-        "epoch": 0,
-        "batch_in_epoch": 0,
-        "examples_seen": 0,
-        "seconds": 0.0,
-        "best_metric": None,
-        "best_step": None,
-        "best_metrics": {},
-        "history": [],
-        "log_window": None,
-        "eval_window": None,
-        "main_metric": main_metric,
-        "greater_is_better": greater_is_better,
-        "num_examples": num_examples,
-        "batch_size": config.batch_size,
-        "grad_accum": config.grad_accum,
-        "seed": config.seed,
-        "num_processes": num_processes,
-    }
+@dataclass(kw_only=True)
+class TrainerState:
+    """What the Trainer keeps between steps and writes to ``trainer_state.json``: where the run is,
+    what it has seen, its best metric and history, and the settings a resume must share. The fields
+    are in the file's order."""
+
+    format: int = STATE_FORMAT
+    desc: str
+    global_step: int = 0
+    total_steps: int
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    examples_seen: int = 0
+    seconds: float = 0.0  # training time over all sessions of the run
+    best_metric: float | None = None
+    best_step: int | None = None
+    best_metrics: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per evaluation point
+    # the loss running means since the last log line and the last evaluation (``_Window.to_dict``)
+    log_window: dict[str, Any] | None = None
+    eval_window: dict[str, Any] | None = None
+    main_metric: str | None
+    greater_is_better: bool
+    num_examples: int
+    batch_size: int
+    grad_accum: int
+    seed: int
+    num_processes: int
+    stopped_early: bool = False  # in the file only once true
+
+    @classmethod
+    def fresh(cls, *, desc: str, total_steps: int, main_metric: str | None, greater_is_better: bool,
+              num_examples: int, config: TrainConfig, num_processes: int) -> TrainerState:
+        """The state at step 0 of a run with these settings."""
+        return cls(desc=desc, total_steps=total_steps, main_metric=main_metric, greater_is_better=greater_is_better,
+                   num_examples=num_examples, batch_size=config.batch_size, grad_accum=config.grad_accum,
+                   seed=config.seed, num_processes=num_processes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``trainer_state.json`` (a non-finite best metric written as null)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+        out["best_metric"] = json_float(self.best_metric)
+        if not self.stopped_early:
+            del out["stopped_early"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str | os.PathLike) -> TrainerState:
+        """The state a ``trainer_state.json`` holds; a missing field or one of the wrong type is a
+        :class:`CorruptCheckpoint` naming ``source``."""
+        def corrupt(why: str) -> CorruptCheckpoint:
+            return CorruptCheckpoint(f"The checkpoint file {source} is corrupt: {why}.")
+
+        if not isinstance(data, Mapping):
+            raise corrupt("it holds no trainer state")
+        values = {}
+        for f in fields(cls):
+            if f.name not in data:
+                if f.name != "stopped_early":  # every other field is written from step 0 on
+                    raise corrupt(f"it has no {f.name}")
+                continue
+            value, kinds = data[f.name], _field_kinds()[f.name]
+            if not any(_is_kind(value, kind) for kind in kinds):
+                raise corrupt(f"its {f.name} is {value!r}, not {' or '.join(_KIND_NAMES[k] for k in kinds)}")
+            values[f.name] = float(value) if float in kinds and isinstance(value, int) else copy.deepcopy(value)
+        for name in ("log_window", "eval_window"):
+            window = values.get(name)
+            if window is not None and not (_is_kind(window.get("n"), int) and _is_kind(window.get("loss"), float)
+                                           and isinstance(window.get("parts"), dict)):
+                raise corrupt(f"its {name} is {window!r}, not a running mean (n, loss, parts)")
+        return cls(**values)
 
 
-def save_last(acc: Any, root: Path, model: nn.Module, optimizer: Any, scheduler: Any, state: dict,
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", dict: "an object",
+               list: "a list", None: "null"}
+
+
+@functools.cache
+def _field_kinds() -> dict[str, tuple[type | None, ...]]:
+    """Each TrainerState field's accepted JSON kinds, read from its annotation (``dict[str, Any] | None``:
+    dict or None)."""
+    kinds = {}
+    for name, annotation in typing.get_type_hints(TrainerState).items():
+        options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+        kinds[name] = tuple(None if a is type(None) else (typing.get_origin(a) or a) for a in options)
+    return kinds
+
+
+def _is_kind(value: Any, kind: type | None) -> bool:
+    if kind is None:
+        return value is None
+    if kind is bool or isinstance(value, bool):  # JSON's true is no number, and 1 is no boolean
+        return kind is bool and isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def save_last(acc: Any, root: Path, model: nn.Module, optimizer: Any, scheduler: Any, state: TrainerState,
               extra_params: Sequence[nn.Parameter]) -> None:
     """Write ``root/last`` atomically; every process calls it (each saves its own RNG state)."""
     final = root / LAST
@@ -242,38 +309,40 @@ def save_last(acc: Any, root: Path, model: nn.Module, optimizer: Any, scheduler:
                 fsync_file(tmp / EXTRA_FILE)
             _torch_save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             _torch_save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
-            saved = dict(state)
-            saved["best_metric"] = json_float(state["best_metric"])
-            _write_json(saved, tmp / STATE_FILE)  # last: its presence marks a complete folder
+            _write_json(state.to_dict(), tmp / STATE_FILE)  # last: its presence marks a complete folder
         acc.wait_for_everyone()  # every process's RNG state is in tmp before it is renamed
     acc.wait_for_everyone()
 
 
 def load_last(acc: Any, ckpt: Path, model: nn.Module, optimizer: Any, scheduler: Any, *,
-              fresh: Mapping[str, Any], extra_params: Sequence[nn.Parameter], desc: str) -> dict:
+              fresh: TrainerState, extra_params: Sequence[nn.Parameter], desc: str) -> TrainerState:
     """Restore model, extra parameters, optimizer, scheduler and RNG states from ``ckpt``; return its
     trainer state. ``fresh``: this run's state at step 0, whose settings the checkpoint must share."""
-    state = _read(ckpt / STATE_FILE, _read_state)
+    raw = _read(ckpt / STATE_FILE, lambda p: json.loads(p.read_text()))
+    if not isinstance(raw, Mapping) or "format" not in raw:
+        raise CorruptCheckpoint(f"The checkpoint file {ckpt / STATE_FILE} is corrupt: it has no format.")
     # every file is read before any is applied: a corrupt one leaves model and optimizer untouched
     optimizer_state = _read(ckpt / OPTIMIZER_FILE, _torch_load)
     scheduler_state = _read(ckpt / SCHEDULER_FILE, _torch_load)
     rng_file = ckpt / f"rng_state_{acc.process_index}.pt"
     rng = _read(rng_file, _torch_load) if rng_file.is_file() else None
-    if state.get("format") != STATE_FORMAT:
+    if raw["format"] != STATE_FORMAT:
         raise DistilleryError(f"{ckpt} was written by another version of distillery and cannot be resumed.")
-    total_steps = fresh["total_steps"]
-    differing = [f"{k} {state.get(k)} (now {fresh[k]})" for k in MUST_MATCH if state.get(k) != fresh[k]]
+    state = TrainerState.from_dict(raw, ckpt / STATE_FILE)
+    total_steps = fresh.total_steps
+    differing = [f"{k} {getattr(state, k)} (now {getattr(fresh, k)})" for k in MUST_MATCH
+                 if getattr(state, k) != getattr(fresh, k)]
     if differing:
         raise DistilleryError(
             f"Cannot resume from {ckpt}: it was written with {', '.join(differing)}; "
             f"use the same data and settings, or a new output folder."
         )
-    if state["total_steps"] != total_steps:
+    if state.total_steps != total_steps:
         logger.warning(
-            f"{desc}: the checkpoint planned {state['total_steps']} steps, this run plans {total_steps}; "
+            f"{desc}: the checkpoint planned {state.total_steps} steps, this run plans {total_steps}; "
             f"the learning-rate schedule follows the new plan."
         )
-        state["total_steps"] = total_steps
+        state.total_steps = total_steps
 
     _load_weights(acc.unwrap_model(model), ckpt / MODEL_FILE)
     if extra_params:
@@ -293,14 +362,14 @@ def load_last(acc: Any, ckpt: Path, model: nn.Module, optimizer: Any, scheduler:
         logger.warning(f"{desc}: no RNG state for process {acc.process_index} in {ckpt}; dropout will differ.")
     if acc.is_main_process:
         logger.info(
-            f"{desc}: resumed from {ckpt} at step {state['global_step']} "
-            f"(epoch {state['epoch'] + 1}, batch {state['batch_in_epoch']})."
+            f"{desc}: resumed from {ckpt} at step {state.global_step} "
+            f"(epoch {state.epoch + 1}, batch {state.batch_in_epoch})."
         )
     return state
 
 
 def resume_last(acc: Any, out_dir: Path, model: nn.Module, optimizer: Any, scheduler: Any, *,
-                fresh: Mapping[str, Any], extra_params: Sequence[nn.Parameter], desc: str) -> dict | None:
+                fresh: TrainerState, extra_params: Sequence[nn.Parameter], desc: str) -> TrainerState | None:
     """The trainer state of the newest readable ``last`` checkpoint, everything else restored from it
     as :func:`load_last` does; None when there is none."""
     candidates = complete_checkpoints(out_dir, LAST)

@@ -38,8 +38,8 @@ from distillery.config import TrainConfig
 from distillery.distill.checkpoint import (
     CHECKPOINTS_DIR,
     LAST,
+    TrainerState,
     find_checkpoint,
-    fresh_state,
     json_float,
     load_best,
     preserved_rng,
@@ -134,27 +134,10 @@ class Trainer:
         desc: str = "train",
         checkpoint_every: int | None = None,
     ):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}.")
-        if eval_fn is not None and not main_metric:
-            raise ValueError("main_metric is required when eval_fn is given: it selects the best weights.")
-        if config.eval_every is not None and config.eval_every < 1:
-            raise DistilleryError(f"eval_every must be a positive number of steps, got {config.eval_every}.")
-        if checkpoint_every is not None and checkpoint_every < 1:
-            raise DistilleryError(f"checkpoint_every must be a positive number of steps, got {checkpoint_every}.")
-        try:
-            num_examples = len(train_dataset)
-        except TypeError:
-            raise TypeError("train_dataset must have a length (a map-style dataset).") from None
-        if num_examples == 0:
-            raise DistilleryError("The training set is empty; there is nothing to train on.")
-
+        self.num_examples = _checked_arguments(model, config, train_dataset, eval_fn, main_metric, checkpoint_every)
         self.model = model
         self.config = config
         self.train_dataset = train_dataset
-        self.num_examples = num_examples
         self.collate_fn = collate_fn if collate_fn is not None else default_collate
         self.loss_fn = loss_fn
         self.out_dir = Path(out_dir)
@@ -166,30 +149,7 @@ class Trainer:
         self.extra_modules, self.extra_params = flatten_extra(extra_parameters)
         self.desc = desc
         self.checkpoint_every = checkpoint_every
-
-        if config.tensorboard:
-            from accelerate.utils import is_tensorboard_available
-
-            if not is_tensorboard_available():
-                raise DistilleryError(
-                    "tensorboard is on but the tensorboard package is not installed; "
-                    "install it (pip install 'distillery[dev]') or turn tensorboard off."
-                )
-        self.accelerator = Accelerator(
-            gradient_accumulation_steps=config.grad_accum,
-            dataloader_config=DataLoaderConfiguration(split_batches=True),
-            cpu=not torch.cuda.is_available(),
-            log_with="tensorboard" if config.tensorboard else None,
-            project_config=ProjectConfiguration(project_dir=str(self.out_dir), logging_dir=str(self.out_dir / "tb")),
-            # a loss may leave parts of the model out of a step (the pooler, an expert no token chose)
-            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
-        )
-        n_proc = self.accelerator.num_processes
-        if config.batch_size % n_proc:
-            raise DistilleryError(
-                f"batch_size ({config.batch_size}) is the global batch and must be a multiple of the "
-                f"number of processes ({n_proc})."
-            )
+        self.accelerator = _accelerator(config, self.out_dir)
         self._best_state: dict[str, Tensor] | None = None
 
     @property
@@ -209,11 +169,11 @@ class Trainer:
         acc = self.accelerator
         active_loader = None
         try:
-            start_epoch = run.state["epoch"]
+            start_epoch = run.state.epoch
             for epoch in range(start_epoch, run.num_epochs):
-                if run.state["global_step"] >= run.total_steps:
+                if run.state.global_step >= run.total_steps:
                     break
-                skip = run.state["batch_in_epoch"] if epoch == start_epoch else 0
+                skip = run.state.batch_in_epoch if epoch == start_epoch else 0
                 run.sampler.epoch = epoch
                 run.collate.start(epoch, skip)
                 active_loader = acc.skip_first_batches(run.loader, skip) if skip else run.loader
@@ -241,27 +201,8 @@ class Trainer:
         loader, sampler, collate = train_loader(self.train_dataset, self.collate_fn, cfg)
         num_batches = len(loader)
         steps_per_epoch, total_steps, num_epochs = schedule_lengths(num_batches, cfg)
-
-        for module in self.extra_modules:
-            module.to(acc.device)
-            module.train()
-        for p in self.extra_params:
-            if p.device != acc.device:
-                p.data = p.data.to(acc.device)
-        self.model.train()
-        optimizer, scheduler = optimizer_and_schedule(self.model, self.extra_modules, self.extra_params, cfg,
-                                                      acc.device, total_steps)
-        model, optimizer, loader, scheduler = acc.prepare(self.model, optimizer, loader, scheduler)
-
-        state = fresh_state(desc=self.desc, total_steps=total_steps, main_metric=self.main_metric,
-                            greater_is_better=self.greater_is_better, num_examples=self.num_examples, config=cfg,
-                            num_processes=acc.num_processes)
-        if self.resume:
-            # restores the RNG states too: nothing below may draw from the global generators
-            state = resume_last(acc, self.out_dir, model, optimizer, scheduler, fresh=state,
-                                extra_params=self.extra_params, desc=self.desc) or state
-        elif find_checkpoint(self.out_dir, LAST) is not None:
-            self._info(f"{self.desc}: not resuming; the checkpoints in {self.checkpoint_root} will be replaced.")
+        model, optimizer, loader, scheduler = self._prepare(loader, total_steps)
+        state = self._start_or_resume(model, optimizer, scheduler, total_steps)
 
         if cfg.tensorboard:
             hparams = {k: v for k, v in vars(cfg).items() if isinstance(v, (int, float, str, bool))}
@@ -271,30 +212,43 @@ class Trainer:
             f"accumulation, {total_steps} optimizer steps ({steps_per_epoch} per epoch) on "
             f"{acc.num_processes} process(es), device {acc.device}."
         )
+        progress = tqdm(total=total_steps, initial=min(state.global_step, total_steps), desc=self.desc,
+                        disable=not acc.is_local_main_process, dynamic_ncols=True)
         return _Session(
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            loader=loader,
-            sampler=sampler,
-            collate=collate,
-            state=state,
-            num_batches=num_batches,
-            steps_per_epoch=steps_per_epoch,
-            total_steps=total_steps,
-            num_epochs=num_epochs,
-            previous_seconds=float(state["seconds"]),
+            model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, sampler=sampler, collate=collate,
+            state=state, num_batches=num_batches, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+            num_epochs=num_epochs, previous_seconds=float(state.seconds), progress=progress,
             # running means survive a resume so that the history of a resumed run is the same
-            log_window=_Window.from_dict(state.get("log_window")),
-            eval_window=_Window.from_dict(state.get("eval_window")),
-            progress=tqdm(
-                total=total_steps,
-                initial=min(state["global_step"], total_steps),
-                desc=self.desc,
-                disable=not acc.is_local_main_process,
-                dynamic_ncols=True,
-            ),
+            log_window=_Window.from_dict(state.log_window), eval_window=_Window.from_dict(state.eval_window),
         )
+
+    def _prepare(self, loader: Any, total_steps: int) -> tuple[nn.Module, Any, Any, Any]:
+        """Model, optimizer, loader and schedule on the device, wrapped by accelerate."""
+        acc = self.accelerator
+        for module in self.extra_modules:
+            module.to(acc.device)
+            module.train()
+        for p in self.extra_params:
+            if p.device != acc.device:
+                p.data = p.data.to(acc.device)
+        self.model.train()
+        optimizer, scheduler = optimizer_and_schedule(self.model, self.extra_modules, self.extra_params, self.config,
+                                                      acc.device, total_steps)
+        return acc.prepare(self.model, optimizer, loader, scheduler)
+
+    def _start_or_resume(self, model: nn.Module, optimizer: Any, scheduler: Any, total_steps: int) -> TrainerState:
+        """The state at step 0, or the one of the last checkpoint when resuming (everything else restored too)."""
+        acc = self.accelerator
+        state = TrainerState.fresh(desc=self.desc, total_steps=total_steps, main_metric=self.main_metric,
+                                   greater_is_better=self.greater_is_better, num_examples=self.num_examples,
+                                   config=self.config, num_processes=acc.num_processes)
+        if self.resume:
+            # restores the RNG states too: nothing after it may draw from the global generators
+            return resume_last(acc, self.out_dir, model, optimizer, scheduler, fresh=state,
+                               extra_params=self.extra_params, desc=self.desc) or state
+        if find_checkpoint(self.out_dir, LAST) is not None:
+            self._info(f"{self.desc}: not resuming; the checkpoints in {self.checkpoint_root} will be replaced.")
+        return state
 
     def _train_epoch(self, run: "_Session", loader: Iterable, epoch: int, batch_in_epoch: int) -> bool:
         """One pass over ``loader`` (the rest of epoch ``epoch``); True when the schedule is done."""
@@ -312,17 +266,17 @@ class Trainer:
                     self._optimizer_step(run, epoch, batch_in_epoch)
             examples = min(cfg.batch_size, self.num_examples - batch_in_epoch * cfg.batch_size)
             run.session_examples += examples
-            run.state["examples_seen"] += examples
+            run.state.examples_seen += examples
             batch_in_epoch += 1
             if acc.sync_gradients:
                 epoch_end = batch_in_epoch >= run.num_batches
-                run.state["global_step"] += 1
-                run.state["epoch"], run.state["batch_in_epoch"] = (
+                run.state.global_step += 1
+                run.state.epoch, run.state.batch_in_epoch = (
                     (epoch + 1, 0) if epoch_end else (epoch, batch_in_epoch)
                 )
                 self._after_step(run, step_loss.mean(), epoch_end)
                 step_loss = _Window()
-                if run.state["global_step"] >= run.total_steps or self._out_of_patience(run.state):
+                if run.state.global_step >= run.total_steps or self._out_of_patience(run.state):
                     return True
         return False
 
@@ -342,12 +296,12 @@ class Trainer:
     def _after_step(self, run: "_Session", step_mean: tuple[float, dict[str, float]], epoch_end: bool) -> None:
         """Progress, logging, evaluation and checkpoints after optimizer step ``global_step``."""
         cfg, state = self.config, run.state
-        step = state["global_step"]
+        step = state.global_step
         loss, parts = step_mean
         run.log_window.add(loss, parts)
         run.eval_window.add(loss, parts)
         elapsed = time.perf_counter() - run.start
-        state["seconds"] = run.previous_seconds + elapsed
+        state.seconds = run.previous_seconds + elapsed
         rate = run.session_examples / elapsed if elapsed > 0 else 0.0
         lr = run.scheduler.get_last_lr()[0]
         run.progress.update(1)
@@ -369,23 +323,23 @@ class Trainer:
             self._evaluation_point(run.model, state, run.eval_window, lr, run.steps_per_epoch)
             run.eval_window = _Window()
         if do_save:
-            state["log_window"], state["eval_window"] = run.log_window.to_dict(), run.eval_window.to_dict()
+            state.log_window, state.eval_window = run.log_window.to_dict(), run.eval_window.to_dict()
             save_last(self.accelerator, self.checkpoint_root, run.model, run.optimizer, run.scheduler, state,
                       self.extra_params)
 
-    def _out_of_patience(self, state: dict) -> bool:
+    def _out_of_patience(self, state: TrainerState) -> bool:
         """Early stopping: ``patience`` evaluations in a row without a new best main metric. Read
         from the history and best step alone, so a resumed run stops where the first one would have."""
         patience = self.config.patience
-        if not patience or self.eval_fn is None or state["best_step"] is None:
+        if not patience or self.eval_fn is None or state.best_step is None:
             return False
-        since_best = sum(1 for e in state["history"] if e.get("metrics") and e["step"] > state["best_step"])
+        since_best = sum(1 for e in state.history if e.get("metrics") and e["step"] > state.best_step)
         if since_best < patience:
             return False
-        if not state.get("stopped_early"):
-            state["stopped_early"] = True
-            self._info(f"{self.desc}: stopping early at step {state['global_step']}: {since_best} evaluations "
-                       f"without a better {self.main_metric} (best at step {state['best_step']}).")
+        if not state.stopped_early:
+            state.stopped_early = True
+            self._info(f"{self.desc}: stopping early at step {state.global_step}: {since_best} evaluations "
+                       f"without a better {self.main_metric} (best at step {state.best_step}).")
         return True
 
     def _finish(self, run: "_Session") -> TrainResult:
@@ -398,12 +352,12 @@ class Trainer:
         acc.free_memory()
         return TrainResult(
             model=unwrapped,
-            best_metrics=dict(state["best_metrics"]),
-            history=copy.deepcopy(state["history"]),
-            global_step=state["global_step"],
-            seconds=float(state["seconds"]),
+            best_metrics=dict(state.best_metrics),
+            history=copy.deepcopy(state.history),
+            global_step=state.global_step,
+            seconds=float(state.seconds),
             examples_per_s=run.session_examples / session_seconds if session_seconds > 0 else 0.0,
-            best_step=state["best_step"],
+            best_step=state.best_step,
             checkpoint_dir=self.checkpoint_root,
         )
 
@@ -428,11 +382,12 @@ class Trainer:
             if p.grad is not None:
                 p.grad.copy_(self.accelerator.reduce(p.grad, reduction="mean"))
 
-    def _non_finite(self, what: str, value: float, state: dict, epoch: int, batch_in_epoch: int) -> DistilleryError:
+    def _non_finite(self, what: str, value: float, state: TrainerState, epoch: int,
+                    batch_in_epoch: int) -> DistilleryError:
         ckpt = find_checkpoint(self.out_dir, LAST)
         where = f"the last good checkpoint is in {ckpt}" if ckpt else "no checkpoint had been written yet"
         return DistilleryError(
-            f"{self.desc} stopped: non-finite {what} ({value}) at step {state['global_step'] + 1} "
+            f"{self.desc} stopped: non-finite {what} ({value}) at step {state.global_step + 1} "
             f"(epoch {epoch + 1}, batch {batch_in_epoch + 1}) before the optimizer step; {where}. "
             f"Lower the learning rate or check the inputs and the loss."
         )
@@ -487,20 +442,20 @@ class Trainer:
         return value > best if self.greater_is_better else value < best
 
     def _evaluation_point(
-        self, model: nn.Module, state: dict, since_eval: "_Window", lr: float, steps_per_epoch: int
+        self, model: nn.Module, state: TrainerState, since_eval: "_Window", lr: float, steps_per_epoch: int
     ) -> None:
-        step = state["global_step"]
+        step = state.global_step
         loss, parts = since_eval.mean()
         metrics: dict[str, Any] = {}
         if self.eval_fn is not None:
             metrics = self._evaluate(model)
             value = metrics.get(self.main_metric)
-            if self._is_better(value, state["best_metric"]):
-                state["best_metric"], state["best_step"], state["best_metrics"] = float(value), step, dict(metrics)
+            if self._is_better(value, state.best_metric):
+                state.best_metric, state.best_step, state.best_metrics = float(value), step, dict(metrics)
                 self._save_best(model, state)
             shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
-            best = state["best_metric"]
-            best_text = f"{best:.4f} at step {state['best_step']}" if best is not None else "none yet"
+            best = state.best_metric
+            best_text = f"{best:.4f} at step {state.best_step}" if best is not None else "none yet"
             self._info(f"{self.desc} step {step}: {shown} (best {self.main_metric}: {best_text})")
             if self.config.tensorboard:
                 numeric = {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}
@@ -508,29 +463,78 @@ class Trainer:
         entry = {"step": step, "epoch": step / steps_per_epoch, "loss": json_float(loss), "lr": lr, "metrics": metrics}
         if parts:
             entry["parts"] = parts
-        state["history"].append(entry)
+        state.history.append(entry)
 
-    def _save_best(self, model: nn.Module, state: dict) -> None:
+    def _save_best(self, model: nn.Module, state: TrainerState) -> None:
         acc = self.accelerator
         unwrapped = acc.unwrap_model(model)
         if self.config.select_best:
             self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
         if acc.is_main_process:
-            save_best(self.checkpoint_root, unwrapped, state["global_step"], self.main_metric, state["best_metrics"])
+            save_best(self.checkpoint_root, unwrapped, state.global_step, self.main_metric, state.best_metrics)
         acc.wait_for_everyone()
 
-    def _load_best_if_selected(self, unwrapped: nn.Module, state: dict) -> None:
-        if not (self.config.select_best and self.eval_fn is not None and state["best_step"] is not None):
+    def _load_best_if_selected(self, unwrapped: nn.Module, state: TrainerState) -> None:
+        if not (self.config.select_best and self.eval_fn is not None and state.best_step is not None):
             return
         if self._best_state is not None:
             unwrapped.load_state_dict(self._best_state)
             self._best_state = None
-        elif not load_best(self.out_dir, unwrapped, state["best_step"], self.desc):  # found before a resume
+        elif not load_best(self.out_dir, unwrapped, state.best_step, self.desc):  # found before a resume
             return
         self._info(
-            f"{self.desc}: loaded the best weights (step {state['best_step']}, "
-            f"{self.main_metric} {state['best_metric']:.4f})."
+            f"{self.desc}: loaded the best weights (step {state.best_step}, "
+            f"{self.main_metric} {state.best_metric:.4f})."
         )
+
+
+def _checked_arguments(model: Any, config: Any, train_dataset: Any, eval_fn: Any, main_metric: str | None,
+                       checkpoint_every: int | None) -> int:
+    """Refuse what the Trainer cannot run with; return the number of training examples."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}.")
+    if eval_fn is not None and not main_metric:
+        raise ValueError("main_metric is required when eval_fn is given: it selects the best weights.")
+    if config.eval_every is not None and config.eval_every < 1:
+        raise DistilleryError(f"eval_every must be a positive number of steps, got {config.eval_every}.")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise DistilleryError(f"checkpoint_every must be a positive number of steps, got {checkpoint_every}.")
+    try:
+        num_examples = len(train_dataset)
+    except TypeError:
+        raise TypeError("train_dataset must have a length (a map-style dataset).") from None
+    if num_examples == 0:
+        raise DistilleryError("The training set is empty; there is nothing to train on.")
+    return num_examples
+
+
+def _accelerator(config: TrainConfig, out_dir: Path) -> Accelerator:
+    """The Accelerator of one Trainer; the global batch must split evenly over its processes."""
+    if config.tensorboard:
+        from accelerate.utils import is_tensorboard_available
+
+        if not is_tensorboard_available():
+            raise DistilleryError(
+                "tensorboard is on but the tensorboard package is not installed; "
+                "install it (pip install 'distillery[dev]') or turn tensorboard off."
+            )
+    accelerator = Accelerator(
+        gradient_accumulation_steps=config.grad_accum,
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        cpu=not torch.cuda.is_available(),
+        log_with="tensorboard" if config.tensorboard else None,
+        project_config=ProjectConfiguration(project_dir=str(out_dir), logging_dir=str(out_dir / "tb")),
+        # a loss may leave parts of the model out of a step (the pooler, an expert no token chose)
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+    )
+    if config.batch_size % accelerator.num_processes:
+        raise DistilleryError(
+            f"batch_size ({config.batch_size}) is the global batch and must be a multiple of the "
+            f"number of processes ({accelerator.num_processes})."
+        )
+    return accelerator
 
 
 class _Window:
@@ -573,7 +577,7 @@ class _Session:
     loader: Any
     sampler: EpochSampler
     collate: SeededCollate
-    state: dict[str, Any]  # what trainer_state.json holds
+    state: TrainerState
     num_batches: int
     steps_per_epoch: int
     total_steps: int

@@ -10,6 +10,7 @@ import copy
 import os
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,21 +108,9 @@ def recover_int8(
     """
     from distillery.distill.losses import distillation_loss
     from distillery.distill.trainer import Trainer
-    from distillery.evaluation import score
 
-    backend = resolve_format(backend)
-    if backend not in ("torch-int8", "onnx-int8"):
-        raise DistilleryError(f"Recovery is for an int8 backend (torch-int8 or onnx-int8), not {backend!r}.")
-    if task_data.train is None:
-        raise DistilleryError("Recovery needs the task's training split.")
-    if getattr(teacher.config, "vocab_size", None) != getattr(model.config, "vocab_size", None):
-        raise DistilleryError("The recovery teacher and the model have different vocabularies; give a teacher with the model's tokenizer.")
+    backend = _checked_backend(backend, model, teacher, task_data)
     kind, main = task_data.task.kind, task_data.task.main_metric
-
-    def int8_score(m: nn.Module) -> dict[str, float]:
-        if backend == "onnx-int8":
-            return score(m, task_data)  # FakeQuantize still rounds in eval mode
-        return score(quantize_torch(strip_fake_quant(copy.deepcopy(m).cpu())), task_data)
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
     student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range).train()
@@ -136,7 +125,7 @@ def recover_int8(
             # the baseline's loss: (1 − α)·task loss + α·KD(T), the teacher run on each batch
             loss_fn = distillation_loss(kind, teacher, kd_weight, temperature)
             trainer = Trainer(student, config, task_data.train, task_data.collate, loss_fn, out_dir=work_dir,
-                              eval_fn=int8_score, main_metric=main, desc="int8 recovery")
+                              eval_fn=partial(_int8_score, backend=backend, task_data=task_data), main_metric=main, desc="int8 recovery")
             teacher.to(trainer.device).eval()
             result = trainer.train()
     finally:
@@ -150,3 +139,24 @@ def recover_int8(
         "selected_step": result.best_step, "selection_metrics": result.best_metrics,
     }
     return recovered, info
+
+
+def _int8_score(model: nn.Module, *, backend: str, task_data) -> dict[str, float]:
+    """Dev scores of the int8 model that ``model`` (with fake-quantized Linears) stands for."""
+    from distillery.evaluation import score
+
+    if backend == "onnx-int8":
+        return score(model, task_data)  # FakeQuantize still rounds in eval mode
+    return score(quantize_torch(strip_fake_quant(copy.deepcopy(model).cpu())), task_data)
+
+
+def _checked_backend(backend: str, model: nn.Module, teacher: nn.Module, task_data) -> str:
+    """The int8 backend a recovery pass simulates; refuses what the pass cannot run on."""
+    backend = resolve_format(backend)
+    if backend not in ("torch-int8", "onnx-int8"):
+        raise DistilleryError(f"Recovery is for an int8 backend (torch-int8 or onnx-int8), not {backend!r}.")
+    if task_data.train is None:
+        raise DistilleryError("Recovery needs the task's training split.")
+    if getattr(teacher.config, "vocab_size", None) != getattr(model.config, "vocab_size", None):
+        raise DistilleryError("The recovery teacher and the model have different vocabularies; give a teacher with the model's tokenizer.")
+    return backend

@@ -103,21 +103,15 @@ def export(
     check_target(out_dir, overwrite=overwrite, inputs=[source], kind="export")
     started = time.time()
     model = copy.deepcopy(model).cpu().eval()
-    head = head_of(model.config).name
     inputs, outputs = graph_inputs(model, tokenizer), graph_outputs(model)
-    if task_data is not None:
-        batches = dev_batches(task_data, inputs)
-        parity_inputs = f"first {sum(len(b['input_ids']) for b in batches)} {task_data.task.name} {task_data.dev_split} inputs"
-    else:
-        batches = sample_batches(tokenizer, inputs)
-        parity_inputs = f"{len(SAMPLE_TEXTS)} tokenized sample sentences"
+    batches, parity_inputs = _parity_batches(task_data, tokenizer, inputs)
 
     with atomic_folder(out_dir) as tmp:  # an existing out_dir is replaced only if distillery wrote it
         model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         manifest: dict[str, Any] = {
             "format": fmt,
-            "head": head,
+            "head": head_of(model.config).name,
             "inputs": list(inputs),
             "outputs": list(outputs),
             "model_type": getattr(model.config, "model_type", None),
@@ -125,38 +119,8 @@ def export(
             "source": source,
             "parity_inputs": parity_inputs,
         }
-        if fmt == "torch-int8":
-            model.save_pretrained(tmp)  # fp32 weights, safetensors; quantized on load
-            manifest.update(backend=f"torch {torch.__version__} int8 (quantize_dynamic, {torch.backends.quantized.engine})",
-                            file="model.safetensors", on_load="torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8)")
-            quantized = quantize_torch(model)
-            reloaded = quantize_torch(load_pretrained(tmp))  # what load_export will do with this folder
-            again = compare_outputs(quantized, reloaded, batches, outputs)
-            if not again.get("finite") or again["max_abs_diff"] > 1e-6:
-                raise DistilleryError("The int8 model reloaded from its folder does not reproduce the quantized model.")
-            manifest["quantization"] = {"tool": "torch.ao.quantization.quantize_dynamic", "modules": "nn.Linear",
-                                        "dtype": "qint8", "engine": torch.backends.quantized.engine}
-            manifest["parity"] = {"reload_max_abs_diff": again["max_abs_diff"],
-                                  "int8_vs_fp32": check_int8(compare_outputs(model, quantized, batches, outputs), "torch-int8")}
-            exported = reloaded
-        else:
-            fp32_path = tmp / ONNX_FILE if fmt == "onnx" else tmp / "model.fp32.onnx"
-            manifest["exporter"] = export_onnx(model, fp32_path, inputs, outputs)
-            manifest.update({k: manifest["exporter"][k] for k in ("seq_multiple", "max_length") if k in manifest["exporter"]})
-            fp32 = OnnxModel(fp32_path.read_bytes(), model.config, {**manifest, "format": "onnx"})
-            manifest["parity"] = {"fp32": check_fp32_parity(compare_outputs(model, fp32, batches, outputs), "ONNX")}
-            import onnxruntime
-
-            if fmt == "onnx":
-                manifest["backend"] = f"onnxruntime {onnxruntime.__version__} fp32"
-                exported = fp32
-            else:
-                manifest["quantization"] = quantize_onnx(fp32_path, tmp / ONNX_FILE)
-                fp32_path.unlink()
-                manifest["backend"] = f"onnxruntime {onnxruntime.__version__} int8 (dynamic)"
-                exported = OnnxModel((tmp / ONNX_FILE).read_bytes(), model.config, manifest)
-                manifest["parity"]["int8_vs_fp32"] = check_int8(compare_outputs(model, exported, batches, outputs), "ONNX int8")
-            manifest["file"] = ONNX_FILE
+        write = _write_torch_int8 if fmt == "torch-int8" else _write_onnx
+        exported = write(model, tmp, manifest, inputs, outputs, batches)
         if task_data is not None:
             manifest["scores"] = score_export(model, exported, task_data, source_metrics)
         manifest.update(extra or {})
@@ -166,6 +130,59 @@ def export(
         record_weights(tmp)
         mark(tmp, "export")
     return out_dir
+
+
+def _parity_batches(task_data, tokenizer, inputs: Sequence[str]) -> tuple[list[dict], str]:
+    """The batches an export is checked on (the first dev inputs, else sample sentences) and their description."""
+    if task_data is not None:
+        batches = dev_batches(task_data, inputs)
+        count = sum(len(b["input_ids"]) for b in batches)
+        return batches, f"first {count} {task_data.task.name} {task_data.dev_split} inputs"
+    return sample_batches(tokenizer, inputs), f"{len(SAMPLE_TEXTS)} tokenized sample sentences"
+
+
+def _write_torch_int8(model: nn.Module, tmp: Path, manifest: dict[str, Any], inputs: Sequence[str],
+                      outputs: Sequence[str], batches: list[dict]) -> nn.Module:
+    """Write the fp32 weights that load as int8, check that a reload reproduces the quantized model, and
+    fill ``manifest`` in; return the int8 model as ``load_export`` builds it."""
+    model.save_pretrained(tmp)  # fp32 weights, safetensors; quantized on load
+    manifest.update(backend=f"torch {torch.__version__} int8 (quantize_dynamic, {torch.backends.quantized.engine})",
+                    file="model.safetensors", on_load="torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8)")
+    quantized = quantize_torch(model)
+    reloaded = quantize_torch(load_pretrained(tmp))  # what load_export will do with this folder
+    again = compare_outputs(quantized, reloaded, batches, outputs)
+    if not again.get("finite") or again["max_abs_diff"] > 1e-6:
+        raise DistilleryError("The int8 model reloaded from its folder does not reproduce the quantized model.")
+    manifest["quantization"] = {"tool": "torch.ao.quantization.quantize_dynamic", "modules": "nn.Linear",
+                                "dtype": "qint8", "engine": torch.backends.quantized.engine}
+    manifest["parity"] = {"reload_max_abs_diff": again["max_abs_diff"],
+                          "int8_vs_fp32": check_int8(compare_outputs(model, quantized, batches, outputs), "torch-int8")}
+    return reloaded
+
+
+def _write_onnx(model: nn.Module, tmp: Path, manifest: dict[str, Any], inputs: Sequence[str],
+                outputs: Sequence[str], batches: list[dict]) -> nn.Module:
+    """Write the ONNX graph (fp32, or quantized from the fp32 one), check its parity, fill ``manifest`` in;
+    return the exported model."""
+    import onnxruntime
+
+    fmt = manifest["format"]
+    fp32_path = tmp / ONNX_FILE if fmt == "onnx" else tmp / "model.fp32.onnx"
+    manifest["exporter"] = export_onnx(model, fp32_path, inputs, outputs)
+    manifest.update({k: manifest["exporter"][k] for k in ("seq_multiple", "max_length") if k in manifest["exporter"]})
+    fp32 = OnnxModel(fp32_path.read_bytes(), model.config, {**manifest, "format": "onnx"})
+    manifest["parity"] = {"fp32": check_fp32_parity(compare_outputs(model, fp32, batches, outputs), "ONNX")}
+    if fmt == "onnx":
+        manifest["backend"] = f"onnxruntime {onnxruntime.__version__} fp32"
+        exported = fp32
+    else:
+        manifest["quantization"] = quantize_onnx(fp32_path, tmp / ONNX_FILE)
+        fp32_path.unlink()
+        manifest["backend"] = f"onnxruntime {onnxruntime.__version__} int8 (dynamic)"
+        exported = OnnxModel((tmp / ONNX_FILE).read_bytes(), model.config, manifest)
+        manifest["parity"]["int8_vs_fp32"] = check_int8(compare_outputs(model, exported, batches, outputs), "ONNX int8")
+    manifest["file"] = ONNX_FILE
+    return exported
 
 
 def score_export(model: nn.Module, exported: nn.Module, task_data, source_metrics: Mapping[str, float] | None = None) -> dict[str, Any]:
@@ -208,18 +225,7 @@ def export_model(
     teacher being ``recover_teacher`` or the run's fp32 teacher or, for a plain model, its own fp32
     weights; the recovered weights are exported (the manifest holds both scores).
     """
-    fmt = resolve_format(fmt)
-    src = Path(path).expanduser()
-    if src.is_dir() and (src / EXPORT_MANIFEST).is_file():
-        raise DistilleryError(f"{src} is already an export ({read_manifest(src)['format']}); export the fp32 model it came from.")
-    folder = model_folder(src)
-    if folder != src and (folder / EXPORT_MANIFEST).is_file():
-        raise DistilleryError(f"{folder} is already an export; export the fp32 model it came from.")
-    run_dir = folder.parent if folder.name == "student" and (folder.parent / "config.yaml").is_file() else None
-    fmt = resolve_format(fmt, read_config(folder))
-    if out_dir is None:
-        out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
-    out_dir = Path(out_dir)
+    folder, run_dir, fmt, out_dir = _export_target(path, fmt, out_dir)
     check_target(out_dir, overwrite=overwrite, inputs=[folder, recover_teacher, data_dir], kind="export")
     if recover and fmt == "onnx":
         raise DistilleryError("--recover is for int8 formats; an fp32 ONNX export loses nothing to recover.")
@@ -235,36 +241,61 @@ def export_model(
         from distillery.evaluation import score
 
         source_metrics = source_metrics or score(model, task_data)
-
-        def int8_scores(m: nn.Module) -> dict[str, Any]:
-            """Dev scores of ``m`` quantized by the backend being exported (the real int8 model)."""
-            if fmt == "torch-int8":
-                return score_export(m, quantize_torch(m), task_data, source_metrics)
-            with tempfile.TemporaryDirectory() as tmp:
-                probe = export(m, tokenizer, fmt, Path(tmp) / "probe", task_data=task_data,
-                               source_metrics=source_metrics, source=str(folder))
-                return read_manifest(probe)["scores"]
-
-        before = int8_scores(model)
-        if before["drop_points"] > recover_threshold:
-            teacher = load_pretrained(_recover_teacher_path(recover_teacher, run_dir, folder))
-            recovered, info = recover_int8(model, teacher, task_data, backend=fmt, steps=recover_steps,
-                                           work_dir=out_dir.with_name(out_dir.name + ".recover"))
-            after = int8_scores(recovered)
-            main = task_data.task.main_metric
-            kept = after["export"][main] > before["export"][main]
-            info.update(before=before, after=after, kept=kept,
-                        gain_points=before["drop_points"] - after["drop_points"],
-                        note="the pass is kept only when its int8 model scores better on dev than int8 before it")
-            extra["recovery"] = info
-            if kept:
-                model = recovered
-        else:
-            extra["recovery"] = {"skipped": f"int8 lost {before['drop_points']:.2f} points, not more than "
-                                            f"{recover_threshold:g}", "before": before}
+        model, extra["recovery"] = _recovered(
+            model, tokenizer, fmt, folder, out_dir, task_data, source_metrics, threshold=recover_threshold,
+            steps=recover_steps, teacher=recover_teacher, run_dir=run_dir)
     out = export(model, tokenizer, fmt, out_dir, task_data=task_data, source_metrics=source_metrics,
                  source=str(folder), overwrite=overwrite, extra=extra)
     return out
+
+
+def _export_target(path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike | None,
+                   ) -> tuple[Path, Path | None, str, Path]:
+    """The model folder under ``path`` (refused when it is an export already), the run folder it is the
+    student of (or None), the resolved format, and the export folder (by default beside the model, or
+    in the run's ``exports/``)."""
+    fmt = resolve_format(fmt)
+    src = Path(path).expanduser()
+    if src.is_dir() and (src / EXPORT_MANIFEST).is_file():
+        raise DistilleryError(f"{src} is already an export ({read_manifest(src)['format']}); export the fp32 model it came from.")
+    folder = model_folder(src)
+    if folder != src and (folder / EXPORT_MANIFEST).is_file():
+        raise DistilleryError(f"{folder} is already an export; export the fp32 model it came from.")
+    run_dir = folder.parent if folder.name == "student" and (folder.parent / "config.yaml").is_file() else None
+    fmt = resolve_format(fmt, read_config(folder))
+    if out_dir is None:
+        out_dir = (run_dir / "exports" / f"student-{fmt}") if run_dir else folder.with_name(f"{folder.name}-{fmt}")
+    return folder, run_dir, fmt, Path(out_dir)
+
+
+def _recovered(model: nn.Module, tokenizer, fmt: str, folder: Path, out_dir: Path, task_data,
+               source_metrics: Mapping[str, float], *, threshold: float, steps: int,
+               teacher: str | os.PathLike | None, run_dir: Path | None) -> tuple[nn.Module, dict[str, Any]]:
+    """The model to export after int8 recovery, and the manifest's ``recovery`` record: a pass of
+    :func:`recover_int8` when int8 loses more than ``threshold`` points, kept only when it helps."""
+
+    def int8_scores(m: nn.Module) -> dict[str, Any]:
+        """Dev scores of ``m`` quantized by the backend being exported (the real int8 model)."""
+        if fmt == "torch-int8":
+            return score_export(m, quantize_torch(m), task_data, source_metrics)
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = export(m, tokenizer, fmt, Path(tmp) / "probe", task_data=task_data,
+                           source_metrics=source_metrics, source=str(folder))
+            return read_manifest(probe)["scores"]
+
+    before = int8_scores(model)
+    if before["drop_points"] <= threshold:
+        return model, {"skipped": f"int8 lost {before['drop_points']:.2f} points, not more than {threshold:g}",
+                       "before": before}
+    fp32_teacher = load_pretrained(_recover_teacher_path(teacher, run_dir, folder))
+    recovered, info = recover_int8(model, fp32_teacher, task_data, backend=fmt, steps=steps,
+                                   work_dir=out_dir.with_name(out_dir.name + ".recover"))
+    after = int8_scores(recovered)
+    main = task_data.task.main_metric
+    kept = after["export"][main] > before["export"][main]
+    info.update(before=before, after=after, kept=kept, gain_points=before["drop_points"] - after["drop_points"],
+                note="the pass is kept only when its int8 model scores better on dev than int8 before it")
+    return (recovered if kept else model), info
 
 
 def _recover_teacher_path(given, run_dir: Path | None, folder: Path) -> Path:

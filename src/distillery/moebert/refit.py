@@ -75,27 +75,11 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
             real = batch["attention_mask"].bool()
             x = args[0][real]  # (tokens, d)
             w1, w2 = ffns[i]
-            ex, st = layers[i].experts, stats[i]
+            ex = layers[i].experts
             y = w2(ex.hidden(F.linear(x, w1.weight, w1.bias)))  # the dense FFN, b2 included (not w1(x): this hooks w1)
-            ones = [x.new_ones(x.shape[0], 1)] if ex.b2 is not None else []
-            shared = [ex.shared_hidden(x)] if ex.shared_w1 is not None else []
-            c = torch.cat([*ones, *shared, x.new_zeros(x.shape[0], 0)], dim=1)  # (tokens, 1 + s): what every token has
             assign = None if gate else layers[i].table(calls[i])[batch["input_ids"][real]]
             calls[i] += 1
-            (n, k, _), width = ex.w2.shape, c.shape[1]
-            copies = n if gate else 1  # the gate counts every token once per expert, hashing once in all
-            st.gram[:width, :width] += copies * (c.t() @ c).double()
-            st.rhs[:width] += copies * (c.t() @ y).double()
-            st.yy += copies * float((y.double() ** 2).sum())
-            st.tokens += copies * x.shape[0]
-            for e in range(n):  # a handful of experts, each one matmul
-                rows = slice(None) if assign is None else (assign == e).nonzero().squeeze(1)
-                xe, ce, ye = x[rows], c[rows], y[rows]
-                he = ex.own_hidden(xe, e)  # (tokens of e, k)
-                o = slice(width + e * k, width + (e + 1) * k)
-                st.gram[:width, o] += (ce.t() @ he).double()
-                st.gram[o, o] += (he.t() @ he).double()
-                st.rhs[o] += (he.t() @ ye).double()
+            _accumulate(stats[i], ex, x, y, assign)
         return pre_hook
 
     handles = [w1.register_forward_pre_hook(hook(i)) for i, (w1, _) in enumerate(ffns)]
@@ -117,6 +101,29 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
         for h in handles:
             h.remove()
         student.train(was_training[0]), teacher.train(was_training[1])
+
+
+def _accumulate(st: _Normal, ex, x: Tensor, y: Tensor, assign: Tensor | None) -> None:
+    """Add tokens to one layer's normal equations: ``x`` (tokens, d) their FFN inputs, ``y`` the dense
+    FFN's outputs, ``assign`` each token's expert (hash routing), or None for gate routing, where
+    every token counts for every expert."""
+    ones = [x.new_ones(x.shape[0], 1)] if ex.b2 is not None else []
+    shared = [ex.shared_hidden(x)] if ex.shared_w1 is not None else []
+    c = torch.cat([*ones, *shared, x.new_zeros(x.shape[0], 0)], dim=1)  # (tokens, 1 + s): what every token has
+    (n, k, _), width = ex.w2.shape, c.shape[1]
+    copies = n if assign is None else 1  # the gate counts every token once per expert, hashing once in all
+    st.gram[:width, :width] += copies * (c.t() @ c).double()
+    st.rhs[:width] += copies * (c.t() @ y).double()
+    st.yy += copies * float((y.double() ** 2).sum())
+    st.tokens += copies * x.shape[0]
+    for e in range(n):  # a handful of experts, each one matmul
+        rows = slice(None) if assign is None else (assign == e).nonzero().squeeze(1)
+        xe, ce, ye = x[rows], c[rows], y[rows]
+        he = ex.own_hidden(xe, e)  # (tokens of e, k)
+        o = slice(width + e * k, width + (e + 1) * k)
+        st.gram[:width, o] += (ce.t() @ he).double()
+        st.gram[o, o] += (he.t() @ he).double()
+        st.rhs[o] += (he.t() @ ye).double()
 
 
 def _normal(ex, device) -> _Normal:
