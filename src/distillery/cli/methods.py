@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from distillery.cli.common import DATA_HELP, app, compress_and_show, parse_options, setup_logging
-from distillery.errors import DistilleryError
+from distillery.cli.options import preset_help, with_option_flags
 
 
 moebert_app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
@@ -24,27 +24,29 @@ def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_optio
 
 
 @moebert_app.command("importance")
+@with_option_flags("moebert", "importance")
 def moebert_importance(
     task: str = typer.Option("sst2"),
     teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
-    importance_examples: Optional[int] = typer.Option(None, help="Training examples sampled (default 2048)."),
     squad_holdout: Optional[float] = typer.Option(None),
     out: str = typer.Option("importance.safetensors", help="Where to write the scores."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """Importance of every FFN neuron (Eq. 4) of the fine-tuned teacher, on the task's train split."""
     setup_logging(verbose)
     from distillery.moebert.recipe import importance_step
 
-    opts = {"importance_examples": importance_examples} if importance_examples is not None else {}
-    path = importance_step(_moebert_config(task, teacher, data_dir, budget, squad_holdout, opts), out, overwrite)
+    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options)
+    path = importance_step(config, out, overwrite)
     typer.echo(f"Importance scores: {path}")
 
 
 @moebert_app.command("convert")
+@with_option_flags("moebert", "convert")
 def moebert_convert(
     out: str = typer.Option(..., help="Folder for the converted (untrained) MoEBERT model."),
     importance: Optional[str] = typer.Option(None, help="Scores from `distillery moebert importance` (default: computed now)."),
@@ -52,30 +54,23 @@ def moebert_convert(
     teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
-    experts: Optional[int] = typer.Option(None, help="Number of experts N (default 4)."),
-    expert_size: Optional[int] = typer.Option(None, help="Neurons per expert d_e (default d_h/N)."),
-    shared: Optional[int] = typer.Option(None, help="Shared neurons s (default d_h/6, a multiple of 8)."),
-    split: Optional[str] = typer.Option(None, help="import (default), random or inverse."),
-    routing: Optional[str] = typer.Option(None, help="hash-r (default), hash-b or gate."),
-    shared_mode: Optional[str] = typer.Option(None, help="tied (default) or cloned."),
-    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="Least-squares refit of the experts' output weights on the train sample (default on, off for QA)."),
     squad_holdout: Optional[float] = typer.Option(None),
     seed: Optional[int] = typer.Option(None, help="Seed of the random split and the hash tables."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """Cut the fine-tuned teacher's FFNs into experts and save the MoEBERT model (before training)."""
     setup_logging(verbose)
     from distillery.moebert.recipe import convert_step
 
-    opts = {k: v for k, v in (("experts", experts), ("expert_size", expert_size), ("shared", shared), ("split", split),
-                              ("routing", routing), ("shared_mode", shared_mode), ("refit", refit)) if v is not None}
-    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, opts, seed)
+    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed)
     path = convert_step(config, importance, out, overwrite=overwrite)
     typer.echo(f"Converted MoEBERT model: {path}")
 
 
 @moebert_app.command("train")
+@with_option_flags("moebert", "train")
 def moebert_train(
     init: str = typer.Option(..., help="A converted model folder (`distillery moebert convert`)."),
     task: str = typer.Option("sst2"),
@@ -83,10 +78,7 @@ def moebert_train(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option("quick"),
     out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-moebert-<time>)."),
-    distill_layers: Optional[str] = typer.Option(None, help="all (default), last, skip or none."),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="Weight of the layer-wise distillation loss."),
-    balance_weight: Optional[float] = typer.Option(None, help="gate: weight of the load-balancing loss."),
-    preset: Optional[str] = typer.Option(None, help="'paper': Table 7 settings for the task."),
+    preset: Optional[str] = typer.Option(None, help=preset_help()),
     epochs: Optional[float] = typer.Option(None),
     lr: Optional[float] = typer.Option(None),
     batch_size: Optional[int] = typer.Option(None),
@@ -94,13 +86,13 @@ def moebert_train(
     overwrite: bool = typer.Option(False),
     resume: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """Layer-wise distillation of a converted model; writes a run folder like `compress`."""
     setup_logging(verbose)
     from distillery.pipeline import build_run_config
 
-    options = {k: v for k, v in (("init", init), ("distill_layers", distill_layers), ("lambda", lam),
-                                 ("balance_weight", balance_weight)) if v is not None}
+    options = {"init": init, **method_options}
     config = build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
                               preset=preset, overrides={
                                   "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
@@ -114,6 +106,7 @@ app.add_typer(cmow_app, name="cmow")
 
 
 @cmow_app.command("pretrain")
+@with_option_flags("cmow", "pretrain")
 def cmow_pretrain(
     out: str = typer.Option(..., help="Run folder; the encoder is saved to <out>/model."),
     corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
@@ -124,29 +117,26 @@ def cmow_pretrain(
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(64),
     lr: float = typer.Option(5e-4, help="Adam learning rate, decayed linearly (Table 6's grid: 1e-3 … 1e-5)."),
-    kd_weight: float = typer.Option(0.5, help="Weight of the distillation term; 1 − kd_weight on the MLM loss."),
-    temperature: float = typer.Option(1.0, help="Softmax temperature of the MLM-distribution distillation."),
     hidden_loss: str = typer.Option("mse", help="Teacher without an MLM head: mse or cosine on its last hidden state."),
     option: list[str] = typer.Option([], help="Model option key=value (component, bidirectional, matrix_dim, vector_dim, ...)."),
     seed: int = typer.Option(42),
     overwrite: bool = typer.Option(False),
     resume: bool = typer.Option(False, help="Continue from the last checkpoint in --out."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """General distillation (pretraining) of a CMOW/CBOW-Hybrid encoder: masked LM + distillation."""
     setup_logging(verbose)
     from distillery.cmow.pretrain import pretrain
     from distillery.config import TrainConfig
+    from distillery.methods.cmow import CMOWOptions
 
-    model_options = parse_options(option)
+    distillation = CMOWOptions.read(method_options)
     train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, weight_decay=0.0,
                         select_best=False, seed=seed, eval_every=None)
-    try:
-        folder = pretrain(corpus, out, teacher=teacher, train=train, max_lines=max_lines, max_length=max_length,
-                          kd_weight=kd_weight, temperature=temperature, hidden_loss=hidden_loss, model_options=model_options,
-                          overwrite=overwrite, resume=resume)
-    except (ValueError, TypeError) as e:  # a bad model option, from the config's own check
-        raise DistilleryError(str(getattr(e, "__cause__", None) or e)) from None
+    folder = pretrain(corpus, out, teacher=teacher, train=train, max_lines=max_lines, max_length=max_length,
+                      kd_weight=distillation.kd_weight, temperature=distillation.temperature, hidden_loss=hidden_loss,
+                      model_options=parse_options(option), overwrite=overwrite, resume=resume)
     typer.echo(f"General-distilled CMOW encoder: {folder}\nUse it: distillery compress --method cmow --option init={folder}")
 
 
@@ -155,12 +145,11 @@ app.add_typer(atb_app, name="autotinybert")
 
 
 @atb_app.command("supernet")
+@with_option_flags("autotinybert", "supernet")
 def atb_supernet(
     out: str = typer.Option(..., help="Run folder; the super-net is saved to <out>/supernet."),
     corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
     teacher: str = typer.Option("minilm", help="The BERT the super-net is cut from and distilled from."),
-    strategy: str = typer.Option("head-dims", help="Attention sub-matrices: heads or head-dims."),
-    samples: int = typer.Option(3, help="Sub-networks per batch (Algorithm 1's M)."),
     max_lines: Optional[int] = typer.Option(None),
     max_length: int = typer.Option(128),
     max_steps: Optional[int] = typer.Option(None),
@@ -171,15 +160,19 @@ def atb_supernet(
     overwrite: bool = typer.Option(False),
     resume: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """One-shot training of a super-net by distillation on a corpus (Algorithm 1, KD setting)."""
     setup_logging(verbose)
     from distillery.autotinybert.oneshot import train_supernet
     from distillery.config import TrainConfig
+    from distillery.methods.autotinybert import AutoTinyBertOptions
+
+    opts = AutoTinyBertOptions.read(method_options)
 
     train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
                         select_best=False, seed=seed)
-    folder = train_supernet(corpus, out, teacher=teacher, strategy=strategy, train=train, samples=samples,
+    folder = train_supernet(corpus, out, teacher=teacher, strategy=opts.strategy, train=train, samples=opts.samples,
                             max_lines=max_lines, max_length=max_length, overwrite=overwrite, resume=resume)
     typer.echo(f"Super-net: {folder}")
 
@@ -249,14 +242,10 @@ def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict,
 
 
 @atb_app.command("search")
+@with_option_flags("autotinybert", "search")
 def atb_search(
     task: str = typer.Option("sst2"),
     supernet: Optional[str] = typer.Option(None, help="A super-net trained on the task (a run's supernet/); default: train one here."),
-    speedup: Optional[float] = typer.Option(None, help="Budget as a speed-up over the teacher measured here (default 2)."),
-    budget_ms: Optional[float] = typer.Option(None, help="Budget in ms at 1x128 (instead of --speedup)."),
-    evaluator: str = typer.Option("probe", help="probe (linear probe on the inherited [CLS] state), proxy (KD loss "
-                                  "in the super-net) or finetune (short fine-tune); all scored on held-out train examples."),
-    backend: str = typer.Option("evolution", help="evolution (Algorithm 2) or optuna (NSGA-II)."),
     teacher: str = typer.Option("minilm"),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
@@ -264,19 +253,20 @@ def atb_search(
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
     scored and measured as is (no further training)."""
-    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "speedup": speedup, "budget_ms": budget_ms,
-             "evaluator": evaluator, "search_backend": backend, "further_training": False}, option, overwrite, verbose)
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options, "further_training": False},
+             option, overwrite, verbose)
 
 
 @atb_app.command("train")
+@with_option_flags("autotinybert", "train")
 def atb_train(
     supernet: str = typer.Option(..., help="The super-net to extract from (a run's supernet/)."),
     arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv (a search's architecture.json), or fast / conventional."),
     task: str = typer.Option("sst2"),
-    speedup: Optional[float] = typer.Option(None, help="fast / conventional: the budget as a speed-up (default 2)."),
     teacher: str = typer.Option("minilm"),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None),
@@ -284,10 +274,8 @@ def atb_train(
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
 ):
     """Extract an architecture from a trained super-net and train it further on the task (CE + KD)."""
-    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, "speedup": speedup},
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
              option, overwrite, verbose)
-
-
-# typer >= 0.20 carries its own copy of click, whose exceptions are not click's.

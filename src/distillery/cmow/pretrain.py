@@ -102,7 +102,7 @@ def pretrain(
     """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
-    from distillery.cmow.recipe import CMOWOptions
+    from distillery.methods.cmow import CMOWOptions
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
