@@ -76,26 +76,38 @@ def option_flags(method: str | None = None, step: str | None = None) -> list[Opt
 def with_option_flags(method: str | None = None, step: str | None = None) -> Callable:
     """Decorate a Typer command taking ``method_options: dict``: the options' flags (see
     :func:`option_flags`) are added to its parameters, and the ones given reach it in that dict."""
+    return lambda command: OptionFlagsCommand(command, method, step)
 
-    def decorate(command: Callable) -> Callable:
-        flags = option_flags(method, step)
-        params = [p for p in inspect.signature(command).parameters.values() if p.name != "method_options"]
-        own = {p.name.replace("_", "-") for p in params}
+
+class OptionFlagsCommand:
+    """A Typer command whose signature, which Typer reads each time it builds the command line, is the
+    command's own parameters and the option flags the specs give now."""
+
+    def __init__(self, command: Callable, method: str | None, step: str | None):
+        functools.update_wrapper(self, command)
+        self.command, self.method, self.step = command, method, step
+
+    def flags(self) -> list[OptionFlag]:
+        flags = option_flags(self.method, self.step)
+        own = {name.replace("_", "-") for name in self._own()}
         clash = [f.info.flag_name for f in flags if f.info.flag_name[2:] in own]
         if clash:
-            raise TypeError(f"{command.__name__}: the option flags {clash} would hide the command's own")
+            raise TypeError(f"{self.command.__name__}: the option flags {clash} would hide the command's own")
+        return flags
 
-        @functools.wraps(command)
-        def run(**kwargs):
-            given = {f.name: kwargs.pop(f.param) for f in flags}
-            return command(**kwargs, method_options={k: v for k, v in given.items() if v is not None})
+    def _own(self) -> dict[str, inspect.Parameter]:
+        params = inspect.signature(self.command).parameters
+        return {name: p for name, p in params.items() if name != "method_options"}
 
-        generated = [inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=f.typer_option(step is None),
-                                       annotation=f.annotation()) for f in flags]
-        run.__signature__ = inspect.Signature(params + generated)
-        return run
+    @property
+    def __signature__(self) -> inspect.Signature:
+        generated = [inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=f.typer_option(self.step is None),
+                                       annotation=f.annotation()) for f in self.flags()]
+        return inspect.Signature([*self._own().values(), *generated])
 
-    return decorate
+    def __call__(self, **kwargs):
+        given = {f.name: kwargs.pop(f.param, None) for f in self.flags()}
+        return self.command(**kwargs, method_options={k: v for k, v in given.items() if v is not None})
 
 
 def preset_help() -> str:
