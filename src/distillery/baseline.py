@@ -18,7 +18,6 @@ from distillery.distill.losses import distillation_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.methods.distill import DistillOptions
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
@@ -76,7 +75,7 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
 
 
 class Distill(Method):
-    Options: ClassVar[type[DistillOptions]] = DistillOptions
+    name: ClassVar[str] = "distill"
 
     def check(self, config, teacher_config) -> None:
         encoders.require(teacher_config, None, "method distill")

@@ -240,17 +240,18 @@ class MethodOptions:
 
 
 class Method:
-    """One compression method. Subclasses set ``Options`` and implement :meth:`run`;
-    budgets and presets are data in ``distillery/methods/<name>.yaml`` (dotted keys, as ``--config``'s
-    settings once flattened: ``student.lr``, ``method_options.lambda``)."""
+    """One compression method. Subclasses set ``name`` and implement :meth:`run` (and :meth:`check`
+    where the teacher's config rules options out). Its options are ``distillery.methods.<name>.Options``;
+    its budgets and presets are data in ``distillery/methods/<name>.yaml``, in dotted keys as
+    ``--config``'s settings once flattened (``student.lr``, ``method_options.lambda``)."""
 
-    Options: ClassVar[type[MethodOptions]]
+    name: ClassVar[str]
     # it reads nothing of the teacher but its outputs: an ONNX or int8 export is a teacher too
     teacher_outputs_only: ClassVar[bool] = False
 
     @property
-    def name(self) -> str:
-        return self.Options.METHOD
+    def Options(self) -> type[MethodOptions]:  # noqa: N802 (a class, named as one)
+        return method_options(self.name)
 
     def options(self, config: RunConfig) -> MethodOptions:
         return self.Options.read(config.method_options)

@@ -33,7 +33,6 @@ import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.methods.autotinybert import AutoTinyBertOptions
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
@@ -341,7 +340,7 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple
 
 
 class AutoTinyBert(Method):
-    Options: ClassVar[type[AutoTinyBertOptions]] = AutoTinyBertOptions
+    name: ClassVar[str] = "autotinybert"
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

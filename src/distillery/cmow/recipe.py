@@ -113,7 +113,7 @@ def cmow_loss(kd_weight: float, temperature: float):
 
 
 class CMOW(Method):
-    Options: ClassVar[type[CMOWOptions]] = CMOWOptions
+    name: ClassVar[str] = "cmow"
     # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
     # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
     teacher_outputs_only: ClassVar[bool] = True

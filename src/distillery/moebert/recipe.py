@@ -226,7 +226,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
 
 
 class MoEBert(Method):
-    Options: ClassVar[type[MoEBertOptions]] = MoEBertOptions
+    name: ClassVar[str] = "moebert"
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
@@ -278,7 +278,7 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     from distillery.config import cache_root
 
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
-    opts = MoEBertOptions.read(config.method_options)
+    opts = MoEBert().options(config)
     teacher, _, task_data = _teacher_and_data(config)
     return save_importance(compute_importance(teacher, task_data, config, opts), out, config, task_data, opts)
 
@@ -293,7 +293,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     out = Path(out)
     check_target(out, overwrite=overwrite, kind="model",
                  inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])
-    opts = MoEBertOptions.read(config.method_options)
+    opts = MoEBert().options(config)
     teacher, tokenizer, task_data = _teacher_and_data(config)
     expert_shape(opts, teacher_width(teacher.config))  # an impossible shape fails before any scoring
     importance = None
