@@ -81,7 +81,7 @@ def build_run_config(
     ``overrides`` uses dotted keys (``"student.lr"``, ``"data.max_length"``, ``"teacher.train.epochs"``,
     ``"method_options.student_layers"``); values that are None are ignored. ``preset`` names a
     method's preset (moebert: ``paper``, Table 7) applied under the explicit overrides. The method's
-    options are checked by its specs here, before anything is loaded.
+    options are checked by its specs in :func:`compress` (``Method.check``), before the run folder is touched.
     """
     chosen = get_method(method)
     if task != "custom":
@@ -94,9 +94,7 @@ def build_run_config(
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(chosen.preset(preset, task))
     settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    config = RunConfig.from_dict(nested_settings(settings))
-    chosen.options(config)
-    return config
+    return RunConfig.from_dict(nested_settings(settings))
 
 
 def default_out(config: RunConfig) -> Path:
