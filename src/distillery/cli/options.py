@@ -70,7 +70,12 @@ def option_flags(method: str | None = None, step: str | None = None) -> list[Opt
         for info in method_options(name).specs():
             owners.setdefault(info.name, []).append((name, info))
     wanted = (lambda info: info.spec.flag) if step is None else (lambda info: step in info.spec.steps)
-    return [OptionFlag(name, tuple(found)) for name, found in owners.items() if any(wanted(i) for _, i in found)]
+    flags = [OptionFlag(name, tuple(found)) for name, found in owners.items() if any(wanted(i) for _, i in found)]
+    for flag in flags:  # one flag, one type: methods sharing an option name share its kind of value
+        kinds = {info.spec.check.kind for _, info in flag.owners}
+        if len(kinds) > 1:
+            raise TypeError(f"option {flag.name} is {' / '.join(k.__name__ for k in kinds)} in different methods")
+    return flags
 
 
 def with_option_flags(method: str | None = None, step: str | None = None) -> Callable:
