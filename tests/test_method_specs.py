@@ -89,6 +89,14 @@ def test_compress_keeps_its_method_flags():
     assert {"--distill-layers", "--lambda", "--balance-weight", "--init"} <= _flags(steps["train"])
 
 
+def test_every_step_a_spec_names_is_a_command_with_that_flag():
+    root = typer.main.get_command(app)
+    for method in METHODS:
+        for info in method_options(method).specs():
+            for step in info.spec.steps:
+                assert info.flag_name in _flags(root.commands[method].commands[step]), (method, step, info.name)
+
+
 def test_help_never_restates_a_default_by_hand():
     for method in METHODS:
         for info in method_options(method).specs():
