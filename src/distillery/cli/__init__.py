@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -14,12 +16,22 @@ import typer
 
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
-import distillery.cli.methods  # noqa: F401,E402 (registers the methods' step-by-step commands on the app)
 from distillery.cli.options import preset_help, with_option_flags
 from distillery.errors import DistilleryError
 from distillery.method import METHODS
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
+
+
+
+def add_step_commands() -> None:
+    """`distillery <method> <step>`: the step commands of every method that has them (distillery.cli.steps.<method>)."""
+    for method in METHODS:
+        if importlib.util.find_spec(f"distillery.cli.steps.{method}") is not None:
+            app.add_typer(importlib.import_module(f"distillery.cli.steps.{method}").app, name=method)
+
+
+add_step_commands()
 
 
 @app.command()
