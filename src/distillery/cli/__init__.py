@@ -23,7 +23,6 @@ from distillery.method import METHODS
 __all__ = ["app", "main", "parse_options", "setup_logging"]
 
 
-
 def add_step_commands() -> None:
     """`distillery <method> <step>`: the step commands of every method that has them (distillery.cli.steps.<method>)."""
     for method in METHODS:
