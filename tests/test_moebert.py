@@ -20,7 +20,8 @@ from distillery.moebert.convert import (balanced_hash_table, convert, count_toke
                                         neuron_ranking, shared_default)
 from distillery.importance import ffn_importance
 from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch
-from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss, preset_overrides
+from distillery.method import preset_settings
+from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss
 from distillery.pipeline import build_run_config, compress
 
 from tests.oracles import moe_ffn_reference, reference_importance
@@ -494,7 +495,7 @@ def test_paper_preset_and_bad_options(tmp_path):
     config = build_run_config(method="moebert", task="rte", preset="paper", overrides={"student.epochs": 1.0})
     assert config.student.lr == 1e-5 and config.student.batch_size == 8 and config.method_options["lambda"] == 1.0
     assert config.student.epochs == 1.0  # an explicit setting wins over the preset
-    assert preset_overrides("paper", "squad")["student.weight_decay"] == 0.01
+    assert preset_settings("moebert", "paper", "squad")["student.weight_decay"] == 0.01
     with pytest.raises(DistilleryError, match="no Table 7 settings for stsb"):
         build_run_config(method="moebert", task="stsb", preset="paper")
     with pytest.raises(DistilleryError, match="Option routing must be one of hash-r, hash-b, gate, got 'hash'"):
@@ -572,14 +573,7 @@ def test_cli_steps_importance_convert_train(tiny_bert, glue_dir, tmp_path, monke
 
 
 def _tiny_budget(budget, task):
-    tree = {"data": {}, "teacher": {"train": {}}, "student": {}, "bench": {}}
-    for dotted, value in TINY.items():
-        node = tree
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return tree
+    return dict(TINY)
 
 
 @pytest.mark.parametrize("routing", ["hash-r", "gate"])

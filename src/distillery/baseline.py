@@ -4,15 +4,12 @@ A shallower copy of the teacher, initialised from a subset of its layers (Distil
 layer), trained with (1 − w)·CE(y) + w·KD(teacher, T), optionally plus β·MSE between the hidden
 states of each student layer and the teacher layer it was copied from (Patient KD).
 
-Options (``RunConfig.method_options``): ``student_layers`` (a count K or an explicit list of teacher
-layer indices; default every other layer), ``kd_weight`` w (0.5), ``temperature`` (2.0), ``hidden_weight``
-β (0.0 = logits only), ``train_examples`` ("budget": the run's examples; "all": the whole train split).
+Options (``RunConfig.method_options``): :class:`~distillery.methods.distill.DistillOptions`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import ClassVar
 
 from transformers import PreTrainedModel
@@ -20,29 +17,10 @@ from transformers import PreTrainedModel
 from distillery.distill.losses import distillation_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext, MethodOptions, number, one_of, option
+from distillery.method import Method
+from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
-
-
-def _layers_option(name: str, value):
-    """A count of layers, or a list of teacher layer indices; their range is checked against the teacher."""
-    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    if value is None or whole(value) or (isinstance(value, list) and value and all(whole(v) for v in value)):
-        return value
-    raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
-
-
-@dataclass
-class DistillOptions(MethodOptions):
-    METHOD: ClassVar[str] = "distill"
-    student_layers: int | list[int] | None = option(None, _layers_option)  # None: every other teacher layer
-    kd_weight: float = option(0.5, number(0, 1))
-    temperature: float = option(2.0, number(above=0))
-    hidden_weight: float = option(0.0, number(0))  # β of the hidden-state MSE; 0: logits only
-    # "budget": the run's examples (data.train_limit), the reference this row has always been; "all": the whole
-    # train split, labelled by the teacher (what cmow and autotinybert students distil on by default)
-    train_examples: str = option("budget", one_of("all", "budget"))
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
@@ -96,30 +74,28 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
     return student
 
 
-def options(config) -> DistillOptions:
-    return DistillOptions.read(config.method_options)
+class Distill(Method):
+    name: ClassVar[str] = "distill"
 
+    def check(self, config, teacher_config) -> None:
+        encoders.require(teacher_config, None, "method distill")
+        select_layers(teacher_config.num_hidden_layers, self.options(config).student_layers)
 
-def check(config, teacher_config) -> None:
-    encoders.require(teacher_config, None, "method distill")
-    select_layers(teacher_config.num_hidden_layers, options(config).student_layers)
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        opts = self.options(ctx.config)
+        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+        layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
+        student = build_student(teacher, layers)
+        ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
+                         f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature})"
+                         + (f" + {opts.hidden_weight}·hidden MSE" if opts.hidden_weight else "") + ".")
+        logger.info("Student keeps teacher layers %s.", layers)
 
-
-def run(ctx: MethodContext) -> PreTrainedModel:
-    opts = options(ctx.config)
-    teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
-    layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
-    student = build_student(teacher, layers)
-    ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                     f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature})"
-                     + (f" + {opts.hidden_weight}·hidden MSE" if opts.hidden_weight else "") + ".")
-    logger.info("Student keeps teacher layers %s.", layers)
-
-    train = task_data.train
-    teacher.eval()
-    whole = opts.train_examples == "all"
-    if kind != "qa" and (whole or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher itself
-        train = ctx.distillation_train(whole)
-        logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
-    loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
-    return ctx.train(student, loss_fn, desc="student", train_dataset=train)
+        train = task_data.train
+        teacher.eval()
+        whole = opts.train_examples == "all"
+        if kind != "qa" and (whole or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher itself
+            train = ctx.distillation_train(whole)
+            logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
+        loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
+        return ctx.train(student, loss_fn, desc="student", train_dataset=train)

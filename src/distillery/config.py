@@ -11,6 +11,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -440,7 +441,7 @@ def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
     return raw
 
 
-def dotted_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def dotted_settings(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"student": {"lr": 1e-4}}`` -> ``{"student.lr": 1e-4}``: a settings file as command-line overrides."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
@@ -450,6 +451,33 @@ def dotted_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def nested_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"student.lr": 1e-4}`` -> ``{"student": {"lr": 1e-4}}``: dotted settings (budgets, presets,
+    flags) in RunConfig's shape, later keys over earlier ones."""
+    tree: dict[str, Any] = {}
+    for dotted, value in settings.items():
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # a settings file's `student: 3` beside a --lr flag
+                section = ".".join(parents[: depth + 1])
+                raise ConfigError(section, f"must be a mapping of settings, got {node!r} (setting {dotted}).")
+        node[leaf] = value
+    return tree
+
+
+def setting(tree: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """``tree["a"]["b"]`` for ``"a.b"``, or ``default`` where a part is missing (a config.yaml read as
+    data, a results file)."""
+    value: Any = tree
+    for key in dotted.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return default
+        value = value[key]
+    return value
 
 
 def run_inputs(config: RunConfig) -> list[str]:

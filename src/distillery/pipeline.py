@@ -19,7 +19,7 @@ from typing import Any
 
 import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
-from distillery.config import ConfigError, RunConfig, run_inputs
+from distillery.config import RunConfig, nested_settings, run_inputs, setting
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
@@ -27,7 +27,8 @@ from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked, writing
 from distillery.modeling import save_model
-from distillery.recipe import METHODS, MethodContext, get_method
+from distillery.method import Method, get_method
+from distillery.recipe import MethodContext
 from distillery.report import write_report
 from distillery.runtime import is_export
 from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
@@ -44,7 +45,7 @@ SINGLE_SENTENCE_TASKS = ("sst2", "cola")
 
 
 def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
-    """Settings of a budget for a task, as nested dicts in RunConfig's shape.
+    """Settings of a budget for a task, in dotted keys (``student.lr``), as a method's budgets and presets.
 
     quick: at most 20k training examples (2k SQuAD questions), short sequences, 2–3 epochs; the
     built-in teacher reaches 0.87+ on SST-2 and `make demo` ends within 25 minutes on 2 CPU cores.
@@ -54,25 +55,15 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
     if budget == "quick":
         max_length = 256 if qa else 64 if task_name in SINGLE_SENTENCE_TASKS else 128
         epochs = QUICK_EPOCHS.get(task_name, QUICK_EPOCHS_DEFAULT)
-        data = {"train_limit": 2000 if qa else 20000, "max_length": max_length}
-        if qa:
-            data["doc_stride"] = 96
+        data = {"train_limit": 2000 if qa else 20000, "max_length": max_length, **({"doc_stride": 96} if qa else {})}
         teacher = {"epochs": epochs, "lr": 5e-5 if not qa else 1e-4, "batch_size": 32, "eval_every": 200}
         student = {"epochs": epochs, "lr": 1e-4, "batch_size": 32, "eval_every": 200}
     else:
-        data = {"train_limit": None, "max_length": 384 if qa else 128}
-        if qa:
-            data["doc_stride"] = 128
+        data = {"train_limit": None, "max_length": 384 if qa else 128, **({"doc_stride": 128} if qa else {})}
         teacher = {"epochs": 3.0, "lr": 5e-5, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
         student = {"epochs": 3.0, "lr": 1e-4, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
-    return {"data": data, "teacher": {"train": teacher}, "student": student}
-
-
-def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for k, v in override.items():
-        out[k] = _merge(out.get(k) or {}, v) if isinstance(v, dict) else v
-    return out
+    return {**{f"data.{k}": v for k, v in data.items()}, **{f"teacher.train.{k}": v for k, v in teacher.items()},
+            **{f"student.{k}": v for k, v in student.items()}}
 
 
 def build_run_config(
@@ -89,50 +80,25 @@ def build_run_config(
 
     ``overrides`` uses dotted keys (``"student.lr"``, ``"data.max_length"``, ``"teacher.train.epochs"``,
     ``"method_options.student_layers"``); values that are None are ignored. ``preset`` names a
-    method's preset (moebert: ``paper``, Table 7) applied under the explicit overrides.
+    method's preset (moebert: ``paper``, Table 7) applied under the explicit overrides. The method's
+    options are checked by its specs in :func:`compress` (``Method.check``), before the run folder is touched.
     """
-    if method not in METHODS:
-        raise DistilleryError(f"Unknown method {method!r}; choose one of {', '.join(sorted(METHODS))}.")
+    chosen = get_method(method)
     if task != "custom":
         get_task(task)  # an unknown task fails here, before anything is loaded
     if budget not in ("quick", "full"):
         raise DistilleryError(f"Unknown budget {budget!r}; choose quick or full.")
-    tree: dict[str, Any] = {"method": method, "budget": budget, "out": out,
-                            "data": {"task": task, "data_dir": data_dir}, "teacher": {"name": teacher}}
-    module = get_method(method)
-    defaults = budget_defaults(budget, task)
-    if hasattr(module, "budget_overrides"):
-        defaults = _merge(defaults, module.budget_overrides(budget, task))
-    tree = _merge(defaults, tree)
-    dotted_settings = dict(overrides or {})
-    if preset:
-        if not hasattr(module, "preset_overrides"):
-            raise DistilleryError(f"Method {method} has no presets.")
-        # the preset fills in; settings the user gave explicitly still win
-        dotted_settings = {**module.preset_overrides(preset, task), **{k: v for k, v in dotted_settings.items() if v is not None}}
-    for dotted, value in dotted_settings.items():
-        if value is None:
-            continue
-        node = tree
-        *parents, leaf = dotted.split(".")
-        for depth, p in enumerate(parents):
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):  # a settings file's `student: 3` beside a --lr flag
-                section = ".".join(parents[: depth + 1])
-                raise ConfigError(section, f"must be a mapping of settings, got {node!r} (setting {dotted}).")
-        node[leaf] = value
-    return RunConfig.from_dict(tree)
+    settings = {**budget_defaults(budget, task), **chosen.budget_overrides(budget),
+                "method": method, "budget": budget, "out": out, "data.task": task, "data.data_dir": data_dir,
+                "teacher.name": teacher}
+    if preset:  # the preset fills in; settings the user gave explicitly still win
+        settings.update(chosen.preset(preset, task))
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return RunConfig.from_dict(nested_settings(settings))
 
 
 def default_out(config: RunConfig) -> Path:
     return Path("runs") / f"{config.data.task}-{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _setting(config: RunConfig, dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
-    return node
 
 
 def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[Path, RunConfig]:
@@ -154,8 +120,9 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     given = {k: v for k, v in (given or {}).items() if v is not None and k != "out"}
     if "data.data_dir" in given:
         config.data.data_dir = fresh.data.data_dir
-    differing = [f"{key} (saved {_setting(config, key)!r}, given {_setting(fresh, key)!r})"
-                 for key in given if key != "data.data_dir" and _setting(config, key) != _setting(fresh, key)]
+    saved_settings, fresh_settings = config.to_dict(), fresh.to_dict()
+    differing = [f"{key} (saved {setting(saved_settings, key)!r}, given {setting(fresh_settings, key)!r})"
+                 for key in given if key != "data.data_dir" and setting(saved_settings, key) != setting(fresh_settings, key)]
     if differing:
         raise DistilleryError(
             f"--resume continues the run in {out} with its saved settings, but these were given differently: "
@@ -192,9 +159,8 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
-    check_export_teacher(config.teacher, config.method, getattr(method, "TEACHER_OUTPUTS_ONLY", False))
-    if hasattr(method, "check"):
-        method.check(config, model_config)
+    check_export_teacher(config.teacher, config.method, method.teacher_outputs_only)
+    method.check(config, model_config)
     config.out = str(out)
     if not resume:  # the output path itself (a file, a link, a name too long) is refused before its lock is taken
         check_target(out, overwrite=overwrite, inputs=run_inputs(config))
@@ -220,16 +186,9 @@ def _run_lock(out: Path):
     return locked(out, wait=False) if distributed.is_main() else contextlib.nullcontext()
 
 
-def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
+def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Path:
     started = time.time()
-
-    logger.info("[1/5] Teacher: %s on %s (%s budget).", config.teacher.name, task.name, config.budget)
-    # A fine-tuned teacher keeps its base's tokenizer, so the data is encoded once for both.
-    tokenizer = teacher_tokenizer(config.teacher.name)
-    task_data = prepare_task_data(task, tokenizer, config.data)
-    teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data, task_data)
-    teacher.eval()
-
+    teacher, tokenizer, task_data, teacher_info = _teacher(config, task)
     logger.info("[2/5] Student: method %s, %d training examples.", config.method, len(task_data.train))
     ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data,
                         out_dir=out, resume=resume)
@@ -242,44 +201,7 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     with writing(out / "student", "the trained student"):
         save_model(student, tokenizer, out / "student")
 
-    logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
-    # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
-    # scored on this dev set; only a teacher given fine-tuned needs a pass.
-    teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=config.student.eval_batch_size)
-    student_metrics = score(student, task_data, batch_size=config.student.eval_batch_size)
-    main = task.main_metric
-    metrics = {
-        "task": task.name,
-        "split": task.dev_splits[0],
-        "main_metric": main,
-        "teacher": teacher_metrics,
-        "student": student_metrics,
-        "retention": student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None,
-    }
-    for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
-        other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
-        metrics.setdefault("other_splits", {})[split] = {
-            name: score(model, other, batch_size=config.student.eval_batch_size)
-            for name, model in (("teacher", teacher), ("student", student))
-        }
-    variants: dict[str, Any] = {}
-    if config.export:
-        from distillery.export import build_variants  # imported here: onnx is needed only when asked for
-
-        logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
-        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported
-        models = {"teacher": (teacher, tokenizer)} if not is_export(teacher) else {}
-        variants, metrics["others"], _ = build_variants(
-            {**models, "student": (student, tokenizer)}, config.export, task_data=task_data,
-            source_metrics={"teacher": teacher_metrics, "student": student_metrics},
-            save_dir=out / "exports", save=("student",),
-            sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
-    if config.data.dev_limit:
-        metrics["dev_limit"] = config.data.dev_limit
-    chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
-    if chain:
-        metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
-                                     "metrics": student_metrics}]
+    metrics, variants = _evaluate(config, out, task, ctx, student, teacher_info)
     _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
 
     logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")
@@ -301,9 +223,66 @@ def _run(config: RunConfig, out: Path, task, method, resume: bool) -> Path:
     with writing(out, "the report"):
         write_report(out)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    main = task.main_metric
     logger.info("Done: %s (student %s = %.4f, teacher %.4f, latency speed-up %.2fx).", out, main,
-                student_metrics[main], teacher_metrics[main], bench["speedup"]["latency"])
+                metrics["student"][main], metrics["teacher"][main], bench["speedup"]["latency"])
     return out
+
+
+def _teacher(config: RunConfig, task):
+    """The fine-tuned teacher, its tokenizer, the task's encoded data and what the fine-tuning reported."""
+    logger.info("[1/5] Teacher: %s on %s (%s budget).", config.teacher.name, task.name, config.budget)
+    # A fine-tuned teacher keeps its base's tokenizer, so the data is encoded once for both.
+    tokenizer = teacher_tokenizer(config.teacher.name)
+    task_data = prepare_task_data(task, tokenizer, config.data)
+    teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data, task_data)
+    teacher.eval()
+    return teacher, tokenizer, task_data, teacher_info
+
+
+def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, teacher_info: dict):
+    """metrics.json's content (teacher and student on dev, other dev splits, export variants, the chain
+    of teachers), and the export variants to measure beside them."""
+    teacher, tokenizer, task_data = ctx.teacher, ctx.tokenizer, ctx.task_data
+    batch_size = config.student.eval_batch_size
+    logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
+    # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
+    # scored on this dev set; only a teacher given fine-tuned needs a pass.
+    teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=batch_size)
+    student_metrics = score(student, task_data, batch_size=batch_size)
+    main = task.main_metric
+    metrics = {
+        "task": task.name,
+        "split": task.dev_splits[0],
+        "main_metric": main,
+        "teacher": teacher_metrics,
+        "student": student_metrics,
+        "retention": student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None,
+    }
+    for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
+        other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
+        metrics.setdefault("other_splits", {})[split] = {
+            name: score(model, other, batch_size=batch_size) for name, model in (("teacher", teacher), ("student", student))
+        }
+    variants: dict[str, Any] = {}
+    if config.export:
+        from distillery.export import build_variants  # imported here: onnx is needed only when asked for
+
+        logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
+        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported
+        models = {"teacher": (teacher, tokenizer)} if not is_export(teacher) else {}
+        variants, metrics["others"], _ = build_variants(
+            {**models, "student": (student, tokenizer)}, config.export, task_data=task_data,
+            source_metrics={"teacher": teacher_metrics, "student": student_metrics},
+            save_dir=out / "exports", save=("student",),
+            sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+    if config.data.dev_limit:
+        metrics["dev_limit"] = config.data.dev_limit
+    chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
+    if chain:
+        metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
+                                     "metrics": student_metrics}]
+    return metrics, variants
 
 
 def _write_result(path: Path, text: str) -> None:

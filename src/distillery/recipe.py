@@ -1,44 +1,22 @@
-"""What the pipeline hands to a compression method, and the registry of methods.
-
-A method is a module with ``run(ctx: MethodContext) -> PreTrainedModel``, which builds a student from
-``ctx.teacher`` and trains it with the one trainer, its options as a :class:`MethodOptions` dataclass
-(``options(config)`` reads them from ``config.method_options``), and optionally ``check(config, teacher_config)``,
-which rejects impossible options before minutes are spent fine-tuning the teacher,
-``budget_overrides(budget, task)`` (nested settings the method changes in a budget's defaults) and
-``preset_overrides(name, task)`` (dotted settings of a named preset, e.g. a paper's table), and
-``TEACHER_OUTPUTS_ONLY = True`` when it reads nothing of the teacher but its outputs (then an ONNX or int8
-export is a teacher too; any other method is given a PyTorch model folder). The pipeline does everything around it
-(data, teacher, evaluation, benchmark, saving, report), so a method holds only what its paper adds.
-"""
+"""What the pipeline hands to a compression method: :class:`MethodContext` (the teacher, the task's data,
+the run folder, and the one trainer and the teacher's cached logits as services). The method contract
+itself, :class:`~distillery.method.Method`, and the methods' options live in :mod:`distillery.method`."""
 
 from __future__ import annotations
 
-import importlib
 import logging
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
-from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, writing
 
 logger = logging.getLogger("distillery")
-
-# name -> module. Imported lazily so a method's extra dependencies load only when used.
-METHODS: dict[str, str] = {
-    "distill": "distillery.baseline",
-    "moebert": "distillery.moebert.recipe",
-    "cmow": "distillery.cmow.recipe",
-    "autotinybert": "distillery.autotinybert.recipe",
-}
 
 
 @dataclass
@@ -156,124 +134,3 @@ def read_logits_cache(path: Path, rows: int):
         path.unlink(missing_ok=True)
         return None
     return logits
-
-
-# -- method options ------------------------------------------------------------------------------
-# A spec is a function (name, value) -> value that returns the value in its type or raises a
-# sentence naming the option; each field of a method's MethodOptions dataclass carries one.
-
-Spec = Callable[[str, Any], Any]
-
-
-def number(low: float | None = None, high: float | None = None, *, above: float | None = None,
-           below: float | None = None, whole: bool = False, optional: bool = False) -> Spec:
-    """A finite number (an int with ``whole``) in [low, high], or (above, below) where given."""
-
-    def check(name: str, value: Any) -> Any:
-        if value is None and optional:
-            return None
-        kind = "a whole number" if whole else "a number"
-        ok_type = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type or not math.isfinite(value):
-            raise DistilleryError(f"Option {name} must be {kind}{' (or unset)' if optional else ''}, got {value!r}.")
-        limits = [(op, bound) for op, bound in ((">=", low), (">", above), ("<=", high), ("<", below)) if bound is not None]
-        fits = {">=": lambda b: value >= b, ">": lambda b: value > b, "<=": lambda b: value <= b, "<": lambda b: value < b}
-        if not all(fits[op](bound) for op, bound in limits):
-            wanted = " and ".join(f"{op} {bound:g}" for op, bound in limits)
-            raise DistilleryError(f"Option {name} must be {kind} {wanted}, got {value!r}.")
-        return value if whole else float(value)
-
-    return check
-
-
-def one_of(*choices: Any, optional: bool = False) -> Spec:
-    def check(name: str, value: Any) -> Any:
-        if value is None and optional:
-            return None
-        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
-            raise DistilleryError(f"Option {name} must be one of {', '.join(map(str, choices))}, got {value!r}.")
-        return value
-
-    return check
-
-
-def flag(optional: bool = False) -> Spec:
-    def check(name: str, value: Any) -> Any:
-        if (value is None and optional) or isinstance(value, bool):
-            return value
-        raise DistilleryError(f"Option {name} must be true or false, got {value!r}.")
-
-    return check
-
-
-def text(optional: bool = False) -> Spec:
-    """A string (a path, a name); None where ``optional``."""
-
-    def check(name: str, value: Any) -> Any:
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or not value:
-            raise DistilleryError(f"Option {name} must be a non-empty string, got {value!r}.")
-        return value
-
-    return check
-
-
-def option(default: Any = None, spec: Spec | None = None) -> Any:
-    """A field of a method's options: its default and the spec that checks (and types) a value."""
-    return field(default=default, metadata={"spec": spec})
-
-
-@dataclass
-class MethodOptions:
-    """A method's options as one typed dataclass, every field checked by its spec in __post_init__,
-    so a bad value fails with a sentence before the teacher is fine-tuned, not after. Subclasses add
-    fields with :func:`option` and cross-field checks in :meth:`check`; ``ALIASES`` maps another
-    spelling of an option to its field (moebert's ``lambda``, a Python keyword, is the field ``lam``)."""
-
-    METHOD: ClassVar[str] = ""
-    ALIASES: ClassVar[dict[str, str]] = {}
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            spec = f.metadata.get("spec")
-            if spec is not None:
-                setattr(self, f.name, spec(self._name(f.name), getattr(self, f.name)))
-        self.check()
-
-    def check(self) -> None:
-        """Checks that involve several options (none by default)."""
-
-    @classmethod
-    def _name(cls, field_name: str) -> str:  # the name a user writes
-        return next((alias for alias, name in cls.ALIASES.items() if name == field_name), field_name)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [cls._name(f.name) for f in fields(cls)]
-
-    @classmethod
-    def read(cls, given: Mapping[str, Any]):
-        """The options from a ``method_options`` mapping (defaults for the rest); unknown keys named."""
-        given = {cls.ALIASES.get(k, k): v for k, v in given.items()}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(cls._name(k) for k in set(given) - known)
-        if unknown:
-            renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
-                if "alpha" in unknown and "kd_weight" in known else ""
-            raise DistilleryError(f"Unknown option(s) for method {cls.METHOD}: {', '.join(unknown)}{renamed}; "
-                                  f"known: {', '.join(cls.names())}.")
-        return cls(**given)
-
-    @classmethod
-    def check_value(cls, name: str, value: Any) -> Any:
-        """One option's value checked by its field's spec (for commands that take a few of them)."""
-        spec = {f.name: f.metadata.get("spec") for f in fields(cls)}.get(cls.ALIASES.get(name, name))
-        return spec(name, value) if spec is not None else value
-
-
-def get_method(name: str) -> ModuleType:
-    """The method's module (with ``run`` and maybe ``check``)."""
-    if name not in METHODS:
-        raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
-    return importlib.import_module(METHODS[name])

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from distillery.bench import format_count, format_hardware, speedup_over
-from distillery.config import load_yaml, yaml_problem
+from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
@@ -97,16 +97,6 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     return {"dir": folder, "config": config, "metrics": metrics, "bench": bench, "train": train or {}}
 
 
-def _cfg(config: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    """config["a"]["b"]..., or ``default`` anywhere along the way."""
-    value: Any = config
-    for key in keys:
-        if not isinstance(value, Mapping) or key not in value:
-            return default
-        value = value[key]
-    return value
-
-
 def _teacher_name(config: Mapping[str, Any]) -> str:
     teacher = config.get("teacher")
     if isinstance(teacher, Mapping):
@@ -115,7 +105,7 @@ def _teacher_name(config: Mapping[str, Any]) -> str:
 
 
 def _task(run: Mapping[str, Any]) -> str:
-    return str(run["metrics"].get("task") or _cfg(run["config"], "data", "task") or _cfg(run["config"], "task") or "?")
+    return str(run["metrics"].get("task") or setting(run["config"], "data.task") or setting(run["config"], "task") or "?")
 
 
 def _main_metric(metrics: Mapping[str, Any]) -> str:
@@ -159,8 +149,8 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     for name in names:
         rec = measured.get(name) or {}
         values = scores.get(name, {})
-        latency = _get(rec, "latency_ms", "median")
-        throughput = _get(rec, "throughput", "sentences_per_s")
+        latency = setting(rec, "latency_ms.median")
+        throughput = setting(rec, "throughput.sentences_per_s")
         speedup: dict[str, float] = {}
         if teacher_bench is not None and latency and throughput:
             speedup = speedup_over(teacher_bench, rec)
@@ -177,9 +167,9 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "effective_params": rec.get("effective_params"),
                 "flops_per_token": rec.get("flops_per_token"),
                 "latency_ms": latency,
-                "latency_shape": (_get(rec, "latency_ms", "batch"), _get(rec, "latency_ms", "seq")),
+                "latency_shape": (setting(rec, "latency_ms.batch"), setting(rec, "latency_ms.seq")),
                 "throughput": throughput,
-                "throughput_shape": (_get(rec, "throughput", "batch"), _get(rec, "throughput", "seq")),
+                "throughput_shape": (setting(rec, "throughput.batch"), setting(rec, "throughput.seq")),
                 "latency_speedup": speedup.get("latency"),
                 "throughput_speedup": speedup.get("throughput"),
                 "flop_ideal_latency": speedup.get("flop_ideal_latency"),
@@ -190,14 +180,6 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _get(d: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,20 +281,20 @@ def _config_lines(
 ) -> list[str]:
     lines = []
     if config.get("teacher"):
-        finetuned = _cfg(config, "teacher", "finetuned")
+        finetuned = setting(config, "teacher.finetuned")
         lines.append(f"- teacher: {md(_teacher_name(config), code=True)}" + (" (given fine-tuned)" if finetuned else ""))
-    for label, keys in (("method", ("method",)), ("budget", ("budget",)), ("task", ("data", "task"))):
-        value = _cfg(config, *keys)
+    for label, key in (("method", "method"), ("budget", "budget"), ("task", "data.task")):
+        value = setting(config, key)
         if value is not None:
             lines.append(f"- {label}: {md(value, code=True)}")
-    options = _cfg(config, "method_options")
+    options = setting(config, "method_options")
     if isinstance(options, Mapping) and options:
         lines.append("- method options: " + ", ".join(md(f"{k}={v}", code=True) for k, v in options.items()))
-    if _cfg(config, "student", "select_best", default=False):
+    if setting(config, "student.select_best", False):
         lines.append("- the student's weights are those of its best evaluation on this same dev split "
                      "(as GLUE papers select), so its dev score is slightly optimistic")
     for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
-        value = _cfg(config, "data", key) or (metrics or {}).get(key)
+        value = setting(config, f"data.{key}") or (metrics or {}).get(key)
         if value:
             lines.append(f"- limited to {md(value)} {what} (`{key}`): scores are noisier than on the full set")
     if _is_number(train.get("train_examples")):
@@ -320,7 +302,7 @@ def _config_lines(
         lines.append(f"- training examples: {int(train['train_examples']):,}"
                      + (f" (the teacher fine-tuned on {int(teacher_n):,} of them, and labelled the rest)"
                         if _is_number(teacher_n) and teacher_n < train["train_examples"] else ""))
-    if train.get("teacher_cached") and not _cfg(config, "teacher", "finetuned"):  # a given one is not fine-tuned here
+    if train.get("teacher_cached") and not setting(config, "teacher.finetuned"):  # a given one is not fine-tuned here
         lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
         if key.endswith("_seconds") and _is_number(value):
@@ -475,7 +457,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     config, metrics, bench = run["config"], run["metrics"], run["bench"]
     main = _main_metric(metrics)
     task = _task(run)
-    method = _cfg(config, "method", default="distillation")
+    method = setting(config, "method", "distillation")
     rows = run_rows(run)
     lat_shape = _shape(rows, "latency_shape", "1×128")
     tp_shape = _shape(rows, "throughput_shape", "256×64")
@@ -537,8 +519,8 @@ def _write_markdown(path: Path, lines: Sequence[str]) -> Path:
 def _run_line(label: str, run: Mapping[str, Any]) -> str:
     """A merged report's line on one of its runs: method, budget, teacher, hardware."""
     cfg = run["config"]
-    line = (f"- {md(label, code=True)}: method {md(_cfg(cfg, 'method', default='?'), code=True)}, "
-            f"budget {md(_cfg(cfg, 'budget', default='?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
+    line = (f"- {md(label, code=True)}: method {md(setting(cfg, 'method', '?'), code=True)}, "
+            f"budget {md(setting(cfg, 'budget', '?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
     hardware = run["bench"].get("hardware")
     return line + (f"; measured on {md(format_hardware(hardware))}" if hardware else "")
 
@@ -573,7 +555,7 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         for row in run_rows(run):
             row["run"] = label
             teacherish = row["model"] == "teacher" or row["model"].startswith("teacher-")
-            row["point"] = f"{row['model']} ({label})" if teacherish else f"{_cfg(run['config'], 'method', default=label)}:{row['model']}"
+            row["point"] = f"{row['model']} ({label})" if teacherish else f"{setting(run['config'], 'method', label)}:{row['model']}"
             rows.append(row)
 
     out_dir = claim_for_rewrite(out_dir, "report", inputs=run_dirs)

@@ -145,7 +145,7 @@ def export_manifest(name: str) -> dict | None:
 
 def check_export_teacher(teacher: TeacherConfig, method: str | None = None, outputs_only: bool = False) -> None:
     """An export teacher must come fine-tuned (it cannot be trained) and, with ``method``, go to a method
-    that reads only its outputs (``outputs_only``: the method module's ``TEACHER_OUTPUTS_ONLY``)."""
+    that reads only its outputs (``outputs_only``: the method's ``teacher_outputs_only``)."""
     manifest = export_manifest(teacher.name)
     if manifest is None:
         return

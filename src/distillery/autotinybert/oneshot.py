@@ -181,7 +181,7 @@ def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str 
     from distillery.config import TrainConfig
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
-    from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.methods.autotinybert import AutoTinyBertOptions
     from distillery.distill.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim

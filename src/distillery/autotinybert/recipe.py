@@ -25,6 +25,7 @@ import json
 import logging
 import random
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from transformers import PreTrainedModel
@@ -32,26 +33,10 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
-from distillery.autotinybert.options import AutoTinyBertOptions, budget_overrides  # noqa: F401 (the pipeline reads budget_overrides here)
+from distillery.method import Method
 from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
-
-def options(config) -> AutoTinyBertOptions:
-    return AutoTinyBertOptions.read(config.method_options)
-
-
-def check(config, teacher_config) -> None:
-    opts = options(config)
-    from distillery.autotinybert.convert import check_family
-
-    check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
-    if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
-        parse_arch(opts.arch)
-    if opts.evaluator == "finetune" and distributed.launched():
-        # the search runs on the main process alone, and a fine-tune there would wait for the others
-        raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
-                              "launcher of several processes, or use evaluator=probe (the default) or proxy.")
 
 
 def parse_arch(text: str) -> Arch:
@@ -398,30 +383,45 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
                           f"(the latency predictor is off on this machine now: re-run, or lower budget_floor).")
 
 
-def run(ctx: MethodContext) -> PreTrainedModel:
-    from distillery.distill.losses import distillation_loss
+class AutoTinyBert(Method):
+    name: ClassVar[str] = "autotinybert"
 
-    opts = options(ctx.config)
-    ctx.teacher.eval()
-    supernet, projection = train_supernet_on_task(ctx, opts)
-    # timings on cores the processes share would disagree: the main process times, searches and
-    # writes the search's files; every process then trains the architecture it chose
-    arch, speedup = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
-    student = supernet.extract(arch)
-    if not opts.further_training:
-        ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
-                         "(`distillery autotinybert train --arch ...` trains it).")
-        return student.eval()
-    kind = ctx.task_data.task.kind
-    train = ctx.task_data.train
-    if kind != "qa":
-        train = ctx.distillation_train(opts.train_examples == "all")
-    kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-    lr = further_lr(opts, ctx.config.student.lr, speedup)
-    ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
-                     f"learning rate {lr:.2g}.")
-    return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
-                     train_dataset=train, lr=lr)
+    def check(self, config, teacher_config) -> None:
+        opts = self.options(config)
+        from distillery.autotinybert.convert import check_family
+
+        check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
+        if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
+            parse_arch(opts.arch)
+        if opts.evaluator == "finetune" and distributed.launched():
+            # the search runs on the main process alone, and a fine-tune there would wait for the others
+            raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
+                                  "launcher of several processes, or use evaluator=probe (the default) or proxy.")
+
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        from distillery.distill.losses import distillation_loss
+
+        opts = self.options(ctx.config)
+        ctx.teacher.eval()
+        supernet, projection = train_supernet_on_task(ctx, opts)
+        # timings on cores the processes share would disagree: the main process times, searches and
+        # writes the search's files; every process then trains the architecture it chose
+        arch, speedup = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
+        student = supernet.extract(arch)
+        if not opts.further_training:
+            ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
+                             "(`distillery autotinybert train --arch ...` trains it).")
+            return student.eval()
+        kind = ctx.task_data.task.kind
+        train = ctx.task_data.train
+        if kind != "qa":
+            train = ctx.distillation_train(opts.train_examples == "all")
+        kd_weight, t = float(opts.kd_weight), float(opts.temperature)
+        lr = further_lr(opts, ctx.config.student.lr, speedup)
+        ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
+                         f"learning rate {lr:.2g}.")
+        return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
+                         train_dataset=train, lr=lr)
 
 
 def further_lr(opts, student_lr: float, speedup: float) -> float:

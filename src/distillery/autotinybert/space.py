@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, replace
 
-STRATEGIES = ("heads", "head-dims")
+from distillery.methods.autotinybert import STRATEGIES
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -14,16 +16,28 @@ import typer
 
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
-import distillery.cli.methods  # noqa: F401,E402 (registers the methods' step-by-step commands on the app)
+from distillery.cli.options import preset_help, with_option_flags
 from distillery.errors import DistilleryError
+from distillery.method import METHODS
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
 
 
+def add_step_commands() -> None:
+    """`distillery <method> <step>`: the step commands of every method that has them (distillery.cli.steps.<method>)."""
+    for method in METHODS:
+        if importlib.util.find_spec(f"distillery.cli.steps.{method}") is not None:
+            app.add_typer(importlib.import_module(f"distillery.cli.steps.{method}").app, name=method)
+
+
+add_step_commands()
+
+
 @app.command()
+@with_option_flags()
 def compress(
     # None means "not given" (so that --resume can tell what was): the defaults are distill, sst2, minilm, quick
-    method: Optional[str] = typer.Option(None, help="Compression method: distill (the layer-drop baseline, default), moebert, cmow or autotinybert."),
+    method: Optional[str] = typer.Option(None, help=f"Compression method: {', '.join(METHODS)} (default distill, the layer-drop baseline)."),
     task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
     teacher: Optional[str] = typer.Option(None, help="minilm (built in, default), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
@@ -32,23 +46,7 @@ def compress(
     budget: Optional[str] = typer.Option(None, help="quick (minutes on a CPU, default) or full (paper-like)."),
     overwrite: bool = typer.Option(False, help="Replace an existing run folder (only one distillery wrote)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
-    student_layers: Optional[int] = typer.Option(None, help="distill: number of teacher layers the student keeps."),
-    kd_weight: Optional[float] = typer.Option(None, help="distill, cmow, autotinybert: weight of the KD term (1 - kd_weight on the labels)."),
-    temperature: Optional[float] = typer.Option(None, help="distill: softmax temperature of the KD loss."),
-    hidden_weight: Optional[float] = typer.Option(None, help="distill: weight of hidden-state MSE (PKD); 0 = off."),
-    experts: Optional[int] = typer.Option(None, help="moebert: number of experts N (default 4)."),
-    expert_size: Optional[int] = typer.Option(None, help="moebert: neurons per expert d_e (default d_h/N)."),
-    shared: Optional[int] = typer.Option(None, help="moebert: most important neurons shared by all experts (default d_h/6, a multiple of 8)."),
-    split: Optional[str] = typer.Option(None, help="moebert: import (default), random or inverse."),
-    routing: Optional[str] = typer.Option(None, help="moebert: hash-r (default), hash-b or gate."),
-    shared_mode: Optional[str] = typer.Option(None, help="moebert: tied (one shared block, default) or cloned (the paper's copies)."),
-    distill_layers: Optional[str] = typer.Option(None, help="moebert: all (default), last, skip or none."),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="moebert: weight of the layer-wise distillation loss."),
-    balance_weight: Optional[float] = typer.Option(None, help="moebert gate: weight of the load-balancing loss."),
-    importance_examples: Optional[int] = typer.Option(None, help="moebert: training examples sampled for the importance scores."),
-    refit: Optional[bool] = typer.Option(None, "--refit/--no-refit", help="moebert: least-squares refit of the experts' output weights after conversion (default on, off for QA; --no-refit: the paper's conversion)."),
-    speedup: Optional[float] = typer.Option(None, help="autotinybert: latency budget as a speed-up over the teacher measured here (default 2)."),
-    preset: Optional[str] = typer.Option(None, help="Method preset: moebert 'paper' (Table 7 settings for the task)."),
+    preset: Optional[str] = typer.Option(None, help=preset_help()),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
     epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
     lr: Optional[float] = typer.Option(None, help="Student learning rate."),
@@ -69,21 +67,11 @@ def compress(
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,  # the methods' option flags (distillery.cli.options), the given ones
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
     setup_logging(verbose)
-    from distillery.config import dotted_settings, read_yaml_mapping
-    from distillery.pipeline import build_run_config
-
-    method_options = parse_options(option)
-    for key, value in (("student_layers", student_layers), ("kd_weight", kd_weight), ("temperature", temperature),
-                       ("hidden_weight", hidden_weight), ("experts", experts), ("expert_size", expert_size),
-                       ("shared", shared), ("split", split), ("routing", routing), ("shared_mode", shared_mode),
-                       ("distill_layers", distill_layers), ("lambda", lam), ("balance_weight", balance_weight),
-                       ("importance_examples", importance_examples), ("refit", refit), ("speedup", speedup)):
-        if value is not None:
-            method_options[key] = value
-    overrides = {
+    flags = {
         "teacher.finetuned": teacher_finetuned or None,
         "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
         "student.seed": seed, "teacher.train.seed": seed, "data.seed": seed,
@@ -94,27 +82,37 @@ def compress(
                                                   regression).items()},
         "bench.latency_runs": latency_runs,
         "export": list(export) or None,
+        # a flag of its own wins over the same option given as --option key=value
+        **{f"method_options.{k}": v for k, v in {**parse_options(option), **(method_options or {})}.items()},
     }
-    overrides.update({f"method_options.{k}": v for k, v in method_options.items()})
-    # the settings file first (torchtune-style), then every flag given on the command line over it
+    named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher, "data.data_dir": data_dir,
+             "out": out}
+    config, given = _compress_config(named, flags, preset, config_file)
+    compress_and_show(config, overwrite, resume, given)
+
+
+def _compress_config(named: dict, flags: dict, preset: str | None, config_file: str | None):
+    """The run's config from ``compress``'s flags over its settings file (torchtune-style), and the
+    settings given explicitly (dotted keys: a --resume must not change them)."""
+    from distillery.config import dotted_settings, read_yaml_mapping
+    from distillery.method import get_method
+    from distillery.pipeline import build_run_config
+
     file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
-    named = {key: file.pop(key, None) for key in ("method", "data.task", "budget", "teacher.name", "data.data_dir", "out")}
-    method, task, budget = method or named["method"], task or named["data.task"], budget or named["budget"]
-    teacher, data_dir, out = teacher or named["teacher.name"], data_dir or named["data.data_dir"], out or named["out"]
-    overrides = {**file, **{k: v for k, v in overrides.items() if v is not None}}
+    named = {key: value or file.pop(key, None) for key, value in named.items()}
+    for key in named:
+        file.pop(key, None)
+    overrides = {**file, **{k: v for k, v in flags.items() if v is not None}}
     try:
-        config = build_run_config(method=method or "distill", task=task or "sst2", budget=budget or "quick",
-                                  teacher=teacher or "minilm", data_dir=data_dir, out=out, overrides=overrides,
-                                  preset=preset)
+        config = build_run_config(method=named["method"] or "distill", task=named["data.task"] or "sst2",
+                                  budget=named["budget"] or "quick", teacher=named["teacher.name"] or "minilm",
+                                  data_dir=named["data.data_dir"], out=named["out"], overrides=overrides, preset=preset)
     except DistilleryError as e:
         raise DistilleryError(f"{e} (settings from the command line and {config_file})" if config_file else str(e)) from None
-    given = {**overrides, "method": method, "data.task": task, "budget": budget, "teacher.name": teacher,
-             "data.data_dir": data_dir}
+    given = {**overrides, **{k: v for k, v in named.items() if k != "out"}}
     if preset:  # a preset's settings count as given
-        from distillery.recipe import get_method
-
-        given.update(get_method(config.method).preset_overrides(preset, config.data.task))
-    compress_and_show(config, overwrite, resume, given)
+        given.update(get_method(config.method).preset(preset, config.data.task))
+    return config, given
 
 
 @app.command("teacher")

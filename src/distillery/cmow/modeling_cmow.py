@@ -46,9 +46,7 @@ from transformers.modeling_outputs import ModelOutput
 from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec
 
-COMPONENTS = ("hybrid", "cmow", "cbow")
-PAIR_MODES = ("joint", "diffcat")
-HEADS = ("linear", "mlp", "cnn", "bilstm")
+from distillery.methods.cmow import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
 
 # An exported (ONNX) graph has a dynamic sequence axis, and tree_product's loop runs ⌈log2 T⌉ times, which
 # a tracer would freeze at the example's T. The exported graph instead takes T as a multiple of

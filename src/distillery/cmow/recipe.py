@@ -14,67 +14,20 @@ Options (``RunConfig.method_options``): see CMOWOptions.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.cmow.modeling_cmow import (COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, checked_config,
+from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config,
                                           soft_cross_entropy_to, two_hot)
 from distillery.data.encode import TARGETS
 from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
-from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
+from distillery.method import Method
+from distillery.methods.cmow import CMOWOptions
+from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
-
-# The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
-# any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
-TEACHER_OUTPUTS_ONLY = True
-
-@dataclass
-class CMOWOptions(MethodOptions):
-    METHOD: ClassVar[str] = "cmow"
-    component: str = option("hybrid", one_of(*COMPONENTS))
-    bidirectional: bool = option(True, flag())
-    matrix_dim: int = option(20, number(1, whole=True))
-    vector_dim: int = option(400, number(1, whole=True))
-    pair_mode: str | None = option(None, one_of(*PAIR_MODES, optional=True))  # None: diffcat for pairs (the paper's)
-    head: str = option("mlp", one_of(*HEADS))
-    dropout: float = option(0.1, number(0, below=1))  # on the embeddings' Δ and vectors (CMOWConfig's defaults)
-    head_dropout: float = option(0.2, number(0, below=1))
-    kd_weight: float = option(0.5, number(0, 1))  # (1 − w)·CE(gold) + w·soft CE(teacher), as every method
-    temperature: float = option(1.0, number(above=0))
-    bin_width: float = option(0.2, number(above=0))
-    init: str | None = option(None, text(optional=True))
-    # "all": the whole train split, labelled by the teacher; "budget": the run's limit
-    train_examples: str = option("all", one_of("all", "budget"))
-
-
-def budget_overrides(budget: str, task: str) -> dict[str, Any]:
-    """The paper's student optimisation: Adam 1e-3 with linear decay, no warm-up; batch 64; up to 20
-    epochs with patience 5 (full), 5 epochs with patience 2 (quick); an evaluation per epoch."""
-    epochs, patience = (5.0, 2) if budget == "quick" else (20.0, 5)
-    return {"student": {"lr": 1e-3, "batch_size": 64, "epochs": epochs, "patience": patience, "weight_decay": 0.0,
-                        "warmup_ratio": 0.0, "eval_every": None, "max_grad_norm": 1.0}}
-
-
-def options(config) -> CMOWOptions:
-    return CMOWOptions.read(config.method_options)
-
-
-def check(config, teacher_config) -> None:
-    opts = options(config)
-    if config.data.task in ("squad", "squad_v2"):
-        raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
-    # the student's own checks (its size among them) before the teacher is fine-tuned
-    checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
-                   matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=opts.head)
-    if opts.init is not None:
-        init_config = init_model_config(opts.init)
-        if init_config.vocab_size != teacher_config.vocab_size:
-            raise DistilleryError(f"--init {opts.init} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
-                                  f"{teacher_config.vocab_size}: CMOW students share the teacher's tokenizer.")
 
 
 def _model_dir(path):
@@ -159,11 +112,30 @@ def cmow_loss(kd_weight: float, temperature: float):
     return loss_fn
 
 
-def run(ctx: MethodContext) -> PreTrainedModel:
-    opts = options(ctx.config)
-    ctx.teacher.eval()
-    student = build_student(ctx, opts)
-    kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-    ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
-    train = ctx.distillation_train(opts.train_examples == "all")
-    return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)
+class CMOW(Method):
+    name: ClassVar[str] = "cmow"
+    # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
+    # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
+    teacher_outputs_only: ClassVar[bool] = True
+
+    def check(self, config, teacher_config) -> None:
+        opts = self.options(config)
+        if config.data.task in ("squad", "squad_v2"):
+            raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
+        # the student's own checks (its size among them) before the teacher is fine-tuned
+        checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
+                       matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=opts.head)
+        if opts.init is not None:
+            init_config = init_model_config(opts.init)
+            if init_config.vocab_size != teacher_config.vocab_size:
+                raise DistilleryError(f"--init {opts.init} has a vocabulary of {init_config.vocab_size} tokens, the teacher "
+                                      f"{teacher_config.vocab_size}: CMOW students share the teacher's tokenizer.")
+
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        opts = self.options(ctx.config)
+        ctx.teacher.eval()
+        student = build_student(ctx, opts)
+        kd_weight, t = float(opts.kd_weight), float(opts.temperature)
+        ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
+        train = ctx.distillation_train(opts.train_examples == "all")
+        return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)

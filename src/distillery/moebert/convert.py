@@ -36,7 +36,7 @@ from distillery.moebert.modeling_moebert import (
 STUDENT_CLASSES = (("ForSequenceClassification", MoEBertForSequenceClassification),
                    ("ForQuestionAnswering", MoEBertForQuestionAnswering), ("Model", MoEBertModel))
 
-SPLITS = ("import", "random", "inverse")
+from distillery.methods.moebert import SPLITS
 
 
 def shared_default(d_h: int) -> int:

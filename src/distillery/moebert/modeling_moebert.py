@@ -83,9 +83,7 @@ from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     plan_dispatch,
 )
 
-ROUTINGS = ("hash-r", "hash-b", "gate")
-SHARED_MODES = ("tied", "cloned")
-GATE_SCALES = ("prob", "straight-through")
+from distillery.methods.moebert import GATE_SCALES, ROUTINGS, SHARED_MODES  # the options' choices
 # Fields of a first-format config.json (a BERT config with these two) that say which family it was.
 _LEGACY_FIELDS = ("embedding_type", "classifier_type")
 

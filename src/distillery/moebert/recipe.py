@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from safetensors.torch import load_file, save
@@ -34,77 +33,16 @@ from distillery.distill.losses import hidden_mse, prediction_distillation, task_
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.encoders import ffn_width
-from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default, teacher_layout
+from distillery.moebert.convert import convert, count_tokens, shared_default, teacher_layout
 import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
-from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
-from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
+from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, check_expert_shape
+from distillery.method import Method
+from distillery.methods.moebert import MoEBertOptions
+from distillery.recipe import MethodContext
 
 logger = logging.getLogger("distillery")
-
-DISTILL_LAYERS = ("all", "last", "skip", "none")
-
-# Table 7 of the paper (BERT-base): lr, batch (GPUs × per-GPU), epochs, weight decay, λ_distill.
-# No warm-up. --preset paper applies the row of the task; tasks without a row keep the budget's.
-PAPER_TABLE7 = {
-    "rte": (1e-5, 8, 10, 0.01, 1.0),
-    "cola": (2e-5, 8, 10, 0.0, 3.0),
-    "mrpc": (3e-5, 8, 5, 0.0, 2.0),
-    "sst2": (2e-5, 16, 5, 0.0, 1.0),
-    "qnli": (2e-5, 32, 5, 0.0, 2.0),
-    "qqp": (3e-5, 64, 5, 0.0, 1.0),
-    "mnli": (5e-5, 64, 5, 0.0, 5.0),
-    "squad": (3e-5, 32, 5, 0.01, 2.0),
-    "squad_v2": (3e-5, 16, 4, 0.1, 1.0),
-}
-
-
-def preset_overrides(preset: str, task: str) -> dict[str, Any]:
-    """Dotted config overrides of a named preset (``paper``: Table 7's row for the task)."""
-    if preset != "paper":
-        raise DistilleryError(f"Unknown moebert preset {preset!r}; the one preset is 'paper' (Table 7).")
-    if task not in PAPER_TABLE7:
-        raise DistilleryError(f"The paper gives no Table 7 settings for {task}; it has {', '.join(PAPER_TABLE7)}.")
-    lr, batch, epochs, decay, lam = PAPER_TABLE7[task]
-    return {"student.lr": lr, "student.batch_size": batch, "student.epochs": float(epochs),
-            "student.weight_decay": decay, "student.warmup_ratio": 0.0, "method_options.lambda": lam}
-
-
-def budget_overrides(budget: str, task: str) -> dict[str, Any]:
-    """Learning rate of the MoE student. Quick budget (1250 steps on SST-2): 2e-4, with the refit.
-    Seven student seeds (42-48) against one teacher (0.8853, ``benchmarks/moebert.py --only seeds``):
-    refit + 2e-4 gave a mean gap of -0.29 points (standard error 0.20); without the refit the best
-    rate was 5e-4 (-0.67 +- 0.24; 5e-5 to 3e-4 scored lower on seed 42, 8e-4 lost 2-3 points), and
-    refit + 5e-4 gave -0.69, -0.80 on seeds 42, 43: a student that starts close to the teacher needs
-    the smaller steps. Single-seed differences below a point are noise. The full budget keeps 1e-4."""
-    return {"student": {"lr": 2e-4 if budget == "quick" else 1e-4}}
-
-
-@dataclass
-class MoEBertOptions(MethodOptions):
-    METHOD: ClassVar[str] = "moebert"
-    ALIASES: ClassVar[dict[str, str]] = {"lambda": "lam"}  # `lambda` is a Python keyword
-    experts: int = option(4, number(1, whole=True))
-    expert_size: int | None = option(None, number(1, whole=True, optional=True))  # None: d_h / experts
-    shared: int | None = option(None, number(0, whole=True, optional=True))  # None: d_h / 6 rounded to a multiple of 8
-    split: str = option("import", one_of(*SPLITS))
-    routing: str = option("hash-r", one_of(*ROUTINGS))
-    shared_mode: str = option("tied", one_of(*SHARED_MODES))
-    gate_scale: str = option("prob", one_of(*GATE_SCALES))
-    distill_layers: str = option("all", one_of(*DISTILL_LAYERS))
-    lam: float = option(1.0, number(0))
-    balance_weight: float = option(0.01, number(0))
-    importance_examples: int | None = option(2048, number(1, whole=True, optional=True))
-    # least-squares refit of the output weights after conversion (ours: refit.py). None: on for
-    # classification and regression, off for QA, where it lost (SQuAD quick: F1 39.6 with, 45.3 without)
-    refit: bool | None = option(None, flag(optional=True))
-    init: str | None = option(None, text(optional=True))
-
-
-def options(config) -> MoEBertOptions:
-    return MoEBertOptions.read(config.method_options)
-
 
 def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
     """(N, d_e, s) from the options and the teacher's FFN size; a sentence if impossible."""
@@ -123,15 +61,6 @@ def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
 def teacher_width(teacher_config) -> int:
     """d_h of the teacher's FFN, read through its family's layout; a sentence where MoEBERT cannot cut it."""
     return ffn_width(teacher_layout(teacher_config), teacher_config)
-
-
-def check(config, teacher_config) -> None:
-    opts = options(config)
-    encoders.require(teacher_config, None, "method moebert")  # any family; teacher_width says where its FFN cannot be cut
-    if opts.init is None:
-        expert_shape(opts, teacher_width(teacher_config))
-    elif not (Path(opts.init) / "config.json").is_file():
-        raise DistilleryError(f"--init {opts.init} is not a saved model folder (no config.json).")
 
 
 def distilled_layers(which: str, num_layers: int) -> list[int]:
@@ -296,20 +225,31 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
             f"expert_load.png / expert_load.json."]
 
 
-def run(ctx: MethodContext) -> PreTrainedModel:
-    opts = options(ctx.config)
-    teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
-    teacher.eval()
-    student = build_student(ctx, opts)
-    layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
-    lam = float(opts.lam)
-    ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
-                     + (f" + {opts.balance_weight}·load balance" if student.config.routing == "gate" else "") + ".")
-    loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
-    student = ctx.train(student, loss_fn, desc="moebert")
-    if distributed.is_main():  # the dev pass and its chart are part of the report
-        ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
-    return student
+class MoEBert(Method):
+    name: ClassVar[str] = "moebert"
+
+    def check(self, config, teacher_config) -> None:
+        opts = self.options(config)
+        encoders.require(teacher_config, None, "method moebert")  # any family; teacher_width says where its FFN cannot be cut
+        if opts.init is None:
+            expert_shape(opts, teacher_width(teacher_config))
+        elif not (Path(opts.init) / "config.json").is_file():
+            raise DistilleryError(f"--init {opts.init} is not a saved model folder (no config.json).")
+
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        opts = self.options(ctx.config)
+        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+        teacher.eval()
+        student = build_student(ctx, opts)
+        layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
+        lam = float(opts.lam)
+        ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
+                         + (f" + {opts.balance_weight}·load balance" if student.config.routing == "gate" else "") + ".")
+        loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
+        student = ctx.train(student, loss_fn, desc="moebert")
+        if distributed.is_main():  # the dev pass and its chart are part of the report
+            ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))
+        return student
 
 
 # ------------------------------------------------------------------------------------------------
@@ -338,7 +278,7 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     from distillery.config import cache_root
 
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
-    opts = options(config)
+    opts = MoEBert().options(config)
     teacher, _, task_data = _teacher_and_data(config)
     return save_importance(compute_importance(teacher, task_data, config, opts), out, config, task_data, opts)
 
@@ -353,7 +293,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     out = Path(out)
     check_target(out, overwrite=overwrite, kind="model",
                  inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])
-    opts = options(config)
+    opts = MoEBert().options(config)
     teacher, tokenizer, task_data = _teacher_and_data(config)
     expert_shape(opts, teacher_width(teacher.config))  # an impossible shape fails before any scoring
     importance = None

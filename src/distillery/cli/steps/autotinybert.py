@@ -1,0 +1,151 @@
+"""`distillery autotinybert supernet|latency|search|extract|train`: AutoTinyBERT step by step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging
+from distillery.cli.options import with_option_flags
+
+
+app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: supernet, latency, search, extract, train (all in one: compress --method autotinybert).")
+
+
+@app.command("supernet")
+@with_option_flags("autotinybert", "supernet")
+def atb_supernet(
+    out: str = typer.Option(..., help="Run folder; the super-net is saved to <out>/supernet."),
+    corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
+    teacher: str = typer.Option("minilm", help="The BERT the super-net is cut from and distilled from."),
+    max_lines: Optional[int] = typer.Option(None),
+    max_length: int = typer.Option(128),
+    max_steps: Optional[int] = typer.Option(None),
+    epochs: float = typer.Option(1.0),
+    batch_size: int = typer.Option(32),
+    lr: float = typer.Option(1e-5),
+    seed: int = typer.Option(42),
+    overwrite: bool = typer.Option(False),
+    resume: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
+):
+    """One-shot training of a super-net by distillation on a corpus (Algorithm 1, KD setting)."""
+    setup_logging(verbose)
+    from distillery.autotinybert.oneshot import train_supernet
+    from distillery.config import TrainConfig
+    from distillery.methods.autotinybert import AutoTinyBertOptions
+
+    opts = AutoTinyBertOptions.read(method_options)
+
+    train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
+                        select_best=False, seed=seed)
+    folder = train_supernet(corpus, out, teacher=teacher, strategy=opts.strategy, train=train, samples=opts.samples,
+                            max_lines=max_lines, max_length=max_length, overwrite=overwrite, resume=resume)
+    typer.echo(f"Super-net: {folder}")
+
+
+@app.command("latency")
+def atb_latency(
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    out: str = typer.Option("latency.json", help="Where to write the measurements and the predictor."),
+    archs: int = typer.Option(150, help="Architectures to sample and time."),
+    runs: int = typer.Option(15, help="Timed runs per architecture."),
+    batch: int = typer.Option(1),
+    seq: int = typer.Option(128),
+    threads: Optional[int] = typer.Option(None, help="torch threads while timing (default: as set)."),
+    seed: int = typer.Option(0),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Time sampled architectures as standalone models on this machine; fit and save the predictor."""
+    setup_logging(verbose)
+    import random
+
+    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
+    from distillery.autotinybert.oneshot import load_supernet
+    from distillery.folders import check_file_target
+
+    check_file_target(out, overwrite=overwrite, inputs=[supernet])  # before the minutes of timing
+    net = load_supernet(supernet)
+    sampled = net.space.sample_distinct(archs, random.Random(seed))
+    ms = measure(net, sampled, shape=(batch, seq), runs=runs, threads=threads)
+    predictor, report = fit_predictor(net.space, sampled, ms, seed=seed)
+    path = save_predictor(out, predictor, report, sampled, ms, (batch, seq), threads)
+    typer.echo(f"Held-out MAPE {report['mape_mlp']:.1f} % (FLOP baseline {report['mape_flops']:.1f} %) on "
+               f"{report['test']} architectures; saved {path}")
+
+
+@app.command("extract")
+def atb_extract(
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv"),
+    out: str = typer.Option(..., help="Folder for the standalone model (safetensors + tokenizer)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing model folder written by distillery."),
+):
+    """Cut one architecture out of a super-net as a standalone AutoTinyBERT model."""
+    setup_logging(False)
+    from distillery.autotinybert.oneshot import load_supernet
+    from distillery.autotinybert.recipe import parse_arch
+
+    from distillery.folders import check_target
+    from distillery.modeling import load_tokenizer, save_model
+
+    check_target(out, overwrite=overwrite, inputs=[supernet], kind="model")
+    net = load_supernet(supernet)
+    model = net.extract(parse_arch(arch))
+    save_model(model, load_tokenizer(supernet), Path(out))
+    typer.echo(f"{parse_arch(arch)} → {out}")
+
+
+def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str], overwrite: bool,
+             verbose: bool) -> None:
+    setup_logging(verbose)
+    options = {**options, **parse_options(extra)}
+    from distillery.pipeline import build_run_config
+
+    config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
+                              overrides={f"method_options.{k}": v for k, v in options.items() if v is not None})
+    compress_and_show(config, overwrite)
+
+
+@app.command("search")
+@with_option_flags("autotinybert", "search")
+def atb_search(
+    task: str = typer.Option("sst2"),
+    supernet: Optional[str] = typer.Option(None, help="A super-net trained on the task (a run's supernet/); default: train one here."),
+    teacher: str = typer.Option("minilm"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
+    budget: str = typer.Option("quick"),
+    option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    overwrite: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
+):
+    """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
+    scored and measured as is (no further training)."""
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options, "further_training": False},
+             option, overwrite, verbose)
+
+
+@app.command("train")
+@with_option_flags("autotinybert", "train")
+def atb_train(
+    supernet: str = typer.Option(..., help="The super-net to extract from (a run's supernet/)."),
+    arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv (a search's architecture.json), or fast / conventional."),
+    task: str = typer.Option("sst2"),
+    teacher: str = typer.Option("minilm"),
+    data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
+    out: Optional[str] = typer.Option(None),
+    budget: str = typer.Option("quick"),
+    option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    overwrite: bool = typer.Option(False),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    method_options: Optional[dict] = None,
+):
+    """Extract an architecture from a trained super-net and train it further on the task (CE + KD)."""
+    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
+             option, overwrite, verbose)

@@ -1,0 +1,329 @@
+"""The method contract: a :class:`Method` object per compression method, its options as specs, and the registry.
+
+A method is two things. Its *spec* (``distillery.methods.<name>``: a :class:`MethodOptions` dataclass whose
+fields carry their type, default, range, help and the paper's name, and ``distillery/methods/<name>.yaml``:
+its budget overrides and presets, in dotted keys) is plain data, light to import: the command line builds
+its flags, the step commands' flags, ``--option`` checks and the docs' option tables from it. Its
+*recipe* (a :class:`Method` subclass in the method's package) holds the typed hooks the pipeline calls:
+:meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student.
+This module imports neither torch nor transformers, so that the command line starts at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from distillery.errors import DistilleryError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from distillery.config import RunConfig
+    from distillery.recipe import MethodContext
+
+
+# -- specs: what a value of an option may be ---------------------------------------------------------
+# A spec checks (and types) one value, raising a sentence that names the option, and says what it
+# accepts: ``kind`` (the command-line flag's type) and ``accepts`` (the docs' words).
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number (an int with ``whole``) in [low, high], or (above, below) where given."""
+
+    low: float | None = None
+    high: float | None = None
+    above: float | None = None
+    below: float | None = None
+    whole: bool = False
+    optional: bool = False
+
+    @property
+    def kind(self) -> type:
+        return int if self.whole else float
+
+    def _limits(self) -> list[tuple[str, float]]:
+        return [(op, bound) for op, bound in ((">=", self.low), (">", self.above), ("<=", self.high), ("<", self.below))
+                if bound is not None]
+
+    def accepts(self) -> str:
+        kind = "whole number" if self.whole else "number"
+        limits = " and ".join(f"{op} {bound:g}" for op, bound in self._limits())
+        return f"{kind} {limits}".strip() if limits else kind
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        kind = "a whole number" if self.whole else "a number"
+        ok_type = isinstance(value, int) if self.whole else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+            raise DistilleryError(f"Option {name} must be {kind}{' (or unset)' if self.optional else ''}, got {value!r}.")
+        fits = {">=": lambda b: value >= b, ">": lambda b: value > b, "<=": lambda b: value <= b, "<": lambda b: value < b}
+        limits = self._limits()
+        if not all(fits[op](bound) for op, bound in limits):
+            wanted = " and ".join(f"{op} {bound:g}" for op, bound in limits)
+            raise DistilleryError(f"Option {name} must be {kind} {wanted}, got {value!r}.")
+        return value if self.whole else float(value)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    choices: tuple[Any, ...]
+    optional: bool = False
+
+    kind: ClassVar[type] = str
+
+    def accepts(self) -> str:
+        return ", ".join(map(str, self.choices))
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        if value not in self.choices or isinstance(value, bool) != isinstance(self.choices[0], bool):
+            raise DistilleryError(f"Option {name} must be one of {', '.join(map(str, self.choices))}, got {value!r}.")
+        return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    optional: bool = False
+
+    kind: ClassVar[type] = bool
+
+    def accepts(self) -> str:
+        return "true, false"
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if (value is None and self.optional) or isinstance(value, bool):
+            return value
+        raise DistilleryError(f"Option {name} must be true or false, got {value!r}.")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string (a path, a name); None where ``optional``."""
+
+    optional: bool = False
+
+    kind: ClassVar[type] = str
+
+    def accepts(self) -> str:
+        return "text"
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise DistilleryError(f"Option {name} must be a non-empty string, got {value!r}.")
+        return value
+
+
+def number(low: float | None = None, high: float | None = None, *, above: float | None = None,
+           below: float | None = None, whole: bool = False, optional: bool = False) -> Number:
+    return Number(low, high, above, below, whole, optional)
+
+
+def one_of(*choices: Any, optional: bool = False) -> OneOf:
+    return OneOf(tuple(choices), optional)
+
+
+def flag(optional: bool = False) -> Flag:
+    return Flag(optional)
+
+
+def text(optional: bool = False) -> Text:
+    return Text(optional)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """Everything said about one option besides its name and default.
+
+    ``help``: one sentence, without the default (generated from it). ``default_text``: what a None default
+    means (e.g. ``d_h/N``). ``paper``: the paper's name for it. ``flag``: ``compress`` has a flag for it
+    (the others are ``--option key=value``); ``steps``: the method's step commands that take it as a flag.
+    ``cli``: the flag's name where it is not the option's (``--backend`` for ``search_backend``)."""
+
+    check: Any
+    help: str
+    default_text: str | None = None
+    paper: str | None = None
+    flag: bool = False
+    steps: tuple[str, ...] = ()
+    cli: str | None = None
+
+
+def option(default: Any, spec: Any, help: str, *, default_text: str | None = None, paper: str | None = None,
+           flag: bool = False, steps: tuple[str, ...] = (), cli: str | None = None) -> Any:
+    """A field of a method's options: its default and its :class:`OptionSpec`."""
+    return field(default=default, metadata={"spec": OptionSpec(spec, help, default_text, paper, flag, steps, cli)})
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """One option as the command line and the docs see it."""
+
+    name: str  # what a user writes (``lambda``)
+    field: str  # the dataclass field (``lam``)
+    default: Any
+    spec: OptionSpec
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + (self.spec.cli or self.name).replace("_", "-")
+
+    def default_words(self) -> str:
+        if self.default is None:
+            return self.spec.default_text or "unset"
+        return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
+
+
+@dataclass
+class MethodOptions:
+    """A method's options as one typed dataclass, every field checked by its spec in __post_init__,
+    so a bad value fails with a sentence before the teacher is fine-tuned, not after. Subclasses add
+    fields with :func:`option` and cross-field checks in :meth:`check`; ``ALIASES`` maps another
+    spelling of an option to its field (moebert's ``lambda``, a Python keyword, is the field ``lam``)."""
+
+    METHOD: ClassVar[str] = ""
+    ALIASES: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            spec = f.metadata.get("spec")
+            if spec is not None:
+                setattr(self, f.name, spec.check(self._name(f.name), getattr(self, f.name)))
+        self.check()
+
+    def check(self) -> None:
+        """Checks that involve several options (none by default)."""
+
+    @classmethod
+    def _name(cls, field_name: str) -> str:  # the name a user writes
+        return next((alias for alias, name in cls.ALIASES.items() if name == field_name), field_name)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [cls._name(f.name) for f in fields(cls)]
+
+    @classmethod
+    def specs(cls) -> list[OptionInfo]:
+        """Every option with its spec, in declaration order."""
+        return [OptionInfo(cls._name(f.name), f.name, f.default, f.metadata["spec"]) for f in fields(cls)]
+
+    @classmethod
+    def read(cls, given: Mapping[str, Any]):
+        """The options from a ``method_options`` mapping (defaults for the rest); unknown keys named."""
+        given = {cls.ALIASES.get(k, k): v for k, v in given.items()}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(cls._name(k) for k in set(given) - known)
+        if unknown:
+            renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
+                if "alpha" in unknown and "kd_weight" in known else ""
+            raise DistilleryError(f"Unknown option(s) for method {cls.METHOD}: {', '.join(unknown)}{renamed}; "
+                                  f"known: {', '.join(cls.names())}.")
+        return cls(**given)
+
+    @classmethod
+    def check_value(cls, name: str, value: Any) -> Any:
+        """One option's value checked by its field's spec (for commands that take a few of them)."""
+        spec = {f.name: f.metadata.get("spec") for f in fields(cls)}.get(cls.ALIASES.get(name, name))
+        return spec.check(name, value) if spec is not None else value
+
+
+# -- the method object ------------------------------------------------------------------------------
+
+
+class Method:
+    """One compression method. Subclasses set ``name`` and implement :meth:`run` (and :meth:`check`
+    where the teacher's config rules options out). Its options are ``distillery.methods.<name>.Options``;
+    its budgets and presets are data in ``distillery/methods/<name>.yaml``, in dotted keys as
+    ``--config``'s settings once flattened (``student.lr``, ``method_options.lambda``)."""
+
+    name: ClassVar[str]
+    # it reads nothing of the teacher but its outputs: an ONNX or int8 export is a teacher too
+    teacher_outputs_only: ClassVar[bool] = False
+
+    @property
+    def Options(self) -> type[MethodOptions]:  # noqa: N802 (a class, named as one)
+        return method_options(self.name)
+
+    def options(self, config: RunConfig) -> MethodOptions:
+        return self.Options.read(config.method_options)
+
+    def check(self, config: RunConfig, teacher_config) -> None:
+        """Reject impossible options before minutes are spent fine-tuning the teacher."""
+        self.options(config)
+
+    def budget_overrides(self, budget: str) -> dict[str, Any]:
+        """Dotted settings this method changes in the budget's defaults."""
+        return dict(method_data(self.name).get("budgets", {}).get(budget) or {})
+
+    def preset(self, preset: str, task: str) -> dict[str, Any]:
+        """Dotted settings of a named preset (moebert ``paper``: Table 7's row for the task)."""
+        return preset_settings(self.name, preset, task)
+
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        """Build the student from ``ctx.teacher`` and train it with the one trainer (``ctx.train``)."""
+        raise NotImplementedError
+
+
+# -- the registry -----------------------------------------------------------------------------------
+
+# name -> the Method subclass ("module:class"). Imported only when the method runs, so that its
+# dependencies load only then; its options live in distillery.methods.<name>, light for the command line.
+METHODS: dict[str, str] = {
+    "distill": "distillery.baseline:Distill",
+    "moebert": "distillery.moebert.recipe:MoEBert",
+    "cmow": "distillery.cmow.recipe:CMOW",
+    "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",
+}
+
+SPECS_DIR = Path(__file__).parent / "methods"
+
+
+def _known(name: str) -> None:
+    if name not in METHODS:
+        raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
+
+
+def get_method(name: str) -> Method:
+    """The method's object (its recipe module imported now)."""
+    _known(name)
+    module, cls = METHODS[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def method_options(name: str) -> type[MethodOptions]:
+    """The method's options dataclass, from its light spec module."""
+    _known(name)
+    return importlib.import_module(f"distillery.methods.{name}").Options
+
+
+@cache
+def method_data(name: str) -> dict[str, Any]:
+    """The method's budgets and presets (``distillery/methods/<name>.yaml``)."""
+    from distillery.config import load_yaml
+
+    path = SPECS_DIR / f"{name}.yaml"
+    return load_yaml(path.read_text()) or {} if path.is_file() else {}
+
+
+def preset_settings(method: str, preset: str, task: str) -> dict[str, Any]:
+    """Dotted settings of ``preset`` for ``task``: its ``all`` entry, then the task's."""
+    presets = method_data(method).get("presets") or {}
+    if not presets:
+        raise DistilleryError(f"Method {method} has no presets.")
+    if preset not in presets:
+        raise DistilleryError(f"Unknown {method} preset {preset!r}; choose one of {', '.join(presets)}.")
+    entry = presets[preset]
+    tasks = entry.get("tasks") or {}
+    if tasks and task not in tasks:
+        raise DistilleryError(f"The {method} preset {preset!r} has no {entry.get('source', 'such')} settings for "
+                              f"{task}; it has {', '.join(tasks)}.")
+    return {**(entry.get("all") or {}), **(tasks.get(task) or {})}

@@ -1,0 +1,89 @@
+"""Options of method ``autotinybert`` (:mod:`distillery.autotinybert.recipe`); ``autotinybert.yaml``
+sizes the full budget (these defaults are the quick one's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from distillery.errors import DistilleryError
+from distillery.method import MethodOptions, flag, number, one_of, option, text
+
+
+STRATEGIES = ("heads", "head-dims")  # attention sub-matrices: whole heads, or dimensions of every head
+
+
+def _steps(low: int = 1):
+    return number(low, whole=True)
+
+
+@dataclass
+class AutoTinyBertOptions(MethodOptions):
+    """Defaults are the quick budget's; ``autotinybert.yaml`` sizes the full one."""
+
+    METHOD: ClassVar[str] = "autotinybert"
+    speedup: float = option(2.0, number(above=0), "latency budget as a speed-up over the teacher measured here",
+                            flag=True, steps=("search", "train"))
+    budget_ms: float | None = option(None, number(above=0, optional=True), "budget in ms at 1x128 (instead of speedup)",
+                                     default_text="from speedup", steps=("search",))
+    strategy: str = option("head-dims", one_of(*STRATEGIES), "attention sub-matrices: whole heads or dimensions "
+                           "of every head", steps=("supernet",))
+    arch: str | None = option(None, text(optional=True), "skip the search: fast (AutoTinyBERT-Fast's rule), "
+                              "conventional (d_f = 4 d_m, d_qkv = d_m) or l,d_m,d_f,h,d_qkv", default_text="search")
+    samples: int = option(3, _steps(), "sub-networks per batch", paper="M (Algorithm 1)", steps=("supernet",))
+    # the M are the largest, the smallest and M - 2 random ones (False: all random, as the paper)
+    sandwich: bool = option(True, flag(), "the sandwich rule: the largest, the smallest and M - 2 random "
+                            "sub-networks (off: all random, as the paper)")
+    inplace_kd: bool = option(False, flag(), "the smaller sub-networks learn from the largest's outputs "
+                              "instead of the teacher's")
+    prediction_weight: float = option(1.0, number(0), "weight of the prediction-layer KD in the one-shot objective "
+                                      "and the search proxy (0: hidden + attention only, as the paper)")
+    rewire: bool = option(True, flag(), "order FFN neurons and heads by importance before one-shot training")
+    rewire_examples: int | None = option(2048, number(1, whole=True, optional=True),
+                                         "training examples the rewiring's importance is scored on (unset: all)")
+    supernet_steps: int = option(300, _steps(), "optimizer steps of the one-shot phase")
+    supernet_lr: float = option(1e-4, number(above=0), "learning rate of the one-shot phase")
+    # A quick one-shot phase (300 steps) does not teach sub-networks to run on a slice of the residual
+    # stream: at 4x the searched narrow picks scored near chance (MRPC 4,96,1216 F1 0.814, RTE 3,128,1280 0.542,
+    # STS-B 5,64,1088 Pearson 0.095), and on STS-B the full-width 3,384,384,12,144 reached 0.524 against 0.240
+    # for the conventional 2,288,1152 at the same budget (docs/autotinybert.md)
+    search_hidden: bool = option(False, flag(), "search d_m too (the paper's space); off: candidates keep the "
+                                 "teacher's hidden size and shrink depth, FFN and attention")
+    # the predictor needs training and held-out architectures; 100 timed: ~30 s, 40 gave 8 % MAPE
+    latency_archs: int = option(100, _steps(8), "architectures timed to fit the latency predictor")
+    latency_runs: int = option(10, _steps(), "timed runs per architecture")
+    generations: int = option(3, _steps(), "generations of the evolutionary search", paper="Algorithm 2")
+    population: int = option(10, _steps(), "candidates per generation")
+    search_backend: str = option("evolution", one_of("evolution", "optuna"), "evolution (Algorithm 2) or optuna "
+                                 "(NSGA-II, constraint on the predicted latency)", steps=("search",), cli="backend")
+    p_mutation: float = option(0.5, number(0, 1), "mutation probability of the evolutionary search")
+    p_exploration: float = option(0.5, number(0, 1), "exploration probability of the evolutionary search")
+    budget_floor: float = option(0.85, number(0, below=1), "candidates predicted under this share of the budget "
+                                 "are not evaluated (0: none)")
+    proxy_examples: int = option(512, _steps(), "held-out train examples a candidate is scored on")
+    evaluator: str = option("probe", one_of("probe", "proxy", "finetune"), "a candidate's score: a linear probe on "
+                            "its inherited [CLS] state, its KD loss in the super-net, or a short fine-tune "
+                            "(all on held-out train examples)", steps=("search",))
+    probe_examples: int = option(1024, _steps(8), "train examples the probe is fitted on")
+    finetune_examples: int = option(1024, _steps(), "evaluator finetune: train examples of each fine-tune")
+    finetune_steps: int = option(100, _steps(), "evaluator finetune: optimizer steps of each fine-tune")
+    further_training: bool = option(True, flag(), "train the chosen sub-network further on the task (off: as "
+                                    "extracted, `autotinybert search`)")
+    supernet: str | None = option(None, text(optional=True), "a trained super-net folder (a run's supernet/, or "
+                                  "`autotinybert supernet`): no one-shot phase", default_text="train one")
+    # A smaller sub-network, further from the teacher it was cut from, needs larger steps (SST-2, quick: at 2x
+    # 5,384,384,12,336 0.874 at 1e-4, 0.865 at 3e-4; at 4x 3,384,384,12,144 0.822 at 1e-4, 0.843 at 3e-4, 0.844
+    # at 5e-4; STS-B at 4x 0.524 at 1e-4, 0.605 at 3e-4)
+    further_lr: float | None = option(None, number(above=0, optional=True), "learning rate of the further training",
+                                      default_text="the student's (--lr) x (speed-up - 1), within 1-3x")
+    train_examples: str = option("all", one_of("all", "budget"), "further training: all: the whole train split, "
+                                 "labelled by the teacher; budget: the run's examples (--train-limit)")
+    kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
+    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
+
+    def check(self) -> None:
+        if self.budget_ms is None and self.speedup <= 1.0:
+            raise DistilleryError(f"Option speedup must be above 1 (a student faster than the teacher), got {self.speedup}.")
+
+
+Options = AutoTinyBertOptions

@@ -1,0 +1,44 @@
+"""Options of method ``distill`` (the layer-drop baseline, :mod:`distillery.baseline`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from distillery.errors import DistilleryError
+from distillery.method import MethodOptions, number, one_of, option
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A count of layers, or a list of teacher layer indices; their range is checked against the teacher."""
+
+    optional: bool = True
+    kind: ClassVar[type] = int
+
+    def accepts(self) -> str:
+        return "whole number, or a list of teacher layer indices"
+
+    def __call__(self, name: str, value: Any) -> Any:
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        if value is None or whole(value) or (isinstance(value, list) and value and all(whole(v) for v in value)):
+            return value
+        raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
+
+
+@dataclass
+class DistillOptions(MethodOptions):
+    METHOD: ClassVar[str] = "distill"
+    student_layers: int | list[int] | None = option(
+        None, Layers(), "number of teacher layers the student keeps (spread evenly from the bottom), or with "
+        "--option student_layers=[1,5] the teacher layer indices", default_text="every other layer", flag=True)
+    kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
+    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
+    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
+                                  flag=True)
+    train_examples: str = option(
+        "budget", one_of("all", "budget"), "budget: the run's examples (--train-limit); all: the whole train split, "
+        "the examples past the limit labelled by the teacher (what cmow and autotinybert students distil on)")
+
+
+Options = DistillOptions
