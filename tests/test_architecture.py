@@ -1,5 +1,6 @@
 """The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
-flow (no cycle, late imports counted), and no source file outgrows a newcomer's reading (600 lines)."""
+flow (no cycle, late imports counted), no source file outgrows a newcomer's reading (600 lines), and no test module
+imports another."""
 
 import importlib.util
 from pathlib import Path
@@ -54,3 +55,24 @@ def test_imports_only_go_down_the_layers():
 def test_no_source_file_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_no_test_module_imports_another():
+    """Test modules share builders through tests/helpers.py (and conftest's fixtures), so that running one
+    test file never collects or depends on another's."""
+    import ast
+
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.glob("test_*.py")}
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # ``from tests import test_x`` names the module last
+                names = [f"{node.module or ''}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(part in test_modules for name in names for part in name.split(".")):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == [], "import shared builders from tests/helpers.py instead"
