@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, checked_config,
-                                          soft_cross_entropy_to, two_hot)
+                                          two_hot)
 from distillery.data.encode import TARGETS
-from distillery.distill.losses import prediction_distillation, task_loss
+from distillery.distill.losses import prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
 
