@@ -170,7 +170,7 @@ def test_reported_teacher_metrics_equal_a_fresh_score_of_the_saved_teacher(tiny_
 
 def test_resume_refuses_settings_given_differently(tmp_path, monkeypatch, capsys):
     """--resume runs with the saved settings: a flag that disagrees with them is refused by name
-    (it used to be silently ignored); flags that agree, and another data folder, are accepted."""
+    (rather than silently ignored); flags that agree, and another data folder, are accepted."""
     from distillery.folders import claim
     from distillery.pipeline import run_folder_config
 

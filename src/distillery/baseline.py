@@ -40,7 +40,7 @@ class DistillOptions(MethodOptions):
     kd_weight: float = option(0.5, number(0, 1))
     temperature: float = option(2.0, number(above=0))
     hidden_weight: float = option(0.0, number(0))  # β of the hidden-state MSE; 0: logits only
-    # "budget": the run's examples (data.train_limit), the reference this row has always been; "all": the whole
+    # "budget": the run's examples (data.train_limit), as the teacher was fine-tuned on; "all": the whole
     # train split, labelled by the teacher (what cmow and autotinybert students distil on by default)
     train_examples: str = option("budget", one_of("all", "budget"))
 
