@@ -1,6 +1,6 @@
 """The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
-flow (no cycle, late imports counted), no source file outgrows a newcomer's reading (600 lines), and no test module
-imports another."""
+flow (no cycle, late imports counted), no source file outgrows a newcomer's reading (600 lines), no test module
+imports another, and the README stays the short version (150 lines)."""
 
 import importlib.util
 from pathlib import Path
@@ -76,3 +76,10 @@ def test_no_test_module_imports_another():
             if any(part in test_modules for name in names for part in name.split(".")):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == [], "import shared builders from tests/helpers.py instead"
+
+
+def test_readme_stays_short_and_keeps_the_test_command():
+    """The README is the short version (details live in docs/); CI runs its test command."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "make test " in text and "<!-- summary:start -->" in text and "| family |" in text
