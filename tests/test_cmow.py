@@ -19,7 +19,7 @@ from distillery.cmow.modeling_cmow import (
     two_hot,
 )
 
-from tests.helpers import TINY_RUN, write_corpus
+from tests.helpers import tiny_config, write_corpus
 from tests.oracles import sequential_product
 
 VOCAB, SEP = 99, 3
@@ -199,10 +199,8 @@ def test_length_512_is_finite_after_training_like_perturbations():
 
 
 def cmow_config(teacher, data_dir, out, task="sst2", **more):
-    from distillery.pipeline import build_run_config
-
-    return build_run_config(method="cmow", task=task, budget="quick", teacher=str(teacher), data_dir=str(data_dir),
-                            out=str(out), overrides={**TINY_RUN, "method_options.matrix_dim": 4, "method_options.vector_dim": 16, **more})
+    return tiny_config(teacher, data_dir, out, task, "cmow",
+                       **{"method_options.matrix_dim": 4, "method_options.vector_dim": 16, **more})
 
 
 def test_compress_cmow_classification_and_binned_regression_pairs(tiny_bert, glue_dir, tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from distillery.moebert.recipe import distilled_layers, layerwise_distillation_l
 from distillery.pipeline import build_run_config, compress
 
 from tests.oracles import moe_ffn_reference, reference_importance
-from tests.helpers import TINY_BERT, TINY_RUN, collate, examples, tiny_teacher, write_squad
+from tests.helpers import TINY_BERT, TINY_RUN, collate, examples, tiny_config, tiny_teacher, write_squad
 
 D_H = TINY_BERT["intermediate_size"]
 
@@ -455,9 +455,7 @@ def test_paper_preset_and_bad_options(tmp_path):
 
 
 def moe_config(teacher, data_dir, out, task="sst2", **more):
-    return build_run_config(method="moebert", task=task, budget="quick", teacher=str(teacher),
-                            data_dir=str(data_dir), out=str(out),
-                            overrides={**TINY_RUN, "method_options.importance_examples": 40, **more})
+    return tiny_config(teacher, data_dir, out, task, "moebert", **{"method_options.importance_examples": 40, **more})
 
 
 @pytest.mark.parametrize("routing", ["hash-r", "gate"])
