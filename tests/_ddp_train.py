@@ -13,25 +13,17 @@ import torch
 
 from distillery.config import TrainConfig
 from distillery.distill import Trainer
+from tests.helpers import TINY_BERT, tiny_bert_config
 
-VOCAB, SEQ = 99, 12
+VOCAB, SEQ = TINY_BERT["vocab_size"], 12
 
 
 def tiny_model(seed: int = 0, dropout: float = 0.1, num_labels: int = 2):
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertForSequenceClassification
 
     torch.manual_seed(seed)
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        num_labels=num_labels,
-    )
+    config = tiny_bert_config(max_position_embeddings=64, hidden_dropout_prob=dropout,
+                              attention_probs_dropout_prob=dropout, num_labels=num_labels)
     return BertForSequenceClassification(config)
 
 

@@ -1,7 +1,8 @@
 """Tiny random encoders of every family distillery knows (``distillery.encoders.FAMILIES``), each saved
 with its family's tokenizer kind: WordPiece (BERT-style) or a byte-level BPE trained here with
-``tokenizers`` (RoBERTa-style: roberta, xlm-roberta, modernbert). Sizes: hidden 32, 4 layers, 4 heads,
-FFN 48 (the transformers test convention), so that every method runs on them in seconds."""
+``tokenizers`` (RoBERTa-style: roberta, xlm-roberta, modernbert). Sizes: tests/helpers.py's tiny config with
+4 layers and an FFN of 48, so that every method runs on them in seconds. Also the
+contract's cell (``compress``): each method's smallest sensible student on such a teacher."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import os
 
 import torch
 
-from tests.conftest import WORDS, _bert_vocab
+import distillery
+from tests.helpers import TINY_BERT, WORDS, bert_vocab
 
 # family -> (model_type, tokenizer kind, config fields beyond the shared ones)
 FAMILY_CONFIGS = {
@@ -35,7 +37,7 @@ def _wordpiece(no_token_types: bool):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate(_bert_vocab())}
+    vocab = {token: i for i, token in enumerate(bert_vocab())}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -72,11 +74,12 @@ def family_config(family: str, vocab_size: int, tokenizer, num_layers: int = 4):
     from transformers import AutoConfig
 
     model_type, _, extra = FAMILY_CONFIGS[family]
-    shared = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=num_layers, num_attention_heads=4,
-                  intermediate_size=48, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    shared = dict(TINY_BERT, vocab_size=vocab_size, num_hidden_layers=num_layers, intermediate_size=48,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                   max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
     if family == "distilbert":
-        shared = dict(vocab_size=vocab_size, dim=32, n_layers=num_layers, n_heads=4, hidden_dim=48, dropout=0.0,
+        shared = dict(vocab_size=vocab_size, dim=TINY_BERT["hidden_size"], n_layers=num_layers,
+                      n_heads=TINY_BERT["num_attention_heads"], hidden_dim=48, dropout=0.0,
                       attention_dropout=0.0, max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
     if family == "modernbert":
         shared.update(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
@@ -97,3 +100,37 @@ def make_tiny_family(family: str, path, num_layers: int = 4, seed: int = 0) -> s
     torch.manual_seed(seed)
     AutoModel.from_config(family_config(family, len(tokenizer), tokenizer, num_layers)).save_pretrained(path)
     return path
+
+
+# -- one cell of the contract: a method on a family, end to end --------------------------------------
+
+# Small enough that a cell takes seconds: the teacher's fine-tuning is cached per family across methods.
+CELL = {
+    "data.train_limit": 32, "data.max_length": 24,
+    "teacher.train.epochs": 1.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
+    "teacher.train.eval_every": None,
+    "student.epochs": 1.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": None,
+    "bench.latency_shape": [1, 8], "bench.throughput_shape": [2, 8],
+    "bench.latency_runs": 1, "bench.throughput_runs": 1, "bench.warmup": 0,
+}
+METHOD_OPTIONS = {  # each method's smallest sensible student
+    "distill": {},
+    # one direction: the CMOW graph is the same class for every family (what differs is the vocabulary, the
+    # padding and separator ids and the tokenizer's inputs), and its bidirectional ONNX trace costs 1.5 s more
+    "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.bidirectional": False,
+             "method_options.train_examples": "budget"},
+    "moebert": {"method_options.experts": 2, "method_options.shared": 4, "method_options.importance_examples": 16},
+    # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
+    # predictor and the search, which see a family only through extract() and Arch; the shortest one-shot phase
+    "autotinybert": {"method_options.arch": "2,32,24,4,16", "method_options.supernet_steps": 2,
+                     "method_options.latency_runs": 1},
+}
+
+
+def compress(method: str, teacher, glue, out, finetuned: bool = False, **more):
+    """``distillery.compress`` of one contract cell: ``method`` on ``teacher`` over SST-2 in ``glue``."""
+    overrides = {**CELL, **METHOD_OPTIONS[method], **more}
+    if finetuned:
+        overrides["teacher.finetuned"] = True
+    return distillery.compress(method=method, task="sst2", teacher=str(teacher), data_dir=str(glue), out=str(out),
+                               overrides=overrides)

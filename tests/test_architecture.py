@@ -1,6 +1,7 @@
 """The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
-flow (no cycle, late imports counted), and no source file or function outgrows a newcomer's reading
-(600 lines a file, 80 a function)."""
+flow (no cycle, late imports counted), no source file or function outgrows a newcomer's reading
+(600 lines a file, 80 a function), no test module imports another, and the README stays the short
+version (150 lines)."""
 
 import ast
 import importlib.util
@@ -67,3 +68,31 @@ def test_no_function_over_80_lines():
             for p in sorted(SRC.rglob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, "\n".join(long)
+
+
+def test_no_test_module_imports_another():
+    """Test modules share builders through tests/helpers.py (and conftest's fixtures), so that running one
+    test file never collects or depends on another's."""
+    import ast
+
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.glob("test_*.py")}
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # ``from tests import test_x`` names the module last
+                names = [f"{node.module or ''}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(part in test_modules for name in names for part in name.split(".")):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == [], "import shared builders from tests/helpers.py instead"
+
+
+def test_readme_stays_short_and_keeps_the_test_command():
+    """The README is the short version (details live in docs/); CI runs its test command."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "make test " in text and "<!-- summary:start -->" in text and "| family |" in text

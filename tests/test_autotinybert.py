@@ -14,15 +14,15 @@ from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceCl
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
+from tests.helpers import TINY_BERT, TINY_RUN, run_cli, tiny_bert_config, write_corpus, write_glue
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=64)
+TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
 
 def tiny_teacher(cls=BertForSequenceClassification, **kw):
     torch.manual_seed(0)
     labels = 2 if cls is BertForQuestionAnswering else 3
-    config = BertConfig(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")
+    config = tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")
     return cls(config).eval()
 
 
@@ -301,8 +301,6 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
 
 
 def test_train_supernet_on_a_corpus_saves_a_loadable_supernet(tiny_bert, tmp_path):
-    from tests.test_cmow import write_corpus
-
     from distillery.autotinybert.oneshot import load_supernet, train_supernet
     from distillery.config import TrainConfig
 
@@ -327,7 +325,6 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
 
     import distillery
     from distillery.pipeline import build_run_config, compress
-    from tests.test_pipeline import TINY, write_glue
 
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     data = write_glue(tmp_path / "data")
@@ -336,7 +333,7 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     opts = {"supernet_steps": 3, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
             "proxy_examples": 16, "speedup": 1.5, "budget_floor": 0}
     config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
-                              out=str(tmp_path / "run"), overrides={**TINY, **{f"method_options.{k}": v for k, v in opts.items()}})
+                              out=str(tmp_path / "run"), overrides={**TINY_RUN, **{f"method_options.{k}": v for k, v in opts.items()}})
     out = compress(config)
     arch = json.loads((out / "architecture.json").read_text())
     assert arch["predicted_ms"] <= arch["budget_ms"]
@@ -354,7 +351,7 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     again = {**opts, "supernet": str(out / "supernet"), "evaluator": "finetune", "finetune_steps": 2,
              "finetune_examples": 16, "generations": 1, "population": 2}
     config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
-                              out=str(tmp_path / "run2"), overrides={**TINY, **{f"method_options.{k}": v for k, v in again.items()}})
+                              out=str(tmp_path / "run2"), overrides={**TINY_RUN, **{f"method_options.{k}": v for k, v in again.items()}})
     out2 = compress(config)
     assert not (out2 / "supernet").exists()
     logged = json.loads((out2 / "search.json").read_text())
@@ -376,7 +373,6 @@ def test_probe_evaluator_scores_the_extracted_sub_network_as_sklearn_does_by_han
     from distillery.data import get_task, prepare_task_data
     from distillery.errors import DistilleryError
     from distillery.modeling import load_tokenizer
-    from tests.test_pipeline import write_glue
 
     data = write_glue(tmp_path / "data", n_train=80)
     tokenizer = load_tokenizer(tiny_bert)
@@ -453,8 +449,6 @@ def test_cli_steps_supernet_latency_extract(tiny_bert, tmp_path):
     import subprocess
     import sys
 
-    from tests.test_cmow import write_corpus
-
     corpus = write_corpus(tmp_path / "corpus.txt", lines=40)
     run = lambda *a: subprocess.run([sys.executable, "-m", "distillery.cli", *a], capture_output=True, text=True)
     r = run("autotinybert", "supernet", "--out", str(tmp_path / "sn"), "--corpus", str(corpus), "--teacher", str(tiny_bert),
@@ -479,20 +473,6 @@ def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
     """`autotinybert search` leaves a run with the task's super-net and the chosen (untrained) architecture;
     `autotinybert train` extracts it from that super-net and trains it further."""
     import json
-    import sys
-
-    from distillery import cli
-    from tests.test_pipeline import write_glue
-
-    def run_cli(monkeypatch, capsys, *args):
-        monkeypatch.setattr(sys, "argv", ["distillery", *args])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as e:
-            code = e.code
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
 
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     data = write_glue(tmp_path / "data")

@@ -11,6 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from tests.families import FAMILY_NAMES
+from tests.helpers import collate, examples
 
 LAYOUT_FAMILY = {"xlm-roberta": "roberta"}  # a model type under another family's layout (distillery.encoders)
 SENTENCES = ["the movie was good", "a bad film , not fun at all , really boring", "paris"]
@@ -73,8 +74,6 @@ def test_head_importance_reads_the_layout(family, tiny_family):
     match the explicit-mask reference."""
     from distillery.importance import attention_blocks, unit_importance
     from tests.oracles import reference_head_importance
-    from tests.test_moebert import _collate, _examples
-
     teacher, _ = family_teacher(tiny_family(family))
     blocks = attention_blocks(teacher)
     assert len(blocks) == teacher.config.num_hidden_layers
@@ -82,9 +81,9 @@ def test_head_importance_reads_the_layout(family, tiny_family):
     assert out.in_features == teacher.config.hidden_size
     assert value.out_features == teacher.config.hidden_size * (3 if family == "modernbert" else 1)
     if family != "modernbert":
-        data = _examples("classification", n=6)
-        _, heads = unit_importance(teacher, data, _collate, "classification", batch_size=3, progress=False)
-        assert_close(heads, reference_head_importance(teacher, data, _collate, "classification"), rtol=1e-5, atol=1e-6)
+        data = examples("classification", n=6)
+        _, heads = unit_importance(teacher, data, collate, "classification", batch_size=3, progress=False)
+        assert_close(heads, reference_head_importance(teacher, data, collate, "classification"), rtol=1e-5, atol=1e-6)
 
 
 def test_old_bert_students_load_as_they_were(tmp_path):

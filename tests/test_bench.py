@@ -22,13 +22,13 @@ from distillery.bench import (
     save_bench,
 )
 from distillery.errors import DistilleryError
+from tests.helpers import tiny_bert_config
 
-TINY = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99)
 FAST = dict(latency_shape=(1, 16), throughput_shape=(4, 16), latency_runs=3, warmup=1, throughput_runs=2)
 
 
 def tiny_config(layers: int, **kw) -> BertConfig:
-    return BertConfig(num_hidden_layers=layers, **TINY, **kw)
+    return tiny_bert_config(num_hidden_layers=layers, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -1,36 +1,7 @@
 """The CLI turns every bad input into one line on stderr and a non-zero exit, never a traceback."""
 
-import sys
-
-import pytest
-
 from distillery import cli
-
-
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["distillery", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
-
-
-def run_ok(monkeypatch, capsys, *args) -> str:
-    """Run the CLI and require success; return stdout."""
-    monkeypatch.setattr(sys, "argv", ["distillery", *args])
-    try:
-        cli.main()
-    except SystemExit as e:
-        assert e.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
-
-
-def assert_one_line_error(code, err, fragment):
-    assert code not in (0, None)
-    assert "Traceback" not in err
-    lines = [line for line in err.strip().splitlines() if line.strip() and "distillery: error" in line]
-    assert len(lines) == 1, err
-    assert fragment in lines[0], err
+from tests.helpers import assert_one_line_error, run_cli, write_glue
 
 
 def test_unknown_task(monkeypatch, capsys):
@@ -67,8 +38,6 @@ def test_malformed_tsv_row_names_file_and_line(monkeypatch, capsys, tmp_path, ti
 
 
 def test_student_layers_larger_than_teacher(monkeypatch, capsys, tmp_path, tiny_bert):
-    from tests.test_pipeline import write_glue
-
     write_glue(tmp_path, n_train=16, n_dev=8)
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--teacher", tiny_bert, "--student-layers", "5",
                            "--data-dir", str(tmp_path), "--out", str(tmp_path / "run"), "--teacher-epochs", "1",

@@ -19,6 +19,7 @@ from distillery.cmow.modeling_cmow import (
     two_hot,
 )
 
+from tests.helpers import tiny_config, write_corpus
 from tests.oracles import sequential_product
 
 VOCAB, SEP = 99, 3
@@ -197,19 +198,9 @@ def test_length_512_is_finite_after_training_like_perturbations():
 # The method: task-specific distillation through the pipeline, on tiny data
 
 
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
-    from tests.test_pipeline import write_glue
-
-    return write_glue(tmp_path_factory.mktemp("cmow-data"))
-
-
 def cmow_config(teacher, data_dir, out, task="sst2", **more):
-    from distillery.pipeline import build_run_config
-    from tests.test_pipeline import TINY
-
-    return build_run_config(method="cmow", task=task, budget="quick", teacher=str(teacher), data_dir=str(data_dir),
-                            out=str(out), overrides={**TINY, "method_options.matrix_dim": 4, "method_options.vector_dim": 16, **more})
+    return tiny_config(teacher, data_dir, out, task, "cmow",
+                       **{"method_options.matrix_dim": 4, "method_options.vector_dim": 16, **more})
 
 
 def test_compress_cmow_classification_and_binned_regression_pairs(tiny_bert, glue_dir, tmp_path, monkeypatch):
@@ -260,16 +251,6 @@ def test_early_stopping_stops_after_patience_evaluations():
 
 # ------------------------------------------------------------------------------------------------
 # General distillation
-
-
-def write_corpus(path, lines=60, seed=0):
-    import random
-
-    from tests.test_pipeline import sentence
-
-    rng = random.Random(seed)
-    path.write_text("<doc id=1>\nTitle\n" + "\n".join(sentence(rng, i % 2) for i in range(lines)) + "\n</doc>\n")
-    return path
 
 
 @pytest.fixture(scope="module")

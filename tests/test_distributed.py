@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import make_tiny_bert
-from tests.test_pipeline import write_glue
+from tests.helpers import make_tiny_bert, write_glue
 
 HERE = Path(__file__).parent
 TINY_FLAGS = ["--max-length", "32", "--epochs", "2", "--lr", "1e-3", "--batch-size", "16",

@@ -16,6 +16,7 @@ from distillery.data import get_task, prepare_task_data
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
 from distillery.metrics import compute_metrics
+from tests.helpers import write_glue
 
 datasets.disable_progress_bars()
 
@@ -121,8 +122,6 @@ def test_public_evaluate_scores_a_saved_model_folder(tmp_path, tiny_bert):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import distillery
-    from tests.test_pipeline import write_glue
-
     write_glue(tmp_path / "data", n_train=8, n_dev=10)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
     model.save_pretrained(tmp_path / "m")

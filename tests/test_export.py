@@ -15,9 +15,7 @@ from distillery import runtime
 from distillery.bench import benchmark
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
-from tests.test_cli import assert_one_line_error, run_cli
-from tests.test_pipeline import tiny_config, write_glue
-from tests.test_report import make_run
+from tests.helpers import assert_one_line_error, make_run, run_cli, tiny_config, write_glue
 
 pytest.importorskip("onnxruntime")
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from distillery.errors import DistilleryError
-from tests.test_families import compress
-from tests.test_pipeline import write_glue
+from tests.families import compress
+from tests.helpers import write_glue
 
 FORMATS = ("onnx", "torch-int8")
 

@@ -12,45 +12,15 @@ import torch
 
 import distillery
 from distillery.errors import DistilleryError
-from tests.families import FAMILY_NAMES
-from tests.test_pipeline import write_glue
+from tests.families import FAMILY_NAMES, compress
+from tests.helpers import write_glue
 
 METHODS = ("distill", "moebert", "cmow", "autotinybert")
-
-# Small enough that a cell takes seconds: the teacher's fine-tuning is cached per family across methods.
-CELL = {
-    "data.train_limit": 32, "data.max_length": 24,
-    "teacher.train.epochs": 1.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
-    "teacher.train.eval_every": None,
-    "student.epochs": 1.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": None,
-    "bench.latency_shape": [1, 8], "bench.throughput_shape": [2, 8],
-    "bench.latency_runs": 1, "bench.throughput_runs": 1, "bench.warmup": 0,
-}
-METHOD_OPTIONS = {  # each method's smallest sensible student
-    "distill": {},
-    # one direction: the CMOW graph is the same class for every family (what differs is the vocabulary, the
-    # padding and separator ids and the tokenizer's inputs), and its bidirectional ONNX trace costs 1.5 s more
-    "cmow": {"method_options.matrix_dim": 4, "method_options.vector_dim": 16, "method_options.bidirectional": False,
-             "method_options.train_examples": "budget"},
-    "moebert": {"method_options.experts": 2, "method_options.shared": 4, "method_options.importance_examples": 16},
-    # a given architecture (2 of 4 layers, half the FFN, every head at half its dimensions) skips the latency
-    # predictor and the search, which see a family only through extract() and Arch; the shortest one-shot phase
-    "autotinybert": {"method_options.arch": "2,32,24,4,16", "method_options.supernet_steps": 2,
-                     "method_options.latency_runs": 1},
-}
 
 
 @pytest.fixture(scope="module")
 def glue(tmp_path_factory):
     return write_glue(tmp_path_factory.mktemp("glue"), n_train=32, n_dev=16)
-
-
-def compress(method: str, teacher, glue, out, finetuned: bool = False, **more):
-    overrides = {**CELL, **METHOD_OPTIONS[method], **more}
-    if finetuned:
-        overrides["teacher.finetuned"] = True
-    return distillery.compress(method=method, task="sst2", teacher=str(teacher), data_dir=str(glue), out=str(out),
-                               overrides=overrides)
 
 
 def dev_batch(folder):

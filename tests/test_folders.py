@@ -11,10 +11,9 @@ import pytest
 from distillery.errors import DistilleryError
 from distillery.folders import (atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
                                 previous_version, replace_with, shared_sibling, temporary_sibling)
-from tests.test_cli import assert_one_line_error, run_cli, run_ok
-from tests.test_pipeline import write_glue
+from tests.helpers import assert_one_line_error, run_cli, run_ok, write_glue
 
-TINY_RUN = ["--max-length", "16", "--teacher-epochs", "1", "--epochs", "1", "--batch-size", "8",
+RUN_FLAGS = ["--max-length", "16", "--teacher-epochs", "1", "--epochs", "1", "--batch-size", "8",
             "--latency-runs", "2", "--train-limit", "16", "--dev-limit", "8"]
 
 
@@ -44,7 +43,7 @@ def data(tmp_path_factory):
 
 
 def compress_args(teacher, data, out, *more):
-    return ["compress", "--teacher", str(teacher), "--data-dir", str(data), "--out", str(out), *TINY_RUN, *more]
+    return ["compress", "--teacher", str(teacher), "--data-dir", str(data), "--out", str(out), *RUN_FLAGS, *more]
 
 
 # -- compress ---------------------------------------------------------------------------------------

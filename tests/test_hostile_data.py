@@ -15,7 +15,7 @@ from distillery.cli import app
 from distillery.config import MAX_YAML_VALUES, DataConfig, load_yaml, parse_value, read_yaml_mapping
 from distillery.data.loading import custom_task, load_raw
 from distillery.errors import DistilleryError
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.helpers import assert_one_line_error, run_cli
 
 
 def test_a_few_empty_texts_are_kept_with_a_warning(tmp_path, caplog):

@@ -23,9 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 from distillery.data.tasks import get_task
-from tests.conftest import make_tiny_bert
-from tests.test_cli import assert_one_line_error, run_cli
-from tests.test_pipeline import write_glue
+from tests.helpers import assert_one_line_error, make_tiny_bert, run_cli, write_glue
 
 HERE = Path(__file__).parent
 TINY = ["--max-length", "16", "--train-limit", "16"]

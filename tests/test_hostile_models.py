@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from distillery.errors import DistilleryError
-from tests.test_cli import assert_one_line_error, run_cli
-from tests.test_pipeline import write_glue
+from tests.helpers import assert_one_line_error, run_cli, write_glue
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ import yaml
 from distillery.errors import DistilleryError
 from distillery.folders import (EXPORT_MANIFEST, MARKER, check_file_target, check_target, claim, is_ours, mark,
                                 marker_kind, write_file)
-from tests.test_cli import assert_one_line_error, run_cli, run_ok
-from tests.test_pipeline import write_glue
+from tests.helpers import assert_one_line_error, run_cli, run_ok, write_glue
 
 
 def snapshot(path) -> dict[str, bytes | None]:

@@ -15,6 +15,7 @@ from distillery.distill.losses import (
     mse,
     prediction_distillation,
     soft_cross_entropy,
+    soft_cross_entropy_to,
     symmetric_kl,
     task_loss,
 )
@@ -47,6 +48,33 @@ def close(x: torch.Tensor, expected: float) -> None:
 def test_soft_cross_entropy_by_hand():
     close(soft_cross_entropy(STUDENT, TEACHER), (CE_1 + CE_2) / 2)
     close(soft_cross_entropy(STUDENT[:1], TEACHER[:1]), 0.5 * LN(16 / 3))
+
+
+def test_soft_cross_entropy_to_a_given_distribution_by_hand():
+    close(soft_cross_entropy_to(STUDENT, torch.softmax(TEACHER, dim=-1)), (CE_1 + CE_2) / 2)
+
+
+def test_soft_cross_entropy_is_the_cross_entropy_to_the_softened_teacher_bit_for_bit():
+    """One formula: the teacher's softened distribution through soft_cross_entropy_to, times T²; and CMOW's
+    binned-score loss (two-hot targets) is the same function, bit for bit the formula it was written as."""
+    from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification, two_hot
+
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)
+    for temperature in (1.0, 2.0, 0.5):
+        via = soft_cross_entropy_to(s / temperature, torch.softmax(t / temperature, dim=-1)) * temperature**2
+        assert torch.equal(soft_cross_entropy(s, t, temperature), via)
+    target = torch.softmax(t, dim=-1)
+    written = -(target * torch.log_softmax(s.float(), dim=-1)).sum(-1).mean()
+    assert torch.equal(soft_cross_entropy_to(s, target), written)
+
+    torch.manual_seed(0)
+    config = CMOWConfig(vocab_size=99, matrix_dim=4, vector_dim=16, head_hidden=8, num_labels=1,
+                        score_bins=[0.5 * i for i in range(11)])
+    model = CMOWForSequenceClassification(config).eval()
+    ids, labels = torch.randint(5, 99, (3, 7), generator=g), torch.tensor([0.0, 2.5, 5.0])
+    out = model(input_ids=ids, labels=labels)
+    assert torch.equal(out.loss, soft_cross_entropy_to(out.bin_logits, two_hot(labels, model.bin_values)))
 
 
 def test_soft_cross_entropy_temperature_scales_logits_and_multiplies_by_t_squared():

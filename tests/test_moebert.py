@@ -8,7 +8,6 @@ import torch
 from torch.testing import assert_close
 from transformers import (
     AutoModelForSequenceClassification,
-    BertConfig,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     RobertaForSequenceClassification,
@@ -25,21 +24,9 @@ from distillery.moebert.recipe import distilled_layers, layerwise_distillation_l
 from distillery.pipeline import build_run_config, compress
 
 from tests.oracles import moe_ffn_reference, reference_importance
-from tests.test_pipeline import TINY, write_glue, write_squad
+from tests.helpers import TINY_BERT, TINY_RUN, collate, examples, tiny_config, tiny_teacher, write_squad
 
-D_H = 37
-
-
-def tiny_teacher(cls=BertForSequenceClassification, seed=0, **kw):
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=D_H, num_labels=kw.pop("num_labels", 3), **kw)
-    model = cls(config).eval()
-    with torch.no_grad():  # non-zero biases, so that a bias that went astray would show
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.1)
-    return model
+D_H = TINY_BERT["intermediate_size"]
 
 
 def batch(seed=0, bsz=3, seq=11, vocab=99):
@@ -300,57 +287,16 @@ def test_impossible_shapes_fail_with_a_sentence(bad, match):
 # Importance
 
 
-class _Examples(torch.utils.data.Dataset):
-    def __init__(self, items):
-        self.items = items
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-
-def _collate(items):
-    longest = max(len(x["input_ids"]) for x in items)
-    out = {"input_ids": torch.zeros(len(items), longest, dtype=torch.long),
-           "attention_mask": torch.zeros(len(items), longest, dtype=torch.long)}
-    for i, x in enumerate(items):
-        n = len(x["input_ids"])
-        out["input_ids"][i, :n] = torch.tensor(x["input_ids"])
-        out["attention_mask"][i, :n] = 1
-    for key in ("labels", "start_positions", "end_positions"):
-        if key in items[0]:
-            out[key] = torch.tensor([x[key] for x in items])
-    return out
-
-
-def _examples(kind, n=10, fixed_length=None):
-    g = torch.Generator().manual_seed(0)
-    items = []
-    for i in range(n):
-        length = fixed_length or int(torch.randint(4, 12, (1,), generator=g))
-        item = {"input_ids": torch.randint(5, 99, (length,), generator=g).tolist()}
-        if kind == "classification":
-            item["labels"] = i % 3
-        elif kind == "regression":
-            item["labels"] = float(i) / 3
-        else:
-            item["start_positions"], item["end_positions"] = i % length, min(i % length + 1, length - 1)
-        items.append(item)
-    return _Examples(items)
-
-
 @pytest.mark.parametrize("kind", ["classification", "regression", "qa"])
 def test_importance_equals_the_per_example_autograd_reference(kind):
     if kind == "qa":
         model = tiny_teacher(BertForQuestionAnswering, num_labels=2)
-        data = _examples(kind, fixed_length=10)  # QA logits include padding positions: same lengths
+        data = examples(kind, fixed_length=10)  # QA logits include padding positions: same lengths
     else:
         model = tiny_teacher(num_labels=1 if kind == "regression" else 3)
-        data = _examples(kind)
-    fast = ffn_importance(model, data, _collate, kind, batch_size=4, progress=False)
-    slow = reference_importance(model, data, _collate, kind)
+        data = examples(kind)
+    fast = ffn_importance(model, data, collate, kind, batch_size=4, progress=False)
+    slow = reference_importance(model, data, collate, kind)
     assert fast.shape == (2, D_H)
     assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     assert all(p.requires_grad and p.grad is None for p in model.parameters())
@@ -362,22 +308,22 @@ def test_importance_runs_the_last_ffn_on_cls_alone_only_where_the_head_reads_cls
     pooler = mean_head.bert.pooler
     pooler.forward = lambda hidden: pooler.activation(pooler.dense(hidden.mean(1)))  # reads every token
     # 10 examples: 3 batches of at most 4; one length, as the mean over positions would read padding
-    data = _examples("classification", fixed_length=8)
+    data = examples("classification", fixed_length=8)
     # one-token passes of the last FFN: the check's, then every batch's only where the check held
     for model, one_token_passes in ((cls_head, 1 + 3), (mean_head, 1)):
         seen = []
         handle = dense_ffns(model)[-1][0].register_forward_hook(lambda m, args, out: seen.append(out.shape[1]))
-        fast = ffn_importance(model, data, _collate, "classification", batch_size=4, progress=False)
+        fast = ffn_importance(model, data, collate, "classification", batch_size=4, progress=False)
         handle.remove()
         assert seen.count(1) == one_token_passes
-        assert_close(fast, reference_importance(model, data, _collate, "classification"), rtol=1e-5, atol=1e-5)
+        assert_close(fast, reference_importance(model, data, collate, "classification"), rtol=1e-5, atol=1e-5)
 
 
 def test_importance_sample_is_seeded():
     model = tiny_teacher()
-    data = _examples("classification", n=12)
-    a = ffn_importance(model, data, _collate, "classification", max_examples=5, seed=1, progress=False)
-    b = ffn_importance(model, data, _collate, "classification", max_examples=5, seed=1, progress=False)
+    data = examples("classification", n=12)
+    a = ffn_importance(model, data, collate, "classification", max_examples=5, seed=1, progress=False)
+    b = ffn_importance(model, data, collate, "classification", max_examples=5, seed=1, progress=False)
     assert torch.equal(a, b)
 
 
@@ -509,15 +455,8 @@ def test_paper_preset_and_bad_options(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
-    return write_glue(tmp_path_factory.mktemp("moe-data"))
-
-
 def moe_config(teacher, data_dir, out, task="sst2", **more):
-    return build_run_config(method="moebert", task=task, budget="quick", teacher=str(teacher),
-                            data_dir=str(data_dir), out=str(out),
-                            overrides={**TINY, "method_options.importance_examples": 40, **more})
+    return tiny_config(teacher, data_dir, out, task, "moebert", **{"method_options.importance_examples": 40, **more})
 
 
 @pytest.mark.parametrize("routing", ["hash-r", "gate"])
@@ -573,7 +512,7 @@ def test_cli_steps_importance_convert_train(tiny_bert, glue_dir, tmp_path, monke
 
 
 def _tiny_budget(budget, task):
-    return dict(TINY)
+    return dict(TINY_RUN)
 
 
 @pytest.mark.parametrize("routing", ["hash-r", "gate"])

@@ -16,6 +16,7 @@ from distillery.importance import ffn_importance
 from distillery.moebert.convert import convert
 from distillery.moebert.refit import refit_outputs
 from tests.families import FAMILY_NAMES
+from tests.helpers import TINY_BERT, write_glue
 from tests.oracles import reference_importance
 
 SENTENCES = ["a good movie", "the plot was boring and the actor was not fun at all", "fun", "paris is a city"]
@@ -185,8 +186,6 @@ def test_teachers_moebert_cannot_cut_get_a_sentence(tiny_family):
 
 @pytest.fixture(scope="module")
 def glue_dir(tmp_path_factory):
-    from tests.test_pipeline import write_glue
-
     return write_glue(tmp_path_factory.mktemp("moe-family-data"), n_train=48, n_dev=16)
 
 
@@ -266,8 +265,7 @@ def test_moebert_converts_a_student_whose_layout_encoders_describes(monkeypatch)
     )
 
     torch.manual_seed(0)
-    config = AutoTinyBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=40, qkv_size=16, num_labels=2)
+    config = AutoTinyBertConfig(**{**TINY_BERT, "intermediate_size": 40}, qkv_size=16, num_labels=2)
     teacher = AutoTinyBertForSequenceClassification(config).eval()
     ids = torch.randint(5, 99, (2, 9))
     mask = torch.ones_like(ids)

@@ -11,58 +11,8 @@ from safetensors.torch import load_file
 import distillery
 from distillery.errors import DistilleryError
 from distillery.pipeline import build_run_config, compress
-
-POS = ["good", "great", "fun"]
-NEG = ["bad", "awful", "boring"]
-FILL = ["the", "movie", "film", "plot", "was", "very", "really", "actor"]
-
-
-def sentence(rng, label):
-    words = rng.sample(FILL, 3) + [rng.choice(POS if label else NEG)]
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-def write_glue(root, n_train=96, n_dev=24, seed=0):
-    rng = random.Random(seed)
-    sst = root / "glue" / "SST-2"
-    sst.mkdir(parents=True)
-    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
-        rows = ["sentence\tlabel"]
-        for i in range(n):
-            label = i % 2
-            rows.append(f"{sentence(rng, label)}\t{label}")
-        (sst / name).write_text("\n".join(rows) + "\n")
-    sts = root / "glue" / "STS-B"
-    sts.mkdir(parents=True)
-    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
-    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
-        rows = [header]
-        for i in range(n):
-            score = round(rng.uniform(0, 5), 2)
-            rows.append(f"{i}\tmain\tf\t2012\t{i}\ts\ts\t{sentence(rng, 1)}\t{sentence(rng, score > 2.5)}\t{score}")
-        (sts / name).write_text("\n".join(rows) + "\n")
-    return root
-
-
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
-    return write_glue(tmp_path_factory.mktemp("data"))
-
-
-TINY = {
-    "data.train_limit": None, "data.max_length": 32,
-    "teacher.train.epochs": 2.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
-    "teacher.train.eval_every": None,
-    "student.epochs": 2.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": 3,
-    "bench.latency_shape": [1, 16], "bench.throughput_shape": [4, 16],
-    "bench.latency_runs": 3, "bench.throughput_runs": 1, "bench.warmup": 1,
-}
-
-
-def tiny_config(teacher, data_dir, out, task="sst2", **more):
-    return build_run_config(method="distill", task=task, budget="quick", teacher=str(teacher),
-                            data_dir=str(data_dir), out=str(out), overrides={**TINY, **more})
+from tests.helpers import (MNLI_HEADER, TINY_RUN, assert_one_line_error, run_cli, sentence, tiny_config,
+                           write_squad)
 
 
 def test_compress_writes_a_complete_run_folder(tiny_bert4, glue_dir, tmp_path):
@@ -150,29 +100,11 @@ def test_resume_without_a_run_is_a_sentence(tmp_path):
         compress(build_run_config(out=str(tmp_path / "nothing")), resume=True)
 
 
-def write_squad(root, n_articles=12):
-    contexts = ["paris is a city in france . it was first named lutetia .",
-                "london is a city on a river . the river is the thames ."]
-    data = []
-    for i in range(n_articles):
-        context = contexts[i % 2]
-        answer = "france" if i % 2 == 0 else "the thames"
-        data.append({"title": f"Article {i}", "paragraphs": [{"context": context, "qas": [
-            {"question": "where is it ?", "id": f"q{i}a",
-             "answers": [{"text": answer, "answer_start": context.index(answer)}]},
-            {"question": "what city ?", "id": f"q{i}b",
-             "answers": [{"text": "a city", "answer_start": context.index("a city")}]},
-        ]}]})
-    (root / "squad").mkdir(parents=True, exist_ok=True)
-    (root / "squad" / "dev-v1.1.json").write_text(json.dumps({"version": "1.1", "data": data}))
-    return root
-
-
 def test_compress_squad_with_holdout(tiny_bert, tmp_path):
     data = write_squad(tmp_path / "data")
     config = build_run_config(method="distill", task="squad", budget="quick", teacher=tiny_bert,
                               data_dir=str(data), out=str(tmp_path / "run"),
-                              overrides={**TINY, "data.max_length": 48, "data.doc_stride": 16,
+                              overrides={**TINY_RUN, "data.max_length": 48, "data.doc_stride": 16,
                                          "data.squad_holdout": 0.5, "data.train_limit": None})
     out = compress(config)
     metrics = json.loads((out / "metrics.json").read_text())
@@ -189,7 +121,7 @@ def test_compress_custom_csv_with_no_code_change(tiny_bert, tmp_path):
         (tmp_path / name).write_text("\n".join(rows) + "\n")
     config = build_run_config(method="distill", task="custom", budget="quick", teacher=tiny_bert,
                               out=str(tmp_path / "run"),
-                              overrides={**TINY, "data.train_file": str(tmp_path / "train.csv"),
+                              overrides={**TINY_RUN, "data.train_file": str(tmp_path / "train.csv"),
                                          "data.dev_file": str(tmp_path / "dev.csv"),
                                          "data.text_column": "review", "data.label_column": "stars"})
     out = compress(config)
@@ -200,8 +132,6 @@ def test_compress_custom_csv_with_no_code_change(tiny_bert, tmp_path):
 
 
 def test_mnli_scores_matched_and_mismatched(tiny_bert, tmp_path):
-    from tests.test_data import MNLI_HEADER
-
     rng = random.Random(2)
     labels = ["entailment", "neutral", "contradiction"]
     mnli = tmp_path / "data" / "glue" / "MNLI"
@@ -240,10 +170,9 @@ def test_reported_teacher_metrics_equal_a_fresh_score_of_the_saved_teacher(tiny_
 
 def test_resume_refuses_settings_given_differently(tmp_path, monkeypatch, capsys):
     """--resume runs with the saved settings: a flag that disagrees with them is refused by name
-    (it used to be silently ignored); flags that agree, and another data folder, are accepted."""
+    (rather than silently ignored); flags that agree, and another data folder, are accepted."""
     from distillery.folders import claim
     from distillery.pipeline import run_folder_config
-    from tests.test_cli import assert_one_line_error, run_cli
 
     run = claim(tmp_path / "run", "run")
     saved = build_run_config(out=str(run), overrides={"student.epochs": 3.0, "student.lr": 1e-4})
@@ -267,8 +196,8 @@ def test_compress_reads_a_settings_file_and_flags_override_it(monkeypatch, tiny_
 
     from distillery import cli
 
-    def section(prefix):  # TINY's dotted settings under ``prefix``, as a nested mapping
-        return {k[len(prefix):]: v for k, v in TINY.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
+    def section(prefix):  # TINY_RUN's dotted settings under ``prefix``, as a nested mapping
+        return {k[len(prefix):]: v for k, v in TINY_RUN.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
 
     settings = {"method": "distill", "out": str(tmp_path / "from-file"),
                 "teacher": {"name": str(tiny_bert4), "train": section("teacher.train.")},
@@ -281,7 +210,7 @@ def test_compress_reads_a_settings_file_and_flags_override_it(monkeypatch, tiny_
     cli.main()
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["student"]["lr"] == 5e-4  # the flag
-    assert saved["student"]["batch_size"] == TINY["student.batch_size"]  # the file
+    assert saved["student"]["batch_size"] == TINY_RUN["student.batch_size"]  # the file
     assert saved["method_options"] == {"kd_weight": 0.25, "temperature": 4}  # the file, then the flag
     assert saved["data"]["max_length"] == 32 and saved["teacher"]["name"] == str(tiny_bert4)
     assert not (tmp_path / "from-file").exists()  # --out on the command line won

@@ -10,52 +10,9 @@ import yaml
 from distillery.errors import DistilleryError
 from distillery.plot import pareto_front, write_plot
 from distillery.report import REQUIRED_FILES, merge_runs, write_report
+from tests.helpers import make_run, tiny_bert_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _model(params, effective, median, sps):
-    return {
-        "params": params,
-        "effective_params": effective,
-        "flops_per_token": 2.0 * effective,
-        "latency_ms": {"batch": 1, "seq": 128, "median": median, "p90": median * 1.1, "runs": 30},
-        "throughput": {"batch": 256, "seq": 64, "sentences_per_s": sps},
-    }
-
-
-def make_run(path, task="sst2", method="moebert", student_acc=0.835, student_ms=10.0, extra=True, train=True):
-    path.mkdir(parents=True, exist_ok=True)
-    config = {
-        "method": method,
-        "budget": "quick",
-        "data": {"task": task, "dev_limit": 200},
-        "teacher": {"name": "minilm", "finetuned": False},
-        "method_options": {"experts": 4},
-    }
-    (path / "config.yaml").write_text(yaml.safe_dump(config))
-    metrics = {
-        "task": task,
-        "split": "validation",
-        "main_metric": "accuracy",
-        "teacher": {"accuracy": 0.873, "f1": 0.880},
-        "student": {"accuracy": student_acc, "f1": 0.840},
-        "retention": student_acc / 0.873,
-    }
-    models = {"teacher": _model(22_713_216, 11_000_000, 19.0, 120.0), "student": _model(11_000_000, 5_500_000, student_ms, 250.0)}
-    if extra:
-        metrics["others"] = {"int8": {"accuracy": 0.849}}
-        models["int8"] = _model(22_713_216, 11_000_000, 6.7, 359.0)
-    bench = {
-        "hardware": {"cpu": "Test CPU 9000", "cores": 2, "threads": 2, "torch": "2.13.0", "gpu": None},
-        "models": models,
-        "speedup": {"latency": 19.0 / student_ms, "throughput": 250.0 / 120.0},
-    }
-    (path / "metrics.json").write_text(json.dumps(metrics))
-    (path / "bench.json").write_text(json.dumps(bench))
-    if train:
-        (path / "train.json").write_text(json.dumps({"teacher_seconds": 600, "student_seconds": 95, "notes": ["smoke run"]}))
-    return path
 
 
 def test_write_report_has_the_numbers_and_a_png(tmp_path):
@@ -140,13 +97,12 @@ def test_merge_runs(tmp_path):
 def test_report_from_a_real_benchmark(tmp_path):
     """bench.benchmark's own output (tiny models) goes through the report unchanged."""
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     from distillery.bench import benchmark, save_bench
 
-    cfg = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99)
     torch.manual_seed(0)
-    models = {"teacher": BertModel(BertConfig(num_hidden_layers=2, **cfg)), "student": BertModel(BertConfig(num_hidden_layers=1, **cfg))}
+    models = {"teacher": BertModel(tiny_bert_config()), "student": BertModel(tiny_bert_config(num_hidden_layers=1))}
     bench = benchmark(models, latency_shape=(1, 16), throughput_shape=(4, 16), latency_runs=2, warmup=0, throughput_runs=1)
     run = make_run(tmp_path / "run", task="mrpc", extra=False)
     save_bench(bench, run / "bench.json")

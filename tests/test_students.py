@@ -21,14 +21,14 @@ from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
-    BertConfig,
     BertForQuestionAnswering,
     BertForSequenceClassification,
 )
 
 import distillery
+from tests.helpers import TINY_BERT, tiny_bert_config
 
-VOCAB, NUM_LABELS, BSZ, SEQ = 99, 3, 3, 11
+VOCAB, NUM_LABELS, BSZ, SEQ = TINY_BERT["vocab_size"], 3, 3, 11
 TOL = dict(atol=1e-5, rtol=1e-5)
 AUTO = {"classification": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering}
 
@@ -37,9 +37,8 @@ def tiny_bert(head: str, layers: int = 2):
     """transformers' tiny test config (hidden 32, 4 heads, intermediate 37, vocab 99), non-zero biases."""
     torch.manual_seed(0)
     cls = BertForSequenceClassification if head == "classification" else BertForQuestionAnswering
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64,
-                        num_labels=NUM_LABELS if head == "classification" else 2)
+    config = tiny_bert_config(num_hidden_layers=layers, max_position_embeddings=64,
+                              num_labels=NUM_LABELS if head == "classification" else 2)
     model = cls(config).eval()
     with torch.no_grad():  # a bias lost on the way through save/load would show
         for name, p in model.named_parameters():

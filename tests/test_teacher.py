@@ -5,6 +5,7 @@ import pytest
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.teacher import load_teacher, resolve_teacher
+from tests.helpers import write_glue
 
 
 def test_missing_teacher_path_is_a_sentence(tmp_path):
@@ -74,8 +75,6 @@ def _key(teacher, data_dir, **data):
 def test_cache_key_follows_the_data_content_not_its_path(tmp_path, tiny_bert):
     """The same files in another folder reuse the teacher; other rows behind the same path (an
     edited file, a slice) never do."""
-    from tests.test_pipeline import write_glue
-
     a = write_glue(tmp_path / "a", n_train=16, n_dev=8)
     b = tmp_path / "b"
     shutil.copytree(a, b)
@@ -89,8 +88,6 @@ def test_cache_key_follows_the_data_content_not_its_path(tmp_path, tiny_bert):
 def test_teacher_fine_tuned_on_other_data_is_not_reused(tmp_path, tiny_bert, monkeypatch):
     from distillery.config import DataConfig, TeacherConfig, TrainConfig
     from distillery.teacher import get_finetuned_teacher
-    from tests.test_pipeline import write_glue
-
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     data = tmp_path / "data"
     teacher = TeacherConfig(name=tiny_bert, train=TrainConfig(epochs=1, batch_size=8, lr=1e-3))
@@ -109,8 +106,6 @@ def test_teacher_fine_tuning_is_reproducible_under_its_seed(tmp_path, tiny_bert,
 
     from distillery.config import DataConfig, TeacherConfig, TrainConfig
     from distillery.teacher import get_finetuned_teacher
-    from tests.test_pipeline import write_glue
-
     data = write_glue(tmp_path / "data", n_train=8, n_dev=8)
     config = DataConfig(task="sst2", data_dir=str(data), max_length=16)
 

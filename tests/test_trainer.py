@@ -22,6 +22,7 @@ from distillery.distill.data_order import EpochSampler
 from distillery.distill.optim import param_groups as _param_groups
 from distillery.errors import DistilleryError
 from tests._ddp_train import collate, loss_fn, tiny_dataset, tiny_model
+from tests.helpers import tiny_bert_config
 
 HERE = Path(__file__).parent
 
@@ -461,9 +462,9 @@ def test_eval_fn_must_report_the_main_metric(tmp_path):
 
 
 def test_tied_weights_are_checkpointed(tmp_path):
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
-    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99)
+    config = tiny_bert_config()
     torch.manual_seed(0)
     model = BertForMaskedLM(config)
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight

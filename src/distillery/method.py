@@ -223,7 +223,7 @@ class MethodOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(cls._name(k) for k in set(given) - known)
         if unknown:
-            renamed = " (alpha is now kd_weight: the weight of the distillation term in every method)" \
+            renamed = " (the weight of the distillation term is kd_weight, in every method)" \
                 if "alpha" in unknown and "kd_weight" in known else ""
             raise DistilleryError(f"Unknown option(s) for method {cls.METHOD}: {', '.join(unknown)}{renamed}; "
                                   f"known: {', '.join(cls.names())}.")

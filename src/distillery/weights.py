@@ -3,7 +3,7 @@
 - **Integrity**: every folder distillery saves records the SHA-256 of each weights file
   (``distillery_weights.json``, :func:`record_weights`); loading such a folder checks them
   (:func:`verify_weights`), so a byte changed inside tensor data (same size, valid header: nothing
-  else would notice) is refused. A folder without the record (a user's own model) loads as before.
+  else would notice) is refused. A folder without the record (a user's own model) loads without this check.
 - **Agreement with config.json**, read from the safetensors header alone (:func:`check_against_config`),
   so that a config asking for 100000 layers is refused before a model of that size is built.
 - **Format**: only safetensors, or ``.bin`` files of plain tensors, are read; a pickle holding

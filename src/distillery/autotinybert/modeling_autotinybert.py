@@ -21,8 +21,8 @@ with what a family needs recorded in the config (so that save -> load rebuilds i
   ``pooler_norm``, then the classifier; for QA with ``token_head`` (ModernBERT) that dense layer,
   activation and norm run on every token before ``qa_outputs``.
 
-The defaults are BERT's, with BERT's parameter names, so students saved before the families load as
-they were. The forward of :class:`AutoTinyBertModel` takes an optional :class:`Slice`: the super-net is a
+The defaults are BERT's, with BERT's parameter names, so a student folder whose config holds only BERT's
+fields loads as a BERT-shaped student. The forward of :class:`AutoTinyBertModel` takes an optional :class:`Slice`: the super-net is a
 full-size AutoTinyBertModel run on slices of its weights, so the slice and the extracted model are one
 code path. Attention runs through ``F.scaled_dot_product_attention``.
 """

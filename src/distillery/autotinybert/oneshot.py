@@ -256,9 +256,9 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
         raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
     facts = json.loads((folder / "supernet.json").read_text())
     if facts.get("layer_rule") != LAYER_RULE:
-        raise DistilleryError(f"{folder} was trained when sub-networks took the first l layers; they now take layers "
+        raise DistilleryError(f"{folder} was trained with sub-networks taking the first l layers; sub-networks take layers "
                               f"spread over the depth, so its ranking does not carry over: train it again.")
-    # an AutoTinyBERT model (a BERT one from before the families: SuperNet converts it); verifies its weights record too
+    # an AutoTinyBERT model (or a BERT one with BERT's config: SuperNet converts it); verifies its weights record too
     bert, _ = load_checked(AutoModel, folder, f"the super-net {folder}", new_head=True, strict=True)
     saved_head = _load_linear(folder / "head.safetensors")
     if head is None and saved_head is not None:

@@ -73,7 +73,7 @@ class SearchSpace:
 
     def at_full_width(self) -> "SearchSpace":
         """The sub-space whose architectures all keep the super-net's hidden size d_m (every other
-        dimension searched as before): what the search explores unless ``search_hidden`` is set."""
+        dimension searched over its whole range): what the search explores unless ``search_hidden`` is set."""
         hidden = self.hidden[1]
         return replace(self, hidden=(hidden, hidden, self.hidden[2]))
 

@@ -111,7 +111,7 @@ class SuperNet(nn.Module):
     def __init__(self, bert: AutoTinyBertModel, head: nn.Module | None = None, head_kind: str | None = None,
                  strategy: str = "heads", dropout: float | None = None):
         super().__init__()
-        if not isinstance(bert, AutoTinyBertModel):  # a BERT super-net folder saved before the families
+        if not isinstance(bert, AutoTinyBertModel):  # a super-net folder saved as a BertModel
             bert = convert_teacher(bert)[0]
         self.bert = bert
         self.head = head

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
 
+from distillery.distill.losses import soft_cross_entropy_to
 from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec
 
@@ -547,11 +548,6 @@ def two_hot(scores: Tensor, bins: Tensor) -> Tensor:
     target.scatter_(1, (upper - 1).unsqueeze(1), (1 - w).unsqueeze(1))
     target.scatter_add_(1, upper.unsqueeze(1), w.unsqueeze(1))
     return target
-
-
-def soft_cross_entropy_to(logits: Tensor, target: Tensor) -> Tensor:
-    """Mean over examples of −Σ_k target_k log softmax(logits)_k."""
-    return -(target * F.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
 
 
 AutoConfig.register("cmow", CMOWConfig, exist_ok=True)

@@ -18,10 +18,9 @@ from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config,
-                                          soft_cross_entropy_to, two_hot)
+from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot)
 from distillery.data.encode import TARGETS
-from distillery.distill.losses import prediction_distillation, task_loss
+from distillery.distill.losses import prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.method import Method
 from distillery.methods.cmow import CMOWOptions

@@ -27,7 +27,9 @@ from distillery.errors import DistilleryError
 logger = logging.getLogger("distillery")
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
-TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits")  # teacher_logits: cached soft targets (cmow)
+# teacher_logits: the teacher's predictions cached on the train split (MethodContext.train_with_teacher_logits),
+# read by the methods that distil predictions (distill, cmow, autotinybert)
+TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits")
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
 MAP_BATCH = 1000

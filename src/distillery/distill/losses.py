@@ -38,6 +38,15 @@ def _check_same_shape(a: Tensor, b: Tensor, what: str) -> None:
         raise ValueError(f"{what} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
 
 
+def soft_cross_entropy_to(logits: Tensor, target: Tensor) -> Tensor:
+    """Cross-entropy against a given distribution ``target`` (probabilities, the shape of ``logits``).
+
+    ``mean_i [ −Σ_c target_ic · log_softmax(logits_i)_c ]``
+    """
+    _check_same_shape(logits, target, "logits and target")
+    return -(_as_examples(target) * F.log_softmax(_as_examples(logits).float(), dim=-1)).sum(dim=-1).mean()
+
+
 def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Cross-entropy of the student against the teacher's softened distribution (Hinton et al.).
 
@@ -51,8 +60,7 @@ def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, temperatu
         raise ValueError(f"temperature must be positive, got {temperature}.")
     s = _as_examples(student_logits).float()
     p_teacher = F.softmax(_as_examples(teacher_logits).float() / t, dim=-1)
-    per_example = -(p_teacher * F.log_softmax(s / t, dim=-1)).sum(dim=-1)
-    return per_example.mean() * t * t
+    return soft_cross_entropy_to(s / t, p_teacher) * t * t
 
 
 def kl_divergence(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:

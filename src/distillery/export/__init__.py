@@ -15,8 +15,8 @@ Formats (``distillery export MODEL --format F``):
     ``torch.ao.quantization.quantize_dynamic`` on every ``nn.Linear`` (int8 weights per tensor,
     activations quantized per batch at run time).
 ``int8``
-    Whichever int8 backend was faster on the machine we measured (``DEFAULT_INT8``; see the README's
-    deployment table), or the one a model type's config names; both stay available by name.
+    Whichever int8 backend was faster on the machine we measured (``DEFAULT_INT8``; see the table in
+    docs/deployment.md), or the one a model type's config names; both stay available by name.
 
 An int8 model is not equal to the fp32 one, so its check is not a tolerance: the export reports
 how far its outputs moved (largest and mean absolute difference, how often the predicted class

@@ -1,0 +1,322 @@
+"""What the test modules share: the tiny model config, tiny encoders with their own tokenizers, tiny data
+files, tiny run settings, synthetic run folders and the in-process CLI runner. Test modules import from
+here (and from conftest's fixtures), never from one another.
+
+Sizes follow the transformers test convention (hidden 32, 2 layers, 4 heads, intermediate 37, vocab 99).
+The vocabularies are written here so that no test needs the Hub or the packaged teacher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+import sys
+
+import torch
+
+# -- the tiny config -------------------------------------------------------------------------------
+
+TINY_BERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+
+
+def tiny_bert_config(**kw):
+    """A ``BertConfig`` of the tiny sizes; ``kw`` overrides or adds fields."""
+    from transformers import BertConfig
+
+    return BertConfig(**{**TINY_BERT, **kw})
+
+
+def tiny_teacher(cls=None, seed=0, **kw):
+    """A tiny random BERT with a task head (``cls``, sequence classification by default; 3 labels unless
+    ``num_labels`` says otherwise), in eval mode, with non-zero biases so that a bias that went astray
+    would show."""
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = tiny_bert_config(num_labels=kw.pop("num_labels", 3), **kw)
+    model = (cls or BertForSequenceClassification)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return model
+
+
+# -- tiny encoders saved with their tokenizers -----------------------------------------------------
+
+WORDS = (
+    "the a an is was good bad great awful movie film plot actor not very really fun boring "
+    "what who where when why how many paris france london city river born year first name"
+).split()
+
+
+def bert_vocab() -> list[str]:
+    letters = list(string.ascii_lowercase) + list(string.digits) + list(".,!?'-()")
+    return (
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + WORDS
+        + letters
+        + ["##" + c for c in string.ascii_lowercase + string.digits]
+    )
+
+
+def make_tiny_bert(path, num_layers: int = 2, seed: int = 0, dropout: float = 0.1):
+    """Save a tiny random ``BertModel`` and its WordPiece tokenizer in ``path``; return the path.
+    ``dropout`` 0 makes training a function of the data alone (several processes draw other masks)."""
+    from transformers import BertModel, BertTokenizer
+
+    path = str(path)
+    os.makedirs(path, exist_ok=True)
+    vocab = bert_vocab()
+    with open(os.path.join(path, "vocab.txt"), "w") as f:
+        f.write("\n".join(vocab) + "\n")
+    tok = BertTokenizer(os.path.join(path, "vocab.txt"), do_lower_case=True, model_max_length=512)
+    tok.save_pretrained(path)
+    torch.manual_seed(seed)
+    config = tiny_bert_config(vocab_size=len(vocab), num_hidden_layers=num_layers, max_position_embeddings=512,
+                              type_vocab_size=2, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    BertModel(config).save_pretrained(path)
+    return path
+
+
+def write_byte_bpe(path: str) -> dict:
+    """vocab.json and merges.txt of a byte-level BPE with no merges in ``path``; returns the vocab."""
+    os.makedirs(path, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    # GPT-2's byte-to-printable-character table: every byte has a token, so any text encodes.
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    byte_chars = [chr(b) for b in printable] + [chr(256 + i) for i in range(256 - len(printable))]
+    vocab = {t: i for i, t in enumerate(specials + byte_chars)}
+    with open(os.path.join(path, "vocab.json"), "w") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(path, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+    return vocab
+
+
+def make_tiny_roberta(path, num_layers: int = 2, seed: int = 0):
+    """Save a tiny random ``RobertaModel`` with a byte-level BPE tokenizer (no merges) in ``path``."""
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
+
+    path = str(path)
+    vocab = write_byte_bpe(path)
+    tok = RobertaTokenizer(os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt"), model_max_length=512)
+    tok.save_pretrained(path)
+    torch.manual_seed(seed)
+    sizes = {**TINY_BERT, "vocab_size": len(vocab), "num_hidden_layers": num_layers}
+    config = RobertaConfig(**sizes, max_position_embeddings=520, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+                           eos_token_id=2)
+    RobertaModel(config).save_pretrained(path)
+    return path
+
+
+# -- tiny token batches (already tokenized) --------------------------------------------------------
+
+
+class Examples(torch.utils.data.Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def collate(items):
+    """Pad ``input_ids`` lists into a batch with its attention mask and the task's targets."""
+    longest = max(len(x["input_ids"]) for x in items)
+    out = {"input_ids": torch.zeros(len(items), longest, dtype=torch.long),
+           "attention_mask": torch.zeros(len(items), longest, dtype=torch.long)}
+    for i, x in enumerate(items):
+        n = len(x["input_ids"])
+        out["input_ids"][i, :n] = torch.tensor(x["input_ids"])
+        out["attention_mask"][i, :n] = 1
+    for key in ("labels", "start_positions", "end_positions"):
+        if key in items[0]:
+            out[key] = torch.tensor([x[key] for x in items])
+    return out
+
+
+def examples(kind, n=10, fixed_length=None):
+    """``n`` random token sequences over the tiny vocabulary with targets of task ``kind``
+    (classification, regression, or otherwise question answering)."""
+    g = torch.Generator().manual_seed(0)
+    items = []
+    for i in range(n):
+        length = fixed_length or int(torch.randint(4, 12, (1,), generator=g))
+        item = {"input_ids": torch.randint(5, TINY_BERT["vocab_size"], (length,), generator=g).tolist()}
+        if kind == "classification":
+            item["labels"] = i % 3
+        elif kind == "regression":
+            item["labels"] = float(i) / 3
+        else:
+            item["start_positions"], item["end_positions"] = i % length, min(i % length + 1, length - 1)
+        items.append(item)
+    return Examples(items)
+
+
+# -- tiny data files -------------------------------------------------------------------------------
+
+POS = ["good", "great", "fun"]
+NEG = ["bad", "awful", "boring"]
+FILL = ["the", "movie", "film", "plot", "was", "very", "really", "actor"]
+MNLI_HEADER = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label\n"
+
+
+def sentence(rng, label):
+    words = rng.sample(FILL, 3) + [rng.choice(POS if label else NEG)]
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def write_glue(root, n_train=96, n_dev=24, seed=0):
+    """SST-2 and STS-B in GLUE's layout under ``root/glue``; returns ``root``."""
+    rng = random.Random(seed)
+    sst = root / "glue" / "SST-2"
+    sst.mkdir(parents=True)
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = ["sentence\tlabel"]
+        for i in range(n):
+            label = i % 2
+            rows.append(f"{sentence(rng, label)}\t{label}")
+        (sst / name).write_text("\n".join(rows) + "\n")
+    sts = root / "glue" / "STS-B"
+    sts.mkdir(parents=True)
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = [header]
+        for i in range(n):
+            score = round(rng.uniform(0, 5), 2)
+            rows.append(f"{i}\tmain\tf\t2012\t{i}\ts\ts\t{sentence(rng, 1)}\t{sentence(rng, score > 2.5)}\t{score}")
+        (sts / name).write_text("\n".join(rows) + "\n")
+    return root
+
+
+def write_squad(root, n_articles=12):
+    """A SQuAD v1.1 dev file under ``root/squad``; returns ``root``."""
+    contexts = ["paris is a city in france . it was first named lutetia .",
+                "london is a city on a river . the river is the thames ."]
+    data = []
+    for i in range(n_articles):
+        context = contexts[i % 2]
+        answer = "france" if i % 2 == 0 else "the thames"
+        data.append({"title": f"Article {i}", "paragraphs": [{"context": context, "qas": [
+            {"question": "where is it ?", "id": f"q{i}a",
+             "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+            {"question": "what city ?", "id": f"q{i}b",
+             "answers": [{"text": "a city", "answer_start": context.index("a city")}]},
+        ]}]})
+    (root / "squad").mkdir(parents=True, exist_ok=True)
+    (root / "squad" / "dev-v1.1.json").write_text(json.dumps({"version": "1.1", "data": data}))
+    return root
+
+
+def write_corpus(path, lines=60, seed=0):
+    """A WikiExtractor-style corpus file of tiny sentences; returns ``path``."""
+    rng = random.Random(seed)
+    path.write_text("<doc id=1>\nTitle\n" + "\n".join(sentence(rng, i % 2) for i in range(lines)) + "\n</doc>\n")
+    return path
+
+
+# -- tiny runs -------------------------------------------------------------------------------------
+
+TINY_RUN = {  # dotted overrides that make a run of any method take seconds
+    "data.train_limit": None, "data.max_length": 32,
+    "teacher.train.epochs": 2.0, "teacher.train.lr": 1e-3, "teacher.train.batch_size": 16,
+    "teacher.train.eval_every": None,
+    "student.epochs": 2.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": 3,
+    "bench.latency_shape": [1, 16], "bench.throughput_shape": [4, 16],
+    "bench.latency_runs": 3, "bench.throughput_runs": 1, "bench.warmup": 1,
+}
+
+
+def tiny_config(teacher, data_dir, out, task="sst2", method="distill", **more):
+    """The run config of ``method`` on the tiny settings; ``more`` adds dotted overrides."""
+    from distillery.pipeline import build_run_config
+
+    return build_run_config(method=method, task=task, budget="quick", teacher=str(teacher),
+                            data_dir=str(data_dir), out=str(out), overrides={**TINY_RUN, **more})
+
+
+def _bench_model(params, effective, median, sps):
+    return {
+        "params": params,
+        "effective_params": effective,
+        "flops_per_token": 2.0 * effective,
+        "latency_ms": {"batch": 1, "seq": 128, "median": median, "p90": median * 1.1, "runs": 30},
+        "throughput": {"batch": 256, "seq": 64, "sentences_per_s": sps},
+    }
+
+
+def make_run(path, task="sst2", method="moebert", student_acc=0.835, student_ms=10.0, extra=True, train=True):
+    """A synthetic run folder (config.yaml, metrics.json, bench.json, train.json) with made-up numbers."""
+    import yaml
+
+    path.mkdir(parents=True, exist_ok=True)
+    config = {
+        "method": method,
+        "budget": "quick",
+        "data": {"task": task, "dev_limit": 200},
+        "teacher": {"name": "minilm", "finetuned": False},
+        "method_options": {"experts": 4},
+    }
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    metrics = {
+        "task": task,
+        "split": "validation",
+        "main_metric": "accuracy",
+        "teacher": {"accuracy": 0.873, "f1": 0.880},
+        "student": {"accuracy": student_acc, "f1": 0.840},
+        "retention": student_acc / 0.873,
+    }
+    models = {"teacher": _bench_model(22_713_216, 11_000_000, 19.0, 120.0),
+              "student": _bench_model(11_000_000, 5_500_000, student_ms, 250.0)}
+    if extra:
+        metrics["others"] = {"int8": {"accuracy": 0.849}}
+        models["int8"] = _bench_model(22_713_216, 11_000_000, 6.7, 359.0)
+    bench = {
+        "hardware": {"cpu": "Test CPU 9000", "cores": 2, "threads": 2, "torch": "2.13.0", "gpu": None},
+        "models": models,
+        "speedup": {"latency": 19.0 / student_ms, "throughput": 250.0 / 120.0},
+    }
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    (path / "bench.json").write_text(json.dumps(bench))
+    if train:
+        (path / "train.json").write_text(json.dumps({"teacher_seconds": 600, "student_seconds": 95, "notes": ["smoke run"]}))
+    return path
+
+
+# -- the CLI in-process ----------------------------------------------------------------------------
+
+
+def run_cli(monkeypatch, capsys, *args):
+    """Run ``distillery ARGS`` in this process; return (exit code, stdout, stderr), code 0 when it returned."""
+    from distillery import cli
+
+    monkeypatch.setattr(sys, "argv", ["distillery", *args])
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_ok(monkeypatch, capsys, *args) -> str:
+    """Run the CLI and require success; return stdout."""
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code in (0, None), err
+    return out
+
+
+def assert_one_line_error(code, err, fragment):
+    assert code not in (0, None)
+    assert "Traceback" not in err
+    lines = [line for line in err.strip().splitlines() if line.strip() and "distillery: error" in line]
+    assert len(lines) == 1, err
+    assert fragment in lines[0], err
