@@ -60,14 +60,28 @@ METHOD_BUDGET = {
 }
 
 
+# ``--converted``: the same rows with one optimizer step each (teacher included), for speed alone: a converted or
+# extracted model times the same as a trained one. The search keeps its latency predictor (60 timed architectures)
+# and scores a handful of candidates on few examples: what it picks for the budget is what the speed rows test.
+CONVERTED = {"data.train_limit": 512, "teacher.train.max_steps": 1, "student.max_steps": 1}
+CONVERTED_OPTIONS = {
+    "moebert": {"importance_examples": 64},
+    "autotinybert": {"supernet_steps": 1, "rewire_examples": 64, "probe_examples": 64, "proxy_examples": 64,
+                     "population": 4, "generations": 1},
+}
+
+
 def run_dir(args, label: str) -> Path:
-    return Path(args.runs_dir) / f"base-{TASK}-{label}"
+    return Path(args.runs_dir) / f"base-{'converted-' if args.converted else ''}{TASK}-{label}"
 
 
 def overrides_for(args, label: str) -> dict:
     method, options = ROWS[label]
     out = {**BUDGET, "data.train_limit": args.train_limit}
-    if method in STUDENT_EPOCHS:
+    if args.converted:
+        out.update(CONVERTED)
+        options = {**CONVERTED_OPTIONS.get(method, {}), **options}
+    if method in STUDENT_EPOCHS and not args.converted:
         out["student.epochs"] = STUDENT_EPOCHS[method]
     opts = {**METHOD_BUDGET.get(method, {}), **options}
     if method == "autotinybert" and label != SUPERNET_ROW:
@@ -94,7 +108,7 @@ def run_quality(args) -> None:
             started = time.time()
             config = build_run_config(method=ROWS[label][0], task=TASK, budget="quick", teacher=TEACHER,
                                       data_dir=args.data_dir, out=str(out), overrides=overrides_for(args, label))
-            config.export = ["int8"]
+            config.export = [] if args.converted else ["int8"]  # the speed phase exports for itself
             try:
                 compress(config, overwrite=True)
             except Exception as e:  # noqa: BLE001 - one failed row must not cost the sitting's other rows
@@ -102,9 +116,10 @@ def run_quality(args) -> None:
                 print(f"{label}: FAILED ({type(e).__name__}: {e})", flush=True)
                 continue
             print(f"{label}: {(time.time() - started) / 60:.1f} min", flush=True)
-        records = {r["method"]: r for r in load("base-quality")}
-        records[label] = quality_record(args, label)
-        save("base-quality", [records[k] for k in ROWS if k in records])
+        if not args.converted:
+            records = {r["method"]: r for r in load("base-quality")}
+            records[label] = quality_record(args, label)
+            save("base-quality", [records[k] for k in ROWS if k in records])
 
 
 def load(name: str) -> list[dict]:
@@ -147,6 +162,7 @@ def run_speed(args) -> None:
         started = time.time()
         bench = benchmark(models, threads=threads, latency_runs=args.latency_runs, throughput_runs=args.throughput_runs)
         print(f"{threads} thread(s), {(time.time() - started) / 60:.1f} min\n{format_bench_table(bench)}", flush=True)
+        bench["source"] = "converted (one optimizer step)" if args.converted else "trained (the quality runs)"
         benches.append(bench)
         save("base-speed", benches)
 
@@ -307,6 +323,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["quality", "speed", "dispatch", "docs"], default=None)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--train-limit", type=int, default=8000)
+    parser.add_argument("--converted", action="store_true",
+                        help="Runs of one optimizer step each (speed needs no training): runs/base-converted-*.")
     parser.add_argument("--reuse", action="store_true", help="Keep finished run folders as they are.")
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--latency-runs", type=int, default=20)
