@@ -156,7 +156,7 @@ def test_every_family(tiny_family, data_dir, family):
     word = next(w for w in POS + NEG + FILL if len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1)
     inputs = tokenizer(word, return_tensors="pt")
     with torch.inference_mode():
-        expected = teacher.base_model(**inputs).last_hidden_state.mean(1)[0]  # (H,)
+        expected = teacher(**inputs, output_hidden_states=True).hidden_states[-1].mean(1)[0]  # (H,)
     torch.testing.assert_close(vectors[tokenizer(word, add_special_tokens=False)["input_ids"][0]], expected,
                                atol=1e-5, rtol=1e-4)
     model = lb.static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=4)
@@ -314,3 +314,19 @@ def test_the_rule_catches_a_measurement(tmp_path):
 @pytest.mark.xfail(strict=False, reason="until the live baselines are wired into report.py")
 def test_no_hard_coded_dev_score_or_speedup_in_src():
     assert hard_coded_measurements() == []
+
+
+def test_a_distillery_student_is_a_teacher_like_any_other(tiny_family, data_dir):
+    """A MoEBERT student runs its own routing in its forward: its token vectors come from the whole model.
+    One expert holding every neuron is the teacher again, so its vectors are the teacher's."""
+    from distillery.encoders import ffn_width, layout_of
+    from distillery.moebert.convert import convert, dense_ffns
+
+    teacher, tokenizer, task_data = _setup(tiny_family("bert", num_layers=2), "sst2", data_dir)
+    d_h = ffn_width(layout_of(teacher.config), teacher.config)
+    importance = torch.rand(len(dense_ffns(teacher)), d_h, generator=torch.Generator().manual_seed(1))
+    same = convert(teacher, importance, num_experts=1, expert_size=d_h, shared_size=8).eval()
+    torch.testing.assert_close(lb.token_vectors(same, tokenizer), lb.token_vectors(teacher, tokenizer))
+    student = convert(teacher, importance, num_experts=2, expert_size=d_h // 2, shared_size=8).eval()
+    model = lb.static_embedding_baseline(student, tokenizer, task_data, pca_dims=4)
+    assert "accuracy" in score(model, task_data)

@@ -115,12 +115,13 @@ class StaticEmbeddingModel(nn.Module):
 # Token vectors from the teacher
 
 
-def _accepted(module: nn.Module, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _accepted(module: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``inputs`` that ``module.forward`` takes; through **kwargs only the ones every model knows
+    (a **kwargs forward may reject token types it has no table for)."""
     params = inspect.signature(module.forward).parameters.values()
+    names = {p.name for p in params}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        names = {p.name for p in params} | {"input_ids", "attention_mask"}  # **kwargs may reject token types
-    else:
-        names = {p.name for p in params}
+        names |= {"input_ids", "attention_mask", "output_hidden_states"}
     return {k: v for k, v in inputs.items() if k in names}
 
 
@@ -139,14 +140,14 @@ def special_template(tokenizer) -> tuple[list[int], list[int]]:
 def _encoder_output(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """(B, H): each one-token sentence's mean output over its positions (model2vec's default pooling).
 
-    The encoder's last hidden state where the model has one (a Hugging Face base model, a MoEBERT or
-    AutoTinyBERT student); else its last entry of ``hidden_states``; else the logits (a cmow student
-    exposes no per-token states: the vector is then the teacher's own prediction for the token)."""
-    base = getattr(model, "base_model", model)
-    out = base(**_accepted(base, inputs))
+    The model is called whole, as it runs on a task (a MoEBERT student routes tokens in its own
+    forward; calling its base model alone would skip that), and its last hidden state is read: the
+    ``last_hidden_state`` of a bare encoder, else the last entry of ``hidden_states`` (a model with a
+    head); for a model that exposes no per-token states (a cmow student) its logits: the vector is then
+    the teacher's own prediction for the token."""
+    out = model(**_accepted(model, {**inputs, "output_hidden_states": True}))
     hidden = getattr(out, "last_hidden_state", None)
     if hidden is None:
-        out = model(**_accepted(model, inputs), output_hidden_states=True)
         states = getattr(out, "hidden_states", None)
         hidden = states[-1] if states else None
     if hidden is None:
@@ -485,5 +486,6 @@ def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes
         lines.append(f"| {md(r['model'])} | {fmt_metric(r['main'])} | {fmt_ms(r['latency_ms'])} | "
                      f"{fmt_x(r['latency_speedup'])} | {fmt_x(r['throughput_speedup'])} |")
     lines += ["", baseline_verdict(bench, metrics)]
-    lines += [f"- note: {md(n)}" for n in notes]
+    if notes:
+        lines += [""] + [f"- note: {md(n)}" for n in notes]
     return "\n".join(lines) + "\n"
