@@ -337,3 +337,11 @@ def test_a_distillery_student_is_a_teacher_like_any_other(tiny_family, data_dir)
     student = convert(teacher, importance, num_experts=2, expert_size=d_h // 2, shared_size=8).eval()
     model = lb.static_embedding_baseline(student, tokenizer, task_data, pca_dims=4)
     assert "accuracy" in score(model, task_data)
+
+
+def test_an_int8_export_the_run_already_made_is_reused(monkeypatch):
+    monkeypatch.setattr(lb, "_int8_baseline", lambda *args: pytest.fail("exported again"))
+    given = torch.nn.Linear(1, 1)
+    baselines = lb.live_baselines(None, None, SimpleNamespace(dev=object()), teacher_int8=(given, {"accuracy": 0.5}),
+                                  static=False)
+    assert baselines[lb.INT8_NAME] == (given, {"accuracy": 0.5})

@@ -384,17 +384,23 @@ def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: 
 
 
 def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics: Mapping[str, float] | None = None,
-                   int8_format: str = "int8", static: bool = True, pca_dims: int | None = 256,
-                   sif: float | None = 1e-3, batch_size: int = 1024) -> LiveBaselines:
+                   teacher_int8: tuple[nn.Module, Mapping[str, float]] | None = None, int8_format: str = "int8",
+                   static: bool = True, pca_dims: int | None = 256, sif: float | None = 1e-3,
+                   batch_size: int = 1024) -> LiveBaselines:
     """The free baselines of a run, built from its fine-tuned ``teacher`` and scored on ``task_data``'s dev
     split: ``teacher-int8`` (``int8_format``: "int8" picks the faster backend) and, for classification and
     regression, ``static-embeddings``. ``teacher_metrics`` (the teacher's dev metrics) saves scoring it
+    again; ``teacher_int8`` (model, dev metrics), an int8 export the run already made, saves exporting it
     again. Measure the models with ``bench.benchmark`` beside teacher and student."""
     if task_data.dev is None:
         raise DistilleryError(f"No dev split of task {task_data.task.name} was prepared, so the live baselines "
                               "cannot be scored.")
     out = LiveBaselines()
-    _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out)
+    if teacher_int8 is not None:
+        out[INT8_NAME] = (teacher_int8[0], dict(teacher_int8[1]))
+        out.info[INT8_NAME] = {"format": "given"}
+    else:
+        _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out)
     if not static:
         return out
     if task_data.task.kind == "qa":
