@@ -120,7 +120,7 @@ def _reference_matrix(model, task_data, tokenizer):
 
 def test_static_logits_match_the_slow_reference(tiny_family, data_dir):
     teacher, tokenizer, task_data = _setup(tiny_family("bert"), "sst2", data_dir)
-    model = lb.static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=8)
+    model = lb.static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=8, sif=1e-3)
     logits = torch.from_numpy(predict(model, task_data))  # (N, 2)
     decision = model.sklearn_head.decision_function(_reference_matrix(model, task_data, tokenizer))  # (N,)
     torch.testing.assert_close(logits[:, 1] - logits[:, 0], torch.from_numpy(decision).float(), atol=1e-4, rtol=1e-4)
