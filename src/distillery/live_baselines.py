@@ -482,11 +482,11 @@ def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes
     from distillery.markdown import fmt_metric, fmt_ms, fmt_x, md
 
     main = metrics["main_metric"]
-    lines = ["## Against what you can get for free", "",
-             "Measured live in this run: scored on the same dev set and timed in the same process, on the same "
+    intro = ("Measured live in this run: scored on the same dev set and timed in the same process, on the same "
              "machine and shapes, as the teacher and the student. `teacher-int8` is the teacher's dynamic int8 "
              "copy; `static-embeddings` averages token vectors distilled from the teacher and reads them with a "
-             "linear head fitted on the train split.", "",
+             "linear head fitted on the train split.")
+    lines = ["## Against what you can get for free", "", intro, "",
              f"| model | {md(main)} | latency (ms) | latency speed-up | throughput speed-up |", "|---|---|---|---|---|"]
     for r in baseline_rows(bench, metrics):
         lines.append(f"| {md(r['model'])} | {fmt_metric(r['main'])} | {fmt_ms(r['latency_ms'])} | "
