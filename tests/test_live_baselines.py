@@ -254,11 +254,11 @@ def test_verdict_without_baselines_says_so():
 # pearson, spearman, score, metric, speedup, latency, throughput), other than 0.0 and 1.0 (the
 # teacher against itself, an empty score); a whole number other than 0 and 1 under a name of a metric
 # or a speed-up (accuracy, f1, mcc, pearson, spearman, speedup: not "latency_runs = 30"); or, in any
-# string literal but a docstring, a speed-up written out ("190×", "2.83x faster") or a score with three
-# decimals ("0.849").
+# string literal but a docstring, a speed-up written out ("190×", "2.83x faster"; not a shape "1×128" nor
+# a range of factors "1-3x") or a score with three decimals ("0.849").
 MEASURED_NAME = re.compile(r"accuracy|(^|_)f1|mcc|pearson|spearman|score|metric|speed_?up|latency|throughput", re.I)
 WHOLE_MEASURE_NAME = re.compile(r"accuracy|(^|_)f1|mcc|pearson|spearman|speed_?up", re.I)
-MEASURED_TEXT = re.compile(r"(?<![\w.])\d+(\.\d+)?\s?[×x](?=\s|$|\W)(?!\d)|(?<![\w.])0\.\d{3}(?!\d)")
+MEASURED_TEXT = re.compile(r"(?<![\w.])\d+(\.\d+)?\s?(×(?!\d)|x(?=\s+(faster|slower|speed)))|(?<![\w.])0\.\d{3}(?!\d)")
 
 
 def _is_measure(node, whole: bool) -> bool:
@@ -311,6 +311,7 @@ def test_the_rule_catches_a_measurement(tmp_path):
                                    'def f(min_speedup=1.5):\n    return f"about 190× faster ({0.740})" + " 2.83x faster"\n'
                                    'OK = {"accuracy": 1.0, "lr": 0.001, "speedup": None, "latency_runs": 30}\n'
                                    'M2V_SPEEDUP = 190\n'
+                                   'HELP = "lr times 1-3x, shapes 1×128 and 256x64"\n'
                                    'def g():\n    """A docstring may quote 0.873 and 2.83× from a paper."""\n')
     found = hard_coded_measurements(tmp_path)
     # accuracy, latency_speedup, TEACHER_ACCURACY, min_speedup, M2V_SPEEDUP, 190×, 2.83x
