@@ -1,0 +1,497 @@
+"""Live baselines: what a user gets for free, measured on their task and their machine.
+
+A student is worth its training only where it beats what costs nothing to make. Two such models
+are built from the run's own teacher and train split, then scored on the same dev set and timed in
+the same bench process as teacher and student, so that no measured number needs to live in ``src/``:
+
+- ``teacher-int8``: the teacher's dynamic-int8 copy (:func:`distillery.export.build_variants`).
+- ``static-embeddings``: the model2vec idea (Tulkens & van Dongen, 2024) done through distillery's
+  own code: every vocabulary token is run through the teacher's encoder as a one-token sentence
+  (with its special tokens), the outputs are reduced by PCA (optionally weighted by SIF), a sentence
+  is the mean of its tokens' vectors, and a logistic-regression (classification) or ridge
+  (regression) head is fitted on the run's train split. The model2vec library itself is not used: its
+  ``distill`` extra pins ``transformers<5.4`` (distillery runs on 5.x) and needs ``skeletoken``,
+  and it reads only ``AutoModel`` teachers, not distillery's own students.
+
+SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to point at.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from distillery.errors import DistilleryError
+
+logger = logging.getLogger("distillery")
+
+INT8_NAME = "teacher-int8"
+STATIC_NAME = "static-embeddings"
+BASELINE_NAMES = (INT8_NAME, STATIC_NAME)
+LOGIT_ABSENT = -1e4  # the logit of a class the train split never shows: never the argmax
+PROBE_TEXT = "a"  # one ordinary word: where its ids sit between the special tokens gives the template
+
+
+# --------------------------------------------------------------------------------------------
+# The static-embedding model
+
+
+@dataclass
+class StaticEmbeddingConfig:
+    """What :class:`StaticEmbeddingModel` is; ``vocab_size`` is what bench.make_inputs reads."""
+
+    vocab_size: int
+    dim: int
+    num_outputs: int
+    pair: bool = False
+    sep_token_id: int | None = None
+    normalize: bool = True
+    head: str = "logistic-regression"
+    pca_dims: int | None = None
+    sif: float | None = None
+    teacher_dim: int | None = None
+    model_type: str = "static-embeddings"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StaticEmbeddingModel(nn.Module):
+    """Token vectors averaged over a sentence (one EmbeddingBag call), then a linear head.
+
+    Pair tasks: each side is averaged on its own and the head reads ``a ‖ b ‖ |a−b| ‖ a·b``.
+    Special tokens ([CLS], [SEP], padding) count in no mean: their vectors would add a constant
+    that only depends on a sentence's length.
+    """
+
+    def __init__(self, vectors: torch.Tensor, counted: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                 config: StaticEmbeddingConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = nn.EmbeddingBag.from_pretrained(vectors.float(), freeze=True, mode="sum")  # (V, d)
+        self.register_buffer("counted", counted.float())  # (V,) 1 for tokens that enter the mean
+        self.head = nn.Linear(weight.shape[1], weight.shape[0])
+        with torch.no_grad():
+            self.head.weight.copy_(weight)
+            self.head.bias.copy_(bias)
+        self.head.requires_grad_(False)
+
+    def _mean(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        weights = keep.float()  # (B, T)
+        weights = weights / weights.sum(1, keepdim=True).clamp_min(1.0)
+        v = self.embeddings(input_ids, per_sample_weights=weights)  # (B, T) -> (B, d): each row a bag
+        return F.normalize(v, dim=-1) if self.config.normalize else v
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's input, (B, d) or (B, 4d) for a pair."""
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        keep = real & self.counted[input_ids].bool()
+        if not self.config.pair:
+            return self._mean(input_ids, keep)
+        from distillery.cmow.modeling_cmow import segment_masks  # the one place a joint pair is split
+
+        # Segments are read from the real tokens: the separators decide where B starts, then leave the means.
+        first, second = segment_masks(input_ids, real.long(), token_type_ids, self.config.sep_token_id)
+        a, b = self._mean(input_ids, keep & first), self._mean(input_ids, keep & second)
+        return torch.cat([a, b, (a - b).abs(), a * b], dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> SequenceClassifierOutput:
+        return SequenceClassifierOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids)))
+
+
+# --------------------------------------------------------------------------------------------
+# Token vectors from the teacher
+
+
+def _accepted(module: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``inputs`` that ``module.forward`` takes; through **kwargs only the ones every model knows
+    (a **kwargs forward may reject token types it has no table for)."""
+    params = inspect.signature(module.forward).parameters.values()
+    names = {p.name for p in params}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        names |= {"input_ids", "attention_mask", "output_hidden_states"}
+    return {k: v for k, v in inputs.items() if k in names}
+
+
+def special_template(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a single sentence ([CLS] … [SEP], <s> … </s>)."""
+    with_specials = list(tokenizer(PROBE_TEXT)["input_ids"])
+    plain = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
+    n = len(plain)
+    for start in range(len(with_specials) - n + 1):
+        if n and with_specials[start:start + n] == plain:
+            return with_specials[:start], with_specials[start + n:]
+    raise DistilleryError(f"Cannot tell which special tokens {type(tokenizer).__name__} adds around a sentence, "
+                          "so the teacher's token vectors cannot be computed.")
+
+
+def _encoder_output(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, H): each one-token sentence's mean output over its positions (model2vec's default pooling).
+
+    The model is called whole, as it runs on a task (a MoEBERT student routes tokens in its own
+    forward; calling its base model alone would skip that), and its last hidden state is read: the
+    ``last_hidden_state`` of a bare encoder, else the last entry of ``hidden_states`` (a model with a
+    head); for a model that exposes no per-token states (a cmow student) its logits: the vector is then
+    the teacher's own prediction for the token."""
+    out = model(**_accepted(model, {**inputs, "output_hidden_states": True}))
+    hidden = getattr(out, "last_hidden_state", None)
+    if hidden is None:
+        states = getattr(out, "hidden_states", None)
+        hidden = states[-1] if states else None
+    if hidden is None:
+        logits = getattr(out, "logits", None)
+        if logits is None:
+            raise DistilleryError(f"The teacher ({type(model).__name__}) returns neither hidden states nor logits, "
+                                  "so no static embeddings can be distilled from it.")
+        return logits.float().reshape(len(logits), -1)
+    return hidden.float().mean(1)  # every position is real: one token and its specials
+
+
+def token_vectors(model: nn.Module, tokenizer, batch_size: int = 1024) -> torch.Tensor:
+    """(V, H) float32 on the CPU: the teacher's output for every vocabulary id as a one-token sentence.
+
+    All ids go through in batches of ``batch_size`` sentences of the same length (no padding)."""
+    vocab = int(model.get_input_embeddings().num_embeddings) if hasattr(model, "get_input_embeddings") \
+        else int(model.config.vocab_size)
+    before, after = special_template(tokenizer)
+    device = next(model.parameters()).device
+    ids = torch.arange(vocab)[:, None]  # (V, 1)
+    side = lambda t: torch.tensor(t, dtype=torch.long).expand(vocab, len(t))  # noqa: E731
+    sentences = torch.cat([side(before), ids, side(after)], dim=1)  # (V, L)
+    was_training = model.training
+    model.eval()
+    chunks = []
+    try:
+        with torch.inference_mode():
+            for start in range(0, vocab, batch_size):
+                batch = sentences[start:start + batch_size].to(device)  # (b, L)
+                inputs = {"input_ids": batch, "attention_mask": torch.ones_like(batch),
+                          "token_type_ids": torch.zeros_like(batch)}
+                chunks.append(_encoder_output(model, inputs).cpu())
+    finally:
+        model.train(was_training)
+    vectors = torch.cat(chunks)
+    if not torch.isfinite(vectors).all():
+        raise DistilleryError("The teacher's outputs for its vocabulary are not finite (NaN or inf): its weights "
+                              "are damaged, so no static embeddings can be distilled from it.")
+    return vectors
+
+
+def counted_tokens(tokenizer, vocab: int) -> torch.Tensor:
+    """(V,) 1.0 for ids that enter a sentence's mean, 0.0 for the special tokens (the unknown token counts:
+    it stands for a real word)."""
+    counted = torch.ones(vocab)
+    special = [i for i in tokenizer.all_special_ids if i is not None and 0 <= i < vocab and i != tokenizer.unk_token_id]
+    counted[torch.tensor(special, dtype=torch.long)] = 0.0
+    return counted
+
+
+def reduce_dims(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> torch.Tensor:
+    """PCA of the token vectors to ``pca_dims`` (fewer numbers per token, decorrelated for the linear head);
+    unchanged where ``pca_dims`` is None or not below the teacher's width."""
+    if pca_dims is None or pca_dims >= min(vectors.shape):
+        return vectors
+    from sklearn.decomposition import PCA
+
+    reduced = PCA(n_components=int(pca_dims), random_state=seed).fit_transform(vectors.double().numpy())
+    return torch.from_numpy(reduced).float()  # (V, pca_dims)
+
+
+def sif_weights(train, counted: torch.Tensor, a: float) -> torch.Tensor:
+    """(V,) SIF weights a / (a + p(token)) (Arora et al., 2017), p counted on the run's train split:
+    frequent tokens ("the", "a") weigh little in a sentence's mean."""
+    import pyarrow.compute as pc
+
+    column = train.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
+    ids = torch.from_numpy(pc.list_flatten(column).to_numpy(zero_copy_only=False).astype("int64"))
+    counts = torch.bincount(ids, minlength=len(counted))[: len(counted)].double() * counted.double()
+    p = counts / counts.sum().clamp_min(1.0)
+    return (a / (a + p)).float()
+
+
+# --------------------------------------------------------------------------------------------
+# The head, fitted on the train split
+
+
+def _train_features(model: StaticEmbeddingModel, task_data, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N, F) head inputs and (N,) labels of the train split, in batches of similar lengths."""
+    from distillery.data.encode import example_lengths, length_batches
+
+    dataset = task_data.train
+    batches = length_batches(example_lengths(dataset).numpy(), batch_size)
+    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
+    features, labels = [], []
+    with torch.inference_mode():
+        for batch in loader:
+            features.append(model.features(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids")))
+            labels.append(batch["labels"])
+    return torch.cat(features).double().numpy(), torch.cat(labels).numpy()
+
+
+def fit_head(features: np.ndarray, labels: np.ndarray, kind: str, seed: int = 0):
+    """A scikit-learn pipeline: standardised features, then logistic regression (classification) or
+    ridge (regression)."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if kind == "regression":
+        return make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(features, labels.astype(np.float64))
+    if len(np.unique(labels)) < 2:
+        raise DistilleryError("The train split holds one class only, so no logistic-regression head can be fitted "
+                              "for the static-embedding baseline.")
+    head = LogisticRegression(C=1.0, max_iter=2000, random_state=seed)
+    return make_pipeline(StandardScaler(), head).fit(features, labels.astype(np.int64))
+
+
+def linear_head(pipeline, kind: str, num_labels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fitted pipeline as one (K, F) weight and (K,) bias: the scaler folded into the linear map.
+
+    Binary logistic regression has one decision function d: logits [0, d] give the same argmax and
+    softmax. A class the train split lacks gets the logit -1e4."""
+    scaler, estimator = pipeline[0], pipeline[-1]
+    coef = np.atleast_2d(estimator.coef_) / scaler.scale_  # (k, F)
+    bias = np.atleast_1d(estimator.intercept_) - coef @ scaler.mean_  # (k,)
+    if kind == "regression":
+        return torch.from_numpy(coef).float(), torch.from_numpy(bias).float()
+    weight = np.zeros((num_labels, coef.shape[1]))
+    full_bias = np.full(num_labels, LOGIT_ABSENT)
+    classes = estimator.classes_.astype(np.int64)
+    if len(classes) == 2 and len(coef) == 1:
+        weight[classes[1]], full_bias[classes[1]], full_bias[classes[0]] = coef[0], bias[0], 0.0
+    else:
+        weight[classes], full_bias[classes] = coef, bias
+    return torch.from_numpy(weight).float(), torch.from_numpy(full_bias).float()
+
+
+def _check_static_inputs(tokenizer, task_data, pca_dims, sif) -> None:
+    task = task_data.task
+    if task.kind == "qa":
+        raise DistilleryError("The static-embedding baseline takes classification and regression tasks; a bag of "
+                              "token vectors has no answer span to point at, so SQuAD has none.")
+    if task_data.train is None or len(task_data.train) == 0:
+        raise DistilleryError(f"The static-embedding baseline is fitted on the train split of {task.name}, "
+                              "and none was prepared.")
+    if getattr(task_data, "pair_mode", "joint") != "joint":
+        raise DistilleryError("The static-embedding baseline reads joint pair encodings; prepare the task data "
+                              "with pair_mode='joint'.")
+    if pca_dims is not None and (isinstance(pca_dims, bool) or not isinstance(pca_dims, int) or pca_dims < 1):
+        raise DistilleryError(f"pca_dims must be a positive whole number or None, got {pca_dims!r}.")
+    if sif is not None and not 0 < sif < 1:
+        raise DistilleryError(f"sif must be a number between 0 and 1 (exclusive) or None, got {sif!r}.")
+    if task.is_pair and tokenizer.sep_token_id is None and "token_type_ids" not in tokenizer.model_input_names:
+        raise DistilleryError("The tokenizer has neither a separator token nor token types, so the static-embedding "
+                              "baseline cannot tell the two sentences of a pair apart.")
+
+
+def static_embedding_baseline(teacher: nn.Module, tokenizer, task_data, *, pca_dims: int | None = 256,
+                              sif: float | None = None, normalize: bool = True,
+                              batch_size: int = 1024) -> StaticEmbeddingModel:
+    """A static-embedding model distilled from ``teacher`` with a head fitted on ``task_data.train``.
+
+    ``pca_dims``: the token vectors' width after PCA (None: the teacher's). ``sif``: the SIF weight's
+    ``a`` (None, the default: a plain mean; on SST-2 with the built-in teacher, a = 1e-3 gained nothing). The fitted scikit-learn pipeline stays on the model as ``sklearn_head``."""
+    _check_static_inputs(tokenizer, task_data, pca_dims, sif)
+    task = task_data.task
+    started = time.time()
+    vectors = token_vectors(teacher, tokenizer, batch_size=batch_size)  # (V, H)
+    counted = counted_tokens(tokenizer, len(vectors))
+    teacher_dim = vectors.shape[1]
+    vectors = reduce_dims(vectors, pca_dims)  # (V, d)
+    if sif is not None:
+        vectors = vectors * sif_weights(task_data.train, counted, sif)[:, None]
+    outputs = 1 if task.kind == "regression" else task.num_labels
+    dim = vectors.shape[1]
+    config = StaticEmbeddingConfig(
+        vocab_size=len(vectors), dim=dim, num_outputs=outputs, pair=task.is_pair, sep_token_id=tokenizer.sep_token_id,
+        normalize=normalize, head="ridge" if task.kind == "regression" else "logistic-regression",
+        pca_dims=dim if dim < teacher_dim else None, sif=sif, teacher_dim=teacher_dim)
+    width = 4 * dim if task.is_pair else dim
+    model = StaticEmbeddingModel(vectors, counted, torch.zeros(outputs, width), torch.zeros(outputs), config)
+    features, labels = _train_features(model, task_data, batch_size)
+    pipeline = fit_head(features, labels, task.kind)
+    weight, bias = linear_head(pipeline, task.kind, task.num_labels or 1)
+    with torch.no_grad():
+        model.head.weight.copy_(weight)
+        model.head.bias.copy_(bias)
+    model.sklearn_head = pipeline
+    logger.info("Static-embedding baseline: %d tokens x %d dims, %s head on %d examples, %.1f s.",
+                len(vectors), dim, config.head, len(labels), time.time() - started)
+    return model.eval()
+
+
+# --------------------------------------------------------------------------------------------
+# Both baselines, ready to be scored and benchmarked
+
+
+class LiveBaselines(dict):
+    """``{name: (model, dev metrics)}``, plus ``notes`` (plain sentences: a baseline this task or machine
+    could not have, and why) and ``info`` (how each was made)."""
+
+    def __init__(self):
+        super().__init__()
+        self.notes: list[str] = []
+        self.info: dict[str, dict[str, Any]] = {}
+
+
+def _int8_format(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
+    """The int8 backend to use: ``fmt`` resolved for the teacher, or torch's own int8 where the ONNX one
+    is asked for and onnxruntime is not installed (the baseline is free: it needs no optional extra)."""
+    from distillery.export.formats import resolve_format
+    from distillery.runtime import require_onnx
+
+    resolved = resolve_format(fmt, getattr(teacher, "config", None))
+    if resolved == "torch-int8":
+        return resolved, None
+    try:
+        require_onnx()
+    except DistilleryError:
+        return "torch-int8", ("The int8 teacher uses torch's dynamic int8 (onnxruntime, often faster, is not installed: "
+                              "pip install 'distillery[onnx]').")
+    return resolved, None
+
+
+def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: str, out: LiveBaselines) -> None:
+    from distillery.evaluation import score
+    from distillery.export import build_variants
+
+    fmt, note = _int8_format(int8_format, teacher)
+    if note:
+        out.notes.append(note)
+    source = {"teacher": dict(teacher_metrics)} if teacher_metrics else None
+    try:
+        variants, metrics, manifests = build_variants({"teacher": (teacher, tokenizer)}, [fmt], task_data=task_data,
+                                                      source_metrics=source)
+    except DistilleryError as e:  # a teacher that does not export (a BiLSTM head) still gets its static baseline
+        out.notes.append(f"No int8 teacher: {e}")
+        return
+    key = next(iter(variants))
+    model = variants[key]
+    out[INT8_NAME] = (model, metrics.get(key) or score(model, task_data))
+    out.info[INT8_NAME] = {"format": fmt, "backend": manifests[key].get("backend")}
+
+
+def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics: Mapping[str, float] | None = None,
+                   teacher_int8: tuple[nn.Module, Mapping[str, float]] | None = None, int8_format: str = "int8",
+                   static: bool = True, pca_dims: int | None = 256, sif: float | None = None,
+                   batch_size: int = 1024) -> LiveBaselines:
+    """The free baselines of a run, built from its fine-tuned ``teacher`` and scored on ``task_data``'s dev
+    split: ``teacher-int8`` (``int8_format``: "int8" picks the faster backend) and, for classification and
+    regression, ``static-embeddings``. ``teacher_metrics`` (the teacher's dev metrics) saves scoring it
+    again; ``teacher_int8`` (model, dev metrics), an int8 export the run already made, saves exporting it
+    again. Measure the models with ``bench.benchmark`` beside teacher and student."""
+    if task_data.dev is None:
+        raise DistilleryError(f"No dev split of task {task_data.task.name} was prepared, so the live baselines "
+                              "cannot be scored.")
+    out = LiveBaselines()
+    if teacher_int8 is not None:
+        out[INT8_NAME] = (teacher_int8[0], dict(teacher_int8[1]))
+        out.info[INT8_NAME] = {"format": "given"}
+    else:
+        _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out)
+    if not static:
+        return out
+    if task_data.task.kind == "qa":
+        out.notes.append("No static-embedding baseline on SQuAD: a bag of token vectors has no answer span to "
+                         "point at, so only the int8 teacher is compared.")
+        return out
+    from distillery.evaluation import score
+
+    started = time.time()
+    model = static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=pca_dims, sif=sif, batch_size=batch_size)
+    out[STATIC_NAME] = (model, score(model, task_data))
+    out.info[STATIC_NAME] = {**model.config.to_dict(), "seconds": round(time.time() - started, 1)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The report's rows and verdict (pure: bench.json and metrics.json in, rows and a sentence out)
+
+
+def baseline_rows(bench: Mapping[str, Any], metrics: Mapping[str, Any],
+                  names: Sequence[str] = BASELINE_NAMES) -> list[dict[str, Any]]:
+    """Teacher, student and every live baseline that was both scored and measured, as rows
+    ``{"model", "main", "latency_ms", "latency_speedup", "throughput_speedup"}`` (speed-ups against the
+    teacher of the same bench record). Baseline scores are read from ``metrics["baselines"]`` (or, where
+    the run keeps them with the exports, ``metrics["others"]``)."""
+    from distillery.bench import speedup_over
+
+    main = metrics["main_metric"]
+    models = bench.get("models") or {}
+    scored = {**(metrics.get("others") or {}), **(metrics.get("baselines") or {}),
+              "teacher": metrics.get("teacher") or {}, "student": metrics.get("student") or {}}
+    ref = models.get("teacher")
+    rows = []
+    for name in ("teacher", "student", *names):
+        rec, values = models.get(name), scored.get(name)
+        if rec is None or not values or values.get(main) is None:
+            continue
+        speed = speedup_over(ref, rec) if ref is not None else {}
+        rows.append({"model": name, "main": float(values[main]), "latency_ms": rec["latency_ms"]["median"],
+                     "latency_speedup": speed.get("latency"), "throughput_speedup": speed.get("throughput")})
+    return rows
+
+
+def _clause(student: Mapping[str, Any], base: Mapping[str, Any], main: str) -> str:
+    from distillery.markdown import fmt_metric, fmt_x
+
+    name = f"the {base['model']} baseline"
+    score = f"{main} {fmt_metric(student['main'])} against {fmt_metric(base['main'])}"
+    speed = f"{fmt_x(student['latency_speedup'])} against {fmt_x(base['latency_speedup'])} the teacher's speed"
+    better, faster = student["main"] > base["main"], student["latency_ms"] < base["latency_ms"]
+    if better and faster:
+        return f"it beats {name} on both score ({score}) and latency ({speed})"
+    if better:
+        return f"it is more accurate than {name} ({score}) but slower ({speed})"
+    if faster:
+        return f"it is faster than {name} ({speed}) but less accurate ({score})"
+    return f"{name} is both faster ({speed}) and at least as accurate ({score}): use it instead"
+
+
+def baseline_verdict(bench: Mapping[str, Any], metrics: Mapping[str, Any],
+                     names: Sequence[str] = BASELINE_NAMES) -> str:
+    """One sentence comparing the student with the live baselines of the same run, from its own numbers."""
+    main = metrics["main_metric"]
+    rows = {r["model"]: r for r in baseline_rows(bench, metrics, names)}
+    student = rows.get("student")
+    bases = [rows[n] for n in names if n in rows]
+    if student is None or not bases:
+        return "No live baseline was measured beside the student in this run, so the verdict rests on the teacher alone."
+    clauses = [_clause(student, b, main) for b in bases]
+    beaten_by = [b["model"] for b in bases if b["main"] >= student["main"] and b["latency_ms"] <= student["latency_ms"]]
+    bottom = (f"A free baseline ({', '.join(beaten_by)}) is at least as good on both: the student is not worth its "
+              "training on this task and machine." if beaten_by else
+              "No free baseline is at least as good on both score and latency, so the student earns its place.")
+    return "Against the free baselines measured here, " + "; ".join(clauses) + ". " + bottom
+
+
+def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
+    """The report's "Against what you can get for free" section: the live rows and the verdict sentence."""
+    from distillery.markdown import fmt_metric, fmt_ms, fmt_x, md
+
+    main = metrics["main_metric"]
+    intro = ("Measured live in this run: scored on the same dev set and timed in the same process, on the same "
+             "machine and shapes, as the teacher and the student. `teacher-int8` is the teacher's dynamic int8 "
+             "copy; `static-embeddings` averages token vectors distilled from the teacher and reads them with a "
+             "linear head fitted on the train split.")
+    lines = ["## Against what you can get for free", "", intro, "",
+             f"| model | {md(main)} | latency (ms) | latency speed-up | throughput speed-up |", "|---|---|---|---|---|"]
+    for r in baseline_rows(bench, metrics):
+        lines.append(f"| {md(r['model'])} | {fmt_metric(r['main'])} | {fmt_ms(r['latency_ms'])} | "
+                     f"{fmt_x(r['latency_speedup'])} | {fmt_x(r['throughput_speedup'])} |")
+    lines += ["", baseline_verdict(bench, metrics)]
+    if notes:
+        lines += [""] + [f"- note: {md(n)}" for n in notes]
+    return "\n".join(lines) + "\n"
