@@ -15,6 +15,7 @@ import typer
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
 import distillery.cli.methods  # noqa: F401,E402 (registers the methods' step-by-step commands on the app)
+import distillery.cli.hub  # noqa: F401,E402 (registers `distillery push`)
 from distillery.errors import DistilleryError
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
@@ -68,6 +69,7 @@ def compress(
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
+    push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
@@ -114,7 +116,7 @@ def compress(
         from distillery.recipe import get_method
 
         given.update(get_method(config.method).preset_overrides(preset, config.data.task))
-    compress_and_show(config, overwrite, resume, given)
+    compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
 
 
 @app.command("teacher")
@@ -270,10 +272,12 @@ def report(
 ):
     """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
     setup_logging()
+    from distillery.card import write_card
     from distillery.report import merge_runs, write_report
 
     if len(runs) == 1:
         path = write_report(Path(runs[0]))
+        write_card(runs[0])  # student/README.md, the model card, rebuilt too
     else:
         if out is None:
             import re
