@@ -201,7 +201,8 @@ def write_card(run_dir: str | os.PathLike, repo_id: str | None = None) -> Path |
     run = load_run(run_dir)
     student_config = read_config(folder)
     # The template only places the front matter: ModelCardData writes the YAML, md() made the body safe.
-    card = ModelCard.from_template(card_data(run, student_config, repo_id), template_str="---\n{{ card_data }}\n---\n\n{{ body }}",
+    card = ModelCard.from_template(card_data(run, student_config, repo_id),
+                                   template_str="---\n{{ card_data }}\n---\n\n{{ body }}",
                                    body=card_text(run, student_config, repo_id))
     path = folder / CARD
     with atomic_file(path, "w") as f:  # README.md is no weights file: the weights record and marker are untouched
