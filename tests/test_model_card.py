@@ -52,8 +52,8 @@ def run(tiny_bert, tmp_path_factory):
     return tiny_run(tiny_bert, tmp_path_factory.mktemp("card"))
 
 
-def copy_run(run: Path, tmp_path: Path, teacher=None, task=None) -> Path:
-    """A copy of the run whose config.yaml and metrics.json name another teacher or task."""
+def copy_run(run: Path, tmp_path: Path, teacher=None, task=None, **metrics_entries) -> Path:
+    """A copy of the run whose config.yaml and metrics.json name another teacher or task (or hold more entries)."""
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     config = yaml.safe_load((copy / "config.yaml").read_text())
@@ -62,6 +62,7 @@ def copy_run(run: Path, tmp_path: Path, teacher=None, task=None) -> Path:
         config["teacher"]["name"] = teacher
     if task is not None:
         config["data"]["task"] = metrics["task"] = task
+    metrics.update(metrics_entries)
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
     (copy / "metrics.json").write_text(json.dumps(metrics))
     write_card(copy)
@@ -108,6 +109,13 @@ def test_a_builtin_teacher_is_named_by_its_hub_id_with_the_glue_dataset(run, tmp
     dataset = meta["model-index"][0]["results"][0]["dataset"]
     assert dataset == {"name": "GLUE SST-2", "type": "nyu-mll/glue", "config": "sst2", "split": "validation"}
     assert model_index_metrics(copy / "student" / "README.md") == json.loads((copy / "metrics.json").read_text())["student"]
+
+
+def test_scores_on_part_of_the_dev_split_say_which_part(run, tmp_path):
+    copy = copy_run(run, tmp_path, task="mnli", split="dev_matched", dev_limit=8)
+    card_path = copy / "student" / "README.md"
+    assert metadata_load(card_path)["model-index"][0]["results"][0]["dataset"]["split"] == "validation_matched[:8]"
+    assert "dev_matched split (its first 8 examples)" in ModelCard.load(card_path).text
 
 
 def test_base_model_is_a_hub_id_or_nothing(tmp_path):

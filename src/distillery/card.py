@@ -64,16 +64,22 @@ def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, An
     from distillery.data.tasks import get_task
 
     split = str(metrics.get("split") or "dev")
+    dev_limit = metrics.get("dev_limit") or _cfg(config, "data", "dev_limit")
+    holdout = _cfg(config, "data", "squad_holdout")
+    # scores on part of the split say which part: the first N examples in datasets' slice syntax, a held-out share
+    cut = f"[:{int(dev_limit)}]" if isinstance(dev_limit, int) and not isinstance(dev_limit, bool) else ""
+    args = {"squad_holdout": holdout} if holdout else None
     try:
         spec = get_task(task_name)
     except DistilleryError:  # custom, or a name this version does not know
-        dev_file = (config.get("data") or {}).get("dev_file") if isinstance(config.get("data"), Mapping) else None
+        dev_file = _cfg(config, "data", "dev_file")
         name = f"{_plain(task_name)} ({_plain(Path(str(dev_file)).name)})" if dev_file else _plain(task_name)
-        return {"hub": None, "type": "custom", "name": name, "config": None, "split": _plain(split)}
+        return {"hub": None, "type": "custom", "name": name, "config": None, "split": _plain(split) + cut, "args": None}
     hub_split = dict(spec.hub_splits).get(split, split)
     label = DATASET_NAMES.get(spec.hub_id, spec.hub_id)
     name = f"{label} {spec.glue_dir}" if spec.glue_dir else label
-    return {"hub": spec.hub_id, "type": spec.hub_id, "name": name, "config": spec.hub_name, "split": hub_split}
+    return {"hub": spec.hub_id, "type": spec.hub_id, "name": name, "config": spec.hub_name, "split": hub_split + cut,
+            "args": args}
 
 
 def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None):
@@ -91,7 +97,7 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
     scores = model_metrics(metrics).get("student", {})
     results = [EvalResult(task_type=pipeline_tag or "feature-extraction", dataset_type=dataset["type"],
                           dataset_name=dataset["name"], dataset_config=dataset["config"], dataset_split=dataset["split"],
-                          metric_type=name, metric_name=name, metric_value=value)
+                          dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
                for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
     tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)]))
     return ModelCardData(base_model=base_model(_teacher_name(config)), library_name="transformers",
@@ -161,8 +167,10 @@ def _usage_section(student_config, repo_id: str | None) -> list[str]:
         code += ['inputs = tokenizer("Who wrote it?", "It was written by Ada.", return_tensors="pt")',
                  "outputs = model(**inputs)  # outputs.start_logits, outputs.end_logits"]
     elif head.name == "sequence-classification":
+        what = ("logits[0, 0] is the predicted score" if getattr(student_config, "num_labels", 2) == 1
+                else "model.config.id2label[int(logits.argmax())] is the predicted class")
         code += ['logits = model(**tokenizer("a sentence to classify", return_tensors="pt")).logits',
-                 "# model.config.id2label names the classes (one output: a regression score)"]
+                 f"# {what}"]
     code += ["```"]
     return (["## How to use it", ""] + code
             + ["", "A local copy of this folder also loads with `distillery.load_student(folder)`, which first checks "
@@ -178,9 +186,10 @@ def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None
               f"the teacher {md(Path(teacher).name or teacher, code=True)}, a local model folder (so this card names "
               "no `base_model`)")
     lines = [f"# {md(_plain(method))} student on {md(_plain(task))}", "",
-             f"A smaller, faster student of {origin}, compressed by distillery's {md(method, code=True)} method and "
-             f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split are "
-             "in this card's `model-index`, exactly as the run measured them (metrics.json).", ""]
+             f"A student of {origin}, compressed by distillery's {md(method, code=True)} method and "
+             f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split"
+             + (f" (its first {md(metrics['dev_limit'])} examples)" if metrics.get("dev_limit") else "")
+             + " are in this card's `model-index`, exactly as the run measured them (metrics.json).", ""]
     main = _main_metric(metrics)
     lines += _speed_section(run, run_rows(run), main)
     lines += _made_section(run)
