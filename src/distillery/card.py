@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
@@ -114,9 +115,9 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
     return ["## Speed and accuracy", "",
             verdict(rows, main, lat_shape, tp_shape), "",
-            f"Measured {where}, teacher and student side by side in one process (latency: median of single "
-            f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
-            "yours with `distillery bench`.", "",
+            (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
+             f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
+             "yours with `distillery bench`."), "",
             rows_table(rows, main)]
 
 
@@ -173,8 +174,8 @@ def _usage_section(student_config, repo_id: str | None) -> list[str]:
                  f"# {what}"]
     code += ["```"]
     return (["## How to use it", ""] + code
-            + ["", "A local copy of this folder also loads with `distillery.load_student(folder)`, which first checks "
-                   "the weights against the SHA-256 record in `distillery_weights.json`.", ""])
+            + ["", ("A local copy of this folder also loads with `distillery.load_student(folder)`, which first "
+                    "checks the weights against the SHA-256 record in `distillery_weights.json`."), ""])
 
 
 def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None) -> str:
