@@ -19,6 +19,7 @@ from typing import Any
 
 import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
+from distillery.card import write_card
 from distillery.config import RunConfig, nested_settings, run_inputs, setting
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
@@ -222,6 +223,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     _write_result(out / "train.json", json.dumps(train_info, indent=2))
     with writing(out, "the report"):
         write_report(out)
+        write_card(out)  # student/README.md, the model card, from the same files as the report
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     main = task.main_metric
     logger.info("Done: %s (student %s = %.4f, teacher %.4f, latency speed-up %.2fx).", out, main,

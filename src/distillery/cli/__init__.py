@@ -31,6 +31,7 @@ def add_step_commands() -> None:
 
 
 add_step_commands()
+import distillery.cli.hub  # noqa: E402,F401 (registers `distillery push`)
 
 
 @app.command()
@@ -66,6 +67,7 @@ def compress(
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
+    push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,  # the methods' option flags (distillery.cli.options), the given ones
 ):
@@ -88,7 +90,7 @@ def compress(
     named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher, "data.data_dir": data_dir,
              "out": out}
     config, given = _compress_config(named, flags, preset, config_file)
-    compress_and_show(config, overwrite, resume, given)
+    compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
 
 
 def _compress_config(named: dict, flags: dict, preset: str | None, config_file: str | None):
@@ -268,10 +270,12 @@ def report(
 ):
     """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
     setup_logging()
+    from distillery.card import write_card
     from distillery.report import merge_runs, write_report
 
     if len(runs) == 1:
         path = write_report(Path(runs[0]))
+        write_card(runs[0])  # student/README.md, the model card, rebuilt too
     else:
         if out is None:
             import re

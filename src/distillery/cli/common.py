@@ -62,13 +62,23 @@ def parse_options(pairs: list[str]) -> dict:
     return out
 
 
-def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None) -> None:
-    """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps)."""
+def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None,
+                      push_to_hub: str | None = None) -> None:
+    """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps);
+    with ``push_to_hub``, upload the student there (checked before anything trains)."""
     from distillery.pipeline import compress as run_compress
 
     import distillery.distributed as distributed
 
+    if push_to_hub:
+        from distillery.card import check_push
+
+        check_push(push_to_hub)
     folder = run_compress(config, overwrite=overwrite, resume=resume, given=given)
     if distributed.is_main():  # under a launcher, the others only trained
         typer.echo((folder / "report.md").read_text())
         typer.echo(f"Run folder: {folder}")
+        if push_to_hub:
+            from distillery.card import push_student
+
+            typer.echo(f"Pushed the student to {push_student(folder, push_to_hub)}")

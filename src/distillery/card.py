@@ -1,0 +1,265 @@
+"""A Hub-ready student: ``student/README.md`` as a Hugging Face model card, and its upload.
+
+The pipeline writes the card beside report.md, from the same run files, and ``distillery report RUN``
+rebuilds both. Its YAML front matter comes from
+huggingface_hub's ``ModelCardData`` (base model, library, pipeline tag, tags, datasets, and a
+``model-index`` holding exactly the student's scores in metrics.json); its body states the speed-ups
+with the hardware they were measured on, how the student was made, and how to load it.
+
+``--push-to-hub REPO`` (and ``distillery push RUN REPO``) uploads ``student/`` with
+``HfApi.create_repo`` + ``upload_folder``; what can be checked without the network (the repository
+name, offline mode, a token) is checked before a run trains (:func:`check_push`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
+
+from distillery.errors import DistilleryError
+from distillery.folders import MARKER, atomic_file
+from distillery.markdown import md
+from distillery.report import (_cfg, _config_lines, _main_metric, _shape, _task, _teacher_name, load_run, model_metrics,
+                               rows_table, run_rows, verdict)
+
+logger = logging.getLogger("distillery")
+
+CARD = "README.md"
+# The Hub models the built-in teachers are (teacher.BUILTIN_TEACHER, teacher.BASE_TEACHER).
+TEACHER_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2",
+                   "mpnet-base": "sentence-transformers/all-mpnet-base-v2"}
+# Shown in the loading snippet until the card is written for a push (which names the repository).
+PLACEHOLDER_REPO = "your-name/your-model"
+# Datasets' display names in the model-index, by the task's Hub dataset.
+DATASET_NAMES = {"nyu-mll/glue": "GLUE", "rajpurkar/squad": "SQuAD", "rajpurkar/squad_v2": "SQuAD v2"}
+
+
+def _plain(value: Any) -> str:
+    """A user-named value (a task, a path) on one line: a line break inside a YAML value or a heading
+    would end it."""
+    return " ".join(str(value).split())
+
+
+def base_model(teacher: str) -> str | None:
+    """The teacher's Hub id: a built-in teacher's model, or the name itself when it is a Hub id; None for
+    a local folder (a path that exists, or any name the Hub would refuse as a repository id)."""
+    from huggingface_hub.utils import validate_repo_id
+
+    if teacher in TEACHER_HUB_IDS:
+        return TEACHER_HUB_IDS[teacher]
+    if Path(teacher).expanduser().exists():
+        return None
+    try:
+        validate_repo_id(teacher)
+    except ValueError:  # HFValidationError: "/abs/path", "./rel", "a/b/c" are folders, not Hub ids
+        return None
+    return teacher
+
+
+def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The model-index dataset of the run's scores: the Hub dataset of a GLUE/SQuAD task (with its
+    config and split), or the user's dev file of a custom task (``hub`` None)."""
+    from distillery.data.tasks import get_task
+
+    split = str(metrics.get("split") or "dev")
+    dev_limit = metrics.get("dev_limit") or _cfg(config, "data", "dev_limit")
+    holdout = _cfg(config, "data", "squad_holdout")
+    # scores on part of the split say which part: the first N examples in datasets' slice syntax, a held-out share
+    cut = f"[:{int(dev_limit)}]" if isinstance(dev_limit, int) and not isinstance(dev_limit, bool) else ""
+    args = {"squad_holdout": holdout} if holdout else None
+    try:
+        spec = get_task(task_name)
+    except DistilleryError:  # custom, or a name this version does not know
+        dev_file = _cfg(config, "data", "dev_file")
+        name = f"{_plain(task_name)} ({_plain(Path(str(dev_file)).name)})" if dev_file else _plain(task_name)
+        return {"hub": None, "type": "custom", "name": name, "config": None, "split": _plain(split) + cut, "args": None}
+    hub_split = dict(spec.hub_splits).get(split, split)
+    label = DATASET_NAMES.get(spec.hub_id, spec.hub_id)
+    name = f"{label} {spec.glue_dir}" if spec.glue_dir else label
+    return {"hub": spec.hub_id, "type": spec.hub_id, "name": name, "config": spec.hub_name, "split": hub_split + cut,
+            "args": args}
+
+
+def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None):
+    """The card's front matter (``ModelCardData``) for a run loaded by :func:`distillery.report.load_run`."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    from distillery.modeling import head_of
+
+    config, metrics = run["config"], run["metrics"]
+    task, method = _task(run), str(_cfg(config, "method", default="distillation"))
+    head = head_of(student_config).name
+    pipeline_tag = head if head == "question-answering" else "text-classification" if head != "base" else None
+    dataset = _dataset(task, metrics, config)
+    main = _main_metric(metrics)
+    scores = model_metrics(metrics).get("student", {})
+    results = [EvalResult(task_type=pipeline_tag or "feature-extraction", dataset_type=dataset["type"],
+                          dataset_name=dataset["name"], dataset_config=dataset["config"], dataset_split=dataset["split"],
+                          dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
+               for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
+    tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)]))
+    return ModelCardData(base_model=base_model(_teacher_name(config)), library_name="transformers",
+                         pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
+                         model_name=_plain(repo_id or f"{method}-{task}-student"), eval_results=results or None)
+
+
+def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
+    """The speed-ups against the teacher, with the hardware and shapes they were measured at."""
+    from distillery.bench import format_hardware
+
+    lat_shape, tp_shape = _shape(rows, "latency_shape", "1×128"), _shape(rows, "throughput_shape", "256×64")
+    hardware = run["bench"].get("hardware") or {}
+    where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
+    return ["## Speed and accuracy", "",
+            verdict(rows, main, lat_shape, tp_shape), "",
+            (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
+             f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
+             "yours with `distillery bench`."), "",
+            rows_table(rows, main)]
+
+
+def _made_section(run: Mapping[str, Any]) -> list[str]:
+    """How the student was made: the run's settings (config.yaml) and training record (train.json)."""
+    config = dict(run["config"])
+    teacher = _teacher_name(config)
+    if base_model(teacher) is None and isinstance(config.get("teacher"), Mapping):
+        # a card is meant to be published: a local teacher is named by its folder, not by a path of this machine
+        config["teacher"] = {**config["teacher"], "name": Path(teacher).name or teacher}
+    lines = ["## How it was made", "",
+             "Made with distillery (`distillery compress`), whose run recorded these settings:", ""]
+    lines += _config_lines(config, run["train"], run["metrics"])
+    student = _cfg(config, "student", default={})
+    if isinstance(student, Mapping):
+        settings = ", ".join(md(f"{key}={student[key]}", code=True) for key in ("epochs", "lr", "batch_size", "seed")
+                             if student.get(key) is not None)
+        if settings:
+            lines.append(f"- student training: {settings}")
+    max_length = _cfg(config, "data", "max_length")
+    if max_length is not None:
+        lines.append(f"- maximum tokens per example: {md(max_length)}")
+    return lines + [""]
+
+
+def _usage_section(student_config, repo_id: str | None) -> list[str]:
+    """A snippet that loads the student as it really loads: transformers' Auto class of its head, after
+    ``distillery.register_models()`` for a student type of distillery's own (moebert, cmow, autotinybert),
+    which transformers does not know."""
+    from distillery.encoders import is_distillery_student
+    from distillery.modeling import head_of
+
+    head = head_of(student_config)
+    auto = head.auto_class.__name__
+    custom = is_distillery_student(student_config)
+    model_type = str(getattr(student_config, "model_type", "?"))
+    code = ["```python"]
+    if custom:
+        code += [f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
+                 "import distillery"]
+    code += [f"from transformers import {auto}, AutoTokenizer", ""]
+    if custom:
+        code += ["distillery.register_models()  # registers moebert, cmow and autotinybert with the Auto classes"]
+    code += [f"model_id = {(repo_id or PLACEHOLDER_REPO)!r}  # or the path of this folder",
+             "tokenizer = AutoTokenizer.from_pretrained(model_id)",
+             f"model = {auto}.from_pretrained(model_id).eval()"]
+    if head.name == "question-answering":
+        code += ['inputs = tokenizer("Who wrote it?", "It was written by Ada.", return_tensors="pt")',
+                 "outputs = model(**inputs)  # outputs.start_logits, outputs.end_logits"]
+    elif head.name == "sequence-classification":
+        what = ("logits[0, 0] is the predicted score" if getattr(student_config, "num_labels", 2) == 1
+                else "model.config.id2label[int(logits.argmax())] is the predicted class")
+        code += ['logits = model(**tokenizer("a sentence to classify", return_tensors="pt")).logits',
+                 f"# {what}"]
+    code += ["```"]
+    return (["## How to use it", ""] + code
+            + ["", ("A local copy of this folder also loads with `distillery.load_student(folder)`, which first "
+                    "checks the weights against the SHA-256 record in `distillery_weights.json`."), ""])
+
+
+def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None) -> str:
+    """The card's Markdown body; every user-named value goes through :func:`md`."""
+    config, metrics = run["config"], run["metrics"]
+    task, method, teacher = _task(run), _cfg(config, "method", default="distillation"), _teacher_name(config)
+    hub = base_model(teacher)
+    origin = (f"the teacher [{md(hub)}](https://huggingface.co/{hub})" if hub else
+              f"the teacher {md(Path(teacher).name or teacher, code=True)}, a local model folder (so this card names "
+              "no `base_model`)")
+    lines = [f"# {md(_plain(method))} student on {md(_plain(task))}", "",
+             f"A student of {origin}, compressed by distillery's {md(method, code=True)} method and "
+             f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split"
+             + (f" (its first {md(metrics['dev_limit'])} examples)" if metrics.get("dev_limit") else "")
+             + " are in this card's `model-index`, exactly as the run measured them (metrics.json).", ""]
+    main = _main_metric(metrics)
+    lines += _speed_section(run, run_rows(run), main)
+    lines += _made_section(run)
+    lines += _usage_section(student_config, repo_id)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_card(run_dir: str | os.PathLike, repo_id: str | None = None) -> Path | None:
+    """Write ``student/README.md`` of a run folder from its files; return its path (None when the run has
+    no saved student). ``repo_id``: the Hub repository the card is for (its loading snippet names it)."""
+    from huggingface_hub import ModelCard
+
+    from distillery.modeling import read_config
+
+    folder = Path(run_dir).expanduser() / "student"
+    if not (folder / "config.json").is_file():
+        return None
+    run = load_run(run_dir)
+    student_config = read_config(folder)
+    # The template only places the front matter: ModelCardData writes the YAML, md() made the body safe.
+    card = ModelCard.from_template(card_data(run, student_config, repo_id),
+                                   template_str="---\n{{ card_data }}\n---\n\n{{ body }}",
+                                   body=card_text(run, student_config, repo_id))
+    path = folder / CARD
+    with atomic_file(path, "w") as f:  # README.md is no weights file: the weights record and marker are untouched
+        f.write(str(card))
+    return path
+
+
+def check_push(repo_id: str) -> None:
+    """Refuse, before anything trains, a push that cannot happen: a repository id the Hub would refuse,
+    offline mode, or no Hugging Face token."""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except ValueError:
+        raise DistilleryError(f"--push-to-hub {repo_id!r} is not a Hub repository id: give one as name or "
+                              f"user/name (letters, digits, '-', '_', '.').") from None
+    # read now, not at import: huggingface_hub reads HF_HUB_OFFLINE once, when first imported
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in constants.ENV_VARS_TRUE_VALUES:
+        raise DistilleryError(f"Cannot push to the Hugging Face Hub repository {repo_id}: offline mode is on "
+                              f"(HF_HUB_OFFLINE); unset it, then push the run with `distillery push RUN {repo_id}`.")
+    if get_token() is None:
+        raise DistilleryError(f"Cannot push to the Hugging Face Hub repository {repo_id}: no Hugging Face token "
+                              f"(log in with `hf auth login`, or set HF_TOKEN).")
+
+
+def push_student(run_dir: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:
+    """Upload the run's ``student/`` (its card rewritten to name ``repo_id``) to the Hub repository
+    ``repo_id``, created when missing; return the repository's URL."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HTTPError
+
+    from distillery.modeling import first_line
+
+    check_push(repo_id)
+    folder = Path(run_dir).expanduser() / "student"
+    if write_card(run_dir, repo_id) is None:
+        raise DistilleryError(f"{run_dir} holds no saved student ({folder / 'config.json'} is missing): nothing to push.")
+    api = HfApi()
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True)
+        # the marker says distillery may replace this local folder: it means nothing in a Hub repository
+        api.upload_folder(repo_id=repo_id, folder_path=folder, ignore_patterns=[MARKER],
+                          commit_message="Upload a distillery student")
+    except (OSError, ValueError, HTTPError) as e:  # no network, a refused token, a repository of someone else's
+        raise DistilleryError(f"Could not push {folder} to the Hugging Face Hub repository {repo_id}: {first_line(e)}. "
+                              f"The run is kept; push it again with `distillery push {run_dir} {repo_id}`.") from None
+    logger.info("Pushed %s to %s.", folder, url)
+    return str(url)
