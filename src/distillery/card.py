@@ -22,7 +22,8 @@ from typing import Any
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
 from distillery.markdown import md
-from distillery.report import (_cfg, _config_lines, _main_metric, _shape, _task, _teacher_name, load_run, model_metrics,
+from distillery.config import setting
+from distillery.report import (config_lines, main_metric, shape_text, task_name, teacher_name, load_run, model_metrics,
                                rows_table, run_rows, verdict)
 
 logger = logging.getLogger("distillery")
@@ -65,15 +66,15 @@ def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, An
     from distillery.data.tasks import get_task
 
     split = str(metrics.get("split") or "dev")
-    dev_limit = metrics.get("dev_limit") or _cfg(config, "data", "dev_limit")
-    holdout = _cfg(config, "data", "squad_holdout")
+    dev_limit = metrics.get("dev_limit") or setting(config, "data.dev_limit")
+    holdout = setting(config, "data.squad_holdout")
     # scores on part of the split say which part: the first N examples in datasets' slice syntax, a held-out share
     cut = f"[:{int(dev_limit)}]" if isinstance(dev_limit, int) and not isinstance(dev_limit, bool) else ""
     args = {"squad_holdout": holdout} if holdout else None
     try:
         spec = get_task(task_name)
     except DistilleryError:  # custom, or a name this version does not know
-        dev_file = _cfg(config, "data", "dev_file")
+        dev_file = setting(config, "data.dev_file")
         name = f"{_plain(task_name)} ({_plain(Path(str(dev_file)).name)})" if dev_file else _plain(task_name)
         return {"hub": None, "type": "custom", "name": name, "config": None, "split": _plain(split) + cut, "args": None}
     hub_split = dict(spec.hub_splits).get(split, split)
@@ -90,18 +91,18 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
     from distillery.modeling import head_of
 
     config, metrics = run["config"], run["metrics"]
-    task, method = _task(run), str(_cfg(config, "method", default="distillation"))
+    task, method = task_name(run), str(setting(config, "method", "distillation"))
     head = head_of(student_config).name
     pipeline_tag = head if head == "question-answering" else "text-classification" if head != "base" else None
     dataset = _dataset(task, metrics, config)
-    main = _main_metric(metrics)
+    main = main_metric(metrics)
     scores = model_metrics(metrics).get("student", {})
     results = [EvalResult(task_type=pipeline_tag or "feature-extraction", dataset_type=dataset["type"],
                           dataset_name=dataset["name"], dataset_config=dataset["config"], dataset_split=dataset["split"],
                           dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
                for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
     tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)]))
-    return ModelCardData(base_model=base_model(_teacher_name(config)), library_name="transformers",
+    return ModelCardData(base_model=base_model(teacher_name(config)), library_name="transformers",
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-student"), eval_results=results or None)
 
@@ -110,7 +111,7 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     """The speed-ups against the teacher, with the hardware and shapes they were measured at."""
     from distillery.bench import format_hardware
 
-    lat_shape, tp_shape = _shape(rows, "latency_shape", "1×128"), _shape(rows, "throughput_shape", "256×64")
+    lat_shape, tp_shape = shape_text(rows, "latency_shape", "1×128"), shape_text(rows, "throughput_shape", "256×64")
     hardware = run["bench"].get("hardware") or {}
     where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
     return ["## Speed and accuracy", "",
@@ -124,20 +125,20 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
 def _made_section(run: Mapping[str, Any]) -> list[str]:
     """How the student was made: the run's settings (config.yaml) and training record (train.json)."""
     config = dict(run["config"])
-    teacher = _teacher_name(config)
+    teacher = teacher_name(config)
     if base_model(teacher) is None and isinstance(config.get("teacher"), Mapping):
         # a card is meant to be published: a local teacher is named by its folder, not by a path of this machine
         config["teacher"] = {**config["teacher"], "name": Path(teacher).name or teacher}
     lines = ["## How it was made", "",
              "Made with distillery (`distillery compress`), whose run recorded these settings:", ""]
-    lines += _config_lines(config, run["train"], run["metrics"])
-    student = _cfg(config, "student", default={})
+    lines += config_lines(config, run["train"], run["metrics"])
+    student = setting(config, "student", {})
     if isinstance(student, Mapping):
         settings = ", ".join(md(f"{key}={student[key]}", code=True) for key in ("epochs", "lr", "batch_size", "seed")
                              if student.get(key) is not None)
         if settings:
             lines.append(f"- student training: {settings}")
-    max_length = _cfg(config, "data", "max_length")
+    max_length = setting(config, "data.max_length")
     if max_length is not None:
         lines.append(f"- maximum tokens per example: {md(max_length)}")
     return lines + [""]
@@ -181,7 +182,7 @@ def _usage_section(student_config, repo_id: str | None) -> list[str]:
 def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None) -> str:
     """The card's Markdown body; every user-named value goes through :func:`md`."""
     config, metrics = run["config"], run["metrics"]
-    task, method, teacher = _task(run), _cfg(config, "method", default="distillation"), _teacher_name(config)
+    task, method, teacher = task_name(run), setting(config, "method", "distillation"), teacher_name(config)
     hub = base_model(teacher)
     origin = (f"the teacher [{md(hub)}](https://huggingface.co/{hub})" if hub else
               f"the teacher {md(Path(teacher).name or teacher, code=True)}, a local model folder (so this card names "
@@ -191,7 +192,7 @@ def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None
              f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split"
              + (f" (its first {md(metrics['dev_limit'])} examples)" if metrics.get("dev_limit") else "")
              + " are in this card's `model-index`, exactly as the run measured them (metrics.json).", ""]
-    main = _main_metric(metrics)
+    main = main_metric(metrics)
     lines += _speed_section(run, run_rows(run), main)
     lines += _made_section(run)
     lines += _usage_section(student_config, repo_id)

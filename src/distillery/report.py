@@ -97,18 +97,18 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     return {"dir": folder, "config": config, "metrics": metrics, "bench": bench, "train": train or {}}
 
 
-def _teacher_name(config: Mapping[str, Any]) -> str:
+def teacher_name(config: Mapping[str, Any]) -> str:
     teacher = config.get("teacher")
     if isinstance(teacher, Mapping):
         return str(teacher.get("name") or "teacher")
     return str(teacher) if teacher else "teacher"
 
 
-def _task(run: Mapping[str, Any]) -> str:
+def task_name(run: Mapping[str, Any]) -> str:
     return str(run["metrics"].get("task") or setting(run["config"], "data.task") or setting(run["config"], "task") or "?")
 
 
-def _main_metric(metrics: Mapping[str, Any]) -> str:
+def main_metric(metrics: Mapping[str, Any]) -> str:
     main = metrics.get("main_metric")
     if main:
         return str(main)
@@ -138,7 +138,7 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     model's main metric over the teacher's.
     """
     metrics = run["metrics"]
-    main = _main_metric(metrics)
+    main = main_metric(metrics)
     scores = model_metrics(metrics)
     measured = run["bench"]["models"]
     names = list(dict.fromkeys(["teacher"] + list(scores) + list(measured)))
@@ -185,7 +185,7 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 # Formatting
 
-def _shape(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
+def shape_text(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
     for row in rows:
         batch, seq = row[key]
         if batch and seq:
@@ -200,8 +200,8 @@ def rows_table(rows: Sequence[Mapping[str, Any]], main: str, *, with_run: bool =
         for k in row["metrics"]:
             if k != main and k not in others:
                 others.append(k)
-    lat_shape = _shape(rows, "latency_shape", "1×128")
-    tp_shape = _shape(rows, "throughput_shape", "256×64")
+    lat_shape = shape_text(rows, "latency_shape", "1×128")
+    tp_shape = shape_text(rows, "throughput_shape", "256×64")
     head = (["run"] if with_run else []) + [
         "model",
         "params",
@@ -276,13 +276,13 @@ def _ratio_words(teacher: float, student: float, what: str) -> str:
     return f"{student / teacher:.1f}× more {what}"
 
 
-def _config_lines(
+def config_lines(
     config: Mapping[str, Any], train: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
 ) -> list[str]:
     lines = []
     if config.get("teacher"):
         finetuned = setting(config, "teacher.finetuned")
-        lines.append(f"- teacher: {md(_teacher_name(config), code=True)}" + (" (given fine-tuned)" if finetuned else ""))
+        lines.append(f"- teacher: {md(teacher_name(config), code=True)}" + (" (given fine-tuned)" if finetuned else ""))
     for label, key in (("method", "method"), ("budget", "budget"), ("task", "data.task")):
         value = setting(config, key)
         if value is not None:
@@ -455,17 +455,17 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     """Write ``report.md`` and ``plot.png`` into a run folder; return the report's path."""
     run = load_run(run_dir)
     config, metrics, bench = run["config"], run["metrics"], run["bench"]
-    main = _main_metric(metrics)
-    task = _task(run)
+    main = main_metric(metrics)
+    task = task_name(run)
     method = setting(config, "method", "distillation")
     rows = run_rows(run)
-    lat_shape = _shape(rows, "latency_shape", "1×128")
-    tp_shape = _shape(rows, "throughput_shape", "256×64")
+    lat_shape = shape_text(rows, "latency_shape", "1×128")
+    tp_shape = shape_text(rows, "throughput_shape", "256×64")
     by_name = {r["model"]: r for r in rows}
-    teacher_name = _teacher_name(config)
+    teacher = teacher_name(config)
 
     out = [f"# {md(method)} on {md(task)}", ""]
-    compressed = f"Teacher {md(teacher_name, code=True)} compressed with {md(method, code=True)}"
+    compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}"
     t, s = by_name.get("teacher"), by_name.get("student")
     if t and s and t["params"] and s["params"]:
         compressed += (
@@ -473,7 +473,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
             f"{format_count(t['effective_params'])} → {format_count(s['effective_params'])} used per token"
         )
     out += [compressed + ".", ""]
-    cfg_lines = _config_lines(config, run["train"], metrics)
+    cfg_lines = config_lines(config, run["train"], metrics)
     if cfg_lines:
         out += cfg_lines + [""]
     out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
@@ -500,7 +500,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     if deployment:
         out += [deployment]
     if task.lower().replace("-", "") == "sst2":
-        out += [sst2_section(s, metrics, teacher_name)]
+        out += [sst2_section(s, metrics, teacher)]
 
     folder = run["dir"]
     points = plot_points(rows)
@@ -520,7 +520,7 @@ def _run_line(label: str, run: Mapping[str, Any]) -> str:
     """A merged report's line on one of its runs: method, budget, teacher, hardware."""
     cfg = run["config"]
     line = (f"- {md(label, code=True)}: method {md(setting(cfg, 'method', '?'), code=True)}, "
-            f"budget {md(setting(cfg, 'budget', '?'), code=True)}, teacher {md(_teacher_name(cfg), code=True)}")
+            f"budget {md(setting(cfg, 'budget', '?'), code=True)}, teacher {md(teacher_name(cfg), code=True)}")
     hardware = run["bench"].get("hardware")
     return line + (f"; measured on {md(format_hardware(hardware))}" if hardware else "")
 
@@ -537,11 +537,11 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     if not run_dirs:
         raise DistilleryError("Give at least one run folder to merge.")
     runs = [load_run(d) for d in run_dirs]
-    tasks = {_task(r) for r in runs}
+    tasks = {task_name(r) for r in runs}
     if len(tasks) > 1:
         raise DistilleryError(f"These runs are on different tasks ({', '.join(sorted(tasks))}); merge runs of one task.")
     task = tasks.pop()
-    mains = {_main_metric(r["metrics"]) for r in runs}
+    mains = {main_metric(r["metrics"]) for r in runs}
     if len(mains) > 1:
         raise DistilleryError(f"These runs report different main metrics ({', '.join(sorted(mains))}).")
     main = mains.pop()
@@ -559,7 +559,7 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
             rows.append(row)
 
     out_dir = claim_for_rewrite(out_dir, "report", inputs=run_dirs)
-    lat_shape = _shape(rows, "latency_shape", "1×128")
+    lat_shape = shape_text(rows, "latency_shape", "1×128")
     lines = [f"# Methods compared on {md(task)}", ""]
     lines += [_run_line(label, run) for label, run in zip(labels, runs)]
     lines += ["", "Speed-ups and retention are against each run's own teacher.", "", rows_table(rows, main, with_run=True)]
