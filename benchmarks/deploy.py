@@ -29,7 +29,7 @@ import json
 import time
 from pathlib import Path
 
-from common import DOCS, RESULTS, replace_block
+from common import DOCS, RESULTS, SST2_REFERENCE_POINTS, replace_block
 
 from distillery.bench import benchmark, format_bench_table, format_hardware
 from distillery.cli import setup_logging
@@ -38,7 +38,6 @@ from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export import export_model, prepare_export_data, read_manifest, resolve_format
 from distillery.plot import dominates, write_plot
-from distillery.report import SST2_REFERENCE_POINTS
 from distillery.runtime import load_model
 
 FORMATS = ("onnx", "onnx-int8", "torch-int8")

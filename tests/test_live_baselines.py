@@ -319,7 +319,6 @@ def test_the_rule_catches_a_measurement(tmp_path):
     assert not any("lr" in f or "runs" in f or "docstring" in f for f in found)
 
 
-@pytest.mark.xfail(strict=False, reason="until the live baselines are wired into report.py")
 def test_no_hard_coded_dev_score_or_speedup_in_src():
     assert hard_coded_measurements() == []
 

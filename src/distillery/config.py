@@ -394,6 +394,8 @@ class RunConfig:
     method_options: dict[str, Any] = field(default_factory=dict)
     bench: dict[str, Any] = field(default_factory=dict)  # overrides of distillery.bench defaults
     export: list[str] = field(default_factory=list)  # deployment variants measured beside teacher and student
+    # the free baselines measured beside them: the teacher's int8 copy and a static-embedding model (live_baselines.py)
+    baselines: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.export, str):

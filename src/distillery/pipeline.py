@@ -278,6 +278,8 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             source_metrics={"teacher": teacher_metrics, "student": student_metrics},
             save_dir=out / "exports", save=("student",),
             sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+    if config.baselines:
+        variants.update(_baselines(config, ctx, metrics))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
     chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
@@ -285,6 +287,23 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
                                      "metrics": student_metrics}]
     return metrics, variants
+
+
+def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict) -> dict[str, Any]:
+    """The free baselines, measured live on this task and machine (the teacher's int8 copy, a static-embedding
+    model distilled from the teacher): their dev metrics go into ``metrics["baselines"]``, the models to the bench."""
+    from distillery.live_baselines import live_baselines
+
+    if is_export(ctx.teacher):
+        metrics["baseline_notes"] = ["No live baselines: the teacher is an export (its int8 copy or token vectors "
+                                     "come from the PyTorch model it was exported from)."]
+        return {}
+    logger.info("[3/5] The free baselines: the teacher's int8 copy and static embeddings distilled from it.")
+    bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics["teacher"],
+                        batch_size=max(config.student.eval_batch_size, 256))
+    metrics["baselines"] = {name: m for name, (_, m) in bl.items()}
+    metrics["baseline_notes"] = list(bl.notes)
+    return {name: model for name, (model, _) in bl.items()}
 
 
 def _write_result(path: Path, text: str) -> None:

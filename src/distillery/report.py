@@ -21,46 +21,12 @@ from distillery.bench import format_count, format_hardware, speedup_over
 from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
+from distillery.live_baselines import baseline_section
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
 from distillery.plot import dominates, plot_points, write_plot
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
 OPTIONAL_FILES = ("train.json",)
-
-# Reference points on SST-2 (GLUE dev, accuracy), measured by the distillery team on a 2-core CPU
-# with the packaged teacher (all-MiniLM-L6-v2 fine-tuned on 20k SST-2 sentences), at bench.py's shapes:
-# latency at 1x128, throughput at 256x64. Speed-ups are relative to that fp32 teacher measured in
-# the same process. They are what a user gets today without any of the three methods, so a
-# student is worth its training time only where it beats them.
-SST2_TEACHER_ACCURACY = 0.873
-BUILT_IN_TEACHER_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
-SST2_REFERENCE_POINTS: tuple[dict[str, Any], ...] = (
-    {
-        "name": "built-in teacher, fine-tuned (fp32)",
-        "accuracy": 0.873,
-        "latency_speedup": 1.0,
-        "throughput_speedup": 1.0,
-    },
-    {
-        "name": "same teacher, dynamic int8 quantization",
-        "accuracy": 0.849,
-        "latency_speedup": 2.83,
-        "throughput_speedup": 2.99,
-    },
-    {
-        "name": "3-layer student from teacher layers 0,2,4 + KD",
-        "accuracy": 0.834,
-        "latency_speedup": 1.92,
-        "throughput_speedup": None,
-    },
-    {
-        "name": "model2vec static embeddings + logistic regression",
-        "accuracy": 0.740,
-        "latency_speedup": None,
-        "throughput_speedup": 190.0,  # approximate
-    },
-)
-
 
 # --------------------------------------------------------------------------------------------
 # Reading a run folder
@@ -121,10 +87,12 @@ def _is_number(v: Any) -> bool:
 
 
 def model_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Every model's numeric metrics: teacher, student, then the entries under "others"."""
+    """Every model's numeric metrics: teacher, student, the entries under "others" (export variants), then the
+    live baselines."""
     out: dict[str, dict[str, float]] = {}
     sources = [("teacher", metrics.get("teacher")), ("student", metrics.get("student"))]
     sources += list((metrics.get("others") or {}).items())
+    sources += list((metrics.get("baselines") or {}).items())
     for name, values in sources:
         if isinstance(values, Mapping):
             out[str(name)] = {k: float(v) for k, v in values.items() if _is_number(v)}
@@ -317,78 +285,6 @@ def config_lines(
     return lines
 
 
-def sst2_section(student: Mapping[str, Any] | None, metrics: Mapping[str, Any], teacher_name: Any) -> str:
-    """Where the student stands among the SST-2 reference points users can already get."""
-    lines = [
-        "## Against what you can already get on SST-2",
-        "",
-        "Reference points measured by the distillery team on a 2-core CPU with the built-in teacher "
-        "(all-MiniLM-L6-v2 fine-tuned on 20k SST-2 sentences) at the same shapes; speed-ups are "
-        "against that fp32 teacher measured in the same process.",
-        "",
-        "| model | accuracy | latency speed-up | throughput speed-up |",
-        "|---|---|---|---|",
-    ]
-    for p in SST2_REFERENCE_POINTS:
-        tp = p["throughput_speedup"]
-        tp_text = "—" if tp is None else (f"~{tp:.0f}×" if tp >= 50 else f"{tp:.2f}×")
-        lines.append(f"| {p['name']} | {p['accuracy']:.3f} | {fmt_x(p['latency_speedup'])} | {tp_text} |")
-    if student is None:
-        return "\n".join(lines) + "\n"
-    accuracy = (student.get("metrics") or {}).get("accuracy", student.get("main"))
-    lat, tp = student.get("latency_speedup"), student.get("throughput_speedup")
-    lines.append(f"| **this student** | {fmt_metric(accuracy)} | {fmt_x(lat)} | {fmt_x(tp)} |")
-    lines.append("")
-    said = _sst2_comparisons(accuracy, lat, tp) + [_sst2_teacher_caveat(metrics, teacher_name)]
-    return "\n".join(lines + [" ".join(said)]) + "\n"
-
-
-def _sst2_comparisons(accuracy: float | None, lat: float | None, tp: float | None) -> list[str]:
-    """Sentences placing the student against model2vec, the int8 teacher and the 3-layer KD baseline."""
-    m2v, int8, layers3 = SST2_REFERENCE_POINTS[3], SST2_REFERENCE_POINTS[1], SST2_REFERENCE_POINTS[2]
-    said = []
-    if accuracy is not None:
-        better = accuracy > m2v["accuracy"]
-        said.append(
-            f"The student is {'more' if better else 'not more'} accurate than model2vec "
-            f"({fmt_metric(accuracy)} against {m2v['accuracy']:.3f})"
-            + ("" if better else ", which is about 190× faster: for this task the static embeddings win")
-            + "."
-        )
-    if lat is not None:
-        faster = lat > int8["latency_speedup"]
-        s = (f"It is {'faster' if faster else 'not faster'} than the int8 teacher at 1×128 "
-             f"({lat:.2f}× against {int8['latency_speedup']:.2f}×)")
-        if tp is not None:
-            s += f" and {'has more' if tp > int8['throughput_speedup'] else 'has less'} throughput ({tp:.2f}× against {int8['throughput_speedup']:.2f}×)"
-        s += "."
-        if accuracy is not None:
-            if faster and accuracy >= int8["accuracy"]:
-                s += " It beats int8 quantization on both speed and accuracy."
-            elif not faster and accuracy < int8["accuracy"]:
-                s += " Quantizing the teacher to int8 gives more for less: it is faster and more accurate."
-        said.append(s)
-        if accuracy is not None:
-            beats = lat >= layers3["latency_speedup"] and accuracy >= layers3["accuracy"]
-            said.append(
-                "Against simply keeping teacher layers 0, 2, 4 with KD "
-                f"({layers3['accuracy']:.3f}, {layers3['latency_speedup']:.2f}×), the student is "
-                + ("at least as good on both." if beats else "not better on both accuracy and speed.")
-            )
-    return said
-
-
-def _sst2_teacher_caveat(metrics: Mapping[str, Any], teacher_name: Any) -> str:
-    """Whether the run's speed-ups compare directly with the reference points (same built-in teacher)."""
-    teacher_acc = metrics.get("teacher", {}).get("accuracy")
-    acc_text = f", accuracy {fmt_metric(teacher_acc)} here" if _is_number(teacher_acc) else ""
-    if str(teacher_name).lower() in BUILT_IN_TEACHER_NAMES:
-        return (f"This run's teacher is the built-in one ({md(teacher_name, code=True)}{acc_text}; "
-                f"{SST2_TEACHER_ACCURACY:.3f} recorded), so its speed-ups compare directly.")
-    return (f"This run's speed-ups are against its own teacher ({md(teacher_name, code=True)}{acc_text}), not the "
-            "built-in one, so the comparison is of ratios to different teachers.")
-
-
 def deployment_section(rows: Sequence[Mapping[str, Any]], main: str) -> str:
     """Where the run measured exported variants (``teacher-int8``, ...): does a student variant beat
     each variant of the teacher on both speed and score? Empty when there are none."""
@@ -499,8 +395,8 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     deployment = deployment_section(rows, main)
     if deployment:
         out += [deployment]
-    if task.lower().replace("-", "") == "sst2":
-        out += [sst2_section(s, metrics, teacher)]
+    if metrics.get("baselines") or metrics.get("baseline_notes"):
+        out += [baseline_section(bench, metrics, metrics.get("baseline_notes") or ())]
 
     folder = run["dir"]
     points = plot_points(rows)

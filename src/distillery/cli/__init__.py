@@ -66,6 +66,7 @@ def compress(
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
+    baselines: Optional[bool] = typer.Option(None, "--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -84,6 +85,7 @@ def compress(
                                                   regression).items()},
         "bench.latency_runs": latency_runs,
         "export": list(export) or None,
+        "baselines": baselines,
         # a flag of its own wins over the same option given as --option key=value
         **{f"method_options.{k}": v for k, v in {**parse_options(option), **(method_options or {})}.items()},
     }
