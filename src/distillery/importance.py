@@ -61,7 +61,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
-from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
+from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
 from distillery.distill.losses import task_loss
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of
 from distillery.errors import DistilleryError
@@ -91,12 +91,8 @@ def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
             for layer in encoder_layers(teacher)]
 
 
-def _inputs(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
-
-
 def _targets(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in TARGETS}
+    return {k: batch[k].to(device) for k in TARGETS if k in batch}
 
 
 def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None, seed: int) -> DataLoader:
@@ -239,10 +235,10 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
         loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
         first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
         if (kind != "qa" and first is not None and not layout.shared_layers
-                and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0])):
+                and _reads_first_token_only(model, model_inputs(first, model), ffns[-1][0])):
             handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
         for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
-            out = model(**_inputs(batch, device))
+            out = model(**model_inputs(batch, model))
             loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
             loss.backward()
             for i, term in terms.items():

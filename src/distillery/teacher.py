@@ -34,7 +34,7 @@ from transformers import (
 import distillery.distributed as distributed
 import distillery.encoders as encoders
 from distillery.config import DataConfig, TeacherConfig, cache_root, load_yaml
-from distillery.data.encode import TaskData, content_digest, prepare_task_data
+from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
@@ -347,8 +347,7 @@ def lm_task_loss(task: TaskSpec):
     """The loss_fn for plain supervised fine-tuning of a model with a task head."""
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
-        return task_loss(task.kind, model(**inputs), batch)
+        return task_loss(task.kind, model(**model_inputs(batch, model)), batch)
 
     return loss_fn
 

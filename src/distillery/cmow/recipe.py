@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (COMPONENTS, HEADS, PAIR_MODES, CMOWConfig, CMOWForSequenceClassification, checked_config,
                                           soft_cross_entropy_to, two_hot)
-from distillery.data.encode import TARGETS
+from distillery.data.encode import model_inputs
 from distillery.distill.losses import prediction_distillation, task_loss
 from distillery.errors import DistilleryError
 from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
@@ -143,8 +143,7 @@ def cmow_loss(kd_weight: float, temperature: float):
     targets are two-hot distributions over the bins (gold score, teacher's score)."""
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
-        out = model(**inputs)
+        out = model(**model_inputs(batch, model))
         teacher = batch["teacher_logits"]
         if out.bin_logits is not None:
             bins = model.bin_values

@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
-from distillery.data.encode import MODEL_INPUTS, TARGETS
+from distillery.data.encode import model_inputs
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
@@ -149,16 +149,15 @@ def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float,
     distill = layers is not None and lam > 0
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
         hidden = distill and bool(layers)
-        out = model(**inputs, output_hidden_states=hidden)
+        out = model(**model_inputs(batch, model), output_hidden_states=hidden)
         ce = task_loss(kind, out, batch)
         loss, logs = ce, {"ce": float(ce.detach())}
         if distill:
             with torch.no_grad():
-                t_out = teacher(**inputs, output_hidden_states=hidden)
+                t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden)
             pred = prediction_distillation(kind, out, t_out, loss="symmetric_kl")
-            trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=inputs.get("attention_mask"))
+            trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=batch.get("attention_mask"))
                        for i in layers), torch.zeros((), device=ce.device))
             loss = loss + lam * (trm + pred)
             logs.update(pred=float(pred.detach()), trm=float(trm.detach()))
@@ -259,13 +258,11 @@ def expert_load(model: PreTrainedModel, task_data, batch_size: int) -> torch.Ten
     """(layers, experts): real dev tokens routed to each expert."""
     from torch.utils.data import DataLoader
 
-    device = next(model.parameters()).device
     total = None
     model.eval()
     with torch.inference_mode():
         for batch in DataLoader(task_data.dev, batch_size=batch_size, collate_fn=task_data.collate):
-            inputs = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
-            load = model(**inputs, output_expert_load=True).expert_load.cpu()
+            load = model(**model_inputs(batch, model), output_expert_load=True).expert_load.cpu()
             total = load if total is None else total + load
     return total
 
