@@ -54,3 +54,19 @@ def test_imports_only_go_down_the_layers():
 def test_no_source_file_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_batches_become_model_inputs_in_one_place():
+    """Only ``distillery.data.encode.model_inputs`` picks a model's inputs out of a batch: no other module
+    reads the batch columns' lists or a forward's signature, nor keeps or drops batch keys by hand. (A
+    student's modeling file may read the signature of the family model it wraps: it passes its own
+    arguments on, not a batch.)"""
+    import re
+
+    home = SRC / "data" / "encode.py"
+    by_hand = re.compile(r"\bMODEL_INPUTS\b|signature\([^)]*forward|\bk not in TARGETS\b"
+                         r"|\w+, \w+ in \w*batch\w*\.items\(\) if|\(\"labels\", \"start_positions\"")
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in SRC.rglob("*.py")
+             if p != home and not p.name.startswith("modeling_")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if by_hand.search(line)]
+    assert not found, "\n".join(found)
