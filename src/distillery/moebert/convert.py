@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 from distillery.encoders import ffn_width, layers_prefix, layout_of
 from distillery.errors import DistilleryError
 from distillery.importance import dense_ffns
+from distillery.modeling import head_of_class
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
@@ -32,9 +33,9 @@ from distillery.moebert.modeling_moebert import (
     check_expert_shape,
 )
 
-# The teacher's class name ends with ... -> the MoEBERT class with the same head
-STUDENT_CLASSES = (("ForSequenceClassification", MoEBertForSequenceClassification),
-                   ("ForQuestionAnswering", MoEBertForQuestionAnswering), ("Model", MoEBertModel))
+# The MoEBERT class of each head (distillery.modeling.HEADS, by the Auto class its family model is built with)
+STUDENT_CLASSES = {cls.FAMILY_HEAD: cls for cls in (MoEBertForSequenceClassification, MoEBertForQuestionAnswering,
+                                                    MoEBertModel)}
 
 SPLITS = ("import", "random", "inverse")
 
@@ -121,10 +122,11 @@ def teacher_layout(config):
 
 
 def student_class(teacher) -> type[MoEBertPreTrainedModel]:
+    """The MoEBERT class with the teacher's head."""
     name = type(teacher).__name__
-    for suffix, cls in STUDENT_CLASSES:
-        if name.endswith(suffix):
-            return cls
+    head = head_of_class(name)
+    if head is not None and head.auto_class in STUDENT_CLASSES:
+        return STUDENT_CLASSES[head.auto_class]
     raise DistilleryError(f"Cannot convert {name}: MoEBERT has sequence-classification, QA and bare-encoder heads.")
 
 
