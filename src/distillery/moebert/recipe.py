@@ -34,11 +34,11 @@ from distillery.distill.losses import hidden_mse, prediction_distillation, task_
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.encoders import ffn_width
-from distillery.moebert.convert import SPLITS, convert, count_tokens, shared_default, teacher_layout
+from distillery.moebert.convert import SPLITS, convert, count_tokens, teacher_layout
 import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
-from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, check_expert_shape
+from distillery.moebert.modeling_moebert import GATE_SCALES, ROUTINGS, SHARED_MODES, MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.recipe import MethodContext, MethodOptions, flag, number, one_of, option, text
 
 logger = logging.getLogger("distillery")
@@ -107,17 +107,8 @@ def options(config) -> MoEBertOptions:
 
 
 def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
-    """(N, d_e, s) from the options and the teacher's FFN size; a sentence if impossible."""
-    n = int(opts.experts)
-    if n < 1:
-        raise DistilleryError(f"--experts must be at least 1, got {n}.")
-    d_e = int(opts.expert_size) if opts.expert_size is not None else d_h // n
-    s = int(opts.shared) if opts.shared is not None else min(shared_default(d_h), d_e)
-    try:
-        check_expert_shape(d_h, n, d_e, s)
-    except ValueError as e:
-        raise DistilleryError(str(e)) from None
-    return n, d_e, s
+    """(N, d_e, s) from the options and the teacher's FFN size (:func:`resolve_expert_shape`); a sentence if impossible."""
+    return resolve_expert_shape(d_h, opts.experts, opts.expert_size, opts.shared)
 
 
 def teacher_width(teacher_config) -> int:
