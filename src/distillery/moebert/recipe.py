@@ -180,9 +180,11 @@ def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, o
 
 
 def load_importance(path: str | Path) -> torch.Tensor:
+    from safetensors import SafetensorError
+
     try:
         return load_file(str(path))["importance"]
-    except Exception as e:  # safetensors raises its own error types
+    except (OSError, SafetensorError, KeyError) as e:  # unreadable, not a safetensors file, no "importance" tensor
         raise DistilleryError(f"Cannot read importance scores from {path}: {e}") from None
 
 
