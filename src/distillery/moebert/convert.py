@@ -139,8 +139,9 @@ def convert(
     """A MoEBERT model with the teacher's weights, its FFNs cut into experts.
 
     ``importance``: (layers, d_h) scores from :func:`distillery.importance.ffn_importance`, one row
-    per layer of the family's layer list (None only for ``split="random"``). ``token_counts``
-    (vocab,) is needed for ``hash-b``.
+    per layer of the family's layer list (None only for ``split="random"``). ``expert_size`` and
+    ``shared_size`` default as :func:`~distillery.moebert.modeling_moebert.resolve_expert_shape` says.
+    ``token_counts`` (vocab,) is needed for ``hash-b``.
     """
     layout = teacher_layout(teacher.config)
     ffns = dense_ffns(teacher)
@@ -181,7 +182,7 @@ def _student_state(teacher: PreTrainedModel, student: MoEBertPreTrainedModel, la
                    token_counts: Tensor | None) -> dict[str, Tensor]:
     """The student's weights: the teacher's, under their own names, except the FFNs, whose neurons the
     split hands out to the experts layer by layer (plus the hash-b tables)."""
-    c = student.config
+    c, d_h = student.config, ffn_width(layout, teacher.config)
     own = student.state_dict()
     state = {k: v.detach().clone() for k, v in teacher.state_dict().items() if k in own}
     prefix = layers_prefix(teacher)
@@ -191,7 +192,7 @@ def _student_state(teacher: PreTrainedModel, student: MoEBertPreTrainedModel, la
         if c.shared_mode == "cloned":  # every expert holds a copy of the shared neurons
             experts = torch.cat([shared.expand(c.num_experts, -1), experts], dim=1)
         p = f"{prefix}.{i}.{layout.ffn_block}."
-        state.update(_expert_weights(p, w1, w2, shared, experts, ffn_width(layout, teacher.config), layout.glu, tied=c.shared_mode == "tied"))
+        state.update(_expert_weights(p, w1, w2, shared, experts, d_h, layout.glu, tied=c.shared_mode == "tied"))
         if c.routing == "hash-b":
             table = balanced_hash_table(token_counts, c.num_experts)
             state[p + "hash_table"] = table.expand_as(own[p + "hash_table"]).clone()
