@@ -87,7 +87,7 @@ class MoEBertOptions(MethodOptions):
     ALIASES: ClassVar[dict[str, str]] = {"lambda": "lam"}  # `lambda` is a Python keyword
     experts: int = option(4, number(1, whole=True))
     expert_size: int | None = option(None, number(1, whole=True, optional=True))  # None: d_h / experts
-    shared: int | None = option(None, number(0, whole=True, optional=True))  # None: d_h / 6 rounded to a multiple of 8
+    shared: int | None = option(None, number(0, whole=True, optional=True))  # None: d_h / 6 rounded to a multiple of 8, at most expert_size
     split: str = option("import", one_of(*SPLITS))
     routing: str = option("hash-r", one_of(*ROUTINGS))
     shared_mode: str = option("tied", one_of(*SHARED_MODES))
