@@ -187,7 +187,7 @@ def run_dispatch(args) -> None:
 
     import torch
 
-    from distillery.moebert.convert import shared_default
+    from distillery.moebert.modeling_moebert import shared_default
     from distillery.moebert.experts import MoEFeedForward, plan_dispatch
 
     records = []

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from distillery.distill.losses import task_loss
-from distillery.importance import _inputs, _targets, attention_blocks, dense_ffns
+from distillery.data.encode import model_inputs
+from distillery.importance import _targets, attention_blocks, dense_ffns
 
 
 def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
@@ -27,7 +28,7 @@ def reference_importance(model, dataset, collate_fn, kind: str) -> Tensor:
     try:
         for n in range(len(dataset)):
             batch = collate_fn([dataset[n]])
-            out = model(**_inputs(batch, device))
+            out = model(**model_inputs(batch, model))
             loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
             grads = torch.autograd.grad(loss, weights)
             for i, (w1, w2) in enumerate(ffns):
@@ -62,7 +63,7 @@ def reference_head_importance(model, dataset, collate_fn, kind: str) -> Tensor:
     try:
         for n in range(len(dataset)):
             batch = collate_fn([dataset[n]])
-            out = model(**_inputs(batch, "cpu"))
+            out = model(**model_inputs(batch, model))
             loss = task_loss(kind, out, _targets(batch, "cpu"), reduction="none").sum()
             scores += torch.stack(torch.autograd.grad(loss, masks)).abs().double()
     finally:

@@ -267,7 +267,7 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
     net = SuperNet.from_teacher(teacher, "head-dims").eval()
     proj = make_projection(net, teacher.config.hidden_size)
     b = batch()
-    terms = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+    terms = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b))
     assert terms.hidden.item() < 1e-10 and terms.attention.item() < 1e-10 and abs(terms.prediction.item()) < 1e-6
 
 
@@ -286,7 +286,7 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     loss.backward()
     got = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
     net.zero_grad()
-    rng, targets = batch_rng(b["input_ids"], 4), teacher_targets(teacher, b["input_ids"], b["attention_mask"], b["token_type_ids"])
+    rng, targets = batch_rng(b["input_ids"], 4), teacher_targets(teacher, b)
     archs = sandwich(net.space, rng, 3)
     assert archs[:2] == [net.space.full(), net.space.smallest()]
     for arch in archs:  # the reference: one backward per sub-network, gradients accumulated

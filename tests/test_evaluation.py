@@ -146,3 +146,17 @@ def test_length_sorted_predict_equals_one_example_at_a_time(tiny_bert, tokenizer
             for i in range(len(data.train))
         ])
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, metrics, main, match", [
+    ("qa", ("accuracy",), "accuracy", "'accuracy' that a qa task is not scored with"),
+    ("regression", ("pearson", "f1"), "pearson", "'f1' that a regression task is not scored with"),
+    ("qa", ("exact_match", "f1", "NoAns_f1"), "NoAns_f1", "not given for every dev set of a qa task"),
+])
+def test_a_task_scored_with_metrics_its_kind_has_not_is_refused_when_made(kind, metrics, main, match):
+    """A TaskSpec given to evaluate() is user input: a metric its kind is not scored with (or a main metric
+    some dev sets lack) is a sentence when the spec is made, not an error after the predictions."""
+    from distillery.data.tasks import TaskSpec
+
+    with pytest.raises(DistilleryError, match=match):
+        TaskSpec(name="mine", kind=kind, labels=None, metrics=metrics, main_metric=main)

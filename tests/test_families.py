@@ -12,7 +12,7 @@ import torch
 
 import distillery
 from distillery.errors import DistilleryError
-from tests.families import FAMILY_NAMES, compress
+from tests.families import FAMILY_NAMES, NO_TOKEN_TYPES, compress
 from tests.helpers import write_glue
 
 METHODS = ("distill", "moebert", "cmow", "autotinybert")
@@ -154,3 +154,51 @@ def test_the_chain_is_read_from_the_teachers_run_and_left_out_when_unreadable(tm
         {"model": str(student), "method": "moebert", "task": "sst2", "metrics": {"accuracy": 0.8}}]
     (tmp_path / "run" / "metrics.json").write_text("{not json")
     assert teacher_chain(str(student)) is None
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_model_inputs_of_every_family(family, tiny_family):
+    """``model_inputs`` gives each family what the batch filters it replaced gave it (the collated batch less
+    its targets: every input the family's tokenizer makes, its forward names) on the model's device; a
+    ``token_type_ids`` column is dropped for a family whose forward takes none."""
+    import datasets
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from distillery.data.encode import MODEL_INPUTS, TARGETS, encode_pair, make_collate, model_inputs
+
+    folder = tiny_family(family)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
+    raw = datasets.Dataset.from_dict({"text": ["the movie was good", "a bad film"],
+                                      "text_pair": ["it was fun", "with a dull and boring plot"], "label": [1, 0]})
+    encoded = encode_pair(raw, tokenizer, 24)
+    batch = make_collate(tokenizer)([encoded[i] for i in range(len(encoded))])
+    inputs = model_inputs(batch, model)
+    assert list(inputs) == [k for k in batch if k not in TARGETS] == [k for k in batch if k in MODEL_INPUTS]
+    assert ("token_type_ids" in inputs) == (family not in NO_TOKEN_TYPES)
+    assert all(torch.equal(inputs[k], batch[k]) and inputs[k].device == model.device for k in inputs)
+    torch.testing.assert_close(logits(model, inputs), logits(model, {k: batch[k] for k in inputs}))
+    typed = {**batch, "token_type_ids": torch.zeros_like(batch["input_ids"])}
+    untyped = {"distilbert", "mpnet", "modernbert"}  # RoBERTa's forward takes them (one type), its tokenizer makes none
+    assert ("token_type_ids" in model_inputs(typed, model)) == (family not in untyped)
+
+
+def test_model_inputs_pass_everything_through_a_wrapper_and_nothing_else():
+    """A forward that names no input (DDP's, torch.compile's wrapper) gets every model input of the batch;
+    the targets and bookkeeping columns never reach a model."""
+    from torch import nn
+
+    from distillery.data.encode import model_inputs
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(1))
+
+        def forward(self, *args, **kwargs):
+            return kwargs
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    batch = {"input_ids": ids, "attention_mask": ids, "token_type_ids": ids, "labels": torch.ones(2),
+             "teacher_logits": torch.ones(2, 2), "example_id": ids}
+    assert list(model_inputs(batch, Wrapper())) == ["input_ids", "attention_mask", "token_type_ids"]

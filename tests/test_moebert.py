@@ -16,9 +16,9 @@ from transformers import (
 import distillery
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import (balanced_hash_table, convert, count_tokens, dense_ffns, expert_indices,
-                                        neuron_ranking, shared_default)
+                                        neuron_ranking)
 from distillery.importance import ffn_importance
-from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch
+from distillery.moebert.modeling_moebert import MoEBertForSequenceClassification, plan_dispatch, shared_default
 from distillery.method import preset_settings
 from distillery.moebert.recipe import distilled_layers, layerwise_distillation_loss
 from distillery.pipeline import build_run_config, compress
@@ -109,6 +109,25 @@ def test_expert_index_sets_follow_the_paper_rule():
 
 def test_shared_default_is_a_sixth_rounded_to_eight():
     assert shared_default(3072) == 512 and shared_default(1536) == 256
+
+
+def test_one_expert_shape_resolver_for_the_method_and_the_conversion():
+    """d_e defaults to d_h / N and s to shared_default capped at d_e, alike in the method's options and in
+    convert(); an impossible shape is the same sentence from both, and the config's ValueError says it too."""
+    from distillery.moebert.modeling_moebert import MoEBertConfig, resolve_expert_shape
+    from distillery.moebert.recipe import MoEBertOptions, expert_shape
+
+    assert resolve_expert_shape(3072, 4) == (4, 768, 512) and resolve_expert_shape(1536, 4) == (4, 384, 256)
+    assert resolve_expert_shape(1536, 8, 100) == (8, 100, 100)  # the default s (256) capped at d_e
+    assert resolve_expert_shape(D_H, 4, 6) == expert_shape(MoEBertOptions(experts=4, expert_size=6), D_H) == (4, 6, 6)
+    student = convert(tiny_teacher(), IMPORTANCE, num_experts=4, expert_size=6)
+    assert (student.config.expert_size, student.config.shared_size) == (6, 6)
+    with pytest.raises(DistilleryError, match="at least 1, got 0"):
+        resolve_expert_shape(D_H, 0)
+    with pytest.raises(DistilleryError, match="at least 1, got 0"):  # not a division by zero
+        convert(tiny_teacher(), IMPORTANCE, num_experts=0)
+    with pytest.raises(ValueError, match="need 0 \\+ 4×12 = 48 distinct neurons"):
+        MoEBertConfig(encoder_config=tiny_teacher().config, num_experts=4, expert_size=12, shared_size=0)
 
 
 @pytest.mark.parametrize("mode", ["tied", "cloned"])

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 from distillery.runtime import load_model
 
@@ -185,25 +186,14 @@ def _vocab_size(model: nn.Module) -> int:
 
 
 def make_inputs(model: nn.Module, batch: int, seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random token ids (seeded, ordinary ids only), a full attention mask, and token-type
-    zeros for models whose ``forward`` takes ``token_type_ids``; on the model's device."""
+    """Random token ids (seeded, ordinary ids only), a full attention mask, and token-type zeros, as far
+    as ``model.forward`` takes them (:func:`distillery.data.encode.model_inputs`); on the model's device."""
     vocab = _vocab_size(model)
     low = min(FIRST_ORDINARY_ID, vocab // 2)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(low, vocab, (batch, seq), generator=generator)
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        params = {}
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    device = _model_device(model)
-    inputs = {"input_ids": ids}
-    if "attention_mask" in params or takes_any:
-        inputs["attention_mask"] = torch.ones_like(ids)
-    # Only when named: a **kwargs forward may reject an input it does not know.
-    if "token_type_ids" in params:
-        inputs["token_type_ids"] = torch.zeros_like(ids)
-    return {k: v.to(device) for k, v in inputs.items()}
+    return model_inputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)},
+                        model)
 
 
 def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:

@@ -52,6 +52,7 @@ paper's code scores on dev, which leaks the evaluation set into the conversion.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import numpy as np
@@ -61,7 +62,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
-from distillery.data.encode import MODEL_INPUTS, TARGETS, example_lengths, length_batches
+from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
 from distillery.distill.losses import task_loss
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of
 from distillery.errors import DistilleryError
@@ -91,12 +92,8 @@ def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
             for layer in encoder_layers(teacher)]
 
 
-def _inputs(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
-
-
 def _targets(batch, device):
-    return {k: v.to(device) for k, v in batch.items() if k in TARGETS}
+    return {k: batch[k].to(device) for k in TARGETS if k in batch}
 
 
 def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None, seed: int) -> DataLoader:
@@ -168,92 +165,124 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
     layout = layout_of(model.config)
     ffns = dense_ffns(model)
     attns = attention_blocks(model) if heads else []
-    n_heads = model.config.num_attention_heads
-    d_h = ffn_width(layout, model.config)
     device = next(model.parameters()).device
-    scores = torch.zeros(len(ffns), d_h, dtype=torch.float64, device=device)
-    head_scores = torch.zeros(len(ffns), n_heads, dtype=torch.float64, device=device) if heads else None
-    pending: dict[int, list[Tensor]] = {i: [] for i in range(len(ffns))}  # W2 terms waiting for their W1 term
-    terms: dict[int, Tensor] = {}  # layer -> per-example terms of the batch (summed over a shared layer's calls)
-    handles = []
+    terms = _ImportanceTerms(model, len(ffns), heads, device)
+    handles = terms.attach(ffns, attns)
+    try:
+        with _activation_gradients_only(model, ffns, attns):
+            loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
+            first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
+            if (kind != "qa" and first is not None and not layout.shared_layers
+                    and _reads_first_token_only(model, model_inputs(first, model), ffns[-1][0])):
+                handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
+            for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
+                out = model(**model_inputs(batch, model))
+                task_loss(kind, out, _targets(batch, device), reduction="none").sum().backward()
+                terms.add_batch()
+    finally:
+        for h in handles:
+            h.remove()
+    scores, head_scores = terms.scores, terms.head_scores
+    distributed.all_sum_(scores, *([head_scores] if heads else []))
+    return scores.float().cpu(), (head_scores.float().cpu() if heads else None)
 
-    # The gradient hooks keep *detached* views of z and h: a hook holding the tensor itself would
-    # close a reference cycle (tensor -> grad_fn -> hook -> tensor) that only the cyclic garbage
-    # collector frees, and activations of long batches (SQuAD windows) would pile up until it runs.
-    def on_hidden(i):  # W2's input h = act(z), or act(z_in) · z_gate: (B, T, d_h)
+
+class _ImportanceTerms:
+    """The sums of one importance pass, gathered by hooks on every layer's W1 and W2 (and, for heads,
+    the attention-output projection) from the activations and their gradients.
+
+    The gradient hooks keep *detached* views of z and h: a hook holding the tensor itself would close
+    a reference cycle (tensor -> grad_fn -> hook -> tensor) that only the cyclic garbage collector
+    frees, and activations of long batches (SQuAD windows) would pile up until it runs."""
+
+    def __init__(self, model, n_layers: int, heads: bool, device):
+        layout = layout_of(model.config)
+        self.glu, self.d_h = layout.glu, ffn_width(layout, model.config)
+        self.n_heads = model.config.num_attention_heads
+        self.scores = torch.zeros(n_layers, self.d_h, dtype=torch.float64, device=device)
+        self.head_scores = torch.zeros(n_layers, self.n_heads, dtype=torch.float64, device=device) if heads else None
+        self.pending: dict[int, list[Tensor]] = {i: [] for i in range(n_layers)}  # W2 terms waiting for their W1 term
+        self.terms: dict[int, Tensor] = {}  # layer -> per-example terms of the batch (summed over a shared layer's calls)
+
+    def attach(self, ffns, attns) -> list:
+        """The hooks' handles, for the caller to remove."""
+        handles = []
+        for i, (w1, w2) in enumerate(ffns):
+            handles.append(w2.register_forward_pre_hook(self._on_hidden(i)))
+            handles.append(w1.register_forward_hook(self._on_pre_activation(i, w1)))
+        for i, (_, out) in enumerate(attns):
+            handles.append(out.register_forward_pre_hook(self._on_context(i)))
+        return handles
+
+    def add_batch(self) -> None:
+        """Add the batch's per-example terms, as absolute values, to the neuron scores."""
+        for i, term in self.terms.items():
+            self.scores[i] += term.abs().sum(0).double()
+        self.terms.clear()
+
+    def _on_hidden(self, i):  # W2's input h = act(z), or act(z_in) · z_gate: (B, T, d_h)
         def pre_hook(module, args):
             h = args[0]
             if h.requires_grad:
                 value = h.detach()
-                h.register_hook(lambda g: pending[i].append((g * value).sum(1)))  # (B, d_h)
+                h.register_hook(lambda g: self.pending[i].append((g * value).sum(1)))  # (B, d_h)
         return pre_hook
 
-    def on_pre_activation(i, w1):  # W1's output z: (B, T, d_h), or (B, T, 2·d_h) for a GLU
+    def _on_pre_activation(self, i, w1):  # W1's output z: (B, T, d_h), or (B, T, 2·d_h) for a GLU
         def hook(module, args, z):
             if z.requires_grad:
                 centred = z.detach() if w1.bias is None else z.detach() - w1.bias.detach()  # w1_j · a = z_j − b1_j
 
                 def grad_hook(g):
                     term = (g * centred).sum(1)  # (B, d_h) or (B, 2·d_h)
-                    if layout.glu:
-                        term = term[:, :d_h] + term[:, d_h:]  # a neuron's input and gate rows
-                    term = term + pending[i].pop()  # the same call's W2 term (its gradient came just before)
-                    terms[i] = term if i not in terms else terms[i] + term
+                    if self.glu:
+                        term = term[:, :self.d_h] + term[:, self.d_h:]  # a neuron's input and gate rows
+                    term = term + self.pending[i].pop()  # the same call's W2 term (its gradient came just before)
+                    self.terms[i] = term if i not in self.terms else self.terms[i] + term
                 z.register_hook(grad_hook)
         return hook
 
-    def on_context(i):  # attention-output dense's input c: (B, T, H · d_head), heads side by side
+    def _on_context(self, i):  # attention-output dense's input c: (B, T, H · d_head), heads side by side
         def pre_hook(module, args):
             c = args[0]
             if c.requires_grad:
                 value = c.detach()
 
                 def grad_hook(g):
-                    term = (g * value).sum(1).unflatten(-1, (n_heads, -1)).sum(-1)  # (B, H) = ∂L/∂ξ_h per example
-                    head_scores[i] += term.abs().sum(0).double()
+                    term = (g * value).sum(1).unflatten(-1, (self.n_heads, -1)).sum(-1)  # (B, H) = ∂L/∂ξ_h per example
+                    self.head_scores[i] += term.abs().sum(0).double()
                 c.register_hook(grad_hook)
         return pre_hook
 
-    for i, (w1, w2) in enumerate(ffns):
-        handles.append(w2.register_forward_pre_hook(on_hidden(i)))
-        handles.append(w1.register_forward_hook(on_pre_activation(i, w1)))
-    for i, (_, out) in enumerate(attns):
-        handles.append(out.register_forward_pre_hook(on_context(i)))
+
+@contextlib.contextmanager
+def _activation_gradients_only(model, ffns, attns):
+    """The model in eval mode with only activation gradients to compute; its modes, ``requires_grad``
+    flags and gradients restored after.
+
+    Freezing every weight but the b1 biases (and the value biases, for heads) skips the weight-gradient
+    matmuls; those biases still requiring grad make autograd record the graph from the first FFN
+    (attention) on (a bias gradient is a cheap sum over tokens). An FFN without biases (ModernBERT) has
+    its first input require grad."""
     was_training = model.training
     model.eval()
     requires = {n: p.requires_grad for n, p in model.named_parameters()}
+    handle = None
     try:
-        # Only activation gradients are needed. Freezing every weight but the b1 biases (and the
-        # value biases, for heads) skips the weight-gradient matmuls; those biases still requiring
-        # grad make autograd record the graph from the first FFN (attention) on (a bias gradient is
-        # a cheap sum over tokens). An FFN without biases (ModernBERT) has its first input require grad.
         for p in model.parameters():
             p.requires_grad_(False)
         for w1, _ in ffns:
             if w1.bias is not None:
                 w1.bias.requires_grad_(True)
         if ffns[0][0].bias is None:
-            handles.append(ffns[0][0].register_forward_pre_hook(_needs_grad))
+            handle = ffns[0][0].register_forward_pre_hook(_needs_grad)
         for value, _ in attns:  # its weight where the family has no biases (a costlier gradient, the same graph)
             (value.weight if value.bias is None else value.bias).requires_grad_(True)
-        loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
-        first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
-        if (kind != "qa" and first is not None and not layout.shared_layers
-                and _reads_first_token_only(model, _inputs(first, device), ffns[-1][0])):
-            handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
-        for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
-            out = model(**_inputs(batch, device))
-            loss = task_loss(kind, out, _targets(batch, device), reduction="none").sum()
-            loss.backward()
-            for i, term in terms.items():
-                scores[i] += term.abs().sum(0).double()
-            terms.clear()
+        yield
     finally:
-        for h in handles:
-            h.remove()
+        if handle is not None:
+            handle.remove()
         for n, p in model.named_parameters():
             p.requires_grad_(requires[n])
             p.grad = None
         model.train(was_training)
-    distributed.all_sum_(scores, *([head_scores] if heads else []))
-    return scores.float().cpu(), (head_scores.float().cpu() if heads else None)

@@ -48,32 +48,49 @@ def register_models() -> None:
 
 @dataclass(frozen=True)
 class Head:
-    """A task head: its name (in export manifests), output fields, Auto class and output class."""
+    """A task head: its name (in export manifests), the suffix of its model classes' names
+    (``BertForSequenceClassification``), the task kinds it serves, output fields, Auto class and
+    output class."""
 
     name: str
+    suffix: str
+    kinds: tuple[str, ...]
     outputs: tuple[str, ...]
     auto_class: Any
     output_class: Any
 
 
-HEADS = {  # architecture suffix -> head
-    "ForSequenceClassification": Head("sequence-classification", ("logits",), AutoModelForSequenceClassification,
-                                      SequenceClassifierOutput),
-    "ForQuestionAnswering": Head("question-answering", ("start_logits", "end_logits"), AutoModelForQuestionAnswering,
-                                 QuestionAnsweringModelOutput),
-}
-BASE_HEAD = Head("base", ("last_hidden_state",), AutoModel, BaseModelOutput)
+# The task-head registry: every choice of a head (by task kind, by a model's class or architecture
+# name, by an export manifest's name) reads it.
+HEADS = (
+    Head("sequence-classification", "ForSequenceClassification", ("classification", "regression"), ("logits",),
+         AutoModelForSequenceClassification, SequenceClassifierOutput),
+    Head("question-answering", "ForQuestionAnswering", ("qa",), ("start_logits", "end_logits"),
+         AutoModelForQuestionAnswering, QuestionAnsweringModelOutput),
+)
+BASE_HEAD = Head("base", "Model", (), ("last_hidden_state",), AutoModel, BaseModelOutput)
+
+
+def head_for_task(kind: str) -> Head:
+    """The head a task of ``kind`` ("classification", "regression", "qa") is trained with."""
+    return next(h for h in HEADS if kind in h.kinds)
+
+
+def head_of_class(name: str) -> Head | None:
+    """The head of a model class (or architecture) name: ``...ForQuestionAnswering``, the bare encoder
+    for ``...Model``; None for any other (``BertForMaskedLM``)."""
+    return next((h for h in (*HEADS, BASE_HEAD) if name.endswith(h.suffix)), None)
 
 
 def head_of(config) -> Head:
     """The head of a config's (first) architecture; the bare encoder when it names none we know."""
     arch = (getattr(config, "architectures", None) or [""])[0]
-    return next((h for suffix, h in HEADS.items() if arch.endswith(suffix)), BASE_HEAD)
+    return head_of_class(arch) or BASE_HEAD
 
 
 def head_named(name: str) -> Head:
     """The head an export manifest names."""
-    return next((h for h in HEADS.values() if h.name == name), BASE_HEAD)
+    return next((h for h in HEADS if h.name == name), BASE_HEAD)
 
 
 @dataclass(frozen=True)

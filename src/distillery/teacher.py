@@ -23,25 +23,19 @@ import shutil
 import time
 from pathlib import Path
 
-from transformers import (
-    AutoConfig,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    PreTrainedModel,
-    set_seed,
-)
+from transformers import AutoConfig, PreTrainedModel, set_seed
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
 from distillery.config import DataConfig, TeacherConfig, cache_root, load_yaml
-from distillery.data.encode import TaskData, content_digest, prepare_task_data
+from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
 from distillery.distill.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, head_named, load_checked, load_tokenizer, register_models
+from distillery.modeling import first_line, head_for_task, head_named, load_checked, load_tokenizer, register_models
 from distillery.runtime import load_export, on_device, read_manifest
 from distillery.weights import check_against_config, record_weights, sha256_file
 
@@ -103,10 +97,6 @@ def teacher_tokenizer(name: str):
     tokenizer = load_tokenizer(source)
     check_vocabulary(tokenizer, teacher_config(name), source)
     return tokenizer
-
-
-def task_model_class(task: TaskSpec):
-    return AutoModelForQuestionAnswering if task.kind == "qa" else AutoModelForSequenceClassification
 
 
 def head_kwargs(task: TaskSpec) -> dict:
@@ -246,17 +236,17 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
     fit the task is replaced by a new one, unless the teacher is given fine-tuned."""
     source = resolve_teacher(name)
     tokenizer = teacher_tokenizer(name)
-    cls = task_model_class(task)
+    head = head_for_task(task.kind)
     manifest = export_manifest(name)
     if manifest is not None:  # given fine-tuned (check_export_teacher): its head is what it was exported with
-        if head_named(manifest["head"]).auto_class is not cls:
+        if head_named(manifest["head"]) is not head:
             raise DistilleryError(f"Teacher {name!r} is an export of a {manifest['head']} model, not of a model "
                                   f"fine-tuned for {task.name}; export the fine-tuned model.")
         model = load_export(source)
         check_finetuned_head(name, model, task, {"missing_keys": []})
         return model, tokenizer
     kwargs = {} if finetuned else head_kwargs(task)
-    model, loading = load_checked(cls, source, f"teacher {name!r}", new_head=True, **kwargs)
+    model, loading = load_checked(head.auto_class, source, f"teacher {name!r}", new_head=True, **kwargs)
     if finetuned:
         check_finetuned_head(name, model, task, loading)
     elif loading["mismatched_keys"]:
@@ -347,8 +337,7 @@ def lm_task_loss(task: TaskSpec):
     """The loss_fn for plain supervised fine-tuning of a model with a task head."""
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
-        return task_loss(task.kind, model(**inputs), batch)
+        return task_loss(task.kind, model(**model_inputs(batch, model)), batch)
 
     return loss_fn
 
@@ -463,7 +452,7 @@ def _read_entry(folder: Path, task: TaskSpec):
     info = json.loads((folder / "teacher.json").read_text())
     metric = float(info["metrics"][task.main_metric])
     # its weights record, weights against config, nothing missing or left over: else a damaged entry
-    model, _ = load_checked(task_model_class(task), folder / "model", f"the cached teacher {folder}", strict=True)
+    model, _ = load_checked(head_for_task(task.kind).auto_class, folder / "model", f"the cached teacher {folder}", strict=True)
     tokenizer = load_tokenizer(str(folder / "model"))
     check_vocabulary(tokenizer, model.config, str(folder / "model"))  # tokenizer files gone: special tokens only
     logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric, metric)

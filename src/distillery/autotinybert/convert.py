@@ -28,6 +28,7 @@ from distillery.encoders import (
     submodule,
 )
 from distillery.errors import DistilleryError
+from distillery.modeling import head_for_task, head_of_class
 
 
 def check_family(config) -> EncoderLayout:
@@ -163,10 +164,10 @@ def _load_layer(dst, src, layout: EncoderLayout, shared_bias: nn.Embedding | Non
 def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linear | None, str | None]:
     """The teacher's last linear layer and the head kind ("classification", "qa"; None for an encoder
     without one), by the Hugging Face task class the teacher is."""
-    kind = type(teacher).__name__
-    if kind.endswith("ForQuestionAnswering"):
+    head = head_of_class(type(teacher).__name__)
+    if head is head_for_task("qa"):
         return _from_task(teacher, layout.qa_outputs), "qa"
-    if kind.endswith("ForSequenceClassification"):
+    if head is head_for_task("classification"):
         return _from_task(teacher, layout.classifier), "classification"
     return None, None
 

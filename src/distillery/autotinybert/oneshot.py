@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
+from distillery.data.encode import model_inputs
 from distillery.distill.losses import prediction_distillation
 from distillery.errors import DistilleryError
 
@@ -87,14 +88,13 @@ class KDTerms(NamedTuple):
 
 
 @torch.no_grad()
-def teacher_targets(teacher, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Targets:
+def teacher_targets(teacher, batch: dict) -> Targets:
     """The teacher's :class:`Targets` for a batch (its head's outputs when it has a task head); the
     scores are the last layer's content scores q·kᵀ/√d_head, read through the family's layout."""
     from distillery.autotinybert.convert import layer_qk
     from distillery.encoders import encoder_layers, layout_of
 
-    types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-    out = teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **types)
+    out = teacher(**model_inputs(batch, teacher), output_hidden_states=True)
     q, k = layer_qk(layout_of(teacher.config), encoder_layers(teacher)[-1], out.hidden_states[-2])
     scores = attention_scores(q, k, teacher.config.num_attention_heads)
     head = {k: out[k] for k in ("logits", "start_logits", "end_logits") if k in out and out[k] is not None}
@@ -148,7 +148,7 @@ def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 
 
     def loss_fn(model, batch):  # model: the SuperNet, or the DDP wrapper around it under a launcher
         net: SuperNet = getattr(model, "module", model)
-        targets = teacher_targets(teacher, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        targets = teacher_targets(teacher, batch)
         rng = batch_rng(batch["input_ids"], seed, _rank() if rank is None else rank)
         archs = sandwich(net.space, rng, samples) if sandwich_rule else [net.space.sample(rng) for _ in range(samples)]
         # every sub-network through one call of ``model``: DDP syncs gradients only through its forward

@@ -118,7 +118,7 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     _, idx = held_out_split(len(task_data.train), examples, 0, seed)  # the probe's, when it holds as many
     loader = DataLoader(task_data.train.select(idx), batch_size=64, collate_fn=task_data.collate)
     teacher = teacher.cpu()
-    batches = [(b, teacher_targets(teacher, b["input_ids"], b["attention_mask"], b.get("token_type_ids"))) for b in loader]
+    batches = [(b, teacher_targets(teacher, b)) for b in loader]
 
     @torch.no_grad()
     def evaluate(arch: Arch):

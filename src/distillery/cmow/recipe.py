@@ -19,7 +19,7 @@ from typing import ClassVar
 from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot)
-from distillery.data.encode import TARGETS
+from distillery.data.encode import model_inputs
 from distillery.distill.losses import prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.method import Method
@@ -95,8 +95,7 @@ def cmow_loss(kd_weight: float, temperature: float):
     targets are two-hot distributions over the bins (gold score, teacher's score)."""
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
-        out = model(**inputs)
+        out = model(**model_inputs(batch, model))
         teacher = batch["teacher_logits"]
         if out.bin_logits is not None:
             bins = model.bin_values

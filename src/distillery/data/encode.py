@@ -5,12 +5,15 @@ Encoded datasets hold exactly the model inputs the tokenizer produces (``input_i
 (int64 class ids or float32 scores), or ``start_positions``/``end_positions`` for SQuAD training.
 SQuAD evaluation features also keep ``example_id`` and ``offset_mapping`` (None outside the
 context) so that ``postprocess_squad`` can turn logits back into answer text; the collate function
-drops every column a model does not take.
+drops every column a model does not take, and :func:`model_inputs` picks from a batch what one
+model's ``forward`` takes: the one place a batch is filtered for a model.
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -87,6 +90,31 @@ class PadCollator:
                 dtype = torch.float32 if isinstance(first_value, float) else torch.long
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
+
+
+def taken_inputs(model) -> tuple[str, ...]:
+    """The batch columns (``MODEL_INPUTS``) that ``model.forward`` takes: those it names, or all of
+    them when it names none (a wrapper passing ``**kwargs`` on, as DDP's and torch.compile's do). A
+    family without token types (DistilBERT, MPNet, ModernBERT) names no ``token_type_ids``."""
+    try:
+        named = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward without a readable signature: it gets what there is
+        return MODEL_INPUTS
+    return tuple(k for k in MODEL_INPUTS if k in named) or MODEL_INPUTS
+
+
+def model_device(model) -> torch.device:
+    """Where ``model`` computes: the device of its first parameter (or buffer); the CPU for a model of neither."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def model_inputs(batch: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+    """The keyword arguments of ``model`` for a collated batch: the model inputs it takes
+    (:func:`taken_inputs`), never the targets, on the model's device."""
+    device = model_device(model)
+    return {k: batch[k].to(device) for k in taken_inputs(model) if k in batch}
 
 
 def example_lengths(dataset) -> torch.Tensor | None:

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from distillery.errors import DistilleryError
 
 KINDS = ("classification", "regression", "qa")
+SQUAD_V2_METRICS = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
+# The metrics each kind of task is scored with (distillery.metrics); a main metric must be one that
+# every dev set gives (SQuAD v2's HasAns_/NoAns_ parts exist only where it has such questions).
+KIND_METRICS = {"classification": ("accuracy", "f1", "macro_f1", "mcc"), "regression": ("pearson", "spearman"),
+                "qa": SQUAD_V2_METRICS}
+KIND_MAIN_METRICS = {**KIND_METRICS, "qa": ("exact_match", "f1")}
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,13 @@ class TaskSpec:
             raise DistilleryError(f"Task {self.name!r} has unknown kind {self.kind!r}; use one of {', '.join(KINDS)}.")
         if self.main_metric not in self.metrics:
             raise DistilleryError(f"Task {self.name!r}: main metric {self.main_metric!r} is not one of its metrics.")
+        unknown = [m for m in self.metrics if m not in KIND_METRICS[self.kind]]
+        if unknown:
+            raise DistilleryError(f"Task {self.name!r} has metric(s) {', '.join(map(repr, unknown))} that a {self.kind} "
+                                  f"task is not scored with; use {', '.join(KIND_METRICS[self.kind])}.")
+        if self.main_metric not in KIND_MAIN_METRICS[self.kind]:
+            raise DistilleryError(f"Task {self.name!r}: main metric {self.main_metric!r} is not given for every dev set "
+                                  f"of a {self.kind} task; use {' or '.join(KIND_MAIN_METRICS[self.kind])}.")
 
     @property
     def num_labels(self) -> int:
@@ -104,8 +117,6 @@ def _glue(
 
 BINARY = ("0", "1")
 NLI2 = ("entailment", "not_entailment")
-SQUAD_V2_METRICS = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
-
 TASKS: dict[str, TaskSpec] = {
     # CoLA has no header: source, label, original label (blank or "*"), sentence.
     "cola": _glue("cola", "CoLA", BINARY, ("mcc",), "mcc", text=3, label=1, hub_text="sentence", has_header=False),

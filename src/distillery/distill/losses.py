@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from distillery.data.encode import TARGETS
+from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 
 TASK_KINDS = ("classification", "regression", "qa")
@@ -274,14 +274,13 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
     ``kd_weight`` means the same in every method and command: the share of the distillation term."""
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
-        out = model(**inputs, output_hidden_states=hidden_weight > 0)
+        out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
         if "teacher_logits" in batch and hidden_weight <= 0:
             logits = batch["teacher_logits"]
             t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
         else:
             with torch.no_grad():
-                t_out = teacher(**inputs, output_hidden_states=hidden_weight > 0)
+                t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0)
         ce = task_loss(kind, out, batch)
         kd = prediction_distillation(kind, out, t_out, temperature=temperature)
         loss = (1 - kd_weight) * ce + kd_weight * kd
@@ -289,7 +288,7 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
         if hidden_weight > 0:
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
-            mask = inputs.get("attention_mask")
+            mask = batch.get("attention_mask")
             hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
             loss = loss + hidden_weight * hid
             logs["hidden"] = float(hid.detach())

@@ -10,7 +10,6 @@ says so in its config class (``onnx_export``, a :class:`distillery.modeling.Onnx
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from typing import Any, Sequence
@@ -18,6 +17,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from distillery.data.encode import taken_inputs
 from distillery.errors import DistilleryError
 from distillery.modeling import head_of, onnx_spec
 from distillery.runtime import quiet, require_onnx
@@ -30,9 +30,8 @@ def graph_inputs(model: nn.Module, tokenizer) -> tuple[str, ...]:
     spec = onnx_spec(model.config)
     if spec.inputs:
         return tuple(spec.inputs)
-    named = set(inspect.signature(model.forward).parameters)
     given = set(getattr(tokenizer, "model_input_names", None) or TOKEN_INPUTS)
-    inputs = tuple(k for k in TOKEN_INPUTS if k in named and k in given)
+    inputs = tuple(k for k in taken_inputs(model) if k in TOKEN_INPUTS and k in given)
     if "input_ids" not in inputs:
         raise DistilleryError(f"{type(model).__name__} does not take input_ids; declare its ONNX inputs in its "
                               "config class's onnx_export.")

@@ -23,25 +23,22 @@ from transformers import PreTrainedModel
 from distillery.encoders import ffn_width, layers_prefix, layout_of
 from distillery.errors import DistilleryError
 from distillery.importance import dense_ffns
+from distillery.modeling import head_of_class
 from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
     MoEBertForSequenceClassification,
     MoEBertModel,
     MoEBertPreTrainedModel,
-    check_expert_shape,
+    choices_problem,
+    resolve_expert_shape,
 )
 
-# The teacher's class name ends with ... -> the MoEBERT class with the same head
-STUDENT_CLASSES = (("ForSequenceClassification", MoEBertForSequenceClassification),
-                   ("ForQuestionAnswering", MoEBertForQuestionAnswering), ("Model", MoEBertModel))
+# The MoEBERT class of each head (distillery.modeling.HEADS, by the Auto class its family model is built with)
+STUDENT_CLASSES = {cls.FAMILY_HEAD: cls for cls in (MoEBertForSequenceClassification, MoEBertForQuestionAnswering,
+                                                    MoEBertModel)}
 
 from distillery.methods.moebert import SPLITS
-
-
-def shared_default(d_h: int) -> int:
-    """s = d_h / 6 rounded to a multiple of 8 (the paper's 512 of 3072; 256 of MiniLM's 1536)."""
-    return int(round(d_h / 6 / 8)) * 8
 
 
 def neuron_ranking(importance: Tensor, split: str = "import", seed: int = 0) -> Tensor:
@@ -58,11 +55,7 @@ def neuron_ranking(importance: Tensor, split: str = "import", seed: int = 0) -> 
 
 def expert_indices(ranking: Tensor, num_experts: int, expert_size: int, shared_size: int) -> tuple[Tensor, Tensor]:
     """(shared (s,), own (N, d_e − s)) neuron indices from a ranking, by the paper's rule."""
-    d_h = ranking.numel()
-    try:
-        check_expert_shape(d_h, num_experts, expert_size, shared_size)
-    except ValueError as e:
-        raise DistilleryError(str(e)) from None
+    resolve_expert_shape(ranking.numel(), num_experts, expert_size, shared_size)  # a sentence unless they fit
     own_size = expert_size - shared_size
     shared = ranking[:shared_size]
     # rest[k] is rank s + k; expert e takes k = e, e + N, e + 2N, ... : a (own_size, N) reshape, transposed.
@@ -121,10 +114,11 @@ def teacher_layout(config):
 
 
 def student_class(teacher) -> type[MoEBertPreTrainedModel]:
+    """The MoEBERT class with the teacher's head."""
     name = type(teacher).__name__
-    for suffix, cls in STUDENT_CLASSES:
-        if name.endswith(suffix):
-            return cls
+    head = head_of_class(name)
+    if head is not None and head.auto_class in STUDENT_CLASSES:
+        return STUDENT_CLASSES[head.auto_class]
     raise DistilleryError(f"Cannot convert {name}: MoEBERT has sequence-classification, QA and bare-encoder heads.")
 
 
@@ -145,60 +139,72 @@ def convert(
     """A MoEBERT model with the teacher's weights, its FFNs cut into experts.
 
     ``importance``: (layers, d_h) scores from :func:`distillery.importance.ffn_importance`, one row
-    per layer of the family's layer list (None only for ``split="random"``). ``token_counts``
-    (vocab,) is needed for ``hash-b``.
+    per layer of the family's layer list (None only for ``split="random"``). ``expert_size`` and
+    ``shared_size`` default as :func:`~distillery.moebert.modeling_moebert.resolve_expert_shape` says.
+    ``token_counts`` (vocab,) is needed for ``hash-b``.
     """
     layout = teacher_layout(teacher.config)
     ffns = dense_ffns(teacher)
-    d_h, n_layers = ffn_width(layout, teacher.config), len(ffns)
-    expert_size = expert_size or d_h // num_experts
-    shared_size = shared_default(d_h) if shared_size is None else shared_size
-    try:
-        check_expert_shape(d_h, num_experts, expert_size, shared_size)
-    except ValueError as e:
-        raise DistilleryError(str(e)) from None
+    d_h = ffn_width(layout, teacher.config)
+    num_experts, expert_size, shared_size = resolve_expert_shape(d_h, num_experts, expert_size, shared_size)
+    importance = _checked_importance(importance, split, len(ffns), d_h)
+    problem = choices_problem(routing, shared_mode, gate_scale)
+    if problem:
+        raise DistilleryError(problem)
+    if routing == "hash-b" and token_counts is None:
+        raise DistilleryError("hash-b routing balances token frequencies: pass token_counts from the train split.")
+    cls = student_class(teacher)
+    tc = teacher.config
+    config = MoEBertConfig(encoder_config=copy.deepcopy(tc), num_experts=num_experts, expert_size=expert_size,
+                           shared_size=shared_size, shared_mode=shared_mode, routing=routing, gate_scale=gate_scale,
+                           routing_seed=seed, id2label=tc.id2label, label2id=tc.label2id, problem_type=tc.problem_type)
+    student = cls(config)
+    _load_converted(student, _student_state(teacher, student, layout, ffns, importance, split, seed, token_counts))
+    # built on the CPU; it lives where the teacher does (the refit runs the two side by side)
+    return student.to(next(teacher.parameters()).device).eval()
+
+
+def _checked_importance(importance: Tensor | None, split: str, n_layers: int, d_h: int) -> Tensor:
+    """The (layers, d_h) scores the split ranks neurons by: zeros for the random split, which reads none."""
     if split not in SPLITS:
         raise DistilleryError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
     if importance is None:
         if split != "random":
             raise DistilleryError(f"Split {split!r} needs importance scores.")
-        importance = torch.zeros(n_layers, d_h)
+        return torch.zeros(n_layers, d_h)
     if tuple(importance.shape) != (n_layers, d_h):
         raise DistilleryError(f"Importance scores have shape {tuple(importance.shape)}; the teacher needs ({n_layers}, {d_h}).")
-    if routing == "hash-b" and token_counts is None:
-        raise DistilleryError("hash-b routing balances token frequencies: pass token_counts from the train split.")
-    cls = student_class(teacher)
-    tc = teacher.config
-    try:
-        config = MoEBertConfig(encoder_config=copy.deepcopy(tc), num_experts=num_experts, expert_size=expert_size,
-                               shared_size=shared_size, shared_mode=shared_mode, routing=routing, gate_scale=gate_scale,
-                               routing_seed=seed, id2label=tc.id2label, label2id=tc.label2id, problem_type=tc.problem_type)
-    except Exception as e:  # huggingface_hub's strict-dataclass validation raises its own error type
-        raise DistilleryError(str(e).splitlines()[-1].strip()) from None
-    student = cls(config)
+    return importance
+
+
+def _student_state(teacher: PreTrainedModel, student: MoEBertPreTrainedModel, layout,
+                   ffns: list[tuple[nn.Linear, nn.Linear]], importance: Tensor, split: str, seed: int,
+                   token_counts: Tensor | None) -> dict[str, Tensor]:
+    """The student's weights: the teacher's, under their own names, except the FFNs, whose neurons the
+    split hands out to the experts layer by layer (plus the hash-b tables)."""
+    c, d_h = student.config, ffn_width(layout, teacher.config)
     own = student.state_dict()
-    # Everything but the FFNs has the teacher's own name in the student.
     state = {k: v.detach().clone() for k, v in teacher.state_dict().items() if k in own}
     prefix = layers_prefix(teacher)
-    tables = {}
     for i, (w1, w2) in enumerate(ffns):
         shared, experts = expert_indices(neuron_ranking(importance[i], split, seed=seed * 1000 + i),
-                                         num_experts, expert_size, shared_size)
-        if shared_mode == "cloned":  # every expert holds a copy of the shared neurons
-            experts = torch.cat([shared.expand(num_experts, -1), experts], dim=1)
+                                         c.num_experts, c.expert_size, c.shared_size)
+        if c.shared_mode == "cloned":  # every expert holds a copy of the shared neurons
+            experts = torch.cat([shared.expand(c.num_experts, -1), experts], dim=1)
         p = f"{prefix}.{i}.{layout.ffn_block}."
-        state.update(_expert_weights(p, w1, w2, shared, experts, d_h, layout.glu, tied=shared_mode == "tied"))
-        if routing == "hash-b":
-            table = balanced_hash_table(token_counts, num_experts)
-            tables[p + "hash_table"] = table.expand_as(own[p + "hash_table"]).clone()
-    state.update(tables)
+        state.update(_expert_weights(p, w1, w2, shared, experts, d_h, layout.glu, tied=c.shared_mode == "tied"))
+        if c.routing == "hash-b":
+            table = balanced_hash_table(token_counts, c.num_experts)
+            state[p + "hash_table"] = table.expand_as(own[p + "hash_table"]).clone()
+    return state
+
+
+def _load_converted(student: MoEBertPreTrainedModel, state: dict[str, Tensor]) -> None:
     missing, unexpected = student.load_state_dict(state, strict=False)
     # Left at their initial values on purpose: the hash tables (seeded per layer call) and the gates.
     missing = [k for k in missing if not any(a in k for a in ("hash_table", "gate."))]
     if missing or unexpected:
         raise DistilleryError(f"Cannot map the teacher's weights onto MoEBERT: missing {missing[:5]}, unexpected {unexpected[:5]}.")
-    # built on the CPU; it lives where the teacher does (the refit runs the two side by side)
-    return student.to(next(teacher.parameters()).device).eval()
 
 
 def _expert_weights(p: str, w1: nn.Linear, w2: nn.Linear, shared: Tensor, experts: Tensor, d_h: int, glu: bool,

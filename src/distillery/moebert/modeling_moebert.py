@@ -76,6 +76,7 @@ from distillery.encoders import (
     replace_submodule,
     submodule,
 )
+from distillery.errors import DistilleryError
 from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     DispatchPlan,
     MoEFeedForward,
@@ -118,12 +119,11 @@ class MoEBertConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         d_h = self.ffn_width
         if self.expert_size is None:
-            self.expert_size = d_h // max(self.num_experts, 1)
-        check_expert_shape(d_h, self.num_experts, self.expert_size, self.shared_size)
-        for name, value, allowed in (("routing", self.routing, ROUTINGS), ("shared_mode", self.shared_mode, SHARED_MODES),
-                                     ("gate_scale", self.gate_scale, GATE_SCALES)):
-            if value not in allowed:
-                raise ValueError(f"Unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
+            self.expert_size = default_expert_size(d_h, self.num_experts)
+        problem = (expert_shape_problem(d_h, self.num_experts, self.expert_size, self.shared_size)
+                   or choices_problem(self.routing, self.shared_mode, self.gate_scale))
+        if problem:  # ValueError, as a config's validation raises: readers of config.json translate it
+            raise ValueError(problem)
 
     def __getattr__(self, name: str):
         encoder = self.__dict__.get("encoder_config")
@@ -175,21 +175,54 @@ def _legacy_encoder_config(kwargs: dict, config) -> dict:
     return fields
 
 
-def check_expert_shape(d_h: int, num_experts: int, expert_size: int, shared_size: int) -> None:
-    """Raise ValueError (a sentence) unless N experts of d_e neurons sharing s fit in a d_h-neuron FFN."""
+# -- the experts' shape: N experts of d_e neurons, s of them shared, cut from a d_h-neuron FFN --------------
+
+def shared_default(d_h: int) -> int:
+    """s = d_h / 6 rounded to a multiple of 8 (the paper's 512 of 3072; 256 of MiniLM's 1536)."""
+    return int(round(d_h / 6 / 8)) * 8
+
+
+def default_expert_size(d_h: int, num_experts: int) -> int:
+    """d_e = d_h / N: the experts together hold the FFN once (a count under 1 is refused by
+    :func:`expert_shape_problem`, not here)."""
+    return d_h // max(num_experts, 1)
+
+
+def expert_shape_problem(d_h: int, num_experts: int, expert_size: int, shared_size: int) -> str | None:
+    """The sentence saying why N experts of d_e neurons sharing s do not fit in a d_h-neuron FFN; None when they do."""
     if num_experts < 1:
-        raise ValueError(f"The number of experts must be at least 1, got {num_experts}.")
+        return f"The number of experts must be at least 1, got {num_experts}."
     if not 1 <= expert_size <= d_h:
-        raise ValueError(f"The expert size must be between 1 and the FFN's {d_h} neurons, got {expert_size}.")
+        return f"The expert size must be between 1 and the FFN's {d_h} neurons, got {expert_size}."
     if not 0 <= shared_size <= expert_size:
-        raise ValueError(f"The shared neurons ({shared_size}) must be between 0 and the expert size ({expert_size}).")
+        return f"The shared neurons ({shared_size}) must be between 0 and the expert size ({expert_size})."
     needed = shared_size + num_experts * (expert_size - shared_size)
     if needed > d_h:
-        raise ValueError(
-            f"{num_experts} experts of {expert_size} neurons sharing {shared_size} need "
-            f"{shared_size} + {num_experts}×{expert_size - shared_size} = {needed} distinct neurons, "
-            f"but the FFN has {d_h}; use fewer or smaller experts, or share more."
-        )
+        return (f"{num_experts} experts of {expert_size} neurons sharing {shared_size} need "
+                f"{shared_size} + {num_experts}×{expert_size - shared_size} = {needed} distinct neurons, "
+                f"but the FFN has {d_h}; use fewer or smaller experts, or share more.")
+    return None
+
+
+def resolve_expert_shape(d_h: int, num_experts: int, expert_size: int | None = None,
+                         shared_size: int | None = None) -> tuple[int, int, int]:
+    """(N, d_e, s) for a d_h-neuron FFN: d_e defaults to d_h / N, s to :func:`shared_default` capped at
+    d_e; a :class:`DistilleryError` sentence when they do not fit."""
+    expert_size = default_expert_size(d_h, num_experts) if expert_size is None else expert_size
+    shared_size = min(shared_default(d_h), expert_size) if shared_size is None else shared_size
+    problem = expert_shape_problem(d_h, num_experts, expert_size, shared_size)
+    if problem:
+        raise DistilleryError(problem)
+    return num_experts, expert_size, shared_size
+
+
+def choices_problem(routing: str, shared_mode: str, gate_scale: str) -> str | None:
+    """The sentence naming a routing, shared mode or gate scale MoEBERT does not have; None when all are known."""
+    for name, value, allowed in (("routing", routing, ROUTINGS), ("shared_mode", shared_mode, SHARED_MODES),
+                                 ("gate_scale", gate_scale, GATE_SCALES)):
+        if value not in allowed:
+            return f"Unknown {name} {value!r}; choose one of {', '.join(allowed)}."
+    return None
 
 
 @dataclass

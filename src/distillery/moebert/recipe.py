@@ -28,16 +28,16 @@ import torch
 from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
-from distillery.data.encode import MODEL_INPUTS, TARGETS
+from distillery.data.encode import model_inputs
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.encoders import ffn_width
-from distillery.moebert.convert import convert, count_tokens, shared_default, teacher_layout
+from distillery.moebert.convert import convert, count_tokens, teacher_layout
 import distillery.distributed as distributed
 from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
-from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, check_expert_shape
+from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.method import Method
 from distillery.methods.moebert import MoEBertOptions
 from distillery.recipe import MethodContext
@@ -45,17 +45,8 @@ from distillery.recipe import MethodContext
 logger = logging.getLogger("distillery")
 
 def expert_shape(opts: MoEBertOptions, d_h: int) -> tuple[int, int, int]:
-    """(N, d_e, s) from the options and the teacher's FFN size; a sentence if impossible."""
-    n = int(opts.experts)
-    if n < 1:
-        raise DistilleryError(f"--experts must be at least 1, got {n}.")
-    d_e = int(opts.expert_size) if opts.expert_size is not None else d_h // n
-    s = int(opts.shared) if opts.shared is not None else min(shared_default(d_h), d_e)
-    try:
-        check_expert_shape(d_h, n, d_e, s)
-    except ValueError as e:
-        raise DistilleryError(str(e)) from None
-    return n, d_e, s
+    """(N, d_e, s) from the options and the teacher's FFN size (:func:`resolve_expert_shape`); a sentence if impossible."""
+    return resolve_expert_shape(d_h, opts.experts, opts.expert_size, opts.shared)
 
 
 def teacher_width(teacher_config) -> int:
@@ -78,16 +69,15 @@ def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float,
     distill = layers is not None and lam > 0
 
     def loss_fn(model, batch):
-        inputs = {k: v for k, v in batch.items() if k not in TARGETS}
         hidden = distill and bool(layers)
-        out = model(**inputs, output_hidden_states=hidden)
+        out = model(**model_inputs(batch, model), output_hidden_states=hidden)
         ce = task_loss(kind, out, batch)
         loss, logs = ce, {"ce": float(ce.detach())}
         if distill:
             with torch.no_grad():
-                t_out = teacher(**inputs, output_hidden_states=hidden)
+                t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden)
             pred = prediction_distillation(kind, out, t_out, loss="symmetric_kl")
-            trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=inputs.get("attention_mask"))
+            trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=batch.get("attention_mask"))
                        for i in layers), torch.zeros((), device=ce.device))
             loss = loss + lam * (trm + pred)
             logs.update(pred=float(pred.detach()), trm=float(trm.detach()))
@@ -119,9 +109,11 @@ def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, o
 
 
 def load_importance(path: str | Path) -> torch.Tensor:
+    from safetensors import SafetensorError
+
     try:
         return load_file(str(path))["importance"]
-    except Exception as e:  # safetensors raises its own error types
+    except (OSError, SafetensorError, KeyError) as e:  # unreadable, not a safetensors file, no "importance" tensor
         raise DistilleryError(f"Cannot read importance scores from {path}: {e}") from None
 
 
@@ -188,13 +180,11 @@ def expert_load(model: PreTrainedModel, task_data, batch_size: int) -> torch.Ten
     """(layers, experts): real dev tokens routed to each expert."""
     from torch.utils.data import DataLoader
 
-    device = next(model.parameters()).device
     total = None
     model.eval()
     with torch.inference_mode():
         for batch in DataLoader(task_data.dev, batch_size=batch_size, collate_fn=task_data.collate):
-            inputs = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
-            load = model(**inputs, output_expert_load=True).expert_load.cpu()
+            load = model(**model_inputs(batch, model), output_expert_load=True).expert_load.cpu()
             total = load if total is None else total + load
     return total
 

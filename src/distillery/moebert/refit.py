@@ -39,7 +39,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
-from distillery.data.encode import MODEL_INPUTS
+from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import dense_ffns
 
@@ -89,7 +89,7 @@ def refit_outputs(student, teacher, loader, *, ridge: float = 1e-2, progress: bo
         with torch.no_grad():
             for b in tqdm(loader, desc="refit", disable=not progress, leave=False):
                 batch.clear()
-                batch.update({key: v.to(device) for key, v in b.items() if key in MODEL_INPUTS})
+                batch.update(model_inputs(b, teacher))
                 calls[:] = [0] * len(layers)
                 teacher(**batch)
             for st in stats:  # each process summed its share of the batches (sample_loader)
