@@ -231,8 +231,13 @@ def dispatch_lines(records: list[dict]) -> list[str]:
     return lines
 
 
+def _speedups(bench: dict, name: str) -> dict:
+    one = {"latency": 1.0, "throughput": 1.0, "flop_ideal_latency": 1.0, "flop_ideal_throughput": 1.0}
+    return bench["speedups"].get(name, one if name == bench["settings"].get("reference", "teacher") else None)
+
+
 def _speed_cells(bench: dict, name: str) -> str:
-    s = bench["speedups"][name]
+    s = _speedups(bench, name)
     return (f"{s['latency']:.2f}× ({s['flop_ideal_latency']:.2f}×) | "
             f"{s['throughput']:.2f}× ({s['flop_ideal_throughput']:.2f}×)")
 
@@ -267,7 +272,7 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
     first = next(iter(rows.values()), None)
     names = ["teacher", *ROWS, "no-routing bound"]
     for name in names:
-        if two is None or name not in two["speedups"]:
+        if two is None or name not in two["models"]:
             continue
         if name == "teacher":
             acc = f"{first['metrics']['teacher']['accuracy']:.4f}" if first else "—"
@@ -282,7 +287,7 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
         int8_speed = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
         params = two["models"][name]["params"] / 1e6
         lines.append(f"| {name} | {acc} | {int8_cell} | {params:.1f}M | {_speed_cells(two, name)} | "
-                     + (f"{one['speedups'][name]['latency']:.2f}× | {one['speedups'][name]['throughput']:.2f}× |" if one else "— | — |"))
+                     + (f"{_speedups(one, name)['latency']:.2f}× | {_speedups(one, name)['throughput']:.2f}× |" if one else "— | — |"))
         if int8_speed:
             lines.append(f"| {name} int8 | | | | {_speed_cells(two, int8_speed)} | "
                          + (f"{one['speedups'][int8_speed]['latency']:.2f}× | {one['speedups'][int8_speed]['throughput']:.2f}× |"
@@ -290,7 +295,8 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
     if two:
         hw = two["hardware"]
         teacher = two["models"]["teacher"]
-        lines += ["", f"Speed-ups against the fp32 teacher (1×128 latency {teacher['latency_ms']['median']:.0f} ms at 2 threads), "
+        source = two.get("source", "")
+        lines += ["", f"Models timed: {source}. Speed-ups against the fp32 teacher (1×128 latency {teacher['latency_ms']['median']:.0f} ms at 2 threads), "
                   f"all models in one interleaved process per thread count, on {hw.get('cpu')} ({hw.get('cores')} cores), "
                   f"torch {hw.get('torch')}.", "", *speed_checks(by_threads)]
     return "\n".join(lines)
@@ -307,12 +313,19 @@ def write_docs() -> None:
 
 
 def readme_rows(quality: list[dict], benches: list[dict]) -> str:
+    """The README's headline rows: speed at 2 threads (fp32 and int8), and the dev score where a quality run finished."""
     two = next((b for b in benches if b["hardware"]["threads"] == 2), benches[0] if benches else None)
-    rows = ["| base-size teacher (mpnet-base) | SST-2 dev | latency speed-up, 2 threads |", "|---|---|---|"]
-    for r in quality:
-        if two and r["method"] in two["speedups"]:
-            rows.append(f"| `{r['method']}` | {r['metrics']['student']['accuracy']:.3f} (teacher "
-                        f"{r['metrics']['teacher']['accuracy']:.3f}) | {two['speedups'][r['method']]['latency']:.2f}× |")
+    if two is None:
+        return "Not measured yet: `python benchmarks/base.py`."
+    scores = {r["method"]: r["metrics"]["student"]["accuracy"] for r in quality}
+    rows = ["| base-size teacher (mpnet-base, 110M), 2 threads | latency speed-up | with int8 | SST-2 dev |",
+            "|---|---|---|---|"]
+    for name in ("distill", "moebert", "autotinybert-4x", "cmow"):
+        if name in two["speedups"]:
+            int8 = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+            int8_cell = f"{two['speedups'][int8]['latency']:.2f}×" if int8 else "—"
+            score = f"{scores[name]:.3f}" if name in scores else "not yet measured"
+            rows.append(f"| `{name}` | {two['speedups'][name]['latency']:.2f}× | {int8_cell} | {score} |")
     return "\n".join(rows)
 
 
