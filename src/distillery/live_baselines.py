@@ -18,7 +18,6 @@ SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to p
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -115,16 +114,6 @@ class StaticEmbeddingModel(nn.Module):
 # Token vectors from the teacher
 
 
-def _accepted(module: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``inputs`` that ``module.forward`` takes; through **kwargs only the ones every model knows
-    (a **kwargs forward may reject token types it has no table for)."""
-    params = inspect.signature(module.forward).parameters.values()
-    names = {p.name for p in params}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        names |= {"input_ids", "attention_mask", "output_hidden_states"}
-    return {k: v for k, v in inputs.items() if k in names}
-
-
 def special_template(tokenizer) -> tuple[list[int], list[int]]:
     """The ids the tokenizer puts before and after a single sentence ([CLS] … [SEP], <s> … </s>)."""
     with_specials = list(tokenizer(PROBE_TEXT)["input_ids"])
@@ -145,7 +134,13 @@ def _encoder_output(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> tor
     ``last_hidden_state`` of a bare encoder, else the last entry of ``hidden_states`` (a model with a
     head); for a model that exposes no per-token states (a cmow student) its logits: the vector is then
     the teacher's own prediction for the token."""
-    out = model(**_accepted(model, {**inputs, "output_hidden_states": True}))
+    from distillery.data.encode import model_inputs
+
+    given = model_inputs(dict(inputs), model)
+    try:
+        out = model(**given, output_hidden_states=True)
+    except TypeError:  # a forward without the flag (a cmow student): its logits are read below
+        out = model(**given)
     hidden = getattr(out, "last_hidden_state", None)
     if hidden is None:
         states = getattr(out, "hidden_states", None)
