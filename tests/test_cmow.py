@@ -241,7 +241,10 @@ def test_cmow_bad_options_fail_before_training(tiny_bert, glue_dir, tmp_path):
 def test_early_stopping_stops_after_patience_evaluations():
     from distillery.distill.trainer import Trainer
 
-    state = {"best_step": 10, "global_step": 40, "history": [{"step": s, "metrics": {"accuracy": 0.5}} for s in (10, 20, 30, 40)]}
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(best_step=10, global_step=40, stopped_early=False,
+                            history=[{"step": s, "metrics": {"accuracy": 0.5}} for s in (10, 20, 30, 40)])
     stub = type("T", (), {"config": type("C", (), {"patience": 3})(), "eval_fn": object(), "desc": "t",
                           "main_metric": "accuracy", "_info": lambda self, msg: None})()
     assert Trainer._out_of_patience(stub, state)
