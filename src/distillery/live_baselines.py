@@ -86,7 +86,7 @@ class StaticEmbeddingModel(nn.Module):
         self.head.requires_grad_(False)
 
     def _mean(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        weights = keep.float()  # (B, T)
+        weights = keep.to(self.embeddings.weight.dtype)  # (B, T); a bag's weights must match its table (fp16 on a GPU)
         weights = weights / weights.sum(1, keepdim=True).clamp_min(1.0)
         v = self.embeddings(input_ids, per_sample_weights=weights)  # (B, T) -> (B, d): each row a bag
         return F.normalize(v, dim=-1) if self.config.normalize else v

@@ -17,11 +17,11 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from distillery.bench import format_count, format_hardware, speedup_over
+from distillery.bench import format_count, format_hardware, setting_label, speedup_over, sweep_of
 from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
-from distillery.live_baselines import baseline_section
+from distillery.live_baselines import BASELINE_NAMES, baseline_section
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
 from distillery.plot import dominates, plot_points, write_plot
 
@@ -347,6 +347,40 @@ def chain_section(metrics: Mapping[str, Any], main: str) -> str:
     return "\n".join(lines + [""])
 
 
+def speed_by_setting(bench: Mapping[str, Any]) -> list[str]:
+    """The report's lines on the speed-ups of the student and the live baselines in every setting measured
+    (device, threads, precision), each against the teacher timed in the same setting; none for a bench of
+    one setting."""
+    sweep = sweep_of(bench)
+    if len(sweep) < 2:
+        return []
+    names = [n for n in ("student", *BASELINE_NAMES)
+             if any(n in (r.get("models") or {}) or n in (r.get("skipped") or {}) for r in sweep)]
+    lines = ["## Speed by setting", "",
+             f"The table above is the first setting, {md(setting_label(sweep[0]))}. Each cell: latency / "
+             "throughput speed-up over the teacher timed in the same setting (speed-ups depend on the hardware).", "",
+             "| setting | teacher latency (ms) | " + " | ".join(md(n) for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    notes: dict[str, str] = {}
+    for record in sweep:
+        models, skipped = record.get("models") or {}, record.get("skipped") or {}
+        teacher = models.get("teacher")
+        cells = []
+        for name in names:
+            if name in skipped:
+                notes.setdefault(name, str(skipped[name]))
+                cells.append("not timed")
+            elif teacher is not None and name in models:
+                s = speedup_over(teacher, models[name])
+                cells.append(f"{fmt_x(s['latency'])} / {fmt_x(s['throughput'])}")
+            else:
+                cells.append("—")
+        latency = setting(teacher or {}, "latency_ms.median")
+        lines.append(f"| {md(setting_label(record))} | {fmt_ms(latency)} | " + " | ".join(cells) + " |")
+    left_out = [f"- Not timed: {md(name)}: {md(why)}" for name, why in notes.items()]
+    return lines + [""] + (left_out + [""] if left_out else [])
+
+
 def write_report(run_dir: str | os.PathLike) -> Path:
     """Write ``report.md`` and ``plot.png`` into a run folder; return the report's path."""
     run = load_run(run_dir)
@@ -392,6 +426,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     flops = [(r["model"], r["flops_per_token"]) for r in rows if r["flops_per_token"]]
     if flops:
         out += ["FLOPs per token: " + ", ".join(f"{md(n)} {f / 1e6:.3g} M" for n, f in flops) + ".", ""]
+    out += speed_by_setting(bench)
     deployment = deployment_section(rows, main)
     if deployment:
         out += [deployment]

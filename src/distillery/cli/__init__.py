@@ -22,6 +22,12 @@ from distillery.method import METHODS
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
 
+# The speed settings of `bench` and `compress`: one measurement per CPU thread count and per CUDA precision.
+THREADS_HELP = "Benchmark: torch CPU threads, one count or a comma list (1,4): one measurement each (default: torch's)."
+BENCH_DEVICE_HELP = ("Benchmark: cpu, cuda, or both (cpu,cuda); the first is the report's main table "
+                     "(default: cpu, then cuda where torch sees a GPU).")
+DTYPE_HELP = "Benchmark: CUDA precision fp32 (default), fp16 or bf16, or a comma list; the CPU is timed in fp32."
+
 
 def add_step_commands() -> None:
     """`distillery <method> <step>`: the step commands of every method that has them (distillery.cli.steps.<method>)."""
@@ -65,6 +71,9 @@ def compress(
     regression: Regression = False,
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
+    threads: Optional[str] = typer.Option(None, help=THREADS_HELP),
+    bench_device: Optional[str] = typer.Option(None, "--bench-device", help=BENCH_DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     baselines: Optional[bool] = typer.Option(None, "--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
@@ -74,6 +83,8 @@ def compress(
 ):
     """Fine-tune (or reuse) the teacher, build and train the student, evaluate, benchmark, report."""
     setup_logging(verbose)
+    from distillery.bench import bench_flags
+
     flags = {
         "teacher.finetuned": teacher_finetuned or None,
         "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
@@ -84,6 +95,7 @@ def compress(
         **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
                                                   regression).items()},
         "bench.latency_runs": latency_runs,
+        **{f"bench.{k}": v for k, v in bench_flags(bench_device, dtype, threads).items()},
         "export": list(export) or None,
         "baselines": baselines,
         # a flag of its own wins over the same option given as --option key=value
@@ -198,20 +210,25 @@ def eval_cmd(
 @app.command()
 def bench(
     models: list[str] = typer.Argument(..., help="Model folders (run folders use their student/); the first is the reference."),
-    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's)."),
+    threads: Optional[str] = typer.Option(None, help=THREADS_HELP),
+    bench_device: Optional[str] = typer.Option(None, "--bench-device", help=BENCH_DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     latency_runs: int = typer.Option(30),
     throughput_runs: int = typer.Option(3),
     out: Optional[str] = typer.Option(None, help="Write bench JSON here too (a file, not inside a model folder)."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     export: list[str] = typer.Option([], "--export", help="Also measure each model exported as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
 ):
-    """Latency (1x128) and throughput (256x64) of several models, interleaved in one process."""
+    """Latency (1x128) and throughput (256x64) of several models, interleaved in one process, per device setting."""
     setup_logging()
-    from distillery.bench import benchmark, format_bench_table
+    from distillery.bench import bench_flags, benchmark, check_settings, format_sweep
     from distillery.folders import check_file_target, write_file
     from distillery.modeling import load_tokenizer, model_folder
     from distillery.runtime import load_model
 
+    settings = {**bench_flags(bench_device, dtype, threads), "latency_runs": latency_runs,
+                "throughput_runs": throughput_runs}
+    check_settings(settings)  # a GPU asked for on a machine without one is refused before any model loads
     if out:
         check_file_target(out, overwrite=overwrite, inputs=models)
     loaded = {}
@@ -223,11 +240,11 @@ def bench(
 
         sources = {name: (m, load_tokenizer(str(model_folder(p)))) for (name, m), p in zip(loaded.items(), models)}
         loaded.update(build_variants(sources, export)[0])
-    result = benchmark(loaded, threads=threads, latency_runs=latency_runs, throughput_runs=throughput_runs)
+    result = benchmark(loaded, **settings)
     text = json.dumps(result, indent=2)
     if out:
         write_file(out, text)
-    typer.echo(format_bench_table(result))
+    typer.echo(format_sweep(result))
     typer.echo(text)
 
 

@@ -14,33 +14,43 @@ one such measurement.
                        "throughput": {"batch", "seq", "sentences_per_s"}}},
      "speedup": {"latency": teacher/student, "throughput": student/teacher},
      "speedups": {name: {"latency", "throughput"}},   # every model vs the reference
-     "settings": {...}}                               # how it was measured
+     "settings": {...},                               # how it was measured: device, dtype, threads, shapes, runs
+     "sweep": [record, ...]}                          # one record per setting measured; the first is the above
+
+A *setting* is a device (``cpu``, ``cuda``), a precision (CUDA only: ``fp32``, ``fp16``, ``bf16``) and,
+on the CPU, a torch thread count: one record per CPU thread count asked for, one per CUDA precision.
+The top-level keys repeat the first record of ``sweep`` so that readers of one record (the report's
+table, the model card, benchmarks/) keep working. Speed-ups compare models of one setting only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
+import itertools
 import json
 import os
 import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from distillery.data.encode import model_inputs
+from distillery.bench.records import (format_bench_table, format_count, format_hardware, format_sweep,  # noqa: F401
+                                     setting_label, speedup_over, sweep_of)
+from distillery.bench.settings import DEVICES, DTYPES, bench_flags, measured_settings  # noqa: F401
+from distillery.data.encode import model_device, model_inputs
 from distillery.errors import DistilleryError
 from distillery.runtime import load_model
 
 # Random ids start above the special and rare tokens of usual WordPiece/BPE vocabularies
 # (BERT's [unused*] block ends at 998) so that every model sees ordinary word pieces.
 FIRST_ORDINARY_ID = 1000
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,14 +173,6 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return params, int(effective)
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
 def _vocab_size(model: nn.Module) -> int:
     config = getattr(model, "config", None)
     size = getattr(config, "vocab_size", None)
@@ -265,30 +267,57 @@ def _check_positions(name: str, model: nn.Module, seq: int) -> None:
         )
 
 
+class _WallClock:
+    """CPU timing: the wall clock around each forward pass (a CPU forward returns when its work is done)."""
+
+    def sync(self) -> None:
+        pass
+
+    def time(self, call) -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+
+class _CudaEvents:
+    """CUDA timing. Kernels run asynchronously: the wall clock around a call would time their launch,
+    not their work. A pair of events recorded on the stream around the call, read once the end event
+    has completed, times the work on the GPU itself."""
+
+    def sync(self) -> None:
+        torch.cuda.synchronize()
+
+    def time(self, call) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0  # elapsed_time is in milliseconds
+
+
+def _timer_for(models: Mapping[str, nn.Module]):
+    return _CudaEvents() if any(model_device(m).type == "cuda" for m in models.values()) else _WallClock()
+
+
 def _interleaved_times(
-    models: Mapping[str, nn.Module], inputs: Mapping[str, dict], runs: int, warmup: int
+    models: Mapping[str, nn.Module], inputs: Mapping[str, dict], runs: int, warmup: int, timer=None
 ) -> dict[str, list[float]]:
-    """Seconds per forward pass of each model, ``runs`` times, models taking turns."""
+    """Seconds per forward pass of each model, ``runs`` times, models taking turns (``timer``: how a pass
+    is timed; by default CUDA events when a model is on a GPU, else the wall clock)."""
     names = list(models)
-    cuda = any(_model_device(m).type == "cuda" for m in models.values())
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
+    if not names:  # a setting where no model runs (all CPU-only on a GPU)
+        return {}
+    timer = timer or _timer_for(models)
     for name in names:
         for _ in range(warmup):
             models[name](**inputs[name])
-    sync()
+    timer.sync()  # the warm-up's queued kernels must not land in the first timed pass
     times = {name: [] for name in names}
     for r in range(runs):
         k = r % len(names)
         for name in names[k:] + names[:k]:  # rotated: no model is always first or last
-            sync()
-            start = time.perf_counter()
-            models[name](**inputs[name])
-            sync()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timer.time(lambda m=models[name], x=inputs[name]: m(**x)))
     return times
 
 
@@ -307,7 +336,7 @@ def _torch_threads(threads: int | None):
 def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128), runs: int = 20, warmup: int = 3,
                threads: int | None = None, seed: int = 0) -> dict[str, float]:
     """Median milliseconds per forward pass of each model at ``shape`` (batch, seq), the models taking
-    turns in one process (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
+    turns in one process, where they are (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
     batch, seq = _check_shape("shape", shape)
     with _torch_threads(threads):
         times = _times_at({n: m.eval() for n, m in models.items()}, (batch, seq), int(runs), int(warmup), seed)
@@ -324,10 +353,15 @@ def check_settings(settings: Mapping[str, Any]) -> None:
         if name in settings:
             _check_shape(name, settings[name])
     whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    for name, low in (("latency_runs", 1), ("throughput_runs", 1), ("warmup", 0), ("threads", 1)):
+    for name, low in (("latency_runs", 1), ("throughput_runs", 1), ("warmup", 0)):
         value = settings.get(name)
         if value is not None and (not whole(value) or value < low):
             raise DistilleryError(f"bench {name} must be a whole number of at least {low}, got {value!r}.")
+    measured_settings(settings.get("device"), settings.get("dtype", "fp32"), settings.get("threads"))
+
+
+# --------------------------------------------------------------------------------------------
+# The measurement
 
 
 def benchmark(
@@ -338,7 +372,9 @@ def benchmark(
     latency_runs: int = 30,
     warmup: int = 5,
     throughput_runs: int = 3,
-    threads: int | None = None,
+    threads: int | Sequence[int] | None = None,
+    device: str | Sequence[str] | None = None,
+    dtype: str | Sequence[str] = "fp32",
     reference: str = "teacher",
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -347,54 +383,129 @@ def benchmark(
     ``models`` maps a name ("teacher", "student", any variant) to a model or a saved model
     folder. Latency is the median (and p90) of ``latency_runs`` forward passes at
     ``latency_shape`` after ``warmup`` passes; throughput is batch / median seconds of
-    ``throughput_runs`` passes at ``throughput_shape`` after one warm-up pass. ``threads`` fixes
-    torch's intra-op thread count for the measurement (the count is recorded either way).
+    ``throughput_runs`` passes at ``throughput_shape`` after one warm-up pass. ``threads`` (one count
+    or several), ``device`` and ``dtype`` choose the settings measured (:func:`measured_settings`); each
+    gets its own record in ``sweep``, the first one's also at the top level. A model that runs on the
+    CPU only (ONNX, int8) is left out of a CUDA setting, with a note under its ``skipped``.
     ``speedups`` compares every model with ``reference``; ``speedup`` is the one for "student".
+    The given models are left where they are (a CUDA setting times copies).
     """
     if not isinstance(models, Mapping) or not models:
         raise DistilleryError("benchmark() needs a non-empty mapping of names to models.")
     check_settings({"latency_shape": latency_shape, "throughput_shape": throughput_shape, "latency_runs": latency_runs,
-                    "warmup": warmup, "throughput_runs": throughput_runs, "threads": threads})
-    lat_batch, lat_seq = _check_shape("latency_shape", latency_shape)
-    tp_batch, tp_seq = _check_shape("throughput_shape", throughput_shape)
-    loaded = _loaded_models(models, max(lat_seq, tp_seq))
-
+                    "warmup": warmup, "throughput_runs": throughput_runs, "threads": threads, "device": device,
+                    "dtype": dtype})
+    plan = {"latency_shape": _check_shape("latency_shape", latency_shape),
+            "throughput_shape": _check_shape("throughput_shape", throughput_shape),
+            "latency_runs": int(latency_runs), "warmup": int(warmup), "throughput_runs": int(throughput_runs),
+            "reference": reference, "seed": int(seed)}
+    loaded = _loaded_models(models, max(plan["latency_shape"][1], plan["throughput_shape"][1]))
     modes = {name: m.training for name, m in loaded.items()}
     try:
-        with _torch_threads(threads):
-            for m in loaded.values():
-                m.eval()
-            devices = {_model_device(m) for m in loaded.values()}
-            hardware = hardware_fingerprint(next(iter(devices)) if len(devices) == 1 else None)
-            records = {name: _size_record(m, lat_seq, tp_seq) for name, m in loaded.items()}
-            lat = _times_at(loaded, (lat_batch, lat_seq), int(latency_runs), int(warmup), seed)
-            tp = _times_at(loaded, (tp_batch, tp_seq), int(throughput_runs), 1, seed)
+        for m in loaded.values():
+            m.eval()
+        sizes = {name: _size_record(m, plan["latency_shape"][1], plan["throughput_shape"][1])
+                 for name, m in loaded.items()}
+        sweep = [_measure_setting(loaded, sizes, setting, plan)
+                 for setting in measured_settings(device, dtype, threads)]
     finally:
         for name, m in loaded.items():
             m.train(modes[name])
+    if not sweep[0]["models"]:
+        raise DistilleryError(f"No model given runs on {setting_label(sweep[0])}: "
+                              + " ".join(f"{n}: {why}" for n, why in sweep[0].get("skipped", {}).items()))
+    return {**sweep[0], "sweep": sweep}
 
-    for name, record in records.items():
-        ms = [t * 1000.0 for t in lat[name]]
-        record["latency_ms"] = {"batch": lat_batch, "seq": lat_seq, "median": float(statistics.median(ms)),
-                                "p90": float(np.percentile(ms, 90)), "runs": int(latency_runs)}
-        record["throughput"] = {"batch": tp_batch, "seq": tp_seq,
-                                "sentences_per_s": float(tp_batch / statistics.median(tp[name]))}
 
+def _measure_setting(loaded: Mapping[str, nn.Module], sizes: Mapping[str, dict], setting: Mapping[str, Any],
+                     plan: Mapping[str, Any]) -> dict[str, Any]:
+    """One setting's record: every model that runs there timed at both shapes, models taking turns."""
+    target, dtype = torch.device(setting["device"]), DTYPES[setting["dtype"]]
+    skipped = {name: why for name, m in loaded.items() if target.type != "cpu" and (why := _cpu_only(m))}
+    placed: dict[str, nn.Module] = {}
+    with _torch_threads(setting["threads"]):
+        try:
+            placed = {n: _placed(m, target, dtype) for n, m in loaded.items() if n not in skipped}
+            if dtype != torch.float32:
+                skipped.update(_failing_at(placed, setting))
+                placed = {n: m for n, m in placed.items() if n not in skipped}
+            hardware = hardware_fingerprint(target)
+            timer = _CudaEvents() if target.type == "cuda" else _WallClock()
+            lat = _times_at(placed, plan["latency_shape"], plan["latency_runs"], plan["warmup"], plan["seed"], timer)
+            tp = _times_at(placed, plan["throughput_shape"], plan["throughput_runs"], 1, plan["seed"], timer)
+        finally:
+            placed.clear()  # the copies on the GPU go now, not when the next setting is measured
+            if target.type == "cuda":
+                torch.cuda.empty_cache()
+    records = {name: _timed_record(sizes[name], lat[name], tp[name], plan) for name in lat}
+    reference = plan["reference"]
     speedups = {name: speedup_over(records[reference], rec) for name, rec in records.items()
                 if reference in records and name != reference}
     speedup = dict(speedups["student"]) if reference == "teacher" and "student" in speedups else {}
-    settings = {"reference": reference, "latency_runs": int(latency_runs), "warmup": int(warmup),
-                "throughput_runs": int(throughput_runs), "throughput_warmup": 1, "seed": int(seed),
-                "order": "interleaved, rotated each run"}
-    return {"hardware": hardware, "models": records, "speedup": speedup, "speedups": speedups, "settings": settings}
+    settings = {"device": setting["device"], "dtype": setting["dtype"], "threads": hardware["threads"],
+                "reference": reference, "latency_shape": list(plan["latency_shape"]),
+                "throughput_shape": list(plan["throughput_shape"]), "latency_runs": plan["latency_runs"],
+                "warmup": plan["warmup"], "throughput_runs": plan["throughput_runs"], "throughput_warmup": 1,
+                "seed": plan["seed"], "order": "interleaved, rotated each run",
+                "timer": "CUDA events" if target.type == "cuda" else "wall clock"}
+    record = {"hardware": hardware, "models": records, "speedup": speedup, "speedups": speedups, "settings": settings}
+    if skipped:
+        record["skipped"] = skipped
+    return record
+
+
+def _cpu_only(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be timed on a GPU (an ONNX Runtime graph, torch's dynamic int8), or None."""
+    exported = getattr(model, "exported_architecture", None)
+    quantized = any(type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized"))
+                    for m in model.modules())
+    if exported is None and not quantized:
+        return None
+    backend = exported.backend if exported is not None else "torch int8"
+    return f"Runs on the CPU only ({backend}): not timed on a GPU."
+
+
+def _placed(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """``model`` on ``device`` at ``dtype``: itself when it is there already, else a copy, so that the
+    caller's model (and its fp32 weights) stays as it was."""
+    floats = [p.dtype for p in itertools.chain(model.parameters(), model.buffers()) if p.is_floating_point()]
+    if model_device(model).type == device.type and (floats[0] if floats else torch.float32) == dtype:
+        return model
+    return copy.deepcopy(model).to(device=device, dtype=dtype)
+
+
+def _failing_at(models: Mapping[str, nn.Module], setting: Mapping[str, Any]) -> dict[str, str]:
+    """The models that fail one forward pass at a reduced precision (an op without an fp16 kernel), with
+    why: they are left out of that setting, not allowed to end a run whose fp32 figures stand."""
+    failing = {}
+    with torch.inference_mode():
+        for name, model in models.items():
+            try:
+                model(**make_inputs(model, 1, 8))
+            except (RuntimeError, TypeError, ValueError) as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                failing[name] = f"Does not run on {setting['device']} at {setting['dtype']}: {first}"
+    return failing
+
+
+def _timed_record(size: Mapping[str, Any], lat: Sequence[float], tp: Sequence[float],
+                  plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's ``bench.json`` record: its sizes, then its latency and throughput (``lat``, ``tp``: seconds)."""
+    (lat_batch, lat_seq), (tp_batch, tp_seq) = plan["latency_shape"], plan["throughput_shape"]
+    ms = [t * 1000.0 for t in lat]
+    return {**size,
+            "latency_ms": {"batch": lat_batch, "seq": lat_seq, "median": float(statistics.median(ms)),
+                           "p90": float(np.percentile(ms, 90)), "runs": plan["latency_runs"]},
+            "throughput": {"batch": tp_batch, "seq": tp_seq,
+                           "sentences_per_s": float(tp_batch / statistics.median(tp))}}
 
 
 def _times_at(models: Mapping[str, nn.Module], shape: tuple[int, int], runs: int, warmup: int,
-              seed: int) -> dict[str, list[float]]:
+              seed: int, timer=None) -> dict[str, list[float]]:
     """:func:`_interleaved_times` on seeded random inputs of ``shape`` (batch, seq), freed afterwards."""
     with torch.inference_mode():
         inputs = {n: make_inputs(m, *shape, seed) for n, m in models.items()}
-        return _interleaved_times(models, inputs, runs, warmup)
+        return _interleaved_times(models, inputs, runs, warmup, timer)
 
 
 def _loaded_models(models: Mapping[str, nn.Module | str | os.PathLike], seq: int) -> dict[str, nn.Module]:
@@ -429,90 +540,8 @@ def _size_record(model: nn.Module, lat_seq: int, tp_seq: int) -> dict[str, Any]:
     return record
 
 
-def speedup_over(ref: Mapping[str, Any], rec: Mapping[str, Any]) -> dict[str, float]:
-    """How many times faster ``rec`` is than ``ref``: latency ref/rec, throughput rec/ref; and the
-    FLOP-ideal ratios for the same shapes (ref FLOPs / rec FLOPs: what a speed-up would be if time
-    followed FLOPs)."""
-    out = {
-        "latency": ref["latency_ms"]["median"] / rec["latency_ms"]["median"],
-        "throughput": rec["throughput"]["sentences_per_s"] / ref["throughput"]["sentences_per_s"],
-    }
-    for key, field in (("flop_ideal_latency", "flops_per_token"), ("flop_ideal_throughput", "flops_per_token_throughput")):
-        a, b = ref.get(field), rec.get(field)
-        if a and b:
-            out[key] = a / b
-    return out
-
-
 def save_bench(bench: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a bench record as indented JSON; return the path."""
     path = Path(path)
     path.write_text(json.dumps(bench, indent=2) + "\n")
     return path
-
-
-# --------------------------------------------------------------------------------------------
-# Presentation
-
-
-def format_count(n: float | int | None) -> str:
-    """22.7M, 1.5k, 812."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= size:
-            return f"{n / size:.1f}{suffix}"
-    return f"{n:.0f}"
-
-
-def _gflops(flops: float | None) -> str:
-    return "—" if flops is None else f"{flops / 1e9:.3g}"
-
-
-def format_bench_table(bench: Mapping[str, Any]) -> str:
-    """A markdown table of a bench record: one row per model, speed-ups vs the reference."""
-    models = bench.get("models") or {}
-    if not models:
-        raise DistilleryError("The bench record holds no models.")
-    reference = (bench.get("settings") or {}).get("reference", "teacher")
-    ref = models.get(reference)
-    first = next(iter(models.values()))
-    lat, tp = first.get("latency_ms", {}), first.get("throughput", {})
-    lat_shape = f"{lat.get('batch', '?')}×{lat.get('seq', '?')}"
-    tp_shape = f"{tp.get('batch', '?')}×{tp.get('seq', '?')}"
-    header = (
-        f"| model | params | effective params | GFLOPs/token | latency {lat_shape} median (ms) | "
-        f"p90 (ms) | throughput {tp_shape} (sent/s) | latency speed-up (FLOP-ideal) | throughput speed-up (FLOP-ideal) |"
-    )
-    lines = [header, "|" + "---|" * 9]
-    for name, rec in models.items():
-        if ref is not None:
-            s = speedup_over(ref, rec)
-            ideal = lambda key: f" ({s[key]:.2f}×)" if key in s else ""  # noqa: E731
-            speed = (f"{s['latency']:.2f}×" + ideal("flop_ideal_latency"),
-                     f"{s['throughput']:.2f}×" + ideal("flop_ideal_throughput"))
-        else:
-            speed = ("—", "—")
-        lines.append(
-            f"| {name} | {format_count(rec.get('params'))} | {format_count(rec.get('effective_params'))} | "
-            f"{_gflops(rec.get('flops_per_token'))} | "
-            f"{rec['latency_ms']['median']:.2f} | {rec['latency_ms']['p90']:.2f} | "
-            f"{rec['throughput']['sentences_per_s']:.1f} | {speed[0]} | {speed[1]} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def format_hardware(hardware: Mapping[str, Any]) -> str:
-    """One line: CPU, cores, threads, GPU, torch, platform."""
-    gpu = hardware.get("gpu")
-    parts = [
-        f"CPU {hardware.get('cpu', 'unknown')}",
-        f"{hardware.get('cores', '?')} cores",
-        f"{hardware.get('threads', '?')} torch threads",
-        f"GPU {gpu}" if gpu else "no GPU",
-        f"torch {hardware.get('torch', '?')}",
-    ]
-    if hardware.get("platform"):
-        parts.append(str(hardware["platform"]))
-    return ", ".join(parts)
