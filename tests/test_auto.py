@@ -143,6 +143,8 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
     assert again["chosen"] == chosen
     code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--resume", "--speedup", "3")
     assert_one_line_error(code, err, "given differently")
+    code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--speedup", "2")
+    assert_one_line_error(code, err, "pass --resume to continue it")
 
 
 def test_a_latency_target_is_planned_from_the_teacher_timed_here(tiny_bert4):
