@@ -44,7 +44,7 @@ import distillery.cli.hub  # noqa: E402,F401 (registers `distillery push`)
 @with_option_flags()
 def compress(
     # None means "not given" (so that --resume can tell what was): the defaults are distill, sst2, minilm, quick
-    method: Optional[str] = typer.Option(None, help=f"Compression method: {', '.join(METHODS)} (default distill, the layer-drop baseline)."),
+    method: Optional[str] = typer.Option(None, help=f"Compression method: {', '.join(METHODS)} (default distill, the layer-drop baseline), or auto: the most accurate of them (and their int8 exports) that meets --speedup or --latency-ms as measured here, within --time-budget."),
     task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
     teacher: Optional[str] = typer.Option(None, help="minilm (built in, default), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
@@ -78,6 +78,8 @@ def compress(
     baselines: Optional[bool] = typer.Option(None, "--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
+    latency_ms: Optional[float] = typer.Option(None, help="--method auto: the target, a latency at most this many ms on this machine (instead of --speedup)."),
+    time_budget: Optional[str] = typer.Option(None, help="--method auto: overall training time (30m, 2h, 1h30m, 90s or seconds); candidates not started when it is spent are skipped."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,  # the methods' option flags (distillery.cli.options), the given ones
 ):
@@ -103,8 +105,42 @@ def compress(
     }
     named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher, "data.data_dir": data_dir,
              "out": out}
+    if _wants_auto(method, config_file):
+        return _compress_auto(named, flags, preset, config_file, latency_ms, time_budget, overwrite, resume, push_to_hub)
+    if latency_ms is not None or time_budget is not None:
+        raise DistilleryError("--latency-ms and --time-budget belong to --method auto; add it, or drop them.")
     config, given = _compress_config(named, flags, preset, config_file)
     compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
+
+
+def _wants_auto(method: str | None, config_file: str | None) -> bool:
+    if method is not None or config_file is None:
+        return method == "auto"
+    from distillery.config import read_yaml_mapping
+
+    return read_yaml_mapping(config_file).get("method") == "auto"
+
+
+def _compress_auto(named: dict, flags: dict, preset: str | None, config_file: str | None, latency_ms: float | None,
+                   time_budget: str | None, overwrite: bool, resume: bool, push_to_hub: str | None) -> None:
+    """``compress --method auto``: the candidates' shared settings (flags over the --config file) to
+    distillery.auto; --speedup, autotinybert's flag, is auto's target."""
+    from distillery.auto import compress_auto
+    from distillery.config import dotted_settings, read_yaml_mapping
+
+    if preset:
+        raise DistilleryError("--preset names one method's settings, and --method auto runs several; give their "
+                              "options with --option key=value instead.")
+    if push_to_hub:
+        raise DistilleryError("--push-to-hub uploads one run's student; after --method auto, push the chosen "
+                              "candidate's run folder (auto.json names it) with `distillery push RUN REPO`.")
+    file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
+    settings = {**file, **{k: v for k, v in {**flags, **named}.items() if v is not None}}
+    speedup = settings.pop("method_options.speedup", None)
+    report = compress_auto(settings, speedup=speedup, latency_ms=latency_ms, time_budget=time_budget,
+                           overwrite=overwrite, resume=resume)
+    typer.echo(report.read_text())
+    typer.echo(f"Auto folder: {report.parent}")
 
 
 def _compress_config(named: dict, flags: dict, preset: str | None, config_file: str | None):

@@ -22,7 +22,8 @@ class AutoTinyBertOptions(MethodOptions):
     """Defaults are the quick budget's; ``autotinybert.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "autotinybert"
-    speedup: float = option(2.0, number(above=0), "latency budget as a speed-up over the teacher measured here",
+    speedup: float = option(2.0, number(above=0), "latency budget as a speed-up over the teacher measured here "
+                            "(with --method auto: the target of every candidate)",
                             flag=True, steps=("search", "train"))
     budget_ms: float | None = option(None, number(above=0, optional=True), "budget in ms at 1x128 (instead of speedup)",
                                      default_text="from speedup", steps=("search",))
