@@ -239,3 +239,15 @@ def test_a_moebert_student_loads_with_its_cards_snippet_in_a_fresh_process(tiny_
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["MoEBertForSequenceClassification", "(1,", "2)"]
+
+
+def test_a_custom_task_run_measures_the_free_baselines_live(run):
+    """The report compares the student with the teacher's int8 copy and static embeddings measured in this run,
+    on this custom task (no constant reference points): scored on its dev set, timed in its bench process."""
+    metrics = json.loads((run / "metrics.json").read_text())
+    bench = json.loads((run / "bench.json").read_text())
+    assert set(metrics["baselines"]) == {"teacher-int8", "static-embeddings"}
+    assert {"teacher-int8", "static-embeddings"} <= set(bench["models"])
+    report = (run / "report.md").read_text()
+    assert "## Against what you can get for free" in report
+    assert "| teacher-int8 |" in report and "| static-embeddings |" in report
