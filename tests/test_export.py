@@ -293,6 +293,7 @@ def test_compress_export_measures_and_reports_the_variants(tiny_bert4, glue_dir,
     assert set(metrics["others"]) == names
     bench = json.loads((out / "bench.json").read_text())
     assert set(bench["models"]) == {"teacher", "student", "teacher-int8", "static-embeddings"} | names  # + live baselines
+    assert metrics["baselines"]["teacher-int8"] == metrics["others"][f"teacher-{default}"]  # the export, not a second one
     report = (out / "report.md").read_text()
     assert "## Deployment variants" in report and f"| student-{default} |" in report
     assert (out / "exports" / f"student-{default}" / EXPORT_MANIFEST).is_file()

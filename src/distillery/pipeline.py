@@ -279,7 +279,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             save_dir=out / "exports", save=("student",),
             sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
     if config.baselines:
-        variants.update(_baselines(config, ctx, metrics))
+        variants.update(_baselines(config, ctx, metrics, variants))
     if config.data.dev_limit:
         metrics["dev_limit"] = config.data.dev_limit
     chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
@@ -289,7 +289,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     return metrics, variants
 
 
-def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict) -> dict[str, Any]:
+def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict, variants: dict[str, Any]) -> dict[str, Any]:
     """The free baselines, measured live on this task and machine (the teacher's int8 copy, a static-embedding
     model distilled from the teacher): their dev metrics go into ``metrics["baselines"]``, the models to the bench."""
     from distillery.live_baselines import live_baselines
@@ -299,8 +299,14 @@ def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict) -> dict[str
                                      "come from the PyTorch model it was exported from)."]
         return {}
     logger.info("[3/5] The free baselines: the teacher's int8 copy and static embeddings distilled from it.")
+    from distillery.export.formats import resolve_format
+
+    # an --export int8 of the teacher is this baseline already: reuse it rather than export and score it again
+    exported = f"teacher-{resolve_format('int8', ctx.teacher.config)}"
+    given = (variants[exported], metrics["others"][exported]) \
+        if exported in variants and exported in metrics.get("others", {}) else None
     bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics["teacher"],
-                        batch_size=max(config.student.eval_batch_size, 256))
+                        teacher_int8=given, batch_size=max(config.student.eval_batch_size, 256))
     metrics["baselines"] = {name: m for name, (_, m) in bl.items()}
     metrics["baseline_notes"] = list(bl.notes)
     return {name: model for name, (model, _) in bl.items()}
