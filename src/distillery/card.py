@@ -23,6 +23,7 @@ from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
 from distillery.markdown import md
 from distillery.config import setting
+from distillery.teacher import TEACHER_HUB_IDS
 from distillery.report import (config_lines, main_metric, shape_text, task_name, teacher_name, load_run, model_metrics,
                                rows_table, run_rows, verdict)
 
@@ -30,8 +31,6 @@ logger = logging.getLogger("distillery")
 
 CARD = "README.md"
 # The Hub models the built-in teachers are (teacher.BUILTIN_TEACHER, teacher.BASE_TEACHER).
-TEACHER_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2",
-                   "mpnet-base": "sentence-transformers/all-mpnet-base-v2"}
 # Shown in the loading snippet until the card is written for a push (which names the repository).
 PLACEHOLDER_REPO = "your-name/your-model"
 # Datasets' display names in the model-index, by the task's Hub dataset.
