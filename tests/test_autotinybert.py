@@ -620,3 +620,41 @@ def test_a_supernet_folder_from_the_first_l_layers_era_is_refused(tmp_path):
     (folder / "supernet.json").write_text(json.dumps(facts))
     with pytest.raises(DistilleryError, match="first l layers"):
         load_supernet(folder)
+
+
+@pytest.mark.parametrize("measured, chosen, note", [
+    ({"a": 5.0, "b": 9.5, "c": 9.8}, "b", None),  # a is far under the budget: b, the next within the window
+    ({"a": 5.0, "b": 6.0}, "a", "under it"),  # none within: the first that meets the budget, with a note
+    ({"a": 12.0, "b": 9.2}, "b", None),  # a misses the budget: the next
+])
+def test_the_student_shipped_is_measured_near_its_budget(monkeypatch, tmp_path, measured, chosen, note):
+    """A budget of 10 ms with budget_floor 0.91: the first candidate measured between 9.1 and 10.5 ms ships;
+    one far under the budget leaves speed unused and ships only when no candidate lies in the window."""
+    from types import SimpleNamespace
+
+    import distillery.autotinybert.latency as latency
+    from distillery.autotinybert.recipe import _first_within_budget
+
+    archs = {name: Arch(k + 1, 32, 64, 2, 32) for k, name in enumerate(measured)}
+    names = {arch: name for name, arch in archs.items()}
+    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [measured[names[batch[0]]]])
+    ctx = SimpleNamespace(notes=[], out_dir=tmp_path)
+    opts = SimpleNamespace(budget_floor=0.91, latency_runs=1, arch=None)
+    got = _first_within_budget(ctx, opts, None, list(archs.values()), lambda a: 9.5, None, 20.0, 10.0)
+    assert got == archs[chosen]
+    assert (note is None) == all("under it" not in n for n in ctx.notes)
+    assert '"measured_ms": %s' % measured[chosen] in (tmp_path / "architecture.json").read_text()
+
+
+def test_no_candidate_meeting_the_budget_is_a_sentence(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import distillery.autotinybert.latency as latency
+    from distillery.autotinybert.recipe import _first_within_budget
+    from distillery.errors import DistilleryError
+
+    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [20.0])
+    ctx, opts = SimpleNamespace(notes=[], out_dir=tmp_path), SimpleNamespace(budget_floor=0.91, latency_runs=1, arch=None)
+    with pytest.raises(DistilleryError, match="None of the 2 candidates met"):
+        _first_within_budget(ctx, opts, None, [Arch(1, 32, 64, 2, 32), Arch(2, 32, 64, 2, 32)], lambda a: 9.5, None,
+                             20.0, 10.0)
