@@ -21,6 +21,17 @@ def _isolated_cache(tmp_path_factory):
     os.environ["DISTILLERY_CACHE"] = str(tmp_path_factory.mktemp("distillery-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _live_baselines_only_where_marked(request, monkeypatch):
+    """Measuring the free baselines (the teacher's int8 copy, static embeddings distilled from it) is three
+    quarters of a tiny run's time (~2 s of ~2.7 s): runs of tests not marked ``live_baselines`` skip them, as
+    ``--no-baselines`` would. Runs made by module- or session-scoped fixtures are made before this applies."""
+    if request.node.get_closest_marker("live_baselines") is None:
+        from distillery import pipeline
+
+        monkeypatch.setattr(pipeline, "_baselines", lambda config, ctx, metrics, variants: {})
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory):
     """Folder of a tiny random 2-layer BERT encoder (no task head) with its tokenizer."""

@@ -107,6 +107,7 @@ def _files(folder):
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.live_baselines
 def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     settings = tmp_path / "tiny.yaml"

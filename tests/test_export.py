@@ -282,6 +282,7 @@ def test_recovery_is_skipped_when_int8_loses_little(bert_cls, glue_dir, tmp_path
 # ------------------------------------------------------------------------------ compress, report
 
 
+@pytest.mark.live_baselines
 def test_compress_export_measures_and_reports_the_variants(tiny_bert4, glue_dir, tmp_path):
     from distillery.pipeline import compress
 
