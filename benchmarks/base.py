@@ -44,6 +44,7 @@ ROWS = {
     "autotinybert-8x": ("autotinybert", {"speedup": 8, "further_training": False}),
 }
 SUPERNET_ROW = "autotinybert-4x"
+BASELINE_ROW = "distill"
 # The sitting's budget on 2 CPU cores (about 2 hours for every row): a train slice, SST-2's sentences at
 # most 64 tokens, one epoch of teacher fine-tuning and of each student's training; every student trains on
 # the same slice (``train_examples=budget``: labelling all 67k sentences with a base-size teacher alone would
@@ -109,6 +110,8 @@ def run_quality(args) -> None:
             config = build_run_config(method=ROWS[label][0], task=TASK, budget="quick", teacher=TEACHER,
                                       data_dir=args.data_dir, out=str(out), overrides=overrides_for(args, label))
             config.export = [] if args.converted else ["int8"]  # the speed phase exports for itself
+            # The free baselines belong to the teacher, shared by every row: measured once, in the first row's run.
+            config.baselines = not args.converted and label == BASELINE_ROW
             try:
                 compress(config, overwrite=True)
             except Exception as e:  # noqa: BLE001 - one failed row must not cost the sitting's other rows
