@@ -245,6 +245,10 @@ def _speed_cells(bench: dict, name: str) -> str:
             f"{s['throughput']:.2f}× ({s['flop_ideal_throughput']:.2f}×)")
 
 
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
 def speed_checks(benches: dict[int, dict]) -> list[str]:
     """The issue's speed acceptance, measured at 2 threads (every core here)."""
     b = benches.get(2) or next(iter(benches.values()))
@@ -254,14 +258,50 @@ def speed_checks(benches: dict[int, dict]) -> list[str]:
         tp = s["moebert"]["throughput"] / s["no-routing bound"]["throughput"]
         lines.append(f"- MoEBERT reaches {share:.3f} of its no-routing bound at 1×128 ({tp:.3f} at 256×64); "
                      f"FLOP-ideal {s['moebert']['flop_ideal_latency']:.2f}× against the bound's "
-                     f"{s['no-routing bound']['flop_ideal_latency']:.2f}×.")
+                     f"{s['no-routing bound']['flop_ideal_latency']:.2f}× (≥ 0.95 asked: {_verdict(min(share, tp) >= 0.95)}"
+                     f"{'' if min(share, tp) >= 0.95 or max(share, tp) < 0.95 else ' at ' + ('1×128' if share >= 0.95 else '256×64') + ' only'}).")
     for k in (2, 4, 8):
         name = f"autotinybert-{k}x"
         if name in s:
+            off = s[name]["latency"] / k - 1
             lines.append(f"- AutoTinyBERT {k}× budget: measured {s[name]['latency']:.2f}× "
-                         f"({100 * (s[name]['latency'] / k - 1):+.1f} % of the budget).")
+                         f"({100 * off:+.1f} % of the budget; within 10 %: {_verdict(abs(off) <= 0.10)}).")
     if "cmow" in s:
-        lines.append(f"- CMOW throughput: {s['cmow']['throughput']:.0f}× the teacher at 256×64.")
+        lines.append(f"- CMOW throughput: {s['cmow']['throughput']:.0f}× the teacher at 256×64 "
+                     f"(≥ 300× asked: {_verdict(s['cmow']['throughput'] >= 300)}).")
+    return lines
+
+
+def _int8_score(others: dict) -> float | None:
+    q8 = others.get("student-torch-int8") or others.get("student-onnx-int8")
+    return q8["accuracy"] if q8 else None
+
+
+def quality_checks(quality: list[dict]) -> list[str]:
+    """The issue's quality acceptance on SST-2 dev, from the quality runs."""
+    rows = {r["method"]: r for r in quality}
+    if not rows:
+        return []
+    first = next(iter(rows.values()))
+    teacher = first["metrics"]["teacher"]["accuracy"]
+    acc = {k: r["metrics"]["student"]["accuracy"] for k, r in rows.items()}
+    lines = []
+    if "autotinybert-4x" in acc and "distill" in acc:
+        a, d = acc["autotinybert-4x"], acc["distill"]
+        lines.append(f"- AutoTinyBERT 4× {a:.4f} against distill {d:.4f} (≥ asked: {_verdict(a >= d)}) and "
+                     f"{100 * (teacher - a):.1f} points under the teacher {teacher:.4f} (≤ 1.5 asked: "
+                     f"{_verdict(teacher - a <= 0.015)}).")
+    if "moebert" in acc:
+        lines.append(f"- MoEBERT {acc['moebert']:.4f}: {100 * (teacher - acc['moebert']):.1f} points under the teacher "
+                     f"(≤ 1 asked: {_verdict(teacher - acc['moebert'] <= 0.01)}).")
+    gaps = {k: acc[k] - _int8_score(r["others"]) for k, r in rows.items() if _int8_score(r["others"]) is not None}
+    q8 = first["others"].get("teacher-torch-int8") or first["others"].get("teacher-onnx-int8")
+    if q8:
+        gaps["teacher"] = teacher - q8["accuracy"]
+    if gaps:
+        worst = max(gaps, key=lambda k: abs(gaps[k]))
+        lines.append(f"- int8 exports against their fp32 rows: " + ", ".join(f"{k} {100 * -g:+.1f}" for k, g in gaps.items())
+                     + f" points (within 1 asked: {_verdict(abs(gaps[worst]) <= 0.01)}).")
     return lines
 
 
@@ -301,7 +341,7 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
         source = two.get("source", "")
         lines += ["", f"Models timed: {source}. Speed-ups against the fp32 teacher (1×128 latency {teacher['latency_ms']['median']:.0f} ms at 2 threads), "
                   f"all models in one interleaved process per thread count, on {hw.get('cpu')} ({hw.get('cores')} cores), "
-                  f"torch {hw.get('torch')}.", "", *speed_checks(by_threads)]
+                  f"torch {hw.get('torch')}.", "", *speed_checks(by_threads), *quality_checks(quality)]
     return "\n".join(lines)
 
 
@@ -343,8 +383,8 @@ def main() -> None:
                         help="Runs of one optimizer step each (speed needs no training): runs/base-converted-*.")
     parser.add_argument("--reuse", action="store_true", help="Keep finished run folders as they are.")
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
-    parser.add_argument("--latency-runs", type=int, default=20)
-    parser.add_argument("--throughput-runs", type=int, default=1)
+    parser.add_argument("--latency-runs", type=int, default=40)
+    parser.add_argument("--throughput-runs", type=int, default=3)
     parser.add_argument("--dispatch-runs", type=int, default=200)
     args = parser.parse_args()
     from distillery.cli import setup_logging

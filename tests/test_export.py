@@ -259,6 +259,25 @@ def test_fake_quant_linear_computes_what_dynamic_int8_computes():
     assert type(model[0]) is torch.nn.Linear and model[0].weight is weights[0]
 
 
+def test_per_channel_fake_quant_computes_what_per_channel_dynamic_int8_computes():
+    """The ONNX export quantizes weights per output channel: the recovery's fake quantization follows it."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(37, 32)
+    with torch.no_grad():
+        linear.weight[:4] *= 20  # a few large rows: one scale per tensor would flatten the others
+    x = torch.randn(4, 9, 37) * 3
+    with runtime.quiet():
+        int8 = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear: per_channel_dynamic_qconfig})
+    reduce_range = torch.backends.quantized.engine in ("fbgemm", "x86")
+    fake = ex.FakeQuantLinear(linear, reduce_range=reduce_range, per_channel=True)
+    per_tensor = ex.FakeQuantLinear(linear, reduce_range=reduce_range)
+    with torch.no_grad():
+        torch.testing.assert_close(fake(x), int8(x), atol=1e-4, rtol=0)
+        assert (per_tensor(x) - int8(x)).abs().max() > 1e-3
+
+
 def test_recovery_pass_runs_through_the_trainer(bert_cls, glue_dir, tmp_path):
     out = ex.export_model(bert_cls, "torch-int8", tmp_path / "recovered", task="sst2", data_dir=str(glue_dir),
                           max_length=32, recover=True, recover_threshold=-100.0, recover_steps=4)

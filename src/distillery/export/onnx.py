@@ -107,11 +107,13 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, inputs: Sequence[str]
 
 
 def quantize_onnx(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) -> dict[str, Any]:
-    """ONNX Runtime dynamic quantization: int8 weights of MatMuls with constant weights."""
+    """ONNX Runtime dynamic quantization: int8 weights of MatMuls with constant weights, one scale per output
+    channel (per tensor, a base-size student lost 1.7 points of SST-2 dev, per channel it lost none, at the
+    same speed: docs/results.md)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    settings = {"weight_type": "QInt8", "per_channel": False, "reduce_range": False,
+    settings = {"weight_type": "QInt8", "per_channel": True, "reduce_range": False,
                 "op_types": ["MatMul", "Gemm"], "MatMulConstBOnly": True}
     # The exporter annotates intermediate values with shapes that ONNX's own shape inference (which
     # the quantizer runs) contradicts for some nodes (Gemm of the heads); the graph is fine without
@@ -128,7 +130,7 @@ def quantize_onnx(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
     with quiet():
         try:
             quantize_dynamic(str(fp32_path), str(int8_path), op_types_to_quantize=settings["op_types"],
-                             per_channel=False, reduce_range=False, weight_type=QuantType.QInt8,
+                             per_channel=settings["per_channel"], reduce_range=False, weight_type=QuantType.QInt8,
                              extra_options={"MatMulConstBOnly": True})
         finally:
             root.setLevel(level)

@@ -28,24 +28,27 @@ RECOVER_THRESHOLD = 1.0  # points of the main metric (accuracy 0.01 = 1 point; S
 class FakeQuantLinear(nn.Linear):
     """``nn.Linear`` computing what quantize_dynamic's int8 Linear computes, in fp32, trainably.
 
-    The weight goes through a per-tensor symmetric qint8 FakeQuantize and the input through a
-    per-tensor affine quint8 one, both with the range of the current tensor (a memoryless
-    observer: averaging constant 1), as dynamic quantization sees them; ``reduce_range`` gives the
-    input 7 bits, as torch's x86/fbgemm engine does (ONNX Runtime uses 8). Gradients pass straight through
+    The weight goes through a symmetric qint8 FakeQuantize (per tensor as torch's quantize_dynamic, per output
+    channel as our ONNX Runtime export with ``per_channel``) and the input through a per-tensor affine quint8
+    one, both with the range of the current tensor (a memoryless observer: averaging constant 1), as dynamic
+    quantization sees them; ``reduce_range`` gives the input 7 bits, as torch's x86/fbgemm engine does (ONNX
+    Runtime uses 8). Gradients pass straight through
     the rounding. It shares the wrapped Linear's weight and bias, so ``strip_fake_quant`` gives back
     a plain Linear with the trained values.
     """
 
-    def __init__(self, linear: nn.Linear, reduce_range: bool):
+    def __init__(self, linear: nn.Linear, reduce_range: bool, per_channel: bool = False):
         nn.Module.__init__(self)
-        from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
+        from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver
 
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         with quiet():
-            self.weight_fake_quant = FakeQuantize(observer=MovingAverageMinMaxObserver, averaging_constant=1.0,
-                                                  quant_min=-128, quant_max=127, dtype=torch.qint8,
-                                                  qscheme=torch.per_tensor_symmetric)
+            weight_scheme = ({"observer": MovingAveragePerChannelMinMaxObserver, "ch_axis": 0,
+                              "qscheme": torch.per_channel_symmetric} if per_channel else
+                             {"observer": MovingAverageMinMaxObserver, "qscheme": torch.per_tensor_symmetric})
+            self.weight_fake_quant = FakeQuantize(averaging_constant=1.0, quant_min=-128, quant_max=127,
+                                                  dtype=torch.qint8, **weight_scheme)
             self.input_fake_quant = FakeQuantize(observer=MovingAverageMinMaxObserver, averaging_constant=1.0,
                                                  quant_min=0, quant_max=127 if reduce_range else 255,
                                                  dtype=torch.quint8, qscheme=torch.per_tensor_affine)
@@ -55,17 +58,18 @@ class FakeQuantLinear(nn.Linear):
         return nn.functional.linear(self.input_fake_quant(x), self.weight_fake_quant(self.weight), self.bias)
 
 
-def prepare_fake_quant(model: nn.Module, reduce_range: bool | None = None) -> nn.Module:
+def prepare_fake_quant(model: nn.Module, reduce_range: bool | None = None, per_channel: bool = False) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) by a :class:`FakeQuantLinear`.
 
-    ``reduce_range``: 7-bit activations; None means torch's choice on its current engine.
+    ``reduce_range``: 7-bit activations; None means torch's choice on its current engine. ``per_channel``:
+    one weight scale per output channel (the ONNX export), else one per tensor (torch).
     """
     if reduce_range is None:
         reduce_range = torch.backends.quantized.engine in ("fbgemm", "x86")
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, FakeQuantLinear(child, reduce_range))
+                setattr(parent, name, FakeQuantLinear(child, reduce_range, per_channel))
     return model
 
 
@@ -113,7 +117,8 @@ def recover_int8(
     kind, main = task_data.task.kind, task_data.task.main_metric
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
-    student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range).train()
+    student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range,
+                                 per_channel=backend == "onnx-int8").train()
     config = TrainConfig(epochs=1.0, max_steps=int(steps), lr=lr, batch_size=batch_size, warmup_ratio=0.0,
                          eval_every=eval_every or max(1, int(steps) // 3), select_best=True, seed=seed,
                          log_every=max(1, int(steps) // 3))
@@ -133,7 +138,7 @@ def recover_int8(
     recovered = strip_fake_quant(result.model).cpu().eval()
     info = {
         "backend": backend, "steps": int(steps), "lr": lr, "batch_size": batch_size, "kd_weight": kd_weight,
-        "temperature": temperature, "reduce_range": reduce_range,
+        "temperature": temperature, "reduce_range": reduce_range, "per_channel": backend == "onnx-int8",
         "teacher": getattr(teacher.config, "_name_or_path", None) or type(teacher).__name__,
         "seconds": round(time.time() - started, 1),
         "selected_step": result.best_step, "selection_metrics": result.best_metrics,
