@@ -658,3 +658,35 @@ def test_no_candidate_meeting_the_budget_is_a_sentence(monkeypatch, tmp_path):
     with pytest.raises(DistilleryError, match="None of the 2 candidates met"):
         _first_within_budget(ctx, opts, None, [Arch(1, 32, 64, 2, 32), Arch(2, 32, 64, 2, 32)], lambda a: 9.5, None,
                              20.0, 10.0)
+
+
+def test_a_predictor_that_overestimates_is_rescaled_and_the_search_runs_again(monkeypatch, tmp_path):
+    """Every searched candidate runs at 0.8 of its predicted latency, under budget_floor of a 10 ms budget: the
+    predictor is rescaled by 0.8 and the search, run again with it, finds one that is measured in the window."""
+    from types import SimpleNamespace
+
+    import distillery.autotinybert.latency as latency
+    import distillery.autotinybert.recipe as recipe
+
+    first = [Arch(2, 32, 64, 2, 32), Arch(3, 32, 64, 2, 32)]
+    nearer = Arch(4, 32, 64, 2, 32)
+    predicted = {first[0]: 9.5, first[1]: 9.8, nearer: 12.0}
+    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [0.8 * predicted[batch[0]]])
+    searches = []
+
+    def search_again(ctx, opts, supernet, projection, predict, budget):
+        searches.append(predict(nearer))
+        return [nearer]
+
+    monkeypatch.setattr(recipe, "_searched_candidates", search_again)
+    ctx = SimpleNamespace(notes=[], out_dir=tmp_path)
+    opts = SimpleNamespace(budget_floor=0.91, latency_runs=1, arch=None)
+    got = recipe._measured_choice(ctx, opts, None, None, first, predicted.__getitem__, None, 20.0, 10.0, searched=True)
+    assert got == nearer  # measured 9.6 ms
+    assert searches == [pytest.approx(9.6)]  # the second search saw the rescaled predictor
+    assert any("rescaled by 0.80" in n for n in ctx.notes)
+    # the fast and conventional rules are not searched: the first under the floor ships, with its note
+    ctx = SimpleNamespace(notes=[], out_dir=tmp_path)
+    assert recipe._measured_choice(ctx, opts, None, None, first, predicted.__getitem__, None, 20.0, 10.0,
+                                   searched=False) == first[0]
+    assert len(searches) == 1 and any("under it" in n for n in ctx.notes)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import statistics
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -278,7 +279,8 @@ def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple
         candidates = _fast_candidates(ctx, opts, supernet, projection, predict, budget)
     else:
         candidates = _searched_candidates(ctx, opts, supernet, projection, predict, budget)
-    arch = _first_within_budget(ctx, opts, supernet, candidates, predict, teacher, teacher_ms, budget)
+    searched = opts.arch not in ("conventional", "fast")
+    arch = _measured_choice(ctx, opts, supernet, projection, candidates, predict, teacher, teacher_ms, budget, searched)
     return arch, teacher_ms / budget
 
 
@@ -361,17 +363,39 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
                                log_path=ctx.out_dir / "search.json", floor_ms=floor, seeds=[baseline])
 
 
+def _measured_choice(ctx: MethodContext, opts, supernet, projection, candidates: list[Arch], predict, teacher,
+                     teacher_ms: float, budget: float, searched: bool) -> Arch:
+    """The candidate to ship, checked by measurement (:func:`_first_within_budget`). When every searched
+    candidate that met the budget ran faster than ``budget_floor`` of it, the predictor overestimates these
+    sizes on this machine now (small models, few timed runs each): rescaled by what the check measured, the
+    search runs once more, and what it finds is checked the same way."""
+    ratios: list[float] = []
+    arch = _first_within_budget(ctx, opts, supernet, candidates, predict, teacher, teacher_ms, budget, ratios,
+                                settle=not searched)
+    if arch is not None:
+        return arch
+    scale = statistics.median(ratios)
+    ctx.notes.append(f"The candidates ran {100 * (1 - scale):.0f} % faster than predicted: the latency predictor "
+                     f"is rescaled by {scale:.2f} and the search runs again.")
+    corrected = lambda a: scale * predict(a)  # noqa: E731
+    retried = _searched_candidates(ctx, opts, supernet, projection, corrected, budget)
+    return _first_within_budget(ctx, opts, supernet, retried + [a for a in candidates if a not in retried], corrected,
+                                teacher, teacher_ms, budget)
+
+
 # Candidates measured in the window are looked for among the first few (each timing costs seconds at base size);
 # past them the remaining ones are tried for the budget alone, the fastest predicted first.
 WINDOW_CANDIDATES = 8
 
 
 def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Arch], predict, teacher,
-                        teacher_ms: float, budget: float) -> Arch:
+                        teacher_ms: float, budget: float, ratios: list[float] | None = None,
+                        settle: bool = True) -> Arch | None:
     """The first candidate whose measured latency lies between ``budget_floor`` of the budget and the budget
     (5 % tolerance above), written to ``architecture.json``: what ships must meet the budget as measured, not
     only as predicted, and not leave much of it unused (0.91: a speed-up within 10 % of the one asked).
-    Failing that, the first that meets the budget, with a note saying how far under it is."""
+    Failing that, the first that meets the budget, with a note saying how far under it is; or None when not
+    ``settle``. ``ratios`` receives measured ÷ predicted of each candidate measured."""
     from distillery.autotinybert.latency import measure
 
     floor = float(opts.budget_floor) * budget
@@ -382,6 +406,8 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
         # timed beside the teacher like the predictor's architectures (see ``measure``), with more runs
         measured = measure(supernet, [arch], runs=3 * int(opts.latency_runs), progress=False, reference=teacher,
                            reference_ms=teacher_ms)[0]
+        if ratios is not None:
+            ratios.append(measured / predict(arch))
         if measured > 1.05 * budget:
             logger.info("%s measured %.2f ms (in teacher time), over the budget by more than 5 %%: next candidate.",
                         arch, measured)
@@ -391,6 +417,8 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
             logger.info("%s measured %.2f ms, under %.2f of the budget: a candidate nearer the budget is looked for.",
                         arch, measured, float(opts.budget_floor))
             under = under or (arch, measured)
+    if under is not None and not settle:
+        return None
     if under is not None:
         arch, measured = under
         ctx.notes.append(f"No candidate measured between {float(opts.budget_floor):g} of the budget and the budget; "
