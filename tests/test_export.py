@@ -259,6 +259,10 @@ def test_fake_quant_linear_computes_what_dynamic_int8_computes():
     assert type(model[0]) is torch.nn.Linear and model[0].weight is weights[0]
 
 
+def test_onnx_int8_weights_have_one_scale_per_output_channel(bert_onnx_int8):
+    assert ex.read_manifest(bert_onnx_int8)["quantization"]["per_channel"] is True
+
+
 def test_per_channel_fake_quant_computes_what_per_channel_dynamic_int8_computes():
     """The ONNX export quantizes weights per output channel: the recovery's fake quantization follows it."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic

@@ -563,3 +563,24 @@ def test_onnx_export_parity_with_routing(routing, tiny_bert, tmp_path):
     single = {k: v[:1] for k, v in inputs.items()}
     with torch.no_grad():
         assert_close(onnx_model(**single).logits, student(**single).logits, atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)
+
+
+def test_onnx_int8_export_of_stacked_expert_weights_runs(tiny_bert, tmp_path):
+    """ONNX Runtime's int8 MatMul takes per-column scales of 2-D weights only: the experts' stacked weights make
+    the export quantize per tensor, and the int8 graph runs (per channel it failed at the first batch)."""
+    from transformers import AutoTokenizer
+
+    import distillery.export as ex
+
+    teacher = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).eval()
+    student = convert(teacher, IMPORTANCE, num_experts=4, expert_size=8, shared_size=3)
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    student.save_pretrained(tmp_path / "moe")
+    tok.save_pretrained(tmp_path / "moe")
+    out = ex.export_model(tmp_path / "moe", "onnx-int8", tmp_path / "int8")
+    manifest = json.loads((out / "distillery_export.json").read_text())
+    assert manifest["quantization"]["per_channel"] is False
+    inputs = dict(tok(["a good movie", "the plot was boring"], padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        got, expected = distillery.load_student(out)(**inputs).logits, student(**inputs).logits
+    assert got.shape == expected.shape and torch.isfinite(got).all()

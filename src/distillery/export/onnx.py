@@ -121,6 +121,11 @@ def quantize_onnx(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
     graph = onnx.load(str(fp32_path))
     graph.graph.ClearField("value_info")
     onnx.save(graph, str(fp32_path))
+    # ONNX Runtime's int8 MatMul takes one scale per column of a 2-D weight only: a graph with stacked
+    # weights (MoEBERT's experts, one batched MatMul) is quantized per tensor
+    stacked = {t.name for t in graph.graph.initializer if len(t.dims) > 2}
+    if any(n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in stacked for n in graph.graph.node):
+        settings["per_channel"] = False
     # The quantizer logs a line per tensor it leaves in fp32 and suggests its pre-processing (shape
     # inference and graph optimisation; ONNX Runtime optimises the graph when the session starts
     # anyway), all on the root logger at every call: only its errors are let through.
