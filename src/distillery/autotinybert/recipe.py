@@ -393,7 +393,7 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
                         settle: bool = True) -> Arch | None:
     """The first candidate whose measured latency lies between ``budget_floor`` of the budget and the budget
     (5 % tolerance above), written to ``architecture.json``: what ships must meet the budget as measured, not
-    only as predicted, and not leave much of it unused (0.91: a speed-up within 10 % of the one asked).
+    only as predicted, and not leave much of it unused (0.93: a speed-up within 10 % of the one asked).
     Failing that, the first that meets the budget, with a note saying how far under it is; or None when not
     ``settle``. ``ratios`` receives measured ÷ predicted of each candidate measured."""
     from distillery.autotinybert.latency import measure

@@ -10,7 +10,7 @@ evaluated once (scores are cached by architecture) and logged. Nothing over budg
 or returned.
 
 Feasible also means "not far under the budget" when a floor is given (``floor_ms``; the recipe's
-``budget_floor`` = 0.91 of the budget). The paper constrains latency from above only, but uniform draws
+``budget_floor`` = 0.93 of the budget). The paper constrains latency from above only, but uniform draws
 over the space land mostly far below any useful budget (at 2× on MiniLM, 27 of 29 evaluated candidates
 used under two thirds of it), and a sub-network that leaves latency unused is, after further training,
 rarely better than a larger one: with a few dozen evaluations the floor spends them where the

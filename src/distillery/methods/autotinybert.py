@@ -59,9 +59,12 @@ class AutoTinyBertOptions(MethodOptions):
                                  "(NSGA-II, constraint on the predicted latency)", steps=("search",), cli="backend")
     p_mutation: float = option(0.5, number(0, 1), "mutation probability of the evolutionary search")
     p_exploration: float = option(0.5, number(0, 1), "exploration probability of the evolutionary search")
-    budget_floor: float = option(0.91, number(0, below=1), "candidates predicted under this share of the budget "
+    # 0.93, not 1/1.1: a student measured at 0.91 of its 4x budget in its run measured 4.44x (+11 %) in the
+    # base-size benchmark's own process (docs/results.md); timings of one process carry ~3 % of noise
+    budget_floor: float = option(0.93, number(0, below=1), "candidates predicted under this share of the budget "
                                  "are not evaluated, and the student shipped is the first measured between it and "
-                                 "the budget (0.91: a speed-up within 10 % of the one asked; 0: no floor)")
+                                 "the budget (0.93: a speed-up within 10 % of the one asked, with room for timing "
+                                 "noise; 0: no floor)")
     proxy_examples: int = option(512, _steps(), "held-out train examples a candidate is scored on")
     evaluator: str = option("probe", one_of("probe", "proxy", "finetune"), "a candidate's score: a linear probe on "
                             "its inherited [CLS] state, its KD loss in the super-net, or a short fine-tune "
