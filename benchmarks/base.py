@@ -381,6 +381,10 @@ def readme_rows(quality: list[dict], benches: list[dict]) -> str:
     scores = {r["method"]: r["metrics"]["student"]["accuracy"] for r in quality}
     rows = ["| base-size teacher (mpnet-base, 110M), 2 threads | latency speed-up | with int8 | SST-2 dev |",
             "|---|---|---|---|"]
+    teacher_int8 = next((k for k in two["speedups"] if k.startswith("teacher-") and "int8" in k), None)
+    if quality and teacher_int8:
+        rows.append(f"| teacher (fine-tuned) | 1.00× | {two['speedups'][teacher_int8]['latency']:.2f}× | "
+                    f"{quality[0]['metrics']['teacher']['accuracy']:.3f} |")
     for name in ("distill", "moebert", "autotinybert-4x", "cmow"):
         if name in two["speedups"]:
             int8 = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
