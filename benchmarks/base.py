@@ -163,9 +163,9 @@ def speed_models(args) -> tuple[dict, dict]:
             source.setdefault("teacher", metrics["teacher"])
     int8, scores, _ = build_variants({k: (m, tokenizer) for k, m in fp32.items() if k != "no-routing bound"}, ["int8"],
                                      task_data=task_data, source_metrics=source)
-    for key, metric in scores.items():
-        name, fmt = key.rsplit("-", 2)[0], "-".join(key.rsplit("-", 2)[1:])
-        scored[name] = {"accuracy": metric["accuracy"], "fp32": source[name]["accuracy"], "format": fmt}
+    for key, metric in scores.items():  # "<name>-<backend>-int8"
+        name, backend, bits = key.rsplit("-", 2)
+        scored[name] = {"accuracy": metric["accuracy"], "fp32": source[name]["accuracy"], "format": f"{backend}-{bits}"}
     return {**fp32, **int8}, scored
 
 
@@ -259,6 +259,11 @@ def _speed_cells(bench: dict, name: str) -> str:
             f"{s['throughput']:.2f}× ({s['flop_ideal_throughput']:.2f}×)")
 
 
+def _int8_key(bench: dict, name: str) -> str | None:
+    """The key of ``name``'s int8 export among a bench's speed-ups (``distill-onnx-int8``), None without one."""
+    return next((k for k in bench["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -270,10 +275,11 @@ def speed_checks(benches: dict[int, dict]) -> list[str]:
     if "moebert" in s and "no-routing bound" in s:
         share = s["moebert"]["latency"] / s["no-routing bound"]["latency"]
         tp = s["moebert"]["throughput"] / s["no-routing bound"]["throughput"]
+        met = [shape for shape, share_at in (("1×128", share), ("256×64", tp)) if share_at >= 0.95]
         lines.append(f"- MoEBERT reaches {share:.3f} of its no-routing bound at 1×128 ({tp:.3f} at 256×64); "
                      f"FLOP-ideal {s['moebert']['flop_ideal_latency']:.2f}× against the bound's "
                      f"{s['no-routing bound']['flop_ideal_latency']:.2f}× (≥ 0.95 asked: {_verdict(min(share, tp) >= 0.95)}"
-                     f"{'' if min(share, tp) >= 0.95 or max(share, tp) < 0.95 else ' at ' + ('1×128' if share >= 0.95 else '256×64') + ' only'}).")
+                     f"{' at ' + met[0] + ' only' if len(met) == 1 else ''}).")
     for k in (2, 4, 8):
         name = f"autotinybert-{k}x"
         if name in s:
@@ -317,7 +323,8 @@ def quality_checks(quality: list[dict], benches: list[dict]) -> list[str]:
     if "moebert" in acc:
         lines.append(f"- MoEBERT {acc['moebert']:.4f}: {100 * (teacher - acc['moebert']):.1f} points under the teacher "
                      f"(≤ 1 asked: {_verdict(teacher - acc['moebert'] <= 0.01)}).")
-    gaps = {k: int8_accuracy(k, quality, benches) - a for k, a in acc.items() if int8_accuracy(k, quality, benches) is not None}
+    int8 = {k: int8_accuracy(k, quality, benches) for k in acc}
+    gaps = {k: int8[k] - a for k, a in acc.items() if int8[k] is not None}
     if gaps:
         worst = max(gaps.values(), key=abs)
         lines.append("- int8 exports against their fp32 rows: " + ", ".join(f"{k} {100 * g:+.1f}" for k, g in gaps.items())
@@ -343,9 +350,9 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
             acc = f"{rows[name]['metrics']['student']['accuracy']:.4f}"
         else:
             acc = "—"
-        q8 = int8_accuracy(name, quality, benches) if name in rows or name == "teacher" else None
+        q8 = int8_accuracy(name, quality, benches)
         int8_cell = "—" if q8 is None else f"{q8:.4f}"
-        int8_speed = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+        int8_speed = _int8_key(two, name)
         params = two["models"][name]["params"] / 1e6
         lines.append(f"| {name} | {acc} | {int8_cell} | {params:.1f}M | {_speed_cells(two, name)} | "
                      + (f"{_speedups(one, name)['latency']:.2f}× | {_speedups(one, name)['throughput']:.2f}× |" if one else "— | — |"))
@@ -381,13 +388,13 @@ def readme_rows(quality: list[dict], benches: list[dict]) -> str:
     scores = {r["method"]: r["metrics"]["student"]["accuracy"] for r in quality}
     rows = ["| base-size teacher (mpnet-base, 110M), 2 threads | latency speed-up | with int8 | SST-2 dev |",
             "|---|---|---|---|"]
-    teacher_int8 = next((k for k in two["speedups"] if k.startswith("teacher-") and "int8" in k), None)
+    teacher_int8 = _int8_key(two, "teacher")
     if quality and teacher_int8:
         rows.append(f"| teacher (fine-tuned) | 1.00× | {two['speedups'][teacher_int8]['latency']:.2f}× | "
                     f"{quality[0]['metrics']['teacher']['accuracy']:.3f} |")
     for name in ("distill", "moebert", "autotinybert-4x", "cmow"):
         if name in two["speedups"]:
-            int8 = next((k for k in two["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+            int8 = _int8_key(two, name)
             int8_cell = f"{two['speedups'][int8]['latency']:.2f}×" if int8 else "—"
             score = f"{scores[name]:.3f}" if name in scores else "not yet measured"
             rows.append(f"| `{name}` | {two['speedups'][name]['latency']:.2f}× | {int8_cell} | {score} |")

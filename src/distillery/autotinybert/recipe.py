@@ -417,9 +417,9 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
             logger.info("%s measured %.2f ms, under %.2f of the budget: a candidate nearer the budget is looked for.",
                         arch, measured, float(opts.budget_floor))
             under = under or (arch, measured)
-    if under is not None and not settle:
-        return None
     if under is not None:
+        if not settle:
+            return None
         arch, measured = under
         ctx.notes.append(f"No candidate measured between {float(opts.budget_floor):g} of the budget and the budget; "
                          f"the chosen one is {100 * (1 - measured / budget):.0f} % under it (a speed-up "

@@ -117,8 +117,8 @@ def recover_int8(
     kind, main = task_data.task.kind, task_data.task.main_metric
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
-    student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range,
-                                 per_channel=backend == "onnx-int8").train()
+    per_channel = backend == "onnx-int8"  # as quantize_onnx quantizes 2-D weights
+    student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range, per_channel=per_channel).train()
     config = TrainConfig(epochs=1.0, max_steps=int(steps), lr=lr, batch_size=batch_size, warmup_ratio=0.0,
                          eval_every=eval_every or max(1, int(steps) // 3), select_best=True, seed=seed,
                          log_every=max(1, int(steps) // 3))
@@ -138,7 +138,7 @@ def recover_int8(
     recovered = strip_fake_quant(result.model).cpu().eval()
     info = {
         "backend": backend, "steps": int(steps), "lr": lr, "batch_size": batch_size, "kd_weight": kd_weight,
-        "temperature": temperature, "reduce_range": reduce_range, "per_channel": backend == "onnx-int8",
+        "temperature": temperature, "reduce_range": reduce_range, "per_channel": per_channel,
         "teacher": getattr(teacher.config, "_name_or_path", None) or type(teacher).__name__,
         "seconds": round(time.time() - started, 1),
         "selected_step": result.best_step, "selection_metrics": result.best_metrics,

@@ -68,14 +68,11 @@ def plan_dispatch(expert: Tensor, num_experts: int, valid: Tensor | None = None)
         cap = load.amax(1, keepdim=True).clamp_min(1)  # (L, 1)
         caps = cap.squeeze(1).tolist()
     row = key * cap + rank  # (L, M) row of the row's flattened slot buffer; padding lands at n · cap or past it
-    if padded:  # padding: the spare column past the row's slots
-        row = row.clamp_max(num_experts * cap) if exporting else torch.minimum(row, num_experts * cap)
+    if padded:  # padding: the spare column past the row's slots (cap: a number, or a tensor per row)
+        row = row.clamp_max(num_experts * cap)
     tokens = torch.arange(m, device=expert.device).expand(n_rows, m)
     source = expert.new_zeros(n_rows, num_experts * max(caps) + 1).scatter_(1, row, tokens)
-    if padded:  # padding reads a real row; valid zeroes it
-        slot = row.clamp_max(num_experts * cap - 1) if exporting else torch.minimum(row, num_experts * cap - 1)
-    else:
-        slot = row
+    slot = row.clamp_max(num_experts * cap - 1) if padded else row  # padding reads a real row; valid zeroes it
     multiplier = valid.to(torch.get_default_dtype()).unsqueeze(1) if padded else None
     return [DispatchPlan(slot=s, source=src[:num_experts * c].view(num_experts, c), capacity=c, load=n, valid=multiplier)
             for s, src, n, c in zip(slot.unbind(0), source.unbind(0), load.unbind(0), caps)]
