@@ -117,7 +117,9 @@ def recover_int8(
     kind, main = task_data.task.kind, task_data.task.main_metric
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
-    per_channel = backend == "onnx-int8"  # as quantize_onnx quantizes 2-D weights
+    # as quantize_onnx does: per output channel, except a graph with stacked (3-D) weights, MoEBERT's experts,
+    # which ONNX Runtime takes per tensor only (and then every weight of the graph is per tensor)
+    per_channel = backend == "onnx-int8" and not any(p.dim() > 2 for p in model.parameters())
     student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range, per_channel=per_channel).train()
     config = TrainConfig(epochs=1.0, max_steps=int(steps), lr=lr, batch_size=batch_size, warmup_ratio=0.0,
                          eval_every=eval_every or max(1, int(steps) // 3), select_best=True, seed=seed,
