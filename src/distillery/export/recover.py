@@ -85,6 +85,13 @@ def strip_fake_quant(model: nn.Module) -> nn.Module:
     return model
 
 
+def fake_quant_per_channel(model: nn.Module, backend: str) -> bool:
+    """Whether ``backend``'s int8 export of ``model`` has one weight scale per output channel: ONNX Runtime's
+    does, as quantize_onnx exports it, except for a graph with stacked (3-D) weights, MoEBERT's experts, which
+    its int8 MatMul takes per tensor only (and then every weight of the graph is per tensor); torch's never."""
+    return backend == "onnx-int8" and not any(p.dim() > 2 for p in model.parameters())
+
+
 def recover_int8(
     model: nn.Module,
     teacher: nn.Module,
@@ -117,9 +124,7 @@ def recover_int8(
     kind, main = task_data.task.kind, task_data.task.main_metric
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
-    # as quantize_onnx does: per output channel, except a graph with stacked (3-D) weights, MoEBERT's experts,
-    # which ONNX Runtime takes per tensor only (and then every weight of the graph is per tensor)
-    per_channel = backend == "onnx-int8" and not any(p.dim() > 2 for p in model.parameters())
+    per_channel = fake_quant_per_channel(model, backend)
     student = prepare_fake_quant(copy.deepcopy(model).cpu(), reduce_range=reduce_range, per_channel=per_channel).train()
     config = TrainConfig(epochs=1.0, max_steps=int(steps), lr=lr, batch_size=batch_size, warmup_ratio=0.0,
                          eval_every=eval_every or max(1, int(steps) // 3), select_best=True, seed=seed,
