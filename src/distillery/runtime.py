@@ -79,7 +79,7 @@ def weights_digest(model: nn.Module) -> str:
 def quiet():
     """Silence torch.ao's deprecation notices and the ONNX exporter's progress lines: printed at
     every call, they would bury the lines that matter. Errors still raise."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript", "torch._export")]
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript", "onnx_ir", "torch._export")]
     levels = [lg.level for lg in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
