@@ -280,7 +280,7 @@ def speed_checks(benches: dict[int, dict]) -> list[str]:
         lines.append(f"- MoEBERT reaches {share:.3f} of its no-routing bound at 1×128 ({tp:.3f} at 256×64); "
                      f"FLOP-ideal {s['moebert']['flop_ideal_latency']:.2f}× against the bound's "
                      f"{s['no-routing bound']['flop_ideal_latency']:.2f}× (≥ 0.95 asked: {_verdict(min(share, tp) >= 0.95)}"
-                     f"{' at ' + met[0] + ' only' if len(met) == 1 else ''}).")
+                     f"{'; met at ' + met[0] + ' only' if len(met) == 1 else ''}).")
     for k in (2, 4, 8):
         name = f"autotinybert-{k}x"
         if name in s:
