@@ -5,8 +5,9 @@
     python benchmarks/base.py --data-dir ../shared/data --only speed    # speed of the finished runs again (quiet machine)
 
 quality  ``distillery compress --teacher mpnet-base --export int8`` per row into runs/base-sst2-<row>/: ``distill``
-         (6 of 12 layers; and 3 of 12, the layer-drop student that the 4× search must beat), ``moebert``, ``autotinybert`` at 2×, 4× and 8× latency budgets (the 2× and 8× runs search
-         in the 4× run's super-net, as ``--option supernet=RUN/supernet`` lets any user do), ``cmow``. One
+         (6 of 12 layers; and 3 of 12, the layer-drop student that the 4× search must beat), ``moebert``,
+         ``autotinybert`` at 2×, 4× and 8× latency budgets (the 2× and 8× runs search in the 4× run's super-net,
+         as ``--option supernet=RUN/supernet`` lets any user do), ``cmow``. One
          fine-tuned teacher serves them all (the teacher cache). The budget is sized to finish in one sitting on
          2 CPU cores (``--train-limit``, ``--max-length``, two student epochs; see BUDGET); every run keeps its own
          provisional bench.json (few runs, small throughput batch): the published speed is the next phase's.
@@ -46,8 +47,8 @@ ROWS = {
 }
 SUPERNET_ROW = "autotinybert-4x"
 BASELINE_ROW = "distill"
-# The sitting's budget on 2 CPU cores (about 2 hours for the whole script: 16 min of teacher fine-tuning, about
-# 70 min of students, 20 min of speed): a train slice, SST-2's sentences at most 64 tokens, one epoch of teacher
+# The sitting's budget on 2 CPU cores (about 100 min for the whole script, measured: 16 min of teacher fine-tuning,
+# 67 min of students, 16 min of speed): a train slice, SST-2's sentences at most 64 tokens, one epoch of teacher
 # fine-tuning and two of each student's training; every student trains on the same slice (``train_examples=budget``:
 # labelling all 67k sentences with a base-size teacher alone would take most of the sitting). The one-shot phase
 # keeps its 300 super-net steps; the search is cut to match (60 timed architectures; 2 generations of 8 candidates
@@ -324,8 +325,8 @@ def quality_checks(quality: list[dict], benches: list[dict]) -> list[str]:
                      f"{_verdict(teacher - a <= 0.015)}).")
     if "autotinybert-4x" in acc and "distill-3layers" in acc:
         a, d = acc["autotinybert-4x"], acc["distill-3layers"]
-        lines.append(f"- AutoTinyBERT 4× {a:.4f} against the layer-drop student of its speed (distill-3layers) {d:.4f}: "
-                     f"{100 * (a - d):+.1f} points.")
+        lines.append(f"- AutoTinyBERT 4× {a:.4f} against the layer-drop student of its speed (distill-3layers) "
+                     f"{d:.4f}: {100 * (a - d):+.1f} points.")
     if "moebert" in acc:
         lines.append(f"- MoEBERT {acc['moebert']:.4f}: {100 * (teacher - acc['moebert']):.1f} points under the teacher "
                      f"(≤ 1 asked: {_verdict(teacher - acc['moebert'] <= 0.01)}).")

@@ -587,4 +587,3 @@ def test_onnx_int8_export_of_stacked_expert_weights_runs(tiny_bert, tmp_path):
     with torch.no_grad():
         got, expected = distillery.load_student(out)(**inputs).logits, student(**inputs).logits
     assert got.shape == expected.shape and torch.isfinite(got).all()
-

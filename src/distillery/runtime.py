@@ -79,7 +79,8 @@ def weights_digest(model: nn.Module) -> str:
 def quiet():
     """Silence torch.ao's deprecation notices and the ONNX exporter's progress lines: printed at
     every call, they would bury the lines that matter. Errors still raise."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript", "onnx_ir", "torch._export")]
+    names = ("torch.onnx", "torch._dynamo", "torch.export", "torch._export", "onnxscript", "onnx_ir")
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
