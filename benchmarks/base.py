@@ -3,6 +3,7 @@
 
     python benchmarks/base.py --data-dir ../shared/data                 # quality runs, then speed, then docs
     python benchmarks/base.py --data-dir ../shared/data --only speed    # speed of the finished runs again (quiet machine)
+    python benchmarks/base.py --data-dir DATA --only quality --budget gpu  # the quick budget, on a lent GPU
 
 quality  ``distillery compress --teacher mpnet-base --export int8`` per row into runs/base-sst2-<row>/: ``distill``
          (6 of 12 layers; and 3 of 12, the layer-drop student that the 4× search must beat), ``moebert``,
@@ -12,6 +13,9 @@ quality  ``distillery compress --teacher mpnet-base --export int8`` per row into
          2 CPU cores (``--train-limit``, ``--max-length``, two student epochs; see BUDGET); every run keeps its own
          provisional bench.json (few runs, small throughput batch): the published speed is the next phase's.
          → benchmarks/results/base-quality.json
+         ``--budget gpu``: the quality rows the acceptance names (distill, distill-3layers, moebert, autotinybert 4×)
+         at the pipeline's quick budget, unchanged, for a GPU, and two longer trainings (see GPU_ROWS)
+         → benchmarks/results/base-quality-gpu.json
 speed    The fine-tuned teacher, every student, each one's int8 export and MoEBERT's no-routing bound (the
          teacher with every FFN cut to one expert's width: a token's MoE FLOPs with no dispatch at all) measured
          together in ONE interleaved benchmark per thread count (1 and 2): 1×128 latency, 256×64 throughput,
@@ -63,6 +67,37 @@ METHOD_BUDGET = {
                      "population": 8, "probe_examples": 512, "proxy_examples": 256},
 }
 
+# ``--budget gpu``: the pipeline's quick budget as it stands (20k train examples, 64 tokens, two epochs of the
+# teacher's fine-tuning and of each student's training, evaluation every 200 steps), which a lent GPU runs in
+# minutes. Every student trains on the teacher's 20k slice, as in the sitting. The 4× row trains the architecture
+# the sitting's search chose on 2 CPU cores: its speed is the one the speed phase measured (a search on the GPU
+# would time the GPU). No int8 export: onnxruntime runs int8 on the CPU, and the sitting scores each export.
+# label -> (the row of ROWS it trains, settings over the quick budget). The last two ask whether more training
+# closes the gaps: MoEBERT for the 5 epochs of the paper's SST-2 recipe (Table 7), the 4× super-net for 5× the steps.
+GPU_ROWS = {
+    "moebert": ("moebert", {}),
+    "distill": ("distill", {}),
+    "autotinybert-4x": ("autotinybert-4x", {}),
+    "distill-3layers": ("distill-3layers", {}),
+    "moebert-5epochs": ("moebert", {"student.epochs": 5.0}),
+    "autotinybert-4x-1500steps": ("autotinybert-4x", {"method_options.supernet_steps": 1500}),
+}
+GPU_BUDGET = {"bench.latency_runs": 5, "bench.warmup": 1, "bench.throughput_runs": 1,
+              "bench.throughput_shape": [32, 64]}
+GPU_METHOD_BUDGET = {"distill": {"train_examples": "budget"}, "autotinybert": {"train_examples": "budget"}}
+
+
+def sitting_arch(label: str) -> str:
+    """The architecture the sitting's search chose for row ``label`` (its run's notes), as ``l,d_m,d_f,h,d_qkv``."""
+    import re
+
+    record = next((r for r in load("base-quality") if r["method"] == label), None)
+    note = next((n for n in (record or {}).get("notes", []) if n.startswith("Architecture: l=")), None)
+    if note is None:
+        raise SystemExit(f"No searched architecture for {label} in benchmarks/results/base-quality.json: run the "
+                         f"sitting's quality phase first, or give one with --arch.")
+    return ",".join(re.search(rf"\b{k}=(\d+)", note).group(1) for k in ("l", "d_m", "d_f", "h", "d_qkv"))
+
 
 # ``--converted``: the same rows with one optimizer step each (teacher included), for speed alone: a converted or
 # extracted model times the same as a trained one. The search keeps its latency predictor (60 timed architectures)
@@ -76,12 +111,21 @@ CONVERTED_OPTIONS = {
 
 
 def run_dir(args, label: str) -> Path:
-    return Path(args.runs_dir) / f"base-{'converted-' if args.converted else ''}{TASK}-{label}"
+    kind = "converted-" if args.converted else "gpu-" if args.budget == "gpu" else ""
+    return Path(args.runs_dir) / f"base-{kind}{TASK}-{label}"
 
 
 def overrides_for(args, label: str) -> dict:
+    if args.budget == "gpu":
+        row, settings = GPU_ROWS[label]
+        method, options = ROWS[row]
+        out = {**GPU_BUDGET, **({"data.train_limit": args.train_limit} if args.train_limit else {})}
+        opts = {**GPU_METHOD_BUDGET.get(method, {}), **options}
+        if method == "autotinybert":
+            opts["arch"] = args.arch or sitting_arch(row)
+        return {**out, **{f"method_options.{k}": v for k, v in opts.items()}, **settings}
     method, options = ROWS[label]
-    out = {**BUDGET, "data.train_limit": args.train_limit}
+    out = {**BUDGET, "data.train_limit": args.train_limit or 8000}
     if args.converted:
         out.update(CONVERTED)
         options = {**CONVERTED_OPTIONS.get(method, {}), **options}
@@ -96,25 +140,32 @@ def overrides_for(args, label: str) -> dict:
 
 def quality_record(args, label: str) -> dict:
     folder = run_dir(args, label)
-    rec = record_from_run(folder, label, "base-sitting")
+    rec = record_from_run(folder, label, "base-gpu" if args.budget == "gpu" else "base-sitting")
     metrics = json.loads((folder / "metrics.json").read_text())
     rec["others"] = metrics.get("others", {})  # the int8 exports' dev scores
     rec["settings_overrides"] = overrides_for(args, label)
+    import torch
+
+    # the bench's fingerprint is the CPU's (speed is the speed phase's): say where the training ran
+    rec["trained_on"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return rec
 
 
 def run_quality(args) -> None:
     from distillery.pipeline import build_run_config, compress
 
-    for label in args.rows:
+    gpu = args.budget == "gpu"
+    results = "base-quality-gpu" if gpu else "base-quality"
+    for label in [r for r in GPU_ROWS if r in args.rows] if gpu else [r for r in args.rows if r in ROWS]:
         out = run_dir(args, label)
         if not (args.reuse and (out / "report.md").is_file()):
             started = time.time()
-            config = build_run_config(method=ROWS[label][0], task=TASK, budget="quick", teacher=TEACHER,
+            method = ROWS[GPU_ROWS[label][0] if gpu else label][0]
+            config = build_run_config(method=method, task=TASK, budget="quick", teacher=args.teacher,
                                       data_dir=args.data_dir, out=str(out), overrides=overrides_for(args, label))
-            config.export = [] if args.converted else ["int8"]  # the speed phase exports for itself
+            config.export = [] if args.converted or gpu else ["int8"]  # the speed phase exports for itself
             # The free baselines belong to the teacher, shared by every row: measured once, in the first row's run.
-            config.baselines = not args.converted and label == BASELINE_ROW
+            config.baselines = not args.converted and not gpu and label == BASELINE_ROW
             try:
                 compress(config, overwrite=True)
             except Exception as e:  # noqa: BLE001 - one failed row must not cost the sitting's other rows
@@ -123,9 +174,9 @@ def run_quality(args) -> None:
                 continue
             print(f"{label}: {(time.time() - started) / 60:.1f} min", flush=True)
         if not args.converted:
-            records = {r["method"]: r for r in load("base-quality")}
+            records = {r["method"]: r for r in load(results)}
             records[label] = quality_record(args, label)
-            save("base-quality", [records[k] for k in ROWS if k in records])
+            save(results, [records[k] for k in (GPU_ROWS if gpu else ROWS) if k in records])
 
 
 def load(name: str) -> list[dict]:
@@ -377,10 +428,37 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gpu_table(quality: list[dict]) -> str:
+    """The quick budget trained on a lent GPU: each row's dev score against the same teacher, and the checks."""
+    if not quality:
+        return ""
+    teacher = quality[0]["metrics"]["teacher"]["accuracy"]
+    lines = ["| row | SST-2 dev acc. | points under the teacher | settings over the quick budget | student training (s) |",
+             "|---|---|---|---|---|",
+             f"| teacher | {teacher:.4f} | — | — | {quality[0]['teacher_train_seconds']:.0f} (fine-tuning) |"]
+    for r in quality:
+        acc = r["metrics"]["student"]["accuracy"]
+        extra = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in GPU_ROWS[r["method"]][1].items()) or "—"
+        lines.append(f"| {r['method']} | {acc:.4f} | {100 * (teacher - acc):.2f} | {extra} | {r['train_seconds']:.0f} |")
+    longer = [r for r in quality if GPU_ROWS[r["method"]][1]]
+    checks = [f"- Longer training: {r['method']} {r['metrics']['student']['accuracy']:.4f}, "
+              f"{100 * (teacher - r['metrics']['student']['accuracy']):.2f} points under the teacher." for r in longer]
+    where = quality[0].get("trained_on", "a GPU")
+    intro = (f"Trained on {where} at the pipeline's quick budget (`python benchmarks/base.py --budget gpu --only "
+             "quality`): 20,000 SST-2 sentences of at most 64 tokens, two epochs of the teacher's fine-tuning and of "
+             "each student's training, every student on the teacher's 20k slice; the 4× row trains the architecture "
+             "the sitting's search chose (its speed is the table's above). No int8 exports (the sitting scores them).")
+    return "\n".join([intro, "", *lines, "",
+        *quality_checks([r for r in quality if not GPU_ROWS[r["method"]][1]], []), *checks])
+
+
 def write_docs() -> None:
     quality, benches = load("base-quality"), load("base-speed")
     dispatch = load("base-dispatch")
     table = base_table(quality, benches)
+    gpu = gpu_table(load("base-quality-gpu"))
+    if gpu:
+        table += "\n\nThe same rows at the quick budget, trained on a GPU:\n\n" + gpu
     if dispatch:
         table += "\n\nOne MoEBERT FFN layer alone (benchmarks/base.py --only dispatch):\n\n" + "\n".join(dispatch_lines(dispatch))
     replace_block(RESULTS_DOC, "base", table)
@@ -413,8 +491,16 @@ def main() -> None:
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--only", choices=["quality", "speed", "dispatch", "docs"], default=None)
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
-    parser.add_argument("--train-limit", type=int, default=8000)
+    parser.add_argument("--rows", nargs="+", default=list(dict.fromkeys([*ROWS, *GPU_ROWS])), choices=sorted({*ROWS, *GPU_ROWS}),
+                        help="Rows to run (each budget runs those of its own that are named).")
+    parser.add_argument("--train-limit", type=int, default=None,
+                        help="Train examples of the teacher and students (default: 8000 in the sitting, the quick "
+                             "budget's 20000 with --budget gpu).")
+    parser.add_argument("--budget", choices=["sitting", "gpu"], default="sitting",
+                        help="sitting: sized for 2 CPU cores (BUDGET); gpu: the quick budget, for a lent GPU.")
+    parser.add_argument("--teacher", default=TEACHER, help="The base-size teacher: mpnet-base or a model folder.")
+    parser.add_argument("--arch", default=None, help="--budget gpu: the 4× row's architecture l,d_m,d_f,h,d_qkv "
+                        "(default: the one the sitting's search chose).")
     parser.add_argument("--converted", action="store_true",
                         help="Runs of one optimizer step each (speed needs no training): runs/base-converted-*.")
     parser.add_argument("--reuse", action="store_true", help="Keep finished run folders as they are.")
