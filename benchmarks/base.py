@@ -20,7 +20,11 @@ speed    The fine-tuned teacher, every student, each one's int8 export and MoEBE
          teacher with every FFN cut to one expert's width: a token's MoE FLOPs with no dispatch at all) measured
          together in ONE interleaved benchmark per thread count (1 and 2): 1×128 latency, 256×64 throughput,
          FLOP-ideal ratios. → benchmarks/results/base-speed.json
-docs     The "base-size teacher" block of docs/results.md and the README's base rows, from both files.
+dispatch One MoEBERT FFN layer alone: the batched dispatch, the per-expert loop and two floors against a dense FFN.
+         → benchmarks/results/base-dispatch.json
+bound    MoEBERT against its bound in small processes of their own, with a copy that skips the dispatch's data
+         movement. → benchmarks/results/base-bound.json
+docs     The "base-size teacher" block of docs/results.md and the README's base rows, from the results files.
 
 Records are stored under a "records" key, so the MiniLM tables (benchmarks/common.py) never pick them up.
 """
@@ -250,10 +254,83 @@ def loop_dispatch(ffn, flat, expert):
     return out
 
 
+def expert_matmuls(ffn, slots, rows: int):
+    """The batched dispatch's expert matmuls alone, on slots already in place (no gather, no read-back):
+    what any dispatch of those slots costs at least. slots: (N, cap, d); the first ``rows`` output rows."""
+    import torch
+
+    h = ffn.hidden(torch.baddbmm(ffn.b1.unsqueeze(1), slots, ffn.w1))
+    return torch.baddbmm(ffn.b2, h, ffn.w2).flatten(0, 1)[:rows]
+
+
+def matmuls_only(ffn, slots, flat):
+    """One MoE FFN layer with no data movement: :func:`expert_matmuls` plus the shared block."""
+    return expert_matmuls(ffn, slots, flat.shape[0]).addmm_(ffn.shared_hidden(flat), ffn.shared_w2)
+
+
+def without_data_movement(moe):
+    """A copy of MoEBERT whose experts skip the gather and the read-back: their matmuls run on a zero slot
+    buffer of the routing's own capacity. Its outputs are wrong; its time is MoEBERT's with a free dispatch."""
+    import copy
+    import types
+
+    from distillery.moebert.experts import MoEFeedForward
+
+    def dispatch(ffn, flat, plan):
+        if plan.capacity not in ffn.slot_buffers:
+            ffn.slot_buffers[plan.capacity] = flat.new_zeros(ffn.num_experts, plan.capacity, flat.shape[1])
+        return expert_matmuls(ffn, ffn.slot_buffers[plan.capacity], flat.shape[0])
+
+    out = copy.deepcopy(moe)
+    for ffn in out.modules():
+        if isinstance(ffn, MoEFeedForward):
+            ffn.slot_buffers = {}
+            ffn._dispatch = types.MethodType(dispatch, ffn)
+    return out
+
+
+def run_bound(args) -> None:
+    """MoEBERT against its no-routing bound in processes of their own (the teacher, MoEBERT, MoEBERT without data
+    movement, the bound), ``--bound-repeats`` times: the share without the speed phase's 17 models around it."""
+    from moebert import narrow_ffn
+
+    from distillery.bench import benchmark
+    from distillery.runtime import load_model
+
+    folder = run_dir(args, "moebert")
+    teacher = load_model(json.loads((folder / "train.json").read_text())["teacher_path"])
+    moe = load_model(folder / "student")
+    models = {"teacher": teacher, "moebert": moe, "moebert, no data movement": without_data_movement(moe),
+              "no-routing bound": narrow_ffn(teacher, moe.config.expert_size)}
+    records = []
+    for _ in range(args.bound_repeats):
+        bench = benchmark(models, threads=2, latency_runs=args.latency_runs, throughput_runs=1,
+                          throughput_shape=(32, 64))
+        ms = {k: m["latency_ms"]["median"] for k, m in bench["models"].items()}
+        records.append({"latency_ms": ms, "hardware": bench["hardware"],
+                        "share": ms["no-routing bound"] / ms["moebert"],
+                        "share_no_data_movement": ms["no-routing bound"] / ms["moebert, no data movement"]})
+        print({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items() if k != "hardware"})
+    save("base-bound", records)
+
+
+def bound_lines(records: list[dict]) -> list[str]:
+    shares = sorted(r["share"] for r in records)
+    free = sorted(r["share_no_data_movement"] for r in records)
+    teacher = sorted(r["latency_ms"]["teacher"] for r in records)
+    line = (f"MoEBERT against its bound in processes of their own (benchmarks/base.py --only bound; {len(records)} "
+            f"processes of the teacher, MoEBERT, MoEBERT without data movement and the bound, 2 threads, 1×128): "
+            f"{shares[0]:.3f} to {shares[-1]:.3f} of the bound; without the gather and read-back "
+            f"{free[0]:.3f} to {free[-1]:.3f}; teacher {teacher[0]:.0f} to {teacher[-1]:.0f} ms.")
+    return [line]
+
+
 def run_dispatch(args) -> None:
     """One FFN layer alone at 1x128 and 8x128 tokens, hidden 384 (MiniLM) and 768 (base): a dense FFN of one
-    expert's width (the no-routing bound), the batched dispatch the model uses, and the per-expert loop; the
-    three interleaved, medians of ``--dispatch-runs``."""
+    expert's width (the no-routing bound), the batched dispatch the model uses, the per-expert loop, and two
+    floors of the batched dispatch, its matmuls alone on slots already in place: with the routing's padded
+    capacity (no dispatch of these tokens costs less) and with every expert given the same share of the tokens
+    (no padding either); all interleaved, medians of ``--dispatch-runs``."""
     import statistics
 
     import torch
@@ -273,10 +350,14 @@ def run_dispatch(args) -> None:
                 flat = torch.randn(tokens, d)
                 expert = torch.randint(0, n, (tokens,))
                 plan = plan_dispatch(expert[None], n)[0]  # the model plans every layer at once, before the first
+                padded = torch.randn(n, plan.capacity, d)
+                balanced = flat.view(n, tokens // n, d)
                 variants = {
                     "dense": lambda: torch.nn.functional.gelu(flat @ w1) @ w2,
                     "batched": lambda: ffn(flat[None], plan),
                     "loop": lambda: loop_dispatch(ffn, flat, expert) + torch.nn.functional.gelu(flat @ ffn.shared_w1) @ ffn.shared_w2,
+                    "padded floor": lambda: matmuls_only(ffn, padded, flat),
+                    "balanced floor": lambda: matmuls_only(ffn, balanced, flat),
                 }
                 times = {k: [] for k in variants}
                 with torch.inference_mode():
@@ -287,18 +368,22 @@ def run_dispatch(args) -> None:
                             times[k].append(1e3 * (time.perf_counter() - t))
                 ms = {k: statistics.median(v) for k, v in times.items()}
                 records.append({"hidden": d, "ffn": d_h, "expert_size": d_e, "shared": s, "threads": threads,
-                                "tokens": tokens, "ms": ms})
+                                "tokens": tokens, "capacity": plan.capacity, "ms": ms})
                 print(records[-1], flush=True)
     save("base-dispatch", records)
 
 
 def dispatch_lines(records: list[dict]) -> list[str]:
     lines = ["| hidden | d_e (shared) | threads | tokens | dense d_e (ms) | batched dispatch (ms) | per-expert loop (ms) | "
-             "batched ÷ dense |", "|---|---|---|---|---|---|---|---|"]
+             "batched ÷ dense | padded floor ÷ dense (busiest expert) | balanced floor ÷ dense |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         ms = r["ms"]
+        floors = (f"{ms['padded floor'] / ms['dense']:.2f} ({r['capacity']} of {r['tokens']}) | "
+                  f"{ms['balanced floor'] / ms['dense']:.2f}") if "padded floor" in ms else "— | —"
         lines.append(f"| {r['hidden']} | {r['expert_size']} ({r['shared']}) | {r['threads']} | {r['tokens']} | "
-                     f"{ms['dense']:.3f} | {ms['batched']:.3f} | {ms['loop']:.3f} | {ms['batched'] / ms['dense']:.2f} |")
+                     f"{ms['dense']:.3f} | {ms['batched']:.3f} | {ms['loop']:.3f} | {ms['batched'] / ms['dense']:.2f} | "
+                     f"{floors} |")
     return lines
 
 
@@ -459,6 +544,9 @@ def write_docs() -> None:
     gpu = gpu_table(load("base-quality-gpu"))
     if gpu:
         table += "\n\nThe same rows at the quick budget, trained on a GPU:\n\n" + gpu
+    bound = load("base-bound")
+    if bound:
+        table += "\n\n" + "\n".join(bound_lines(bound))
     if dispatch:
         table += "\n\nOne MoEBERT FFN layer alone (benchmarks/base.py --only dispatch):\n\n" + "\n".join(dispatch_lines(dispatch))
     replace_block(RESULTS_DOC, "base", table)
@@ -490,7 +578,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--only", choices=["quality", "speed", "dispatch", "docs"], default=None)
+    parser.add_argument("--only", choices=["quality", "speed", "dispatch", "bound", "docs"], default=None)
     parser.add_argument("--rows", nargs="+", default=list(dict.fromkeys([*ROWS, *GPU_ROWS])), choices=sorted({*ROWS, *GPU_ROWS}),
                         help="Rows to run (each budget runs those of its own that are named).")
     parser.add_argument("--train-limit", type=int, default=None,
@@ -508,6 +596,7 @@ def main() -> None:
     parser.add_argument("--latency-runs", type=int, default=40)
     parser.add_argument("--throughput-runs", type=int, default=3)
     parser.add_argument("--dispatch-runs", type=int, default=200)
+    parser.add_argument("--bound-repeats", type=int, default=3)
     args = parser.parse_args()
     from distillery.cli import setup_logging
 
@@ -518,6 +607,8 @@ def main() -> None:
         run_speed(args)
     if args.only in (None, "dispatch"):
         run_dispatch(args)
+    if args.only in (None, "bound"):
+        run_bound(args)
     write_docs()
 
 
