@@ -14,7 +14,7 @@ quality  ``distillery compress --teacher mpnet-base --export int8`` per row into
          provisional bench.json (few runs, small throughput batch): the published speed is the next phase's.
          → benchmarks/results/base-quality.json
          ``--budget gpu``: the quality rows the acceptance names (distill, distill-3layers, moebert, autotinybert 4×)
-         at the pipeline's quick budget, unchanged, for a GPU, and two longer trainings (see GPU_ROWS)
+         at the pipeline's quick budget, unchanged, for a GPU, and longer trainings (see GPU_ROWS)
          → benchmarks/results/base-quality-gpu.json
 speed    The fine-tuned teacher, every student, each one's int8 export and MoEBERT's no-routing bound (the
          teacher with every FFN cut to one expert's width: a token's MoE FLOPs with no dispatch at all) measured
@@ -76,8 +76,9 @@ METHOD_BUDGET = {
 # minutes. Every student trains on the teacher's 20k slice, as in the sitting. The 4× row trains the architecture
 # the sitting's search chose on 2 CPU cores: its speed is the one the speed phase measured (a search on the GPU
 # would time the GPU). No int8 export: onnxruntime runs int8 on the CPU, and the sitting scores each export.
-# label -> (the row of ROWS it trains, settings over the quick budget). The last two ask whether more training
-# closes the gaps: MoEBERT for the 5 epochs of the paper's SST-2 recipe (Table 7), the 4× super-net for 5× the steps.
+# label -> (the row of ROWS it trains, settings over the quick budget). The last four ask whether more training
+# closes the gaps: MoEBERT for the 5 epochs of the paper's SST-2 recipe (Table 7), the 4× super-net for 5× the steps,
+# and distill and the 4× student on the whole train split labelled by the teacher (the methods' own default).
 GPU_ROWS = {
     "moebert": ("moebert", {}),
     "distill": ("distill", {}),
@@ -85,6 +86,8 @@ GPU_ROWS = {
     "distill-3layers": ("distill-3layers", {}),
     "moebert-5epochs": ("moebert", {"student.epochs": 5.0}),
     "autotinybert-4x-1500steps": ("autotinybert-4x", {"method_options.supernet_steps": 1500}),
+    "distill-all": ("distill", {"method_options.train_examples": "all"}),
+    "autotinybert-4x-all": ("autotinybert-4x", {"method_options.train_examples": "all"}),
 }
 GPU_BUDGET = {"bench.latency_runs": 5, "bench.warmup": 1, "bench.throughput_runs": 1,
               "bench.throughput_shape": [32, 64]}
