@@ -547,9 +547,15 @@ def gpu_table(quality: list[dict]) -> str:
 def longer_lines(quality: list[dict], variants: dict) -> list[str]:
     """One line per longer training among ``quality`` (a label of ``variants`` with settings of its own)."""
     teacher = quality[0]["metrics"]["teacher"]["accuracy"] if quality else None
-    return [f"- Longer training: {r['method']} {r['metrics']['student']['accuracy']:.4f}, "
-            f"{100 * (teacher - r['metrics']['student']['accuracy']):.2f} points under the teacher."
-            for r in quality if variants.get(r["method"], (None, {}))[1]]
+    lines = []
+    for r in quality:
+        row, settings = variants.get(r["method"], (None, {}))
+        if settings:
+            gap = teacher - r["metrics"]["student"]["accuracy"]
+            verdict = f" (MoEBERT ≤ 1 asked: {_verdict(gap <= 0.01)})" if row == "moebert" else ""
+            lines.append(f"- Longer training: {r['method']} {r['metrics']['student']['accuracy']:.4f}, "
+                         f"{100 * gap:.2f} points under the teacher{verdict}.")
+    return lines
 
 
 def write_docs() -> None:
