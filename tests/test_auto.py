@@ -98,9 +98,11 @@ def test_bad_auto_input_is_one_sentence(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "auto").exists()
 
 
-# The tiny sizes of each method, as their own tests run them (a handful of steps, 1-2 timed runs).
+# The tiny sizes of each method, as their own tests run them (a handful of steps, few timed runs). The search ships
+# only a candidate measured within the budget: with 3 runs each (latency_runs 1) autotinybert was once skipped on a
+# busy CI machine, most likely every candidate timed over it; 9 runs steady the tiny model's sub-millisecond timings.
 TINY_OPTIONS = {"matrix_dim": 4, "vector_dim": 16, "importance_examples": 40, "supernet_steps": 3, "latency_archs": 8,
-                "latency_runs": 1, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0}
+                "latency_runs": 3, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0}
 
 
 def _files(folder):
@@ -122,7 +124,8 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
     assert len(points) >= 4 and {p["model"] for p in points} >= {"student"}
     assert any(p["model"].startswith("student-") and "int8" in p["model"] for p in points)
     # MoEBERT's reach on the tiny teacher, (64 + 16 + 37) / (64 + 16 + 9) = 1.31×, is below 2×
-    assert [s["name"] for s in summary["skipped"]] == ["moebert"] and "1.31×" in summary["skipped"][0]["reason"]
+    assert [s["name"] for s in summary["skipped"]] == ["moebert"], summary["skipped"]
+    assert "1.31×" in summary["skipped"][0]["reason"]
     report = (out / "report.md").read_text()
     assert report in shown and (out / "plot.png").is_file()
     assert "teacher-int8" in report and "static-embeddings" in report
