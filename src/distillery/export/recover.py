@@ -20,6 +20,7 @@ from torch import nn
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
 from distillery.export.formats import resolve_format
+from distillery.export.onnx import per_channel_int8
 from distillery.runtime import quantize_torch, quiet
 
 RECOVER_THRESHOLD = 1.0  # points of the main metric (accuracy 0.01 = 1 point; SQuAD F1 is in points)
@@ -87,9 +88,8 @@ def strip_fake_quant(model: nn.Module) -> nn.Module:
 
 def fake_quant_per_channel(model: nn.Module, backend: str) -> bool:
     """Whether ``backend``'s int8 export of ``model`` has one weight scale per output channel: ONNX Runtime's
-    does, as quantize_onnx exports it, except for a graph with stacked (3-D) weights, MoEBERT's experts, which
-    its int8 MatMul takes per tensor only (and then every weight of the graph is per tensor); torch's never."""
-    return backend == "onnx-int8" and not any(p.dim() > 2 for p in model.parameters())
+    does unless the model has stacked weights (:func:`~distillery.export.onnx.per_channel_int8`); torch's never."""
+    return backend == "onnx-int8" and per_channel_int8(p.shape for p in model.parameters())
 
 
 def recover_int8(
