@@ -24,10 +24,7 @@ def loop_dispatch(ffn, flat, expert):
 def expert_matmuls(ffn, slots, rows: int):
     """The batched dispatch's expert matmuls alone, on slots already in place (no gather, no read-back):
     what any dispatch of those slots costs at least. slots: (N, cap, d); the first ``rows`` output rows."""
-    import torch
-
-    h = ffn.hidden(torch.baddbmm(ffn.b1.unsqueeze(1), slots, ffn.w1))
-    return torch.baddbmm(ffn.b2, h, ffn.w2).flatten(0, 1)[:rows]
+    return ffn.experts_batched(slots).flatten(0, 1)[:rows]
 
 
 def matmuls_only(ffn, slots, flat):

@@ -159,9 +159,13 @@ class MoEFeedForward(nn.Module):
         token reads its row back. Slots no token fills cost only their share of the matmuls
         (capacity: the token count of the layer's busiest expert)."""
         slots = F.embedding(plan.source, flat)  # (N, cap, d)
-        h = self.hidden(_linear(slots, self.w1, None if self.b1 is None else self.b1.unsqueeze(1)))  # (N, cap, k)
-        rows = F.embedding(plan.slot, _linear(h, self.w2, self.b2).flatten(0, 1))  # (M, d)
+        rows = F.embedding(plan.slot, self.experts_batched(slots).flatten(0, 1))  # (M, d)
         return rows if plan.valid is None else rows * plan.valid.to(rows.dtype)
+
+    def experts_batched(self, slots: Tensor) -> Tensor:
+        """Expert e's own neurons on row e of ``slots`` (N, cap, d), b2 included: two batched matmuls."""
+        h = self.hidden(_linear(slots, self.w1, None if self.b1 is None else self.b1.unsqueeze(1)))  # (N, cap, k)
+        return _linear(h, self.w2, self.b2)
 
 
 class SentenceGate(nn.Module):
