@@ -88,7 +88,7 @@ GPU_ROWS = {
     "distill": ("distill", {}),
     "autotinybert-4x": ("autotinybert-4x", {}),
     "distill-3layers": ("distill-3layers", {}),
-    "moebert-5epochs": ("moebert", {"student.epochs": 5.0}),
+    **SITTING_VARIANTS,  # moebert-5epochs
     "autotinybert-4x-1500steps": ("autotinybert-4x", {"method_options.supernet_steps": 1500}),
     "distill-all": ("distill", {"method_options.train_examples": "all"}),
     "autotinybert-4x-all": ("autotinybert-4x", {"method_options.train_examples": "all"}),
@@ -150,13 +150,13 @@ def overrides_for(args, label: str) -> dict:
 
 
 def quality_record(args, label: str) -> dict:
+    import torch
+
     folder = run_dir(args, label)
     rec = record_from_run(folder, label, "base-gpu" if args.budget == "gpu" else "base-sitting")
     metrics = json.loads((folder / "metrics.json").read_text())
     rec["others"] = metrics.get("others", {})  # the int8 exports' dev scores
     rec["settings_overrides"] = overrides_for(args, label)
-    import torch
-
     # the bench's fingerprint is the CPU's (speed is the speed phase's): say where the training ran
     rec["trained_on"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return rec
@@ -391,8 +391,6 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
 
 def gpu_table(quality: list[dict]) -> str:
     """The quick budget trained on a lent GPU: each row's dev score against the same teacher, and the checks."""
-    if not quality:
-        return ""
     teacher = quality[0]["metrics"]["teacher"]["accuracy"]
     lines = ["| row | SST-2 dev acc. | points under the teacher | settings over the quick budget | student training (s) |",
              "|---|---|---|---|---|",
@@ -428,16 +426,16 @@ def write_docs() -> None:
     quality, benches = load("base-quality"), load("base-speed")
     dispatch = load("base-dispatch")
     table = base_table(quality, benches)
-    gpu = gpu_table(load("base-quality-gpu"))
-    if gpu:
-        table += "\n\nThe same rows at the quick budget, trained on a GPU:\n\n" + gpu
+    gpu_quality = load("base-quality-gpu")
+    if gpu_quality:
+        table += "\n\nThe same rows at the quick budget, trained on a GPU:\n\n" + gpu_table(gpu_quality)
     bound = load("base-bound")
     if bound:
         table += "\n\n" + "\n".join(bound_lines(bound))
     if dispatch:
         table += "\n\nOne MoEBERT FFN layer alone (benchmarks/base.py --only dispatch):\n\n" + "\n".join(dispatch_lines(dispatch))
     replace_block(RESULTS_DOC, "base", table)
-    replace_block(README, "base-summary", readme_rows(quality, benches, load("base-quality-gpu")))
+    replace_block(README, "base-summary", readme_rows(quality, benches, gpu_quality))
 
 
 def readme_rows(quality: list[dict], benches: list[dict], gpu: list[dict]) -> str:
