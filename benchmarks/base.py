@@ -23,7 +23,7 @@ speed    The fine-tuned teacher, every student, each one's int8 export and MoEBE
 dispatch One MoEBERT FFN layer alone (base_moebert.py): the batched dispatch, the per-expert loop, two floors, a dense FFN.
          → benchmarks/results/base-dispatch.json
 bound    MoEBERT against its bound in small processes of their own, with a copy that skips the dispatch's data
-         movement. → benchmarks/results/base-bound.json
+         movement, at 1×128 and longer sequences (--bound-lengths). → benchmarks/results/base-bound.json
 docs     The "base-size teacher" block of docs/results.md and the README's base rows, from the results files.
 
 Records are stored under a "records" key, so the MiniLM tables (benchmarks/common.py) never pick them up.
@@ -259,7 +259,7 @@ def run_bound(args) -> None:
     """``--bound-repeats`` more processes, added to the records already there (the share moves with the machine's
     speed; delete results/base-bound.json to start over)."""
     save("base-bound", load("base-bound") + bound_records(run_dir(args, "moebert"), args.bound_repeats,
-                                                          args.latency_runs))
+                                                          args.latency_runs, tuple(args.bound_lengths)))
 
 
 def _speedups(bench: dict, name: str) -> dict:
@@ -491,6 +491,8 @@ def main() -> None:
     parser.add_argument("--throughput-runs", type=int, default=3)
     parser.add_argument("--dispatch-runs", type=int, default=200)
     parser.add_argument("--bound-repeats", type=int, default=3)
+    parser.add_argument("--bound-lengths", type=int, nargs="+", default=[128, 256, 512],
+                        help="--only bound: the sequence lengths (batch 1) each process times.")
     args = parser.parse_args()
     from distillery.cli import setup_logging
 

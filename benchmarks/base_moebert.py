@@ -53,12 +53,13 @@ def without_data_movement(moe):
     return out
 
 
-def bound_records(folder: Path, repeats: int, latency_runs: int) -> list[dict]:
+def bound_records(folder: Path, repeats: int, latency_runs: int, lengths: tuple[int, ...] = (128,)) -> list[dict]:
     """MoEBERT (the run in ``folder``) against its no-routing bound in processes of their own: the teacher,
-    MoEBERT, MoEBERT without data movement and the bound, ``repeats`` times; one record per process."""
+    MoEBERT, MoEBERT without data movement and the bound, ``repeats`` times; one record per process and sequence
+    length (batch 1, 2 threads). Longer sequences give every expert more rows: 1×128 puts ~32 tokens on each of 4."""
     from moebert import narrow_ffn
 
-    from distillery.bench import benchmark
+    from distillery.bench import hardware_fingerprint, latency_ms
     from distillery.runtime import load_model
 
     teacher = load_model(json.loads((folder / "train.json").read_text())["teacher_path"])
@@ -67,26 +68,32 @@ def bound_records(folder: Path, repeats: int, latency_runs: int) -> list[dict]:
               "no-routing bound": narrow_ffn(teacher, moe.config.expert_size)}
     records = []
     for _ in range(repeats):
-        bench = benchmark(models, threads=2, latency_runs=latency_runs, throughput_runs=1,
-                          throughput_shape=(32, 64))
-        ms = {k: m["latency_ms"]["median"] for k, m in bench["models"].items()}
-        records.append({"latency_ms": ms, "hardware": bench["hardware"],
-                        "share": ms["no-routing bound"] / ms["moebert"],
-                        "share_no_data_movement": ms["no-routing bound"] / ms["moebert, no data movement"]})
-        print({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items() if k != "hardware"})
+        for seq in lengths:
+            ms = latency_ms(models, shape=(1, seq), runs=latency_runs, warmup=3, threads=2)
+            records.append({"seq": seq, "latency_ms": ms, "hardware": {**hardware_fingerprint("cpu"), "threads": 2},
+                            "share": ms["no-routing bound"] / ms["moebert"],
+                            "share_no_data_movement": ms["no-routing bound"] / ms["moebert, no data movement"]})
+            print({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items() if k != "hardware"})
     return records
 
 
 def bound_lines(records: list[dict]) -> list[str]:
-    """The processes of ``--only bound``, fastest teacher first: the share moves with the machine's speed."""
-    runs = sorted(records, key=lambda r: r["latency_ms"]["teacher"])
+    """The processes of ``--only bound``, fastest teacher first: the share moves with the machine's speed (1×128),
+    and with the tokens each expert gets (longer sequences)."""
+    short = sorted((r for r in records if r.get("seq", 128) == 128), key=lambda r: r["latency_ms"]["teacher"])
     cells = [f"teacher {r['latency_ms']['teacher']:.0f} ms: {r['share']:.3f} ({r['share_no_data_movement']:.3f})"
-             for r in runs]
-    line = ("MoEBERT against its bound in processes of their own (benchmarks/base.py --only bound; the teacher, "
-            "MoEBERT, MoEBERT without the dispatch's gather and read-back, and the bound; 2 threads, 1×128), by the "
-            "teacher's latency in that process: MoEBERT's share of the bound (without data movement): "
-            + "; ".join(cells) + ".")
-    return [line]
+             for r in short]
+    lines = ["MoEBERT against its bound in processes of their own (benchmarks/base.py --only bound; the teacher, "
+             "MoEBERT, MoEBERT without the dispatch's gather and read-back, and the bound; 2 threads, 1×128), by the "
+             "teacher's latency in that process: MoEBERT's share of the bound (without data movement): "
+             + "; ".join(cells) + "."]
+    longer = sorted({r["seq"] for r in records if r.get("seq", 128) != 128})
+    if longer:
+        by_seq = [f"1×{seq}: " + ", ".join(f"{r['share']:.3f}" for r in records if r.get("seq") == seq)
+                  for seq in longer]
+        lines.append("The same processes at longer sequences (batch 1; every expert gets more rows): MoEBERT's share "
+                     "of the bound at " + "; ".join(by_seq) + ".")
+    return lines
 
 
 def dispatch_records(thread_counts: list[int], runs: int) -> list[dict]:
