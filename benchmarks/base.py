@@ -125,16 +125,20 @@ def run_dir(args, label: str) -> Path:
     return Path(args.runs_dir) / f"base-{kind}{TASK}-{label}"
 
 
+def row_of(args, label: str) -> tuple[str, dict]:
+    """The row of ROWS that ``label`` trains, and its settings over that row's (a longer training, a GPU row)."""
+    return GPU_ROWS[label] if args.budget == "gpu" else SITTING_VARIANTS.get(label, (label, {}))
+
+
 def overrides_for(args, label: str) -> dict:
+    row, settings = row_of(args, label)
     if args.budget == "gpu":
-        row, settings = GPU_ROWS[label]
         method, options = ROWS[row]
         out = {**GPU_BUDGET, **({"data.train_limit": args.train_limit} if args.train_limit else {})}
         opts = {**GPU_METHOD_BUDGET.get(method, {}), **options}
         if method == "autotinybert":
             opts["arch"] = args.arch or sitting_arch(row)
         return {**out, **{f"method_options.{k}": v for k, v in opts.items()}, **settings}
-    row, settings = SITTING_VARIANTS.get(label, (label, {}))
     method, options = ROWS[row]
     out = {**BUDGET, "data.train_limit": args.train_limit or 8000}
     if args.converted:
@@ -167,13 +171,12 @@ def run_quality(args) -> None:
 
     gpu = args.budget == "gpu"
     results = "base-quality-gpu" if gpu else "base-quality"
-    variants = GPU_ROWS if gpu else SITTING_VARIANTS
     order = list(GPU_ROWS) if gpu else [*ROWS, *SITTING_VARIANTS]
     for label in [r for r in order if r in args.rows] if args.rows else list(GPU_ROWS if gpu else ROWS):
         out = run_dir(args, label)
         if not (args.reuse and (out / "report.md").is_file()):
             started = time.time()
-            method = ROWS[variants.get(label, (label,))[0]][0]
+            method = ROWS[row_of(args, label)[0]][0]
             config = build_run_config(method=method, task=TASK, budget="quick", teacher=args.teacher,
                                       data_dir=args.data_dir, out=str(out), overrides=overrides_for(args, label))
             config.export = [] if args.converted or gpu else ["int8"]  # the speed phase exports for itself

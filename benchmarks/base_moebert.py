@@ -66,11 +66,11 @@ def bound_records(folder: Path, repeats: int, latency_runs: int, lengths: tuple[
     moe = load_model(folder / "student")
     models = {"teacher": teacher, "moebert": moe, "moebert, no data movement": without_data_movement(moe),
               "no-routing bound": narrow_ffn(teacher, moe.config.expert_size)}
-    records = []
+    threads, records = 2, []
     for _ in range(repeats):
         for seq in lengths:
-            ms = latency_ms(models, shape=(1, seq), runs=latency_runs, warmup=3, threads=2)
-            records.append({"seq": seq, "latency_ms": ms, "hardware": {**hardware_fingerprint("cpu"), "threads": 2},
+            ms = latency_ms(models, shape=(1, seq), runs=latency_runs, warmup=3, threads=threads)
+            records.append({"seq": seq, "latency_ms": ms, "hardware": {**hardware_fingerprint("cpu"), "threads": threads},
                             "share": ms["no-routing bound"] / ms["moebert"],
                             "share_no_data_movement": ms["no-routing bound"] / ms["moebert, no data movement"]})
             print({k: round(v, 3) if isinstance(v, float) else v for k, v in records[-1].items() if k != "hardware"})
@@ -80,17 +80,17 @@ def bound_records(folder: Path, repeats: int, latency_runs: int, lengths: tuple[
 def bound_lines(records: list[dict]) -> list[str]:
     """The processes of ``--only bound``, fastest teacher first: the share moves with the machine's speed (1×128),
     and with the tokens each expert gets (longer sequences)."""
-    short = sorted((r for r in records if r.get("seq", 128) == 128), key=lambda r: r["latency_ms"]["teacher"])
+    seq = lambda r: r.get("seq", 128)  # the first processes timed 1×128 only
+    short = sorted((r for r in records if seq(r) == 128), key=lambda r: r["latency_ms"]["teacher"])
     cells = [f"teacher {r['latency_ms']['teacher']:.0f} ms: {r['share']:.3f} ({r['share_no_data_movement']:.3f})"
              for r in short]
     lines = ["MoEBERT against its bound in processes of their own (benchmarks/base.py --only bound; the teacher, "
              "MoEBERT, MoEBERT without the dispatch's gather and read-back, and the bound; 2 threads, 1×128), by the "
              "teacher's latency in that process: MoEBERT's share of the bound (without data movement): "
              + "; ".join(cells) + "."]
-    longer = sorted({r["seq"] for r in records if r.get("seq", 128) != 128})
+    longer = sorted({seq(r) for r in records} - {128})
     if longer:
-        by_seq = [f"1×{seq}: " + ", ".join(f"{r['share']:.3f}" for r in records if r.get("seq") == seq)
-                  for seq in longer]
+        by_seq = [f"1×{n}: " + ", ".join(f"{r['share']:.3f}" for r in records if seq(r) == n) for n in longer]
         lines.append("The same processes at longer sequences (batch 1; every expert gets more rows): MoEBERT's share "
                      "of the bound at " + "; ".join(by_seq) + ".")
     return lines
@@ -126,7 +126,7 @@ def dispatch_records(thread_counts: list[int], runs: int) -> list[dict]:
                 variants = {
                     "dense": lambda: torch.nn.functional.gelu(flat @ w1) @ w2,
                     "batched": lambda: ffn(flat[None], plan),
-                    "loop": lambda: loop_dispatch(ffn, flat, expert) + torch.nn.functional.gelu(flat @ ffn.shared_w1) @ ffn.shared_w2,
+                    "loop": lambda: loop_dispatch(ffn, flat, expert).addmm_(ffn.shared_hidden(flat), ffn.shared_w2),
                     "padded floor": lambda: matmuls_only(ffn, padded, flat),
                     "balanced floor": lambda: matmuls_only(ffn, balanced, flat),
                 }
