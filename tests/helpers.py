@@ -290,6 +290,20 @@ def make_run(path, task="sst2", method="moebert", student_acc=0.835, student_ms=
     return path
 
 
+def flop_timed(monkeypatch):
+    """AutoTinyBERT's timings of sub-networks made proportional to their FLOPs, for tests of what a run does
+    with its timings: the search ships only a candidate measured within the budget, and a tiny model's
+    sub-millisecond wall-clock timings on a busy CI machine have put every candidate over it (the timing itself
+    is tested in test_autotinybert.py on a stub super-net)."""
+    from distillery.autotinybert import latency
+
+    def measure(supernet, archs, reference_ms=None, **_):
+        full = latency.arch_flops(supernet.space.full())
+        return [float(reference_ms or 1.0) * latency.arch_flops(a) / full for a in archs]
+
+    monkeypatch.setattr(latency, "measure", measure)
+
+
 # -- the CLI in-process ----------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from distillery.auto import (Candidate, choose, distill_depths, make_target, moe
                              route_options, run_candidates, Target)
 from distillery.config import nested_settings
 from distillery.errors import DistilleryError
-from tests.helpers import TINY_RUN, assert_one_line_error, run_cli, run_ok
+from tests.helpers import TINY_RUN, assert_one_line_error, flop_timed, run_cli, run_ok
 
 
 def test_time_budgets_and_targets_read_or_fail_with_a_sentence():
@@ -98,11 +98,9 @@ def test_bad_auto_input_is_one_sentence(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "auto").exists()
 
 
-# The tiny sizes of each method, as their own tests run them (a handful of steps, few timed runs). The search ships
-# only a candidate measured within the budget: with 3 runs each (latency_runs 1) autotinybert was once skipped on a
-# busy CI machine, most likely every candidate timed over it; 9 runs steady the tiny model's sub-millisecond timings.
+# The tiny sizes of each method, as their own tests run them (a handful of steps, few timed runs).
 TINY_OPTIONS = {"matrix_dim": 4, "vector_dim": 16, "importance_examples": 40, "supernet_steps": 3, "latency_archs": 8,
-                "latency_runs": 3, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0}
+                "latency_runs": 1, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0}
 
 
 def _files(folder):
@@ -112,6 +110,7 @@ def _files(folder):
 @pytest.mark.live_baselines
 def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    flop_timed(monkeypatch)
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0})))
     out = tmp_path / "auto"

@@ -14,7 +14,7 @@ from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceCl
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
-from tests.helpers import TINY_BERT, TINY_RUN, run_cli, tiny_bert_config, write_corpus, write_glue
+from tests.helpers import TINY_BERT, TINY_RUN, flop_timed, run_cli, tiny_bert_config, write_corpus, write_glue
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
@@ -327,9 +327,9 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     from distillery.pipeline import build_run_config, compress
 
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    flop_timed(monkeypatch)
     data = write_glue(tmp_path / "data")
-    # budget_floor 0: with 1-2 timed runs of a sub-millisecond model, a candidate held near the budget
-    # misses it when measured as often as not (the floor itself is tested on synthetic latencies above)
+    # budget_floor 0: the floor is tested on synthetic latencies above; this test is about the run's files
     opts = {"supernet_steps": 3, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
             "proxy_examples": 16, "speedup": 1.5, "budget_floor": 0}
     config = build_run_config(method="autotinybert", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
