@@ -236,9 +236,56 @@ def test_verdict_reads_the_live_rows():
     bench, metrics = _record({"teacher": 10.0, "student": 4.0, lb.INT8_NAME: 3.0},
                              {"teacher": 0.9, "student": 0.8, lb.INT8_NAME: 0.85})
     sentence = lb.baseline_verdict(bench, metrics)
-    assert "use it instead" in sentence and "not worth its training" in sentence
+    assert "Deploy the teacher-int8 baseline instead" in sentence and "not worth its training" in sentence
+    assert "both faster (3.33× against 2.50× the teacher's speed) and more accurate (accuracy 0.850 against 0.800)" \
+        in sentence  # the baseline's own figures first: it is the subject
     section = lb.baseline_section(bench, metrics, notes=["No static-embedding baseline on SQuAD."])
     assert "| teacher-int8 | 0.850 |" in section and "- note: No static" in section
+
+
+def test_verdict_weighs_the_students_int8_export_and_names_what_to_deploy():
+    # the fp32 student is more accurate but slower than the int8 teacher; its export beats it on both
+    bench, metrics = _record({"teacher": 10.0, "student": 5.0, "student-onnx-int8": 2.5, lb.INT8_NAME: 4.0,
+                              lb.STATIC_NAME: 0.1},
+                             {"teacher": 0.9, "student": 0.89, lb.INT8_NAME: 0.87, lb.STATIC_NAME: 0.7})
+    metrics["others"] = {"student-onnx-int8": {"accuracy": 0.885}}
+    rows = lb.baseline_rows(bench, metrics)
+    assert [r["model"] for r in rows] == ["teacher", "student", "student-onnx-int8", lb.INT8_NAME, lb.STATIC_NAME]
+    assert lb.deploy_choice(rows)["model"] == "student-onnx-int8"
+    sentence = lb.baseline_verdict(bench, metrics)
+    assert "the student's export student-onnx-int8: it beats the teacher-int8 baseline on both" in sentence
+    assert "Deploy `exports/student-onnx-int8`: accuracy 0.885 at 4.00× the teacher's speed" in sentence
+    assert "earns its place" in sentence
+    # only the student, as auto weighs its chosen point, in the folder it names
+    sentence = lb.baseline_verdict(bench, metrics, students=("student",), paths={"student": "runs/x/chosen"})
+    assert "Deploy `runs/x/chosen`: accuracy 0.890 at 2.00×" in sentence
+
+
+def test_verdict_reads_a_tie_at_the_printed_precision_and_never_the_wrong_way_round():
+    # equal scores: "as accurate", not "less accurate (0.505 against 0.505)"
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, lb.INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.5051, lb.INT8_NAME: 0.5049})
+    sentence = lb.baseline_verdict(bench, metrics)
+    assert "it is as accurate as the teacher-int8 baseline (accuracy 0.505 against 0.505) and faster" in sentence
+    assert "Deploy `student`" in sentence
+    # a tie in score and a slower student: the baseline is as good on both
+    bench, metrics = _record({"teacher": 10.0, "student": 6.0, lb.INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.505, lb.INT8_NAME: 0.505})
+    sentence = lb.baseline_verdict(bench, metrics)
+    assert "is both faster (2.00× against 1.67× the teacher's speed) and as accurate (accuracy 0.505 against 0.505)" \
+        in sentence and "Deploy the teacher-int8 baseline instead" in sentence
+    # a less accurate, slower student: the baseline's score is the higher one, and it comes first
+    bench, metrics = _record({"teacher": 10.0, "student": 6.0, lb.INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.51, lb.INT8_NAME: 0.696})
+    assert "more accurate (accuracy 0.696 against 0.510)" in lb.baseline_verdict(bench, metrics)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.9"])
+def test_a_score_that_is_not_a_finite_number_is_an_error_not_a_verdict(bad):
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, lb.INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": bad, lb.INT8_NAME: 0.87})
+    with pytest.raises(DistilleryError, match="metrics.json records accuracy .* for student, not a finite number"):
+        lb.baseline_verdict(bench, metrics)
 
 
 def test_verdict_without_baselines_says_so():

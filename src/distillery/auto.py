@@ -358,17 +358,19 @@ def reference_rows(name: str, run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def chosen_baselines(run: Mapping[str, Any], model: str) -> str:
+def chosen_baselines(run: Mapping[str, Any], model: str, folder: str | None = None) -> str:
     """The report's live-baseline section with the chosen point in the student's place: the baselines
-    were timed in the same process as it (its candidate's bench)."""
+    were timed in the same process as it (its candidate's bench). ``folder``: where the chosen point lies,
+    named in the sentence on what to deploy."""
     from distillery.live_baselines import baseline_section
 
     metrics, bench = dict(run["metrics"]), dict(run["bench"])
+    paths = {"student": folder} if folder else None
     if model != "student":
         scores = {**(metrics.get("others") or {}), **(metrics.get("baselines") or {})}
         metrics["student"] = scores.get(model) or {}
         bench["models"] = {**bench["models"], "student": bench["models"].get(model)}
-    return baseline_section(bench, metrics, metrics.get("baseline_notes") or ())
+    return baseline_section(bench, metrics, metrics.get("baseline_notes") or (), students=("student",), paths=paths)
 
 
 def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: Mapping[str, Any]) -> list[str]:
@@ -415,7 +417,8 @@ def write_report(out: Path, summary: Mapping[str, Any], rows: list[dict[str, Any
     lines = report_lines(summary, rows, runs)
     if ref is not None:
         chosen = summary["chosen"]
-        lines += [chosen_baselines(runs[ref], chosen["model"] if chosen else "student")]
+        lines += [chosen_baselines(runs[ref], chosen["model"] if chosen else "student",
+                                   chosen["folder"] if chosen else None)]
     points = plot_points(rows, label_key="point")
     if points:
         main = summary["main_metric"]

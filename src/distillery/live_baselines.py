@@ -19,6 +19,7 @@ SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to p
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -415,12 +416,23 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
 # The report's rows and verdict (pure: bench.json and metrics.json in, rows and a sentence out)
 
 
+def student_names(bench: Mapping[str, Any]) -> list[str]:
+    """The student and its exports (``student-onnx-int8``, ...) in a bench record: what a user could deploy."""
+    return [n for n in (bench.get("models") or {}) if n == "student" or n.startswith("student-")]
+
+
+def deploy_path(name: str) -> str:
+    """Where a student variant lies in its run folder: ``student`` or ``exports/<name>``."""
+    return "student" if name == "student" else f"exports/{name}"
+
+
 def baseline_rows(bench: Mapping[str, Any], metrics: Mapping[str, Any],
-                  names: Sequence[str] = BASELINE_NAMES) -> list[dict[str, Any]]:
-    """Teacher, student and every live baseline that was both scored and measured, as rows
-    ``{"model", "main", "latency_ms", "latency_speedup", "throughput_speedup"}`` (speed-ups against the
-    teacher of the same bench record). Baseline scores are read from ``metrics["baselines"]`` (or, where
-    the run keeps them with the exports, ``metrics["others"]``)."""
+                  names: Sequence[str] = BASELINE_NAMES, students: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Teacher, the student variants (``students``, default the student and every export of it measured)
+    and every live baseline that was both scored and measured, as rows ``{"model", "main", "latency_ms",
+    "latency_speedup", "throughput_speedup"}`` (speed-ups against the teacher of the same bench record).
+    Scores are read from ``metrics["student"]``, ``metrics["others"]`` (exports) and ``metrics["baselines"]``.
+    A score that is not a finite number is an error: no verdict can rest on it."""
     from distillery.bench import speedup_over
 
     main = metrics["main_metric"]
@@ -429,51 +441,127 @@ def baseline_rows(bench: Mapping[str, Any], metrics: Mapping[str, Any],
               "teacher": metrics.get("teacher") or {}, "student": metrics.get("student") or {}}
     ref = models.get("teacher")
     rows = []
-    for name in ("teacher", "student", *names):
+    for name in dict.fromkeys(("teacher", *(student_names(bench) if students is None else students), *names)):
         rec, values = models.get(name), scored.get(name)
         if rec is None or not values or values.get(main) is None:
             continue
+        value = values[main]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise DistilleryError(f"The run's metrics.json records {main} {value!r} for {name}, not a finite number: "
+                                  "no verdict can be drawn from it. Score the model again (distillery eval).")
         speed = speedup_over(ref, rec) if ref is not None else {}
-        rows.append({"model": name, "main": float(values[main]), "latency_ms": rec["latency_ms"]["median"],
+        rows.append({"model": name, "main": float(value), "latency_ms": rec["latency_ms"]["median"],
                      "latency_speedup": speed.get("latency"), "throughput_speedup": speed.get("throughput")})
     return rows
+
+
+def compare_scores(a: float, b: float) -> int:
+    """1, 0 or -1 as score ``a`` is above, equal to or below ``b`` at the precision the report prints them
+    (three decimals): two scores that read the same are as accurate as each other."""
+    from distillery.markdown import fmt_metric
+
+    if fmt_metric(a) == fmt_metric(b):
+        return 0
+    return 1 if a > b else -1
+
+
+def at_least_as_good(base: Mapping[str, Any], student: Mapping[str, Any]) -> bool:
+    """``base`` is as accurate or more, and as fast or faster, than ``student``: nothing to gain from the student."""
+    return compare_scores(base["main"], student["main"]) >= 0 and base["latency_ms"] <= student["latency_ms"]
+
+
+def beats(student: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """``student`` is as accurate or more than ``base``, and faster: the user loses nothing by taking it."""
+    return compare_scores(student["main"], base["main"]) >= 0 and student["latency_ms"] < base["latency_ms"]
 
 
 def _clause(student: Mapping[str, Any], base: Mapping[str, Any], main: str) -> str:
     from distillery.markdown import fmt_metric, fmt_x
 
     name = f"the {base['model']} baseline"
-    score = f"{main} {fmt_metric(student['main'])} against {fmt_metric(base['main'])}"
+    ours = f"{main} {fmt_metric(student['main'])} against {fmt_metric(base['main'])}"
+    theirs = f"{main} {fmt_metric(base['main'])} against {fmt_metric(student['main'])}"
     speed = f"{fmt_x(student['latency_speedup'])} against {fmt_x(base['latency_speedup'])} the teacher's speed"
-    better, faster = student["main"] > base["main"], student["latency_ms"] < base["latency_ms"]
-    if better and faster:
-        return f"it beats {name} on both score ({score}) and latency ({speed})"
-    if better:
-        return f"it is more accurate than {name} ({score}) but slower ({speed})"
+    their_speed = f"{fmt_x(base['latency_speedup'])} against {fmt_x(student['latency_speedup'])} the teacher's speed"
+    order, faster = compare_scores(student["main"], base["main"]), student["latency_ms"] < base["latency_ms"]
     if faster:
-        return f"it is faster than {name} ({speed}) but less accurate ({score})"
-    return f"{name} is both faster ({speed}) and at least as accurate ({score}): use it instead"
+        if order > 0:
+            return f"it beats {name} on both score ({ours}) and latency ({speed})"
+        if order == 0:
+            return f"it is as accurate as {name} ({ours}) and faster ({speed})"
+        return f"it is faster than {name} ({speed}) but less accurate ({ours})"
+    if order > 0:
+        return f"it is more accurate than {name} ({ours}) but slower ({speed})"
+    accurate = "as accurate" if order == 0 else "more accurate"
+    return f"{name} is both faster ({their_speed}) and {accurate} ({theirs})"
 
 
-def baseline_verdict(bench: Mapping[str, Any], metrics: Mapping[str, Any],
-                     names: Sequence[str] = BASELINE_NAMES) -> str:
-    """One sentence comparing the student with the live baselines of the same run, from its own numbers."""
+def deploy_choice(rows: Sequence[Mapping[str, Any]], names: Sequence[str] = BASELINE_NAMES) -> dict[str, Any] | None:
+    """The student variant to deploy against the free baselines in ``rows`` (:func:`baseline_rows`), or None
+    without a student row. Among the variants no baseline is at least as good as on both score and latency,
+    the one that beats the most baselines (as accurate or more, and faster), then the most accurate, then
+    the fastest; when a baseline is at least as good as every variant, the most accurate such variant,
+    marked ``"dominated_by"`` with the baseline to use instead (the most accurate of those, then the fastest)."""
+    students = [r for r in rows if r["model"] == "student" or r["model"].startswith("student-")]
+    bases = [r for r in rows if r["model"] in names]
+    if not students:
+        return None
+
+    def rank(r):
+        return (sum(beats(r, b) for b in bases), r["main"], -r["latency_ms"])
+
+    free = [s for s in students if not any(at_least_as_good(b, s) for b in bases)]
+    if free:
+        return {**max(free, key=rank), "dominated_by": None}
+    best = max(students, key=lambda r: (r["main"], -r["latency_ms"]))
+    winners = [b for b in bases if at_least_as_good(b, best)]
+    return {**best, "dominated_by": max(winners, key=lambda r: (r["main"], -r["latency_ms"]))}
+
+
+def deploy_sentence(bench: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str] = BASELINE_NAMES,
+                    students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str | None:
+    """What to deploy, in one sentence, from the run's own numbers: the student variant of
+    :func:`deploy_choice`, or the free baseline to use instead. None without a baseline measured beside it.
+    ``paths``: where a variant lies when not at :func:`deploy_path` (auto's chosen folder)."""
+    from distillery.markdown import fmt_metric, fmt_x
+
     main = metrics["main_metric"]
-    rows = {r["model"]: r for r in baseline_rows(bench, metrics, names)}
-    student = rows.get("student")
-    bases = [rows[n] for n in names if n in rows]
-    if student is None or not bases:
+    rows = baseline_rows(bench, metrics, names, students)
+    pick = deploy_choice(rows, names)
+    if pick is None or not any(r["model"] in names for r in rows):
+        return None
+    base, where = pick["dominated_by"], (paths or {}).get(pick["model"]) or deploy_path(pick["model"])
+    if base is None:
+        return (f"Deploy `{where}`: {main} {fmt_metric(pick['main'])} at "
+                f"{fmt_x(pick['latency_speedup'])} the teacher's speed; no free baseline is at least as good on both "
+                "score and latency, so the student earns its place.")
+    return (f"Deploy the {base['model']} baseline instead ({main} {fmt_metric(base['main'])} at "
+            f"{fmt_x(base['latency_speedup'])} the teacher's speed): it is at least as good on both score and latency "
+            f"as the best student variant, `{where}` ({fmt_metric(pick['main'])} at "
+            f"{fmt_x(pick['latency_speedup'])}), so the student is not worth its training on this task and machine.")
+
+
+def baseline_verdict(bench: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str] = BASELINE_NAMES,
+                     students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str:
+    """Sentences comparing the student variant to deploy (:func:`deploy_choice`) with each live baseline of
+    the same run, from its own numbers, ending with what to deploy."""
+    main = metrics["main_metric"]
+    rows = baseline_rows(bench, metrics, names, students)
+    pick = deploy_choice(rows, names)
+    bases = [r for r in rows if r["model"] in names]
+    if pick is None or not bases:
         return "No live baseline was measured beside the student in this run, so the verdict rests on the teacher alone."
-    clauses = [_clause(student, b, main) for b in bases]
-    beaten_by = [b["model"] for b in bases if b["main"] >= student["main"] and b["latency_ms"] <= student["latency_ms"]]
-    bottom = (f"A free baseline ({', '.join(beaten_by)}) is at least as good on both: the student is not worth its "
-              "training on this task and machine." if beaten_by else
-              "No free baseline is at least as good on both score and latency, so the student earns its place.")
-    return "Against the free baselines measured here, " + "; ".join(clauses) + ". " + bottom
+    subject = "the student" if pick["model"] == "student" else f"the student's export {pick['model']}"
+    clauses = [_clause(pick, b, main) for b in bases]
+    return (f"Against the free baselines measured here, {subject}: " + "; ".join(clauses) + ". "
+            + deploy_sentence(bench, metrics, names, students, paths))
 
 
-def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
-    """The report's "Against what you can get for free" section: the live rows and the verdict sentence."""
+def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes: Sequence[str] = (),
+                     students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str:
+    """The report's "Against what you can get for free" section: the live rows and the verdict sentences
+    (``students``: the student variants weighed, default the student and its exports; ``paths``: see
+    :func:`deploy_sentence`)."""
     from distillery.markdown import fmt_metric, fmt_ms, fmt_x, md
 
     main = metrics["main_metric"]
@@ -483,10 +571,10 @@ def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes
              "linear head fitted on the train split.")
     lines = ["## Against what you can get for free", "", intro, "",
              f"| model | {md(main)} | latency (ms) | latency speed-up | throughput speed-up |", "|---|---|---|---|---|"]
-    for r in baseline_rows(bench, metrics):
+    for r in baseline_rows(bench, metrics, students=students):
         lines.append(f"| {md(r['model'])} | {fmt_metric(r['main'])} | {fmt_ms(r['latency_ms'])} | "
                      f"{fmt_x(r['latency_speedup'])} | {fmt_x(r['throughput_speedup'])} |")
-    lines += ["", baseline_verdict(bench, metrics)]
+    lines += ["", baseline_verdict(bench, metrics, students=students, paths=paths)]
     if notes:
         lines += [""] + [f"- note: {md(n)}" for n in notes]
     return "\n".join(lines) + "\n"
