@@ -24,12 +24,14 @@ def _isolated_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _live_baselines_only_where_marked(request, monkeypatch):
     """Measuring the free baselines (the teacher's int8 copy, static embeddings distilled from it) is three
-    quarters of a tiny run's time (~2 s of ~2.7 s): runs of tests not marked ``live_baselines`` skip them, as
-    ``--no-baselines`` would. Runs made by module- or session-scoped fixtures are made before this applies."""
+    quarters of a tiny run's time (~2 s of ~2.7 s), and the student's int8 export (ONNX) a few seconds more:
+    runs of tests not marked ``live_baselines`` skip both, as ``--no-baselines --no-int8`` would. Runs made by
+    module- or session-scoped fixtures are made before this applies."""
     if request.node.get_closest_marker("live_baselines") is None:
         from distillery import pipeline
 
         monkeypatch.setattr(pipeline, "_baselines", lambda config, ctx, metrics, variants: {})
+        monkeypatch.setattr(pipeline, "student_int8", lambda *args: ({}, {}))
 
 
 @pytest.fixture(scope="session")

@@ -243,3 +243,35 @@ def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(ti
     assert len(both) >= len(budget)  # every budget row is in the whole split (duplicates may add more)
     for r in both:
         torch.testing.assert_close(torch.tensor(r["teacher_logits"]), torch.tensor(first[tuple(r["input_ids"])]))
+
+
+@pytest.mark.live_baselines
+def test_every_run_measures_the_students_int8_export_and_names_what_to_deploy(tiny_bert4, glue_dir, tmp_path):
+    from distillery.export import DEFAULT_INT8
+    from distillery.live_baselines import deploy_sentence
+
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
+    name = f"student-{DEFAULT_INT8}"
+    metrics = json.loads((out / "metrics.json").read_text())
+    bench = json.loads((out / "bench.json").read_text())
+    assert name in metrics["others"] and name in bench["models"]
+    assert (out / "exports" / name / "model.onnx").is_file() or any((out / "exports" / name).glob("*.onnx"))
+    assert set(metrics["baselines"]) == {"teacher-int8", "static-embeddings"}
+    sentence = deploy_sentence(bench, metrics)
+    assert sentence.startswith(("Deploy `student`", f"Deploy `exports/{name}`", "Deploy the "))
+    # the report's verdict and the model card say the same
+    verdict = (out / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert sentence in verdict
+    assert sentence in (out / "student" / "README.md").read_text()
+
+
+def test_no_int8_keeps_the_student_alone(tiny_bert4, glue_dir, tmp_path, monkeypatch):
+    from distillery import pipeline
+
+    calls = []
+    monkeypatch.setattr(pipeline, "student_int8", lambda *args: calls.append(args) or ({}, {}))
+    compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "on"))
+    assert len(calls) == 1  # on by default
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "off", int8=False))
+    assert len(calls) == 1 and not (out / "exports").exists()
+    assert yaml.safe_load((out / "config.yaml").read_text())["int8"] is False

@@ -396,6 +396,9 @@ class RunConfig:
     export: list[str] = field(default_factory=list)  # deployment variants measured beside teacher and student
     # the free baselines measured beside them: the teacher's int8 copy and a static-embedding model (live_baselines.py)
     baselines: bool = True
+    # the student's int8 export (the faster int8 backend) scored and measured beside it, kept in exports/: it
+    # often runs twice as fast for under a point, and the verdict weighs it against the free baselines
+    int8: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.export, str):

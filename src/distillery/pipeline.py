@@ -2,9 +2,11 @@
 
 ``compress`` writes one run folder (see DESIGN.md): config.yaml, student/, metrics.json, bench.json,
 train.json, report.md, plot.png, and checkpoints/ while the student trains (removed at the end).
-With ``export`` formats (``--export int8``), teacher and student are also exported, scored and
-measured in each format (metrics.json "others", bench.json models "teacher-<format>", ...), and the
-student's export folders are kept in exports/.
+The student's int8 export (``int8``, on unless ``--no-int8``) is scored and measured beside it
+(metrics.json "others", bench.json models "student-<format>") and kept in exports/: the verdict
+weighs the student and its export against the free baselines and names the one to deploy. With
+``export`` formats (``--export onnx``), teacher and student are also exported, scored and measured in
+each format (bench.json models "teacher-<format>", ...).
 """
 
 from __future__ import annotations
@@ -278,6 +280,16 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             source_metrics={"teacher": teacher_metrics, "student": student_metrics},
             save_dir=out / "exports", save=("student",),
             sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+    if config.int8:
+        try:
+            exported, scores = student_int8(student, tokenizer, task_data, student_metrics, out, variants)
+        except DistilleryError as e:  # asked for by default, not by the user: the run keeps its fp32 student
+            logger.warning("The student's int8 export failed, so only the fp32 student is measured: %s", e)
+            ctx.notes.append(f"No int8 export of the student: {e}")
+        else:
+            variants.update(exported)
+            if scores:
+                metrics.setdefault("others", {}).update(scores)
     if config.baselines:
         variants.update(_baselines(config, ctx, metrics, variants))
     if config.data.dev_limit:
@@ -287,6 +299,23 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
                                      "metrics": student_metrics}]
     return metrics, variants
+
+
+def student_int8(student, tokenizer, task_data, student_metrics: dict, out: Path,
+                 variants: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The student's int8 export (the faster int8 backend for its model type), kept in
+    ``exports/student-<format>``, scored on dev: the variant and its metrics, or nothing when ``--export``
+    made it already. A student that cannot be exported is reported by the export's own sentence."""
+    from distillery.export import build_variants  # imported here: onnx is loaded only when a run exports
+    from distillery.export.formats import resolve_format
+
+    if f"student-{resolve_format('int8', student.config)}" in variants:
+        return {}, {}
+    logger.info("[3/5] Exporting the student to int8 and scoring it.")
+    exported, scores, _ = build_variants({"student": (student, tokenizer)}, ["int8"], task_data=task_data,
+                                         source_metrics={"student": student_metrics}, save_dir=out / "exports",
+                                         save=("student",), sources={"student": str(out / "student")})
+    return exported, scores
 
 
 def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict, variants: dict[str, Any]) -> dict[str, Any]:

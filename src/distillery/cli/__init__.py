@@ -76,6 +76,7 @@ def compress(
     dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
     baselines: Optional[bool] = typer.Option(None, "--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on)."),
+    int8: Optional[bool] = typer.Option(None, "--int8/--no-int8", help="Export the student to int8 (the faster backend), score it and measure it beside the student; the verdict weighs both (default on)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
     latency_ms: Optional[float] = typer.Option(None, help="--method auto: the target, a latency at most this many ms on this machine (instead of --speedup)."),
@@ -100,6 +101,7 @@ def compress(
         **{f"bench.{k}": v for k, v in bench_flags(bench_device, dtype, threads).items()},
         "export": list(export) or None,
         "baselines": baselines,
+        "int8": int8,
         # a flag of its own wins over the same option given as --option key=value
         **{f"method_options.{k}": v for k, v in {**parse_options(option), **(method_options or {})}.items()},
     }
