@@ -2,7 +2,8 @@
 
     python benchmarks/foundation.py --data-dir ../shared/data [--tasks sst2 mrpc stsb cola rte] [--budget quick]
 
-Each task runs ``distillery compress --method distill`` into runs/bench-<task>-distill-<budget>/,
+Each task runs ``distillery compress --method distill --option train_examples=budget`` (the student on the
+budget's examples, as the teacher) into runs/bench-<task>-distill-<budget>/,
 then its record goes to benchmarks/results/distill-<budget>.json, the full results table in
 docs/results.md and the README's SST-2 summary.
 ``--rebench`` measures finished runs again without training (run it once on a quiet machine: the
@@ -32,8 +33,8 @@ def main() -> None:
         if args.rebench:
             rebench(out)
         elif not (args.reuse and (out / "report.md").is_file()):
-            config = build_run_config(method="distill", task=task, budget=args.budget,
-                                      data_dir=args.data_dir, out=str(out))
+            config = build_run_config(method="distill", task=task, budget=args.budget, data_dir=args.data_dir,
+                                      out=str(out), overrides={"method_options.train_examples": "budget"})
             compress(config, overwrite=True)
         records[task] = record_from_run(out, "distill", args.budget)
         save_results(name, list(records.values()))

@@ -496,6 +496,16 @@ def test_compress_moebert_writes_a_run_folder(tiny_bert, glue_dir, tmp_path, rou
     assert "Per-expert load" in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("examples, seen", [("all", 96), ("budget", 40)])
+def test_moebert_distils_on_the_whole_train_split_past_the_budget(tiny_bert, glue_dir, tmp_path, examples, seen):
+    # the layer-wise loss runs the teacher on every batch: the rows past the limit need no labelling pass
+    out = compress(moe_config(tiny_bert, glue_dir, tmp_path / "run", **{
+        "data.train_limit": 40, "student.epochs": 1.0, "method_options.experts": 2,
+        "method_options.train_examples": examples}))
+    train = json.loads((out / "train.json").read_text())
+    assert train["train_examples"] == seen and train["teacher_train_examples"] == 40
+
+
 def test_compress_moebert_regression_and_squad(tiny_bert, glue_dir, tmp_path):
     out = compress(moe_config(tiny_bert, glue_dir, tmp_path / "stsb", task="stsb",
                               **{"method_options.routing": "hash-b", "method_options.distill_layers": "skip",

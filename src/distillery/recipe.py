@@ -64,25 +64,30 @@ class MethodContext:
         on_device(self.teacher, trainer.device)
         return trainer.train().model
 
-    def distillation_train(self, whole_split: bool):
-        """The train split a student distils on, with the teacher's logits (:meth:`train_with_teacher_logits`):
-        the run's examples, or with ``whole_split`` every example of the task's train split when the
-        budget limited it (``data.train_limit``). The teacher, fine-tuned on the budget's examples,
+    def whole_split(self) -> TaskData:
+        """The task's data with every example of its train split when the budget limited it
+        (``data.train_limit``), else the run's own. The teacher, fine-tuned on the budget's examples,
         labels the rest: distillation data, as the papers' students use (CMOW's whole split, TinyBERT's
         augmented set); a student costs far less per example than the teacher's fine-tuning."""
         task_data = self.task_data
         limit = self.config.data.train_limit
-        if whole_split and limit is not None and len(task_data.train) >= limit:  # below it the run has them all
-            from dataclasses import replace
+        if limit is None or len(task_data.train) < limit:  # below the limit the run has them all
+            return task_data
+        from dataclasses import replace
 
-            from distillery.data.encode import prepare_task_data
+        from distillery.data.encode import prepare_task_data
 
-            full = prepare_task_data(task_data.task, self.tokenizer, replace(self.config.data, train_limit=None), splits=("train",))
-            if len(full.train) > len(task_data.train):
-                task_data = replace(task_data, train=full.train)
-                self.notes.append(f"Student data: all {len(full.train)} training examples, labelled by the teacher "
-                                  f"(fine-tuned on {len(self.task_data.train)}).")
-        return self.train_with_teacher_logits(task_data)
+        full = prepare_task_data(task_data.task, self.tokenizer, replace(self.config.data, train_limit=None), splits=("train",))
+        if len(full.train) <= len(task_data.train):
+            return task_data
+        self.notes.append(f"Student data: all {len(full.train)} training examples, labelled by the teacher "
+                          f"(fine-tuned on {len(task_data.train)}).")
+        return replace(task_data, train=full.train)
+
+    def distillation_train(self, whole_split: bool):
+        """The train split a student distils on, with the teacher's logits (:meth:`train_with_teacher_logits`):
+        the run's examples, or with ``whole_split`` the task's whole train split (:meth:`whole_split`)."""
+        return self.train_with_teacher_logits(self.whole_split() if whole_split else self.task_data)
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the

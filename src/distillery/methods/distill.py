@@ -37,8 +37,9 @@ class DistillOptions(MethodOptions):
     hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
                                   flag=True)
     train_examples: str = option(
-        "budget", one_of("all", "budget"), "budget: the run's examples (--train-limit); all: the whole train split, "
-        "the examples past the limit labelled by the teacher (what cmow and autotinybert students distil on)")
+        "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
+        "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "
+        "examples only (--train-limit)")
 
 
 Options = DistillOptions

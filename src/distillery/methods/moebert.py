@@ -46,6 +46,10 @@ class MoEBertOptions(MethodOptions):
     refit: bool | None = option(None, flag(optional=True), "least-squares refit of the experts' output weights "
                                 "after conversion (ours; off: the paper's conversion)", default_text="on, off for QA",
                                 flag=True, steps=("convert",))
+    train_examples: str = option("all", one_of("all", "budget"), "all: the whole train split (the teacher's hidden "
+                                 "states and predictions are computed on every batch, so past the budget's limit "
+                                 "it distils the teacher on them); budget: the run's examples only (--train-limit)",
+                                 steps=("train",))
     init: str | None = option(None, text(optional=True), "a converted MoEBERT model folder (`distillery moebert "
                               "convert`): training starts from it")
 
