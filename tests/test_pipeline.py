@@ -275,3 +275,29 @@ def test_no_int8_keeps_the_student_alone(tiny_bert4, glue_dir, tmp_path, monkeyp
     out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "off", int8=False))
     assert len(calls) == 1 and not (out / "exports").exists()
     assert yaml.safe_load((out / "config.yaml").read_text())["int8"] is False
+
+
+def test_the_quick_budget_makes_one_pass_over_a_whole_split_unless_epochs_are_given():
+    config = build_run_config()  # distill, sst2, quick
+    assert config.student.epochs == 2.0 and config.student.whole_split_epochs == 1.0
+    assert build_run_config(overrides={"student.epochs": 3.0}).student.whole_split_epochs == 3.0
+    assert build_run_config(method="moebert", preset="paper").student.whole_split_epochs == 5.0  # Table 7's epochs
+    assert build_run_config(budget="full").student.whole_split_epochs is None
+    assert build_run_config(method="cmow").student.whole_split_epochs is None  # cmow keeps its own epochs
+
+
+def test_whole_split_epochs_apply_only_to_a_split_larger_than_the_runs(tiny_bert4, glue_dir, tmp_path, monkeypatch):
+    from distillery.distill import trainer
+
+    epochs, init = [], trainer.Trainer.__init__
+    monkeypatch.setattr(trainer.Trainer, "__init__",
+                        lambda self, model, cfg, *a, **k: epochs.append(cfg.epochs) or init(self, model, cfg, *a, **k))
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run", **{
+        "data.train_limit": 40, "student.whole_split_epochs": 1.0, "student.eval_every": None}))
+    train = json.loads((out / "train.json").read_text())
+    assert train["train_examples"] == 96 and any("1 pass(es) over the whole train split" in n for n in train["notes"])
+    budget = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "budget", **{
+        "data.train_limit": 40, "student.whole_split_epochs": 1.0, "method_options.train_examples": "budget"}))
+    notes = json.loads((budget / "train.json").read_text())["notes"]
+    assert not any("over the whole train split" in n for n in notes)
+    assert epochs[-3:] == [2.0, 1.0, 2.0]  # teacher fine-tuning, the student on all 96, the student on the 40

@@ -330,6 +330,9 @@ class TrainConfig:
     """Settings of the one training loop (``distillery.distill.trainer``)."""
 
     epochs: float = 1.0
+    # passes when a student learns from the whole train split past the budget's limit (train_examples=all);
+    # unset: epochs. One pass over SST-2's 67k is more examples than two over the budget's 20k, in half the time
+    whole_split_epochs: float | None = None
     max_steps: int | None = None  # overrides epochs when set
     batch_size: int = 32  # global batch per optimizer step = batch_size * grad_accum
     grad_accum: int = 1
@@ -348,6 +351,7 @@ class TrainConfig:
 
     RANGES: ClassVar[dict[str, tuple[float, float, str]]] = {
         "epochs": (0, MAX_EPOCHS, "passes over the train split"), "max_steps": (1, MAX_COUNT, "optimizer steps"),
+        "whole_split_epochs": (0, MAX_EPOCHS, "passes over the whole train split"),
         "batch_size": (1, MAX_SIZE, "examples"), "grad_accum": (1, MAX_SIZE, "batches"),
         "eval_every": (1, MAX_COUNT, "optimizer steps"), "eval_batch_size": (1, MAX_SIZE, "examples"),
         "patience": (1, MAX_COUNT, "evaluations"), "log_every": (0, MAX_COUNT, "optimizer steps (0: no log lines)"),

@@ -95,9 +95,18 @@ def build_run_config(
                 "method": method, "budget": budget, "out": out, "data.task": task, "data.data_dir": data_dir,
                 "teacher.name": teacher}
     if preset:  # the preset fills in; settings the user gave explicitly still win
-        settings.update(chosen.preset(preset, task))
-    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        settings.update(_epochs_everywhere(chosen.preset(preset, task)))
+    settings.update(_epochs_everywhere({k: v for k, v in (overrides or {}).items() if v is not None}))
     return RunConfig.from_dict(nested_settings(settings))
+
+
+def _epochs_everywhere(settings: dict[str, Any]) -> dict[str, Any]:
+    """A number of student epochs given explicitly (a flag, a settings file, a preset) is the student's
+    number of passes whatever its data: the budget's own choice for the whole split
+    (``student.whole_split_epochs``) gives way to it."""
+    if "student.epochs" in settings and "student.whole_split_epochs" not in settings:
+        return {**settings, "student.whole_split_epochs": settings["student.epochs"]}
+    return settings
 
 
 def default_out(config: RunConfig) -> Path:

@@ -47,6 +47,12 @@ class MethodContext:
         from distillery.evaluation import score
         from distillery.runtime import on_device
 
+        passes = self.config.student.whole_split_epochs
+        beyond = train_dataset is not None and len(train_dataset) > len(self.task_data.train)  # the whole split
+        if beyond and passes and "epochs" not in settings:
+            settings["epochs"] = passes
+            self.notes.append(f"Student: {passes:g} pass(es) over the whole train split "
+                              "(student.whole_split_epochs; --epochs sets it).")
         cfg = replace(self.config.student, **settings)
         self.student_examples = len(self.task_data.train if train_dataset is None else train_dataset)
         trainer = Trainer(

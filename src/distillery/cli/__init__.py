@@ -55,7 +55,7 @@ def compress(
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     preset: Optional[str] = typer.Option(None, help=preset_help()),
     option: list[str] = typer.Option([], "--option", help="Method option key=value (repeatable)."),
-    epochs: Optional[float] = typer.Option(None, help="Student epochs (default from the budget)."),
+    epochs: Optional[float] = typer.Option(None, help="Student epochs, on the budget's examples or the whole train split (default from the budget: quick makes one pass over a whole split larger than its 20k)."),
     lr: Optional[float] = typer.Option(None, help="Student learning rate."),
     batch_size: Optional[int] = typer.Option(None, help="Student batch size."),
     teacher_epochs: Optional[float] = typer.Option(None, help="Teacher fine-tuning epochs."),

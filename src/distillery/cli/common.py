@@ -62,6 +62,18 @@ def parse_options(pairs: list[str]) -> dict:
     return out
 
 
+def deploy_line(folder) -> str | None:
+    """The run's sentence on what to deploy (live_baselines.deploy_sentence) with the path of the folder it
+    names, or None where no baseline was measured."""
+    import json
+
+    from distillery.live_baselines import deploy_path, deploy_sentence, student_names
+
+    metrics = json.loads((folder / "metrics.json").read_text())
+    bench = json.loads((folder / "bench.json").read_text())
+    return deploy_sentence(bench, metrics, paths={n: str(folder / deploy_path(n)) for n in student_names(bench)})
+
+
 def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None,
                       push_to_hub: str | None = None) -> None:
     """Run the pipeline on ``config`` and print its report and run folder (compress and the method steps);
@@ -78,6 +90,9 @@ def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict
     if distributed.is_main():  # under a launcher, the others only trained
         typer.echo((folder / "report.md").read_text())
         typer.echo(f"Run folder: {folder}")
+        deploy = deploy_line(folder)
+        if deploy:  # the report's answer, last on the screen
+            typer.echo(deploy)
         if push_to_hub:
             from distillery.card import push_student
 
