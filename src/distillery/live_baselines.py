@@ -416,9 +416,14 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
 # The report's rows and verdict (pure: bench.json and metrics.json in, rows and a sentence out)
 
 
+def is_student(name: str) -> bool:
+    """The student or one of its exports (``student-onnx-int8``, ...): what a user could deploy."""
+    return name == "student" or name.startswith("student-")
+
+
 def student_names(bench: Mapping[str, Any]) -> list[str]:
-    """The student and its exports (``student-onnx-int8``, ...) in a bench record: what a user could deploy."""
-    return [n for n in (bench.get("models") or {}) if n == "student" or n.startswith("student-")]
+    """The student and its exports measured in a bench record."""
+    return [n for n in (bench.get("models") or {}) if is_student(n)]
 
 
 def deploy_path(name: str) -> str:
@@ -498,11 +503,11 @@ def _clause(student: Mapping[str, Any], base: Mapping[str, Any], main: str) -> s
 
 def deploy_choice(rows: Sequence[Mapping[str, Any]], names: Sequence[str] = BASELINE_NAMES) -> dict[str, Any] | None:
     """The student variant to deploy against the free baselines in ``rows`` (:func:`baseline_rows`), or None
-    without a student row. Among the variants no baseline is at least as good as on both score and latency,
-    the one that beats the most baselines (as accurate or more, and faster), then the most accurate, then
-    the fastest; when a baseline is at least as good as every variant, the most accurate such variant,
+    without a student row. Among the variants that no baseline matches on both score and latency, the one
+    that beats the most baselines (as accurate or more, and faster), then the most accurate, then
+    the fastest; when a baseline is at least as good as every variant, the most accurate variant,
     marked ``"dominated_by"`` with the baseline to use instead (the most accurate of those, then the fastest)."""
-    students = [r for r in rows if r["model"] == "student" or r["model"].startswith("student-")]
+    students = [r for r in rows if is_student(r["model"])]
     bases = [r for r in rows if r["model"] in names]
     if not students:
         return None
