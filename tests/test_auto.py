@@ -111,6 +111,7 @@ def _files(folder):
 def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     flop_timed(monkeypatch)
+    monkeypatch.setattr("distillery.bench.noise.machine_load", lambda: 64.0)  # a loaded machine: flagged, not hidden
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0})))
     out = tmp_path / "auto"
@@ -137,6 +138,8 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
     assert chosen["speedup"] == pytest.approx(measured) and measured >= 2.0
     assert chosen["point"] in summary["why"] and chosen["point"] in report and "## Chosen model" in report
     assert max(p["score"] for p in points if p["meets_target"]) == chosen["score"]
+    assert "Unstable timings" in summary["why"] and "load average was above" in report
+    assert {c["timings_stable"] for c in summary["candidates"] if c["points"]} == {False}
 
     before = _files(out / "candidates")
     run_ok(monkeypatch, capsys, *common, "--method", "auto", "--resume")

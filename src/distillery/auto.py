@@ -447,6 +447,11 @@ def finish(out: Path, state: dict[str, Any], candidates: Sequence[Candidate], ra
     points = {name: candidate_points(name, run) for name, run in runs.items()}
     chosen, why = choose([p for ps in points.values() for p in ps], target, main)
     ref = chosen["candidate"] if chosen else next(iter(runs), None)
+    from distillery.bench.noise import noise_warning  # the bench package loads torch
+
+    unstable = {name: warning for name, run in runs.items() if (warning := noise_warning(run["bench"]))}
+    if chosen and chosen["candidate"] in unstable:  # the choice rests on this run's timings
+        why += f" In its run: {unstable[chosen['candidate']]}"
     status = {r["name"]: r for r in ran}
     entries = []
     for c in candidates:
@@ -454,7 +459,8 @@ def finish(out: Path, state: dict[str, Any], candidates: Sequence[Candidate], ra
         seconds = runs[c.name]["train"].get("total_seconds") if c.name in runs else status.get(c.name, {}).get("seconds")
         entry = {**asdict(c), "status": status.get(c.name, {}).get("status", "skipped"),
                  "seconds": seconds, "folder": str(out / "candidates" / c.name),
-                 "points": [point_record(p, target, out) for p in points.get(c.name, [])]}
+                 "points": [point_record(p, target, out) for p in points.get(c.name, [])],
+                 "timings_stable": c.name not in unstable if c.name in runs else None}
         entries.append(entry)
     baselines = reference_rows(ref, runs[ref]) if ref else []
     summary = {**state, "status": "done", "main_metric": main, "task": first["metrics"].get("task") if first else None,

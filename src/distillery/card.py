@@ -21,6 +21,7 @@ from typing import Any
 
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
+from distillery.bench.noise import noise_warning
 from distillery.live_baselines import deploy_sentence
 from distillery.markdown import md
 from distillery.config import setting
@@ -114,9 +115,10 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     lat_shape, tp_shape = shape_text(rows, "latency_shape", "1×128"), shape_text(rows, "throughput_shape", "256×64")
     hardware = run["bench"].get("hardware") or {}
     where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
-    deploy = deploy_sentence(run["bench"], run["metrics"])
+    deploy, unstable = deploy_sentence(run["bench"], run["metrics"]), noise_warning(run["bench"])
     return ["## Speed and accuracy", "",
-            verdict(rows, main, lat_shape, tp_shape), "", *([deploy, ""] if deploy else []),
+            verdict(rows, main, lat_shape, tp_shape), "", *([f"**{md(unstable)}**", ""] if unstable else []),
+            *([deploy, ""] if deploy else []),
             (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
              f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
              "yours with `distillery bench`."), "",

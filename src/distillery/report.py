@@ -21,6 +21,7 @@ from distillery.bench import format_count, format_hardware, setting_label, speed
 from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim_for_rewrite
+from distillery.bench.noise import noise_warning
 from distillery.live_baselines import BASELINE_NAMES, baseline_section, deploy_sentence
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
 from distillery.plot import dominates, plot_points, write_plot
@@ -407,6 +408,9 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     if cfg_lines:
         out += cfg_lines + [""]
     out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
+    unstable = noise_warning(bench)
+    if unstable:
+        out += [f"**{md(unstable)}**", ""]
     deploy = deploy_sentence(bench, metrics)
     if deploy:
         out += [deploy, ""]
