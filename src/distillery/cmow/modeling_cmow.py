@@ -55,8 +55,9 @@ from distillery.methods.cmow import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 
 # a tracer would freeze at the example's T. The exported graph instead pads T with identities (which
 # change nothing) to a multiple of EXPORT_CHUNK: a static tree inside each chunk, then a fixed number of
 # doubling steps over the chunk products (steps past ⌈log2 n⌉ multiply by identities). The padding is in
-# the graph, so any exporter's example length works (transformers' exporters trace at 7); distillery's
-# ONNX wrapper also pads its inputs to the multiple, which spares the graph the copy.
+# the graph, so an exporter tracing at any length works (transformers' trace at 7); distillery's ONNX
+# export declares the length a multiple of EXPORT_CHUNK (its runtime pads the inputs), which keeps the
+# graph's length axis dynamic: the in-graph padding is then zero.
 EXPORT_CHUNK = 16
 EXPORT_MAX_LENGTH = 2 ** 12
 # Token embeddings past this size cannot be meant: the paper's d = 20 over BERT's 30522 tokens is
@@ -201,8 +202,9 @@ def tree_product(x: Tensor, reverse: bool = False) -> Tensor:
 def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
     """:func:`tree_product` of (B, T, d, d) with T ≤ EXPORT_MAX_LENGTH, in shape-independent steps."""
     batch, length, d, _ = x.shape
-    x = torch.cat([x, identity_like(x[:, :1]).expand(batch, (-length) % EXPORT_CHUNK, d, d)], dim=1)
-    x = x.reshape(batch, -1, EXPORT_CHUNK, d, d)
+    pad = (-length) % EXPORT_CHUNK
+    x = torch.cat([x, identity_like(x[:, :1]).expand(batch, pad, d, d)], dim=1)
+    x = x.reshape(batch, (length + pad) // EXPORT_CHUNK, EXPORT_CHUNK, d, d)
     while x.shape[-3] > 1:  # static: EXPORT_CHUNK halves down to 1
         first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
         x = second @ first if reverse else first @ second
