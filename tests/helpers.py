@@ -366,10 +366,10 @@ COMMON_TEST_FILES = ("test_modeling_common.py", "test_configuration_common.py")
 
 def transformers_common_tests(timeout: float = 300.0):
     """The folder holding the package ``transformers_common_tests`` (test_modeling_common.py and
-    test_configuration_common.py of the installed transformers' source distribution), fetched with pip
-    into ``$DISTILLERY_CACHE/transformers-tests/<version>`` the first time; a file lock keeps parallel
-    test workers from fetching it twice. Raises RuntimeError with the command to run by hand when pip
-    cannot fetch it (offline)."""
+    test_configuration_common.py of the installed transformers' source distribution), extracted from the
+    sdist in ``$DISTILLERY_CACHE/transformers-tests/<version>``, which pip downloads there the first time;
+    a file lock keeps parallel test workers from fetching it twice. Raises RuntimeError with the command
+    to run by hand when pip cannot fetch it (offline)."""
     import fcntl
     import subprocess
     import tarfile
@@ -383,8 +383,6 @@ def transformers_common_tests(timeout: float = 300.0):
     version = transformers.__version__
     root = cache_root() / "transformers-tests" / version
     package = root / COMMON_TESTS_PACKAGE
-    command = (f"{sys.executable} -m pip download --no-binary :all: --no-deps transformers=={version} "
-               f"-d <folder>, then extract {' and '.join('tests/' + f for f in COMMON_TEST_FILES)} into {package}")
     if all((package / f).is_file() for f in COMMON_TEST_FILES):
         return root
     root.mkdir(parents=True, exist_ok=True)
@@ -392,21 +390,12 @@ def transformers_common_tests(timeout: float = 300.0):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if all((package / f).is_file() for f in COMMON_TEST_FILES):  # another worker fetched it meanwhile
             return root
+        sdist = root / f"transformers-{version}.tar.gz"
+        if not sdist.is_file():
+            _pip_download_sdist(f"transformers=={version}", root, timeout)
         with tempfile.TemporaryDirectory(dir=root) as tmp:
-            try:
-                done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-                                       "--no-build-isolation", "-q", "-d", tmp, f"transformers=={version}"],
-                                      capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"pip did not fetch transformers {version}'s source in {timeout:.0f} s; "
-                                   f"fetch it by hand: {command}") from None
-            sdists = list(Path(tmp).glob("transformers-*.tar.gz"))
-            if done.returncode or not sdists:
-                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"pip could not fetch transformers {version}'s source ({last}); "
-                                   f"fetch it by hand: {command}")
             staged = Path(tmp) / COMMON_TESTS_PACKAGE
-            with tarfile.open(sdists[0]) as tar:
+            with tarfile.open(sdist) as tar:
                 for name in COMMON_TEST_FILES:
                     member = tar.getmember(f"transformers-{version}/tests/{name}")
                     (staged / name).parent.mkdir(parents=True, exist_ok=True)
@@ -414,9 +403,27 @@ def transformers_common_tests(timeout: float = 300.0):
             for name, text in _COMMON_SHIMS.items():
                 (staged / name).parent.mkdir(parents=True, exist_ok=True)
                 (staged / name).write_text(text)
-            if package.exists():  # a half-written folder of an interrupted fetch
+            if package.exists():  # a half-written folder of an interrupted extraction
                 import shutil
 
                 shutil.rmtree(package)
             staged.rename(package)
     return root
+
+
+def _pip_download_sdist(requirement: str, folder, timeout: float) -> None:
+    """``pip download`` the source distribution of ``requirement`` into ``folder``; RuntimeError, with the
+    command to run where the package index is reachable, when it cannot."""
+    import subprocess
+
+    command = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+               "-d", str(folder), requirement]
+    by_hand = f"fetch it where the package index is reachable: {' '.join(command)}"
+    try:  # one retry, a short timeout: offline, the module is skipped in seconds rather than minutes
+        done = subprocess.run(command + ["--retries", "1", "--timeout", "20", "-q"], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"pip did not fetch {requirement}'s source in {timeout:.0f} s; {by_hand}") from None
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"pip could not fetch {requirement}'s source ({last}); {by_hand}")
