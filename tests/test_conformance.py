@@ -19,7 +19,6 @@ import unittest
 import unittest.mock
 
 import pytest
-import torch
 
 from tests.helpers import COMMON_TESTS_PACKAGE, transformers_common_tests
 

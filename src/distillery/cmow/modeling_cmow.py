@@ -50,16 +50,16 @@ from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec, wants_dict
 
 from distillery.methods.cmow import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
+from distillery.cmow.products import (  # noqa: F401 (re-exported)
+    EXPORT_CHUNK,
+    EXPORT_MAX_LENGTH,
+    _tree_product_fixed_depth,
+    identity_like,
+    prefix_products,
+    suffix_products,
+    tree_product,
+)
 
-# An exported (ONNX) graph has a dynamic sequence axis, and tree_product's loop runs ⌈log2 T⌉ times, which
-# a tracer would freeze at the example's T. The exported graph instead pads T with identities (which
-# change nothing) to a multiple of EXPORT_CHUNK: a static tree inside each chunk, then a fixed number of
-# doubling steps over the chunk products (steps past ⌈log2 n⌉ multiply by identities). The padding is in
-# the graph, so an exporter tracing at any length works (transformers' trace at 7); distillery's ONNX
-# export declares the length a multiple of EXPORT_CHUNK (its runtime pads the inputs), which keeps the
-# graph's length axis dynamic: the in-graph padding is then zero.
-EXPORT_CHUNK = 16
-EXPORT_MAX_LENGTH = 2 ** 12
 # Token embeddings past this size cannot be meant: the paper's d = 20 over BERT's 30522 tokens is
 # 0.1 GB, while a typo such as matrix_dim=100000 would ask for petabytes (refused before allocating).
 MAX_EMBEDDING_BYTES = 64 * 2**30
@@ -174,65 +174,6 @@ def _gigabytes(n: int) -> str:
         if n >= 2**power:
             return f"{n / 2**power:,.1f} {unit}"
     return f"{n / 2**30:,.1f} GiB"
-
-
-# ------------------------------------------------------------------------------------------------
-# Products: tree reduction and parallel scan
-
-
-def identity_like(x: Tensor) -> Tensor:
-    return torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x)
-
-
-def tree_product(x: Tensor, reverse: bool = False) -> Tensor:
-    """Ordered product over dim -3 by pairs, ⌈log2 T⌉ batched matmuls: (..., T, d, d) -> (..., d, d).
-
-    ``x_1 ⋯ x_T``, or with ``reverse`` ``x_T ⋯ x_1`` (each pair multiplied the other way round, so the
-    backward direction needs no flipped copy of the sequence)."""
-    if torch.compiler.is_exporting():
-        return _tree_product_fixed_depth(x, reverse)
-    while x.shape[-3] > 1:
-        if x.shape[-3] % 2:  # an odd count: the last matrix waits a level (times the identity)
-            x = torch.cat([x, identity_like(x[..., :1, :, :])], dim=-3)
-        first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
-        x = second @ first if reverse else first @ second
-    return x[..., 0, :, :]
-
-
-def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
-    """:func:`tree_product` of (B, T, d, d) with T ≤ EXPORT_MAX_LENGTH, in shape-independent steps."""
-    batch, length, d, _ = x.shape
-    pad = (-length) % EXPORT_CHUNK
-    x = torch.cat([x, identity_like(x[:, :1]).expand(batch, pad, d, d)], dim=1)
-    x = x.reshape(batch, (length + pad) // EXPORT_CHUNK, EXPORT_CHUNK, d, d)
-    while x.shape[-3] > 1:  # static: EXPORT_CHUNK halves down to 1
-        first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
-        x = second @ first if reverse else first @ second
-    x = x[..., 0, :, :]  # (B, n, d, d) chunk products
-    eye = torch.eye(d, dtype=x.dtype, device=x.device)
-    for step in range((EXPORT_MAX_LENGTH // EXPORT_CHUNK).bit_length() - 1):
-        k = 2 ** step  # position i takes the product of its block with the one k further; past the end: I
-        later = F.pad(x - eye, (0, 0, 0, 0, 0, k))[:, k:] + eye
-        x = later @ x if reverse else x @ later
-    return x[:, 0]
-
-
-def prefix_products(x: Tensor) -> Tensor:
-    """Inclusive prefix products P_i = x_1 ⋯ x_i along dim 1 (Hillis–Steele: ⌈log2 T⌉ batched steps)."""
-    k, length = 1, x.shape[1]
-    while k < length:
-        x = torch.cat([x[:, :k], x[:, :-k] @ x[:, k:]], dim=1)  # P_i ← P_{i−k} · P_i
-        k *= 2
-    return x
-
-
-def suffix_products(x: Tensor) -> Tensor:
-    """Inclusive suffix products S_i = x_T ⋯ x_i along dim 1 (the backward direction, aligned at i)."""
-    k, length = 1, x.shape[1]
-    while k < length:
-        x = torch.cat([x[:, k:] @ x[:, :-k], x[:, -k:]], dim=1)  # S_i ← S_{i+k} · S_i
-        k *= 2
-    return x
 
 
 # ------------------------------------------------------------------------------------------------
@@ -453,8 +394,6 @@ class CMOWPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.running_mean)
                 init.ones_(module.running_var)
                 init.zeros_(module.num_batches_tracked)
-        elif isinstance(module, nn.LSTM):
-            super()._init_weights(module)
         elif isinstance(module, CMOWForSequenceClassification):
             # not saved (it is the config's score_bins): from_pretrained builds the model on the meta
             # device, so without this the bins of a loaded regression student are uninitialised memory

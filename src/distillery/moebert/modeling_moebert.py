@@ -53,9 +53,7 @@ backward follows its own forward, as in every training loop). ALBERT, whose one 
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -83,6 +81,7 @@ from distillery.encoders import (
 )
 from distillery.errors import DistilleryError
 from distillery.modeling import wants_dict
+from distillery.moebert.legacy import legacy_encoder_config, legacy_key_mapping
 from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     DispatchPlan,
     MoEFeedForward,
@@ -93,8 +92,6 @@ from distillery.moebert.experts import (  # noqa: F401  (re-exported)
 from distillery.methods.moebert import GATE_SCALES, ROUTINGS, SHARED_MODES  # the options' choices
 # The family model reads these from encoder_config: set on a MoEBERT config, they are set there too.
 _TASK_FIELDS = ("id2label", "label2id", "problem_type", "output_hidden_states", "output_attentions")
-# Fields of a first-format config.json (a BERT config with these two) that say which family it was.
-_LEGACY_FIELDS = ("embedding_type", "classifier_type")
 
 
 class MoEBertConfig(PreTrainedConfig):
@@ -124,7 +121,7 @@ class MoEBertConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         if self.encoder_config is None and "hidden_size" in kwargs:  # a folder of the first format
-            self.encoder_config = _legacy_encoder_config(kwargs, self)
+            self.encoder_config = legacy_encoder_config(kwargs, self)
         if isinstance(self.encoder_config, dict):
             _register_type(self.encoder_config.get("model_type"))
         given = {name for name in ("id2label", "problem_type") if getattr(self, name) is not None}
@@ -186,21 +183,6 @@ def _register_type(model_type: str | None) -> None:
         from distillery.modeling import register_models
 
         register_models()
-
-
-def _legacy_encoder_config(kwargs: dict, config) -> dict:
-    """The family config of a first-format MoEBERT config.json (BERT's fields inline, with
-    ``embedding_type`` / ``classifier_type`` "bert" or "roberta"); pops those fields from ``kwargs``."""
-    kinds = {kwargs.get(k, "bert") for k in _LEGACY_FIELDS}
-    if len(kinds) != 1 or not kinds <= {"bert", "roberta"}:
-        raise ValueError(f"This MoEBERT config.json of the first format has embedding_type / classifier_type "
-                         f"{sorted(kinds)}, which no Hugging Face model has together; convert the teacher again.")
-    keep = ("torch_dtype", "name_or_path", "output_attentions", "attn_implementation", "experts_implementation")
-    fields = {k: kwargs.pop(k) for k in list(kwargs) if not k.startswith("_") and k not in keep}
-    for k in _LEGACY_FIELDS:
-        fields.pop(k, None)
-    fields.update(model_type=kinds.pop(), id2label=config.id2label, label2id=config.label2id)
-    return fields
 
 
 # -- the experts' shape: N experts of d_e neurons, s of them shared, cut from a d_h-neuron FFN --------------
@@ -465,8 +447,8 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         if view is None or view._family is not inner:
             with init.no_init_weights():
                 view = MoEBertModel(self.config, family=inner)
-            view.train(self.training)
             object.__setattr__(self, "_base_view", view)
+        view.training = self.training  # its modules are the head's; its own flag follows the head's
         return view
 
     @torch.no_grad()
@@ -594,31 +576,6 @@ class MoEBertForSequenceClassification(MoEBertPreTrainedModel):
 class MoEBertForQuestionAnswering(MoEBertPreTrainedModel):
     FAMILY_HEAD = AutoModelForQuestionAnswering
     OUTPUT = MoEBertQuestionAnsweringOutput
-
-
-# First-format folders: parameter names of the BERT/RoBERTa-shaped MoEBERT model -> the family's.
-_LEGACY_KEYS = (
-    (r"^moebert\.layers\.(\d+)\.attention\.", r"{p}.encoder.layer.\1.attention."),
-    (r"^moebert\.layers\.(\d+)\.LayerNorm\.", r"{p}.encoder.layer.\1.output.LayerNorm."),
-    (r"^moebert\.layers\.(\d+)\.experts\.", r"{p}.encoder.layer.\1.intermediate.experts."),
-    (r"^moebert\.layers\.(\d+)\.gate\.", r"{p}.encoder.layer.\1.intermediate.gate."),
-    (r"^moebert\.layers\.(\d+)\.hash_table$", r"{p}.encoder.layer.\1.intermediate.hash_table"),
-    (r"^moebert\.embeddings\.", r"{p}.embeddings."),
-    (r"^moebert\.pooler\.", r"{p}.pooler."),
-)
-
-
-def legacy_key_mapping(folder) -> dict[str, str] | None:
-    """``from_pretrained``'s key_mapping for a local folder of the first format, else None."""
-    path = Path(str(folder)) / "config.json"
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("model_type") != "moebert" or "encoder_config" in saved:
-        return None
-    prefix = "roberta" if saved.get("classifier_type") == "roberta" else "bert"
-    return {source: target.replace("{p}", prefix) for source, target in _LEGACY_KEYS}
 
 
 AutoConfig.register("moebert", MoEBertConfig, exist_ok=True)
