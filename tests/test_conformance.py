@@ -14,6 +14,7 @@ by overriding it with ``self.skipTest(reason)``.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import unittest
 import unittest.mock
@@ -28,8 +29,8 @@ try:
 except RuntimeError as e:  # offline
     pytest.skip(str(e), allow_module_level=True)
 sys.path.insert(0, str(_ROOT))
-_common = __import__(f"{COMMON_TESTS_PACKAGE}.test_modeling_common", fromlist=["ModelTesterMixin"])
-_config_common = __import__(f"{COMMON_TESTS_PACKAGE}.test_configuration_common", fromlist=["ConfigTester"])
+_common = importlib.import_module(f"{COMMON_TESTS_PACKAGE}.test_modeling_common")
+_config_common = importlib.import_module(f"{COMMON_TESTS_PACKAGE}.test_configuration_common")
 ModelTesterMixin, ids_tensor, random_attention_mask = (_common.ModelTesterMixin, _common.ids_tensor,
                                                        _common.random_attention_mask)
 ConfigTester = _config_common.ConfigTester
@@ -61,12 +62,11 @@ TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_he
 
 
 class StudentTester:
-    """transformers' BertModelTester, for any student config (``make_config(**overrides)``)."""
+    """transformers' BertModelTester (its sizes, its inputs), for any student config (``make_config()``)."""
 
-    def __init__(self, parent, make_config, batch_size=13, seq_length=7, use_token_type_ids=True):
+    def __init__(self, parent, make_config, batch_size=13, seq_length=7):
         self.parent, self.make_config = parent, make_config
         self.batch_size, self.seq_length, self.is_training = batch_size, seq_length, True
-        self.use_token_type_ids = use_token_type_ids
         for name, value in TINY.items():
             setattr(self, name, value)
         self.type_sequence_label_size, self.num_labels, self.num_choices = 2, 3, 4
@@ -77,9 +77,8 @@ class StudentTester:
     def prepare_config_and_inputs_for_common(self):
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
         inputs = {"input_ids": input_ids,
-                  "attention_mask": random_attention_mask([self.batch_size, self.seq_length])}
-        if self.use_token_type_ids:
-            inputs["token_type_ids"] = ids_tensor([self.batch_size, self.seq_length], 2)
+                  "attention_mask": random_attention_mask([self.batch_size, self.seq_length]),
+                  "token_type_ids": ids_tensor([self.batch_size, self.seq_length], 2)}
         return self.get_config(), inputs
 
 
@@ -131,10 +130,9 @@ class _Common(ModelTesterMixin):
     test_can_init_all_missing_weights_before_2023 = True
     config_kwargs: dict = {}
     common_properties = None
-    tester_kwargs: dict = {}
 
     def setUp(self):
-        self.model_tester = StudentTester(self, type(self).make_config, **self.tester_kwargs)
+        self.model_tester = StudentTester(self, type(self).make_config)
         self.config_tester = ConfigTester(self, config_class=type(self.model_tester.get_config()),
                                           common_properties=self.common_properties, **self.config_kwargs)
 
