@@ -450,6 +450,24 @@ def test_cmow_exports_at_a_length_off_the_block_multiple():
                                        model(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_cmow_through_transformers_dynamo_exporter_at_length_7(dynamic):
+    """transformers' own exporter (what its ExportTesterMixin drives), static and with Dim.AUTO axes."""
+    exporter = pytest.importorskip("transformers.exporters.exporter_dynamo")
+    from transformers.exporters.configs import DynamoConfig
+
+    from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification
+
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(CMOWConfig(vocab_size=99, matrix_dim=4, vector_dim=16, head_hidden=8,
+                                                     sep_token_id=3, init_std=0.1)).eval()
+    ids = torch.randint(5, 99, (13, 7))
+    x = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    program, _ = exporter.DynamoExporter().export_program(model, dict(x), DynamoConfig(dynamic=dynamic))
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(**x).logits, model(**x).logits, atol=1e-5, rtol=1e-4)
+
+
 def test_cmow_bilstm_head_refuses_onnx_with_a_sentence(tiny_bert, tmp_path):
     folder = _cmow_folder(tiny_bert, tmp_path / "cmow", head="bilstm", lstm_hidden=8)
     with pytest.raises(DistilleryError, match="BiLSTM head does not export"):
