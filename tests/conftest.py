@@ -17,7 +17,9 @@ from tests.helpers import TINY_BERT, make_tiny_bert, make_tiny_roberta, write_by
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
-    """Fine-tuned teachers are cached; tests must never read or fill the user's cache."""
+    """Fine-tuned teachers are cached; tests must never read or fill the user's cache. (One exception, made
+    at collection, before this: tests/test_conformance.py keeps transformers' source distribution, which
+    holds its common model tests, in the user's cache, to fetch it once.)"""
     os.environ["DISTILLERY_CACHE"] = str(tmp_path_factory.mktemp("distillery-cache"))
 
 

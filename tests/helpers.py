@@ -334,3 +334,96 @@ def assert_one_line_error(code, err, fragment):
     lines = [line for line in err.strip().splitlines() if line.strip() and "distillery: error" in line]
     assert len(lines) == 1, err
     assert fragment in lines[0], err
+
+
+# -- transformers' own common model tests ----------------------------------------------------------
+
+# The source distribution ships tests/test_modeling_common.py and tests/test_configuration_common.py but not
+# the three modules they import beside them (they live in transformers' repository only). Stand-ins, written
+# next to the fetched files: no student generates, and the export mixin's tests are not in the sdist to run
+# (test_cmow.py exports CMOW at an odd length through torch.export itself).
+_COMMON_SHIMS = {
+    "__init__.py": "",
+    "exporters/__init__.py": "",
+    "exporters/test_export.py": "class ExportTesterMixin:\n    pass\n",
+    "generation/__init__.py": "",
+    "generation/test_utils.py": "class GenerationTesterMixin:\n    pass\n",
+    "utils/__init__.py": "",
+    # PreTrainedConfig's common arguments, each given a value other than its default, as transformers' own
+    # tests/utils/test_configuration_utils.py gives them
+    "utils/test_configuration_utils.py": (
+        "config_common_kwargs = {\n"
+        "    'return_dict': False, 'output_hidden_states': True, 'output_attentions': True, 'dtype': 'float16',\n"
+        "    'chunk_size_feed_forward': 5, 'architectures': ['BertModel'], 'id2label': {0: 'label'},\n"
+        "    'label2id': {'label': '0'}, 'problem_type': 'regression', 'pad_token_id': 3,\n"
+        "    'bos_token_id': 4, 'eos_token_id': 5, 'sep_token_id': 6, 'decoder_start_token_id': 7,\n"
+        "    'is_encoder_decoder': True, 'tie_word_embeddings': False,\n"
+        "}\n"),
+}
+COMMON_TESTS_PACKAGE = "transformers_common_tests"
+COMMON_TEST_FILES = ("test_modeling_common.py", "test_configuration_common.py")
+
+
+def transformers_common_tests(timeout: float = 300.0):
+    """The folder holding the package ``transformers_common_tests`` (test_modeling_common.py and
+    test_configuration_common.py of the installed transformers' source distribution), extracted from the
+    sdist in ``$DISTILLERY_CACHE/transformers-tests/<version>``, which pip downloads there the first time;
+    a file lock keeps parallel test workers from fetching it twice. Raises RuntimeError with the command
+    to run by hand when pip cannot fetch it (offline)."""
+    import fcntl
+    import subprocess
+    import tarfile
+    import tempfile
+    from pathlib import Path
+
+    import transformers
+
+    from distillery.config import cache_root
+
+    version = transformers.__version__
+    root = cache_root() / "transformers-tests" / version
+    package = root / COMMON_TESTS_PACKAGE
+    if all((package / f).is_file() for f in COMMON_TEST_FILES):
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if all((package / f).is_file() for f in COMMON_TEST_FILES):  # another worker fetched it meanwhile
+            return root
+        sdist = root / f"transformers-{version}.tar.gz"
+        if not sdist.is_file():
+            _pip_download_sdist(f"transformers=={version}", root, timeout)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            staged = Path(tmp) / COMMON_TESTS_PACKAGE
+            with tarfile.open(sdist) as tar:
+                for name in COMMON_TEST_FILES:
+                    member = tar.getmember(f"transformers-{version}/tests/{name}")
+                    (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                    (staged / name).write_bytes(tar.extractfile(member).read())
+            for name, text in _COMMON_SHIMS.items():
+                (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                (staged / name).write_text(text)
+            if package.exists():  # a half-written folder of an interrupted extraction
+                import shutil
+
+                shutil.rmtree(package)
+            staged.rename(package)
+    return root
+
+
+def _pip_download_sdist(requirement: str, folder, timeout: float) -> None:
+    """``pip download`` the source distribution of ``requirement`` into ``folder``; RuntimeError, with the
+    command to run where the package index is reachable, when it cannot."""
+    import subprocess
+
+    command = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+               "-d", str(folder), requirement]
+    by_hand = f"fetch it where the package index is reachable: {' '.join(command)}"
+    try:  # one retry, a short timeout: offline, the module is skipped in seconds rather than minutes
+        done = subprocess.run(command + ["--retries", "1", "--timeout", "20", "-q"], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"pip did not fetch {requirement}'s source in {timeout:.0f} s; {by_hand}") from None
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"pip could not fetch {requirement}'s source ({last}); {by_hand}")

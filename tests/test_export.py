@@ -422,10 +422,50 @@ def test_cmow_fixed_depth_product_equals_the_loop():
     from tests.oracles import sequential_product
 
     torch.manual_seed(0)
-    for length in (EXPORT_CHUNK, 3 * EXPORT_CHUNK, 256):
+    for length in (1, 7, EXPORT_CHUNK, 3 * EXPORT_CHUNK + 5, 256):  # the graph pads any length with identities
         x = torch.eye(5) + 0.2 * torch.randn(2, length, 5, 5)
         torch.testing.assert_close(_tree_product_fixed_depth(x, False), tree_product(x), atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(_tree_product_fixed_depth(x, True), sequential_product(x.flip(1)), atol=1e-5, rtol=1e-4)
+
+
+def test_cmow_exports_at_a_length_off_the_block_multiple():
+    """torch.export with every axis Dim.AUTO at length 7, as transformers' exporters trace (the graph once
+    assumed lengths padded to a multiple of EXPORT_CHUNK and failed there): equal to eager. (At an example
+    shorter than one block the trace specialises to one block, as an example batch of 1 would to batch 1.)"""
+    from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification
+
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(CMOWConfig(vocab_size=99, matrix_dim=4, vector_dim=16, head_hidden=8,
+                                                     sep_token_id=3, init_std=0.1)).eval()
+    ids = torch.randint(5, 99, (2, 7))
+    auto = {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
+    graph = torch.export.export(model, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                dynamic_shapes={"input_ids": auto, "attention_mask": auto}).module()
+    for batch, length in ((2, 7), (3, 11)):
+        ids = torch.randint(5, 99, (batch, length))
+        mask = torch.ones_like(ids)
+        mask[1, length // 2:] = 0
+        with torch.no_grad():
+            torch.testing.assert_close(graph(input_ids=ids, attention_mask=mask).logits,
+                                       model(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_cmow_through_transformers_dynamo_exporter_at_length_7(dynamic):
+    """transformers' own exporter (what its ExportTesterMixin drives), static and with Dim.AUTO axes."""
+    exporter = pytest.importorskip("transformers.exporters.exporter_dynamo")
+    from transformers.exporters.configs import DynamoConfig
+
+    from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification
+
+    torch.manual_seed(0)
+    model = CMOWForSequenceClassification(CMOWConfig(vocab_size=99, matrix_dim=4, vector_dim=16, head_hidden=8,
+                                                     sep_token_id=3, init_std=0.1)).eval()
+    ids = torch.randint(5, 99, (13, 7))
+    x = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    program, _ = exporter.DynamoExporter().export_program(model, dict(x), DynamoConfig(dynamic=dynamic))
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(**x).logits, model(**x).logits, atol=1e-5, rtol=1e-4)
 
 
 def test_cmow_bilstm_head_refuses_onnx_with_a_sentence(tiny_bert, tmp_path):

@@ -57,7 +57,9 @@ def test_one_expert_holding_every_neuron_is_the_teacher(family, tiny_family):
         expected = teacher(**x).logits
         for mode in ("tied", "cloned"):
             student = convert(teacher, importance, num_experts=1, expert_size=d_h, shared_size=8, shared_mode=mode)
-            assert type(student.base_model).__name__ == type(teacher.base_model).__name__  # the family's own modules
+            # the family's own modules, under the family's prefix; the base model a head saves is a MoEBERT one
+            assert type(getattr(student, student.base_model_prefix)).__name__ == type(teacher.base_model).__name__
+            assert type(student.base_model).__name__ == "MoEBertModel"
             assert_close(student(**x).logits, expected)
         # every neuron shared, four experts, the sentence gate made the identity: the teacher again
         student = convert(teacher, importance, num_experts=4, expert_size=d_h, shared_size=d_h, routing="gate",
@@ -248,7 +250,7 @@ def test_a_folder_of_the_first_format_still_loads(tiny_family, tmp_path):
     assert "moebert.layers.0.experts.w1" in state and "moebert.layers.1.hash_table" in state
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
     loaded = distillery.load_student(tmp_path)
-    assert type(loaded.base_model).__name__ == "BertModel"
+    assert type(getattr(loaded, loaded.base_model_prefix)).__name__ == "BertModel"
     x = padded(tok)
     with torch.no_grad():
         assert_close(loaded(**x).logits, student(**x).logits)

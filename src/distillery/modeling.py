@@ -117,6 +117,12 @@ class OnnxSpec:
     int8: str | None = None  # this type's faster int8 backend where it is not the default
 
 
+def wants_dict(return_dict: bool | None, config) -> bool:
+    """Whether a student's forward returns its output class (else ``to_tuple()``): the argument, else
+    the config's ``return_dict``, as transformers' own models decide."""
+    return config.return_dict if return_dict is None else return_dict
+
+
 def onnx_spec(config) -> OnnxSpec:
     """The ONNX settings of a config, or of the config class registered for a model type (a string)."""
     if isinstance(config, str):

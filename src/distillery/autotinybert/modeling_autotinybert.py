@@ -24,7 +24,9 @@ with what a family needs recorded in the config (so that save -> load rebuilds i
 The defaults are BERT's, with BERT's parameter names, so a student folder whose config holds only BERT's
 fields loads as a BERT-shaped student. The forward of :class:`AutoTinyBertModel` takes an optional :class:`Slice`: the super-net is a
 full-size AutoTinyBertModel run on slices of its weights, so the slice and the extracted model are one
-code path. Attention runs through ``F.scaled_dot_product_attention``.
+code path. Attention runs through ``F.scaled_dot_product_attention`` ("sdpa", the default), or written
+out ("eager", and whenever the attention weights are asked for with ``output_attentions``).
+Layers are transformers' ``GradientCheckpointingLayer``: ``gradient_checkpointing_enable()`` works.
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ from transformers import (
     PreTrainedModel,
 )
 from transformers.activations import ACT2FN
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
+
+from distillery.modeling import wants_dict
 
 RELATIVE_KINDS = (None, "bias", "disentangled", "rotary")
 POSITION_KINDS = ("absolute", "after-padding", "none")
@@ -123,9 +129,14 @@ def split_heads(x: Tensor, heads: int) -> Tensor:
 
 def additive_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """(B, T) 1/0 -> (B, 1, 1, T) additive mask (0 or the dtype's minimum); None when all tokens are real."""
-    if attention_mask is None or (not torch.compiler.is_exporting() and bool(attention_mask.all())):
-        return None  # (an exported graph cannot branch on the data: it always applies the mask)
+    if attention_mask is None or (not _in_graph() and bool(attention_mask.all())):
+        return None  # (an exported or compiled graph cannot branch on the data: it always applies the mask)
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def _in_graph() -> bool:
+    """Tracing for torch.export or torch.compile: no data-dependent branch."""
+    return torch.compiler.is_exporting() or torch.compiler.is_compiling()
 
 
 def linear(x: Tensor, lin: nn.Linear, rows=None, cols=None) -> Tensor:
@@ -179,20 +190,27 @@ class AutoTinyBertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.position_kind, self.padding_idx = config.position_kind, config.position_padding_idx
 
-    def positions(self, input_ids: Tensor) -> Tensor:
+    def positions(self, input_ids: Tensor | None, shape: torch.Size, device) -> Tensor:
+        """(1 or B, T) position ids; from ``inputs_embeds`` (no ids) every position is a real token."""
         if self.position_kind == "after-padding":  # RoBERTa / MPNet: padding keeps padding_idx
+            if input_ids is None:
+                return torch.arange(self.padding_idx + 1, self.padding_idx + 1 + shape[1], device=device)[None, :]
             real = input_ids.ne(self.padding_idx).long()
             return torch.cumsum(real, dim=1) * real + self.padding_idx
-        return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
+        return torch.arange(shape[1], device=device)[None, :]
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, d: int | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor | None, token_type_ids: Tensor | None = None, d: int | None = None,
+                inputs_embeds: Tensor | None = None) -> Tensor:
+        """``inputs_embeds`` (B, T, embedding width) stand for the word embeddings of ``input_ids``."""
         cols = None if d is None or self.projection is not None else d  # a projection's input is never sliced
         pick = lambda emb, ids: F.embedding(ids, emb.weight if cols is None else emb.weight[:, :cols])  # noqa: E731
-        x = pick(self.word_embeddings, input_ids)
+        x = pick(self.word_embeddings, input_ids) if inputs_embeds is None else inputs_embeds
+        shape = x.shape[:2]
         if self.position_embeddings is not None:
-            x = x + pick(self.position_embeddings, self.positions(input_ids))
+            x = x + pick(self.position_embeddings, self.positions(input_ids, shape, x.device))
         if self.token_type_embeddings is not None:
-            x = x + pick(self.token_type_embeddings, torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids)
+            types = (torch.zeros(shape, dtype=torch.long, device=x.device) if token_type_ids is None else token_type_ids)
+            x = x + pick(self.token_type_embeddings, types)
         x = layer_norm(x, self.LayerNorm, cols)
         if self.projection is not None:
             x = linear(x, self.projection, None if d is None else slice(0, d))
@@ -206,7 +224,7 @@ def _module(**children) -> nn.Module:
     return m
 
 
-class AutoTinyBertLayer(nn.Module):
+class AutoTinyBertLayer(GradientCheckpointingLayer):
     """A layer with BERT's parameter names (attention.self.query … output.LayerNorm); post- or pre-norm,
     with the family's relative attention, a GLU FFN when asked."""
 
@@ -233,12 +251,12 @@ class AutoTinyBertLayer(nn.Module):
         self.attention_dropout = config.attention_probs_dropout_prob
 
     def forward(self, x: Tensor, ctx: "Context", sub: Slice | None = None, window: int = 0,
-                scores: list | None = None) -> Tensor:
+                scores: list | None = None, attentions: list | None = None) -> Tensor:
         d, f = (None, None) if sub is None else (sub.hidden, sub.ffn)
         cols, hidden_cols = (None, None) if sub is None else (slice(0, d), slice(0, d))
         att_norm, out_norm = self.attention.output.LayerNorm, self.output.LayerNorm
         a_in = layer_norm(x, att_norm, d) if self.pre_norm else x
-        a = self.attend(a_in, ctx, sub, window, scores)
+        a = self.attend(a_in, ctx, sub, window, scores, attentions)
         a = self.dropout(linear(a, self.attention.output.dense, hidden_cols, None if sub is None else sub.rows))
         x = x + a if self.pre_norm else layer_norm(a + x, att_norm, d)
         h_in = layer_norm(x, out_norm, d) if self.pre_norm else x
@@ -249,8 +267,10 @@ class AutoTinyBertLayer(nn.Module):
         h = self.dropout(linear(h, self.output.dense, hidden_cols, ffn_rows))
         return x + h if self.pre_norm else layer_norm(h + x, out_norm, d)
 
-    def attend(self, x: Tensor, ctx: "Context", sub: Slice | None, window: int, scores: list | None) -> Tensor:
-        """Multi-head attention of (B, T, d) -> (B, T, d_qkv), with the family's positions."""
+    def attend(self, x: Tensor, ctx: "Context", sub: Slice | None, window: int, scores: list | None,
+               attentions: list | None = None) -> Tensor:
+        """Multi-head attention of (B, T, d) -> (B, T, d_qkv), with the family's positions; with
+        ``attentions`` (or an "eager" model) written out, the weights (B, h, T, T) appended to it."""
         s = self.attention.self
         rows, cols = (None, None) if sub is None else (sub.rows, slice(0, sub.hidden))
         heads = self.heads if sub is None else sub.heads
@@ -268,7 +288,14 @@ class AutoTinyBertLayer(nn.Module):
             bias, scale = ctx.disentangled(s, q, k, rows, cols)
             mask = bias if mask is None else mask + bias
         p = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)
+        if attentions is None and not ctx.eager:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)
+        else:  # what SDPA computes, with its weights kept
+            weights = q @ k.transpose(-1, -2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+            weights = (weights if mask is None else weights + mask).softmax(-1)
+            if attentions is not None:
+                attentions.append(weights)
+            out = F.dropout(weights, p) @ v
         return out.transpose(1, 2).flatten(2)
 
 
@@ -278,6 +305,7 @@ class Context:
 
     def __init__(self, model: "AutoTinyBertModel", attention_mask: Tensor | None, x: Tensor, d: int | None):
         self.config, self.dtype, self.device, self.seq = model.config, x.dtype, x.device, x.shape[1]
+        self.eager = model.config._attn_implementation == "eager"
         self.padding = additive_mask(attention_mask, x.dtype)
         self._windows: dict[int, Tensor | None] = {0: self.padding}
         self._rotary: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
@@ -343,6 +371,7 @@ class AutoTinyBertOutput(ModelOutput):
     last_hidden_state: Tensor | None = None
     pooler_output: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
 
 
 @dataclass
@@ -350,6 +379,7 @@ class AutoTinyBertClassifierOutput(ModelOutput):
     loss: Tensor | None = None
     logits: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
 
 
 @dataclass
@@ -358,12 +388,16 @@ class AutoTinyBertQAOutput(ModelOutput):
     start_logits: Tensor | None = None
     end_logits: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
 
 
 class AutoTinyBertPreTrainedModel(PreTrainedModel):
     config_class = AutoTinyBertConfig
     config: AutoTinyBertConfig
     base_model_prefix = "bert"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True  # the default: attention is F.scaled_dot_product_attention; "eager" writes it out
+    _no_split_modules = ["AutoTinyBertLayer"]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -429,13 +463,17 @@ class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+    def encode(self, input_ids: Tensor | None, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                sub: Slice | None = None, output_hidden_states: bool = False,
-               last_scores: bool = False) -> tuple[Tensor, list[Tensor] | None, Tensor | None]:
+               last_scores: bool = False, inputs_embeds: Tensor | None = None,
+               attentions: list | None = None) -> tuple[Tensor, list[Tensor] | None, Tensor | None]:
         """The last hidden state (of the :class:`Slice` ``sub``, or of the whole model), every layer's
-        hidden state when asked, and with ``last_scores`` the last layer's content scores (B, h, T, T)."""
+        hidden state when asked, and with ``last_scores`` the last layer's content scores (B, h, T, T).
+        Each layer's attention weights are appended to ``attentions`` when it is given."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids and inputs_embeds.")
         d = None if sub is None else sub.hidden
-        x = self.embeddings(input_ids, token_type_ids, d)
+        x = self.embeddings(input_ids, token_type_ids, d, inputs_embeds=inputs_embeds)
         ctx = Context(self, attention_mask, x, d)
         hidden = [x] if output_hidden_states else None
         kept = range(len(self.encoder.layer)) if sub is None else sub.layers
@@ -443,7 +481,7 @@ class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
         scores: list[Tensor] = []
         for n, j in enumerate(kept):
             last = last_scores and n == len(kept) - 1
-            x = self.encoder.layer[j](x, ctx, sub, windows[j], scores if last else None)
+            x = self.encoder.layer[j](x, ctx, sub, windows[j], scores if last else None, attentions)
             if hidden is not None:
                 hidden.append(x)
         x = layer_norm(x, self.final_norm, d)
@@ -452,11 +490,21 @@ class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
         return x, hidden, (scores[0] if scores else None)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, output_hidden_states=None, return_dict=None, **kwargs) -> AutoTinyBertOutput:
-        x, hidden, _ = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(output_hidden_states))
-        return AutoTinyBertOutput(last_hidden_state=x,
-                                  pooler_output=self.pooler(x, attention_mask) if self.pooler is not None else None,
-                                  hidden_states=tuple(hidden) if hidden is not None else None)
+                inputs_embeds=None, output_hidden_states=None, output_attentions=None, return_dict=None,
+                **kwargs) -> AutoTinyBertOutput:
+        if position_ids is not None:
+            raise ValueError("AutoTinyBERT computes its positions (as the family it was cut from); it takes no position_ids.")
+        c = self.config
+        output_hidden_states = c.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions = c.output_attentions if output_attentions is None else output_attentions
+        attentions = [] if output_attentions else None
+        x, hidden, _ = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(output_hidden_states),
+                                   inputs_embeds=inputs_embeds, attentions=attentions)
+        out = AutoTinyBertOutput(last_hidden_state=x,
+                                 pooler_output=self.pooler(x, attention_mask) if self.pooler is not None else None,
+                                 hidden_states=tuple(hidden) if hidden is not None else None,
+                                 attentions=tuple(attentions) if attentions is not None else None)
+        return out if wants_dict(return_dict, c) else out.to_tuple()
 
 
 class AutoTinyBertForSequenceClassification(AutoTinyBertPreTrainedModel):
@@ -470,15 +518,16 @@ class AutoTinyBertForSequenceClassification(AutoTinyBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_hidden_states=None, return_dict=None, **kwargs) -> AutoTinyBertClassifierOutput:
+                labels=None, output_hidden_states=None, output_attentions=None, return_dict=None,
+                **kwargs) -> AutoTinyBertClassifierOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                        output_hidden_states=output_hidden_states)
+                        output_hidden_states=output_hidden_states, output_attentions=output_attentions, return_dict=True)
         logits = self.classifier(self.dropout(out.pooler_output))
-        loss = None
-        if labels is not None:
-            loss = (F.mse_loss(logits.squeeze(-1), labels.float()) if self.num_labels == 1
-                    else F.cross_entropy(logits, labels))
-        return AutoTinyBertClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        # transformers' loss of its own classifiers: the config's problem_type, else by num_labels and labels
+        loss = ForSequenceClassificationLoss(labels, logits, self.config) if labels is not None else None
+        result = AutoTinyBertClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                              attentions=out.attentions)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
 class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
@@ -489,10 +538,10 @@ class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                start_positions=None, end_positions=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> AutoTinyBertQAOutput:
+                start_positions=None, end_positions=None, output_hidden_states=None, output_attentions=None,
+                return_dict=None, **kwargs) -> AutoTinyBertQAOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                        output_hidden_states=output_hidden_states)
+                        output_hidden_states=output_hidden_states, output_attentions=output_attentions, return_dict=True)
         h = out.last_hidden_state if self.bert.pooler is None else self.bert.pooler.transform(out.last_hidden_state)
         start, end = self.qa_outputs(h).split(1, dim=-1)
         start, end = start.squeeze(-1).contiguous(), end.squeeze(-1).contiguous()
@@ -501,7 +550,9 @@ class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
             n = start.size(1)
             loss = (F.cross_entropy(start, start_positions.clamp(0, n), ignore_index=n)
                     + F.cross_entropy(end, end_positions.clamp(0, n), ignore_index=n)) / 2
-        return AutoTinyBertQAOutput(loss=loss, start_logits=start, end_logits=end, hidden_states=out.hidden_states)
+        result = AutoTinyBertQAOutput(loss=loss, start_logits=start, end_logits=end, hidden_states=out.hidden_states,
+                                      attentions=out.attentions)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
 AutoConfig.register("autotinybert", AutoTinyBertConfig, exist_ok=True)

@@ -41,21 +41,25 @@ from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_outputs import ModelOutput
 
 from distillery.distill.losses import soft_cross_entropy_to
 from distillery.errors import DistilleryError
-from distillery.modeling import OnnxSpec
+from distillery.modeling import OnnxSpec, wants_dict
 
 from distillery.methods.cmow import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
+from distillery.cmow.products import (  # noqa: F401 (re-exported)
+    EXPORT_CHUNK,
+    EXPORT_MAX_LENGTH,
+    _tree_product_fixed_depth,
+    identity_like,
+    prefix_products,
+    suffix_products,
+    tree_product,
+)
 
-# An exported (ONNX) graph has a dynamic sequence axis, and tree_product's loop runs ⌈log2 T⌉ times, which
-# a tracer would freeze at the example's T. The exported graph instead takes T as a multiple of
-# EXPORT_CHUNK (the ONNX wrapper pads with identities, which change nothing): a static tree inside
-# each chunk, then a fixed number of doubling steps over the chunk products (steps past ⌈log2 n⌉
-# multiply by identities).
-EXPORT_CHUNK = 16
-EXPORT_MAX_LENGTH = 2 ** 12
 # Token embeddings past this size cannot be meant: the paper's d = 20 over BERT's 30522 tokens is
 # 0.1 GB, while a typo such as matrix_dim=100000 would ask for petabytes (refused before allocating).
 MAX_EMBEDDING_BYTES = 64 * 2**30
@@ -170,64 +174,6 @@ def _gigabytes(n: int) -> str:
         if n >= 2**power:
             return f"{n / 2**power:,.1f} {unit}"
     return f"{n / 2**30:,.1f} GiB"
-
-
-# ------------------------------------------------------------------------------------------------
-# Products: tree reduction and parallel scan
-
-
-def identity_like(x: Tensor) -> Tensor:
-    return torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand_as(x)
-
-
-def tree_product(x: Tensor, reverse: bool = False) -> Tensor:
-    """Ordered product over dim -3 by pairs, ⌈log2 T⌉ batched matmuls: (..., T, d, d) -> (..., d, d).
-
-    ``x_1 ⋯ x_T``, or with ``reverse`` ``x_T ⋯ x_1`` (each pair multiplied the other way round, so the
-    backward direction needs no flipped copy of the sequence)."""
-    if torch.compiler.is_exporting():
-        return _tree_product_fixed_depth(x, reverse)
-    while x.shape[-3] > 1:
-        if x.shape[-3] % 2:  # an odd count: the last matrix waits a level (times the identity)
-            x = torch.cat([x, identity_like(x[..., :1, :, :])], dim=-3)
-        first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
-        x = second @ first if reverse else first @ second
-    return x[..., 0, :, :]
-
-
-def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
-    """:func:`tree_product` of (B, T, d, d) with T a multiple of EXPORT_CHUNK, T ≤ EXPORT_MAX_LENGTH,
-    in shape-independent steps."""
-    batch, length, d, _ = x.shape
-    x = x.reshape(batch, length // EXPORT_CHUNK, EXPORT_CHUNK, d, d)
-    while x.shape[-3] > 1:  # static: EXPORT_CHUNK halves down to 1
-        first, second = x[..., 0::2, :, :], x[..., 1::2, :, :]
-        x = second @ first if reverse else first @ second
-    x = x[..., 0, :, :]  # (B, n, d, d) chunk products
-    eye = torch.eye(d, dtype=x.dtype, device=x.device)
-    for step in range((EXPORT_MAX_LENGTH // EXPORT_CHUNK).bit_length() - 1):
-        k = 2 ** step  # position i takes the product of its block with the one k further; past the end: I
-        later = F.pad(x - eye, (0, 0, 0, 0, 0, k))[:, k:] + eye
-        x = later @ x if reverse else x @ later
-    return x[:, 0]
-
-
-def prefix_products(x: Tensor) -> Tensor:
-    """Inclusive prefix products P_i = x_1 ⋯ x_i along dim 1 (Hillis–Steele: ⌈log2 T⌉ batched steps)."""
-    k, length = 1, x.shape[1]
-    while k < length:
-        x = torch.cat([x[:, :k], x[:, :-k] @ x[:, k:]], dim=1)  # P_i ← P_{i−k} · P_i
-        k *= 2
-    return x
-
-
-def suffix_products(x: Tensor) -> Tensor:
-    """Inclusive suffix products S_i = x_T ⋯ x_i along dim 1 (the backward direction, aligned at i)."""
-    k, length = 1, x.shape[1]
-    while k < length:
-        x = torch.cat([x[:, k:] @ x[:, :-k], x[:, -k:]], dim=1)  # S_i ← S_{i+k} · S_i
-        k *= 2
-    return x
 
 
 # ------------------------------------------------------------------------------------------------
@@ -374,7 +320,7 @@ class BiLSTMHead(nn.Module):
                                  nn.Linear(config.head_hidden, num_outputs))
 
     def sentence(self, tok: dict[str, Tensor], keep: Tensor) -> Tensor:
-        x = torch.cat([v.flatten(2) for v in tok.values()], dim=-1)  # (B, T, embedding_size)
+        x = torch.cat([v.flatten(2) for v in tok.values()], dim=-1).to(self.lstm.weight_ih_l0.dtype)  # (B, T, embedding_size)
         order = torch.argsort((~keep).int(), dim=1, stable=True)  # the sentence's tokens first, in order
         x = x.gather(1, order.unsqueeze(-1).expand_as(x))
         lengths = keep.sum(1).clamp_min(1).cpu()
@@ -405,6 +351,9 @@ def make_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
 class CMOWModelOutput(ModelOutput):
     pooler_output: Tensor | None = None  # (B, sentence_size) the sentence representation h
     last_hidden_state: Tensor | None = None  # (B, T, token_size) per-token h_i, when asked for
+    # what transformers' models return with output_hidden_states: CMOW has no layers, so the one
+    # per-token state (h_i above), once
+    hidden_states: tuple[Tensor, ...] | None = None
 
 
 @dataclass
@@ -429,18 +378,54 @@ class CMOWPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        # transformers initialises leaf modules (a container with no own parameters is skipped)
+        # transformers' init functions leave alone what from_pretrained loaded
         if isinstance(module, nn.Embedding):  # Δ ~ N(0, σ²) for matrices, N(0, σ_vec²) for CBOW vectors
             vec = module is getattr(getattr(self, "encoder", None), "vec", None)
-            module.weight.normal_(0.0, self.config.vector_init_std if vec else self.config.init_std)
-            module.weight[self.config.pad_token_id].zero_()  # the identity matrix / the zero vector
+            init.normal_(module.weight, 0.0, self.config.vector_init_std if vec else self.config.init_std)
+            init.zeros_(module.weight[self.config.pad_token_id])  # the identity matrix / the zero vector
         elif isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
+            init.xavier_uniform_(module.weight)
             if module.bias is not None:
-                module.bias.zero_()
+                init.zeros_(module.bias)
         elif isinstance(module, (nn.LayerNorm, nn.BatchNorm2d)):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+            if isinstance(module, nn.BatchNorm2d):
+                init.zeros_(module.running_mean)
+                init.ones_(module.running_var)
+                init.zeros_(module.num_batches_tracked)
+        elif isinstance(module, CMOWForSequenceClassification):
+            # not saved (it is the config's score_bins): from_pretrained builds the model on the meta
+            # device, so without this the bins of a loaded regression student are uninitialised memory
+            init.copy_(module.bin_values, bin_values(self.config))
+
+    def get_input_embeddings(self):
+        encoder = self.encoder
+        return encoder.vec if encoder.vec is not None else encoder.fw
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        setattr(self.encoder, "vec" if self.encoder.vec is not None else "fw", value)
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """Every token table of the encoder (forward and backward matrices, CBOW vectors) to the new
+        vocabulary; an MLM head's output rows too. New rows of a matrix table are drawn around its mean
+        deviation Δ (mean_resizing) or as the initialisation draws them."""
+        for name in ("fw", "bw", "vec"):
+            table = getattr(self.encoder, name)
+            if table is not None:
+                new = self._get_resized_embeddings(table, new_num_tokens, pad_to_multiple_of, mean_resizing)
+                new.padding_idx = self.config.pad_token_id
+                new.requires_grad_(table.weight.requires_grad)
+                setattr(self.encoder, name, new)
+        head = self.get_output_embeddings()
+        if head is not None:
+            self.set_output_embeddings(self._get_resized_lm_head(head, self.get_input_embeddings().num_embeddings,
+                                                                 mean_resizing=mean_resizing))
+        return self.get_input_embeddings()
+
+    def _cast_for_head(self, h: Tensor) -> Tensor:
+        """The fp32 products in the dtype of the head's weights (fp16 / bf16 models)."""
+        return h.to(self.dtype)
 
     def num_effective_parameters(self) -> int:
         """Parameters one sentence uses: one row of each embedding table per token, plus the head."""
@@ -457,15 +442,16 @@ class CMOWModel(CMOWPreTrainedModel):
         self.encoder = CMOWEncoder(config)
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.encoder.vec if self.encoder.vec is not None else self.encoder.fw
-
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                output_hidden_states: bool | None = None, **kwargs) -> CMOWModelOutput:
+                output_hidden_states: bool | None = None, return_dict: bool | None = None, **kwargs) -> CMOWModelOutput:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         mask = kept_tokens(input_ids, attention_mask)
         h, _ = self.encoder.sentence(input_ids, mask)
-        per_token = self.encoder.per_token(input_ids, mask) if output_hidden_states else None
-        return CMOWModelOutput(pooler_output=h, last_hidden_state=per_token)
+        per_token = self._cast_for_head(self.encoder.per_token(input_ids, mask)) if output_hidden_states else None
+        out = CMOWModelOutput(pooler_output=self._cast_for_head(h), last_hidden_state=per_token,
+                              hidden_states=(per_token,) if output_hidden_states else None)
+        return out if wants_dict(return_dict, self.config) else out.to_tuple()
 
 
 class CMOWForSequenceClassification(CMOWPreTrainedModel):
@@ -474,7 +460,7 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
         self.encoder = CMOWEncoder(config)
         self.num_labels = config.num_labels
         bins = config.score_bins
-        self.register_buffer("bin_values", torch.tensor(bins if bins else [0.0], dtype=torch.float32), persistent=False)
+        self.register_buffer("bin_values", bin_values(config), persistent=False)
         self.head_dropout = nn.Dropout(config.dropout)  # on the aggregated representation (§2.1)
         self.head = make_head(config, len(bins) if bins else config.num_labels)
         self.post_init()
@@ -500,22 +486,21 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
         return torch.cat([a, (a - b).abs(), b], dim=-1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                labels: Tensor | None = None, **kwargs) -> CMOWSequenceClassifierOutput:
-        h = self.sentence_features(input_ids, attention_mask, token_type_ids)
+                labels: Tensor | None = None, return_dict: bool | None = None, **kwargs) -> CMOWSequenceClassifierOutput:
+        h = self._cast_for_head(self.sentence_features(input_ids, attention_mask, token_type_ids))
         head = self.head.mlp if isinstance(self.head, BiLSTMHead) else self.head
         out = head(self.head_dropout(h))
         bin_logits = None
-        if self.config.score_bins:
-            bin_logits, out = out, (out.softmax(-1) @ self.bin_values).unsqueeze(-1)  # (B, 1) expected score
+        if self.config.score_bins:  # (B, 1) expected score, in fp32 over the fp32 bins
+            bin_logits, out = out, (out.float().softmax(-1) @ self.bin_values.float()).unsqueeze(-1).to(out.dtype)
         loss = None
         if labels is not None:
             if bin_logits is not None:
                 loss = soft_cross_entropy_to(bin_logits, two_hot(labels.float(), self.bin_values))
-            elif self.num_labels == 1:
-                loss = F.mse_loss(out.squeeze(-1), labels.float())
-            else:
-                loss = F.cross_entropy(out, labels)
-        return CMOWSequenceClassifierOutput(loss=loss, logits=out, bin_logits=bin_logits)
+            else:  # transformers' loss of its own classifiers: the config's problem_type, else by labels
+                loss = ForSequenceClassificationLoss(labels, out, self.config)
+        result = CMOWSequenceClassifierOutput(loss=loss, logits=out, bin_logits=bin_logits)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
 class CMOWForMaskedLM(CMOWPreTrainedModel):
@@ -528,13 +513,25 @@ class CMOWForMaskedLM(CMOWPreTrainedModel):
         self.mlm_head = nn.Linear(config.token_size, config.vocab_size)
         self.post_init()
 
+    def get_output_embeddings(self):
+        return self.mlm_head
+
+    def set_output_embeddings(self, value: nn.Linear):
+        self.mlm_head = value
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                **kwargs) -> CMOWMaskedLMOutput:
+                return_dict: bool | None = None, **kwargs) -> CMOWMaskedLMOutput:
         mask = kept_tokens(input_ids, attention_mask)
-        hidden = self.encoder.per_token(input_ids, mask)  # (B, T, token_size)
+        hidden = self._cast_for_head(self.encoder.per_token(input_ids, mask))  # (B, T, token_size)
         logits = self.mlm_head(self.head_dropout(hidden))
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100) if labels is not None else None
-        return CMOWMaskedLMOutput(loss=loss, logits=logits, hidden_states=hidden)
+        result = CMOWMaskedLMOutput(loss=loss, logits=logits, hidden_states=hidden)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
+
+
+def bin_values(config: CMOWConfig) -> Tensor:
+    """The regression bins' values (fp32), or a placeholder for a classifier."""
+    return torch.tensor(config.score_bins or [0.0], dtype=torch.float32)
 
 
 def two_hot(scores: Tensor, bins: Tensor) -> Tensor:

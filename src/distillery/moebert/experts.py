@@ -11,7 +11,8 @@ each token's row, read back, receives the shared block's last matmul in place
 than scattering into a zeroed buffer and adding, which it replaced). A per-expert loop over sorted
 rows was measured slower at 1×128 on a CPU (its many small operations cost more than the padded slots). A sentence gate at batch size 1
 runs the chosen expert on the whole sequence without any gather. While exporting to ONNX the
-capacity is the token count (no data-dependent shapes in the graph): correct, but N× the routed work.
+capacity is the token count (no data-dependent shapes in the graph): correct, but N× the routed work;
+so is it under ``torch.compile``, which then compiles the forward pass as one graph.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def plan_dispatch(expert: Tensor, num_experts: int, valid: Tensor | None = None)
     one capacity for every layer (the busiest expert of any layer) cost ~2 % of the forward pass.
     """
     n_rows, m = expert.shape
-    exporting = torch.compiler.is_exporting()  # no host sync in a graph: every expert gets room for all tokens
+    # no host sync in a graph (exported, or compiled: torch.compile's fullgraph): every expert gets room for all tokens
+    exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
     padded = valid is not None and (exporting or not bool(valid.all()))
     key = expert.masked_fill(valid == 0, num_experts) if padded else expert  # padding: an expert of its own
     # (L, M, N[+1]): running count per expert (a comparison, not F.one_hot, which first checks the range)

@@ -43,15 +43,17 @@ or the one gate, per call), as a per-layer router would route an unshared model'
 Dispatch (:mod:`distillery.moebert.experts`) never loops over tokens or experts: every layer
 call of a forward pass is planned at once, all experts of a layer run as one batched matmul pair.
 
-Gradient checkpointing is not supported (a recomputed block would take the next call's route).
+Gradient checkpointing (``gradient_checkpointing_enable``) recomputes a layer with the route of its
+own call: each block of a family whose layers run once per pass reads its call's entry by position,
+and the blocks keep the pass's routing after a training forward, for the backward's recomputation (so a
+backward follows its own forward, as in every training loop). ALBERT, whose one layer runs
+``num_hidden_layers`` times, is refused it with a sentence.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -64,6 +66,7 @@ from transformers import (
     PreTrainedConfig,
     PreTrainedModel,
 )
+from transformers import initialization as init
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import ModelOutput
 
@@ -77,6 +80,8 @@ from distillery.encoders import (
     submodule,
 )
 from distillery.errors import DistilleryError
+from distillery.modeling import wants_dict
+from distillery.moebert.legacy import legacy_encoder_config, legacy_key_mapping
 from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     DispatchPlan,
     MoEFeedForward,
@@ -85,8 +90,8 @@ from distillery.moebert.experts import (  # noqa: F401  (re-exported)
 )
 
 from distillery.methods.moebert import GATE_SCALES, ROUTINGS, SHARED_MODES  # the options' choices
-# Fields of a first-format config.json (a BERT config with these two) that say which family it was.
-_LEGACY_FIELDS = ("embedding_type", "classifier_type")
+# The family model reads these from encoder_config: set on a MoEBERT config, they are set there too.
+_TASK_FIELDS = ("id2label", "label2id", "problem_type", "output_hidden_states", "output_attentions")
 
 
 class MoEBertConfig(PreTrainedConfig):
@@ -95,8 +100,11 @@ class MoEBertConfig(PreTrainedConfig):
     ``expert_size`` is ``d_e``, the neurons one token runs through (shared ones included);
     ``shared_size`` is ``s``; the teacher's FFN width ``d_h`` (what the experts were cut from) stays
     in ``encoder_config``. Attributes this config lacks are read from ``encoder_config``
-    (``hidden_size``, ``vocab_size``, ``num_hidden_layers``, ...), so code reading a teacher's config
-    reads a student's the same way.
+    (``hidden_size``, ``vocab_size``, ``num_hidden_layers``, ...), and written there
+    (``resize_token_embeddings`` sets ``vocab_size``), so code reading a teacher's config reads a
+    student's the same way. The head's fields (labels, ``problem_type``) and the outputs asked for
+    are the family model's to read: set on this config (``from_pretrained(..., num_labels=5)``), they
+    are set on ``encoder_config`` too.
     """
 
     model_type = "moebert"
@@ -113,10 +121,17 @@ class MoEBertConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         if self.encoder_config is None and "hidden_size" in kwargs:  # a folder of the first format
-            self.encoder_config = _legacy_encoder_config(kwargs, self)
+            self.encoder_config = legacy_encoder_config(kwargs, self)
         if isinstance(self.encoder_config, dict):
             _register_type(self.encoder_config.get("model_type"))
+        given = {name for name in ("id2label", "problem_type") if getattr(self, name) is not None}
+        given |= {"id2label"} if kwargs.get("num_labels") is not None else set()
         super().__post_init__(**kwargs)
+        for name in _TASK_FIELDS:  # what was given here is the head's; the rest is the encoder's
+            if name in given or (name == "label2id" and "id2label" in given):
+                setattr(self.encoder_config, name, getattr(self, name))
+            else:
+                object.__setattr__(self, name, getattr(self.encoder_config, name))
         d_h = self.ffn_width
         if self.expert_size is None:
             self.expert_size = default_expert_size(d_h, self.num_experts)
@@ -124,6 +139,16 @@ class MoEBertConfig(PreTrainedConfig):
                    or choices_problem(self.routing, self.shared_mode, self.gate_scale))
         if problem:  # ValueError, as a config's validation raises: readers of config.json translate it
             raise ValueError(problem)
+
+    def __setattr__(self, name: str, value):
+        encoder = self.__dict__.get("encoder_config")
+        if self.__dict__.get("_post_init_done") and isinstance(encoder, PreTrainedConfig):
+            if name in _TASK_FIELDS:
+                setattr(encoder, name, value)
+            elif name not in self.__dict__ and not hasattr(type(self), name) and hasattr(encoder, name):
+                setattr(encoder, name, value)
+                return
+        super().__setattr__(name, value)
 
     def __getattr__(self, name: str):
         encoder = self.__dict__.get("encoder_config")
@@ -158,21 +183,6 @@ def _register_type(model_type: str | None) -> None:
         from distillery.modeling import register_models
 
         register_models()
-
-
-def _legacy_encoder_config(kwargs: dict, config) -> dict:
-    """The family config of a first-format MoEBERT config.json (BERT's fields inline, with
-    ``embedding_type`` / ``classifier_type`` "bert" or "roberta"); pops those fields from ``kwargs``."""
-    kinds = {kwargs.get(k, "bert") for k in _LEGACY_FIELDS}
-    if len(kinds) != 1 or not kinds <= {"bert", "roberta"}:
-        raise ValueError(f"This MoEBERT config.json of the first format has embedding_type / classifier_type "
-                         f"{sorted(kinds)}, which no Hugging Face model has together; convert the teacher again.")
-    keep = ("torch_dtype", "name_or_path", "output_attentions", "attn_implementation", "experts_implementation")
-    fields = {k: kwargs.pop(k) for k in list(kwargs) if not k.startswith("_") and k not in keep}
-    for k in _LEGACY_FIELDS:
-        fields.pop(k, None)
-    fields.update(model_type=kinds.pop(), id2label=config.id2label, label2id=config.label2id)
-    return fields
 
 
 # -- the experts' shape: N experts of d_e neurons, s of them shared, cut from a d_h-neuron FFN --------------
@@ -255,10 +265,22 @@ class MoEBlock(nn.Module):
         self.gate = (SentenceGate(hidden_size, config.num_experts, config.gate_scale == "straight-through")
                      if config.routing == "gate" else None)
         # token id -> expert, seeded by the call's depth; a buffer, saved with the weights and moved with the model
-        tables = [torch.randint(0, config.num_experts, (config.vocab_size,),
-                                generator=torch.Generator().manual_seed(config.routing_seed * 1000 + c)) for c in calls]
-        self.register_buffer("hash_table", tables[0] if len(tables) == 1 else torch.stack(tables))
+        self.calls, self.num_experts, self.routing_seed = list(calls), config.num_experts, config.routing_seed
+        self.register_buffer("hash_table", self.seeded_table(config.vocab_size))
         self.routing: Routing | None = None
+
+    def seeded_table(self, vocab_size: int) -> Tensor:
+        """The random (hash-r) table of each of this block's calls for ``vocab_size`` tokens; (V,) for one call."""
+        tables = [torch.randint(0, self.num_experts, (vocab_size,),
+                                generator=torch.Generator().manual_seed(self.routing_seed * 1000 + c)) for c in self.calls]
+        return tables[0] if len(tables) == 1 else torch.stack(tables)
+
+    def resize_table(self, vocab_size: int) -> None:
+        """The tables for a resized vocabulary: the kept tokens keep their experts, new ones are seeded."""
+        old, new = self.hash_table, self.seeded_table(vocab_size).to(self.hash_table.device)
+        kept = min(old.shape[-1], vocab_size)
+        new[..., :kept] = old[..., :kept]
+        self.hash_table = new
 
     def table(self, repeat: int) -> Tensor:
         """The hash table of this block's ``repeat``-th call."""
@@ -269,7 +291,9 @@ class MoEBlock(nn.Module):
         routing = self.routing
         if routing is None:
             raise RuntimeError("A MoEBERT FFN runs inside its model, which routes the tokens; call the model.")
-        call = routing.calls
+        # a block run once per pass reads its own call's entry, so that a checkpointed layer's
+        # recomputation in the backward takes the route the forward took; ALBERT's repeats count calls
+        call = self.calls[0] if len(self.calls) == 1 else routing.calls
         routing.calls += 1
         token_expert, plan = routing.token_experts[call], routing.plans[call]
         sentence_expert = scale = None
@@ -360,28 +384,36 @@ class MoEBertPreTrainedModel(PreTrainedModel):
     config: MoEBertConfig
     base_model_prefix = "moebert"  # each instance takes its family's (bert, roberta, model, ...)
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
     FAMILY_HEAD: ClassVar[Any] = AutoModel
     OUTPUT: ClassVar[type] = MoEBertModelOutput
 
-    def __init__(self, config: MoEBertConfig):
+    def __init__(self, config: MoEBertConfig, family: PreTrainedModel | None = None):
+        """``family``: the family model with its MoE blocks installed, to wrap as it is (the base model of
+        a head, :attr:`base_model`); else one is built from the config."""
         super().__init__(config)
-        try:
-            family_class = self.FAMILY_HEAD._model_mapping[type(config.encoder_config)]
-        except KeyError:
-            raise ValueError(f"{config.encoder_config.model_type} has no {self.FAMILY_HEAD.__name__} class, so "
-                             f"{type(self).__name__} has no family model to build.") from None
-        family = family_class(config.encoder_config)
-        blocks = install_experts(family, config)
+        if family is None:
+            try:
+                family_class = self.FAMILY_HEAD._model_mapping[type(config.encoder_config)]
+            except KeyError:
+                raise ValueError(f"{config.encoder_config.model_type} has no {self.FAMILY_HEAD.__name__} class, so "
+                                 f"{type(self).__name__} has no family model to build.") from None
+            family = family_class(config.encoder_config)
+            blocks = install_experts(family, config)
+        else:
+            blocks = [submodule(layer, config.layout.ffn_block) for layer in encoder_layers(family)]
         for name, child in list(family.named_children()):
             self.add_module(name, child)
         self.base_model_prefix = family.base_model_prefix
         for attr in ("_keys_to_ignore_on_load_unexpected", "_keys_to_ignore_on_load_missing"):
             setattr(self, attr, getattr(family, attr, None))
         object.__setattr__(self, "_family", family)  # not a child: its children are ours
+        for module in family.modules():  # transformers initialises a sub-model (a head's base) with its own function
+            if isinstance(module, PreTrainedModel):
+                object.__setattr__(module, "_init_weights", self._init_weights)
         calls = layer_calls(family)
         repeat = [calls[:c].count(k) for c, k in enumerate(calls)]
         object.__setattr__(self, "_calls", [(blocks[k], r) for k, r in zip(calls, repeat)])
@@ -403,6 +435,50 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         super().train(mode)
         self._family.training = mode  # the family's own forward reads it at its top
         return self
+
+    @property
+    def base_model(self) -> "MoEBertModel":
+        """The MoEBERT model under a head (sharing its modules): what it saves is a MoEBERT folder that
+        the head loads back. The family's own base model would save a family folder with MoE blocks."""
+        inner = getattr(self, self.base_model_prefix, None)
+        if isinstance(self, MoEBertModel) or not isinstance(inner, PreTrainedModel):
+            return self
+        view = self.__dict__.get("_base_view")
+        if view is None or view._family is not inner:
+            with init.no_init_weights():
+                view = MoEBertModel(self.config, family=inner)
+            object.__setattr__(self, "_base_view", view)
+        view.training = self.training  # its modules are the head's; its own flag follows the head's
+        return view
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """The family's initialisation (its embeddings' position and token type buffers included), the
+        experts drawn as the family draws its FFN, the gates', and the seeded hash tables."""
+        if isinstance(module, MoEBlock):
+            init.copy_(module.hash_table, module.seeded_table(module.hash_table.shape[-1]))
+        elif isinstance(module, MoEFeedForward):
+            std = getattr(self.config.encoder_config, "initializer_range", 0.02)
+            for name, p in module.named_parameters(recurse=False):
+                if name.startswith("b") or name.endswith("b1"):
+                    init.zeros_(p)
+                else:
+                    init.normal_(p, mean=0.0, std=std)
+        else:  # the family class's own function: the instances' are this one (see __init__)
+            type(self._family)._init_weights(self._family, module)
+
+    def gradient_checkpointing_enable(self, *args, **kwargs):
+        if any(len(block.calls) > 1 for block in self._blocks):
+            raise ValueError("MoEBERT cannot checkpoint a family whose layers run several times per pass (ALBERT): "
+                             "a recomputed call could not tell which repeat it is.")
+        super().gradient_checkpointing_enable(*args, **kwargs)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """The family's embeddings, then every hash table to the new vocabulary (new tokens seeded)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        for block in self._blocks:
+            block.resize_table(embeddings.num_embeddings)
+        return embeddings
 
     @property
     def moe_layers(self) -> list[MoEBlock]:
@@ -461,17 +537,20 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         blocks = self._blocks
         for block in blocks:  # object.__setattr__: a plain attribute, without nn.Module's checks (~1 µs each)
             object.__setattr__(block, "routing", routing)
+        recomputed = self.training and self.is_gradient_checkpointing  # the backward recomputes with this routing
         try:
             out = self._family(**inputs)
         finally:
-            for block in blocks:
-                object.__setattr__(block, "routing", None)
+            if not recomputed:
+                for block in blocks:
+                    object.__setattr__(block, "routing", None)
         if routing.calls != len(self._calls):
             raise RuntimeError(f"{routing.calls} MoE FFN calls in a forward pass; the model expected {len(self._calls)}.")
         fields = {name: out.get(name) for name in self.OUTPUT.FAMILY_FIELDS}
-        return self.OUTPUT(**fields, balance_loss=torch.stack(routing.balance).sum() if routing.balance else None,
-                           expert_load=torch.stack([_expert_load(t, mask, self.config.num_experts)
-                                                    for t in routing.assigned]) if output_expert_load else None)
+        result = self.OUTPUT(**fields, balance_loss=torch.stack(routing.balance).sum() if routing.balance else None,
+                             expert_load=torch.stack([_expert_load(t, mask, self.config.num_experts)
+                                                      for t in routing.assigned]) if output_expert_load else None)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
 for _output in (MoEBertModelOutput, MoEBertSequenceClassifierOutput, MoEBertQuestionAnsweringOutput):
@@ -497,31 +576,6 @@ class MoEBertForSequenceClassification(MoEBertPreTrainedModel):
 class MoEBertForQuestionAnswering(MoEBertPreTrainedModel):
     FAMILY_HEAD = AutoModelForQuestionAnswering
     OUTPUT = MoEBertQuestionAnsweringOutput
-
-
-# First-format folders: parameter names of the BERT/RoBERTa-shaped MoEBERT model -> the family's.
-_LEGACY_KEYS = (
-    (r"^moebert\.layers\.(\d+)\.attention\.", r"{p}.encoder.layer.\1.attention."),
-    (r"^moebert\.layers\.(\d+)\.LayerNorm\.", r"{p}.encoder.layer.\1.output.LayerNorm."),
-    (r"^moebert\.layers\.(\d+)\.experts\.", r"{p}.encoder.layer.\1.intermediate.experts."),
-    (r"^moebert\.layers\.(\d+)\.gate\.", r"{p}.encoder.layer.\1.intermediate.gate."),
-    (r"^moebert\.layers\.(\d+)\.hash_table$", r"{p}.encoder.layer.\1.intermediate.hash_table"),
-    (r"^moebert\.embeddings\.", r"{p}.embeddings."),
-    (r"^moebert\.pooler\.", r"{p}.pooler."),
-)
-
-
-def legacy_key_mapping(folder) -> dict[str, str] | None:
-    """``from_pretrained``'s key_mapping for a local folder of the first format, else None."""
-    path = Path(str(folder)) / "config.json"
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("model_type") != "moebert" or "encoder_config" in saved:
-        return None
-    prefix = "roberta" if saved.get("classifier_type") == "roberta" else "bert"
-    return {source: target.replace("{p}", prefix) for source, target in _LEGACY_KEYS}
 
 
 AutoConfig.register("moebert", MoEBertConfig, exist_ok=True)
