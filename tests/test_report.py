@@ -48,6 +48,22 @@ def test_plot_is_a_readable_image(tmp_path):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.parametrize("fastest, slowest", [(0.15, 562.0), (0.3, 0.9), (2.0, 40.0), (0.05, 3000.0)])
+def test_the_log_axis_labels_never_overlap(fastest, slowest):
+    from distillery.plot import plot_figure
+
+    points = [("a", fastest, 0.8), ("b", (fastest * slowest) ** 0.5, 0.85), ("c", slowest, 0.87)]
+    fig = plot_figure(points, "accuracy")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    shown = [t for t in ax.xaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()
+             and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    assert len(shown) >= 2
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in shown]
+
+
 def test_pareto_front_keeps_only_undominated_points():
     pts = [("slow-good", 20, 0.9), ("fast-ok", 5, 0.8), ("dominated", 25, 0.85), ("fastest-bad", 1, 0.7), ("tie", 5, 0.75)]
     assert [p[0] for p in pareto_front(pts)] == ["fastest-bad", "fast-ok", "slow-good"]
