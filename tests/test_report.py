@@ -208,3 +208,44 @@ def test_md_shows_any_text_as_it_is(value):
     code = re.search(r"before (.*) after", page).group(1)
     assert html.unescape(cell) == value.strip()  # a table cell's outer spaces are not part of it
     assert html.unescape(re.sub(r"</?code>", "", code)) == (value or " ")
+
+
+def test_a_teacher_at_chance_is_flagged_first_and_no_retention_is_given(tmp_path):
+    import json
+
+    from distillery.report import chance_warning
+
+    run = make_run(tmp_path / "run")
+    metrics = json.loads((run / "metrics.json").read_text())
+    teacher = metrics["teacher"]["accuracy"]
+    metrics["chance"] = {"main": teacher - 0.01, "margin": 0.034, "predictor": "always the most frequent class (1)"}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    text = write_report(run).read_text()
+    first = text.split("\n\n")[1]
+    assert first.startswith("**The teacher scores at chance on this dev set") and "±0.034" in first
+    verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert "at chance" in verdict and "% of the teacher's" not in verdict
+    # a teacher well above chance: no flag
+    metrics["chance"]["main"] = teacher - 0.2
+    assert chance_warning(metrics) is None
+    assert chance_warning({"main_metric": "accuracy", "teacher": {"accuracy": 0.5}}) is None  # no record
+
+
+def test_chance_is_the_majority_class_or_a_constant(tiny_bert, glue_dir):
+    from distillery.config import DataConfig
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.tasks import get_task
+    from distillery.evaluation import chance_score
+    from distillery.teacher import teacher_tokenizer
+
+    tokenizer = teacher_tokenizer(str(tiny_bert))
+    for task, metric in (("sst2", "accuracy"), ("stsb", "pearson")):
+        data = prepare_task_data(get_task(task), tokenizer, DataConfig(task=task, data_dir=str(glue_dir), max_length=32))
+        chance = chance_score(data)
+        dev = [int(x) if task == "sst2" else x for x in data.dev["labels"]]
+        if task == "sst2":
+            majority = max(set(data.train["labels"]), key=list(data.train["labels"]).count)
+            assert chance["main"] == pytest.approx(sum(d == majority for d in dev) / len(dev))
+        else:
+            assert chance["main"] == 0.0 and chance["predictor"] == "a constant"
+        assert chance["margin"] > 0

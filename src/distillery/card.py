@@ -26,8 +26,8 @@ from distillery.live_baselines import deploy_sentence
 from distillery.markdown import md
 from distillery.config import setting
 from distillery.teacher import TEACHER_HUB_IDS
-from distillery.report import (config_lines, main_metric, shape_text, task_name, teacher_name, load_run, model_metrics,
-                               rows_table, run_rows, verdict)
+from distillery.report import (chance_warning, config_lines, main_metric, shape_text, task_name, teacher_name, load_run,
+                               model_metrics, rows_table, run_rows, verdict)
 
 logger = logging.getLogger("distillery")
 
@@ -116,8 +116,10 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     hardware = run["bench"].get("hardware") or {}
     where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
     deploy, unstable = deploy_sentence(run["bench"], run["metrics"]), noise_warning(run["bench"])
+    at_chance = chance_warning(run["metrics"])
     return ["## Speed and accuracy", "",
-            verdict(rows, main, lat_shape, tp_shape), "", *([f"**{md(unstable)}**", ""] if unstable else []),
+            verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
+            *([f"**{at_chance}**", ""] if at_chance else []), *([f"**{md(unstable)}**", ""] if unstable else []),
             *([deploy, ""] if deploy else []),
             (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
              f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "

@@ -7,6 +7,7 @@ Models are Hugging Face-style: called with the collated batch, they return outpu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -137,6 +138,29 @@ def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]
     if task.main_metric not in metrics:  # a bug: TaskSpec refuses a main metric its kind does not always give
         raise RuntimeError(f"metrics for {task.name} lack the main metric {task.main_metric}: {sorted(metrics)}")
     return metrics
+
+
+def chance_score(task_data: TaskData) -> dict[str, Any] | None:
+    """The main metric of a model that learned nothing, on the prepared dev split, and how far above it a
+    real score must be to count: always the train split's most frequent class (classification; on MRPC's
+    F1 that is far from zero), a constant (regression: correlation 0). ``margin``: two standard errors of
+    the metric at this dev size (1/√n for a rate, 2/√n for a correlation). None for SQuAD, whose spans have
+    no constant answer, and without labels."""
+    task = task_data.task
+    if task.kind == "qa" or task_data.dev is None or task_data.train is None:
+        return None
+    labels = np.asarray(column_values(task_data.dev, "labels"))
+    if labels.size == 0:
+        return None
+    if task.kind == "classification":
+        train = np.asarray(column_values(task_data.train, "labels")).astype(int)
+        majority = int(np.bincount(train).argmax()) if train.size else 0
+        predictions, what = np.full(len(labels), majority), f"always the most frequent class ({majority})"
+    else:
+        predictions, what = np.zeros(len(labels)), "a constant"
+    value = compute_metrics(task, predictions, labels)[task.main_metric]
+    width = 2.0 if task.main_metric in ("pearson", "spearman", "mcc") else 1.0
+    return {"main": value, "margin": width / float(np.sqrt(len(labels))), "predictor": what}
 
 
 def _model_label_order(spec, model, source):

@@ -27,7 +27,7 @@ from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
-from distillery.evaluation import score
+from distillery.evaluation import chance_score, score
 from distillery.folders import WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked, writing
 from distillery.modeling import save_model
 from distillery.method import Method, get_method
@@ -272,6 +272,9 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         "student": student_metrics,
         "retention": student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None,
     }
+    chance = chance_score(task_data)
+    if chance is not None:  # the report flags a teacher that scores no better than a model that learned nothing
+        metrics["chance"] = chance
     for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
         other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
         metrics.setdefault("other_splits", {})[split] = {

@@ -210,8 +210,26 @@ def _faster(x: float) -> str:
     return f"{x:.1f}× faster" if x >= 1 else f"{1 / x:.1f}× slower"
 
 
-def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×128", tp_shape: str = "256×64") -> str:
-    """A few sentences stating what the numbers say about the student against the teacher."""
+def chance_warning(metrics: Mapping[str, Any]) -> str | None:
+    """One sentence when the teacher's dev score is within noise of a model that learned nothing
+    (metrics.json ``chance``, :func:`distillery.evaluation.chance_score`), else None."""
+    chance, main = metrics.get("chance"), metrics.get("main_metric")
+    teacher = (metrics.get("teacher") or {}).get(main)
+    if not isinstance(chance, Mapping) or not _is_number(teacher) or not _is_number(chance.get("main")) \
+            or not _is_number(chance.get("margin")):
+        return None
+    if teacher > chance["main"] + chance["margin"]:
+        return None
+    return (f"The teacher scores at chance on this dev set: {md(main)} {fmt_metric(teacher)} against "
+            f"{fmt_metric(chance['main'])} for {md(chance.get('predictor', 'a constant'))}, within the "
+            f"±{chance['margin']:.3f} its size allows. The student's retention against it means nothing; "
+            "fine-tune the teacher longer or check the data.")
+
+
+def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×128", tp_shape: str = "256×64",
+            at_chance: bool = False) -> str:
+    """A few sentences stating what the numbers say about the student against the teacher (``at_chance``:
+    the teacher learned nothing, so the student's share of its score is not given)."""
     by_name = {r["model"]: r for r in rows}
     student, teacher = by_name.get("student"), by_name.get("teacher")
     if student is None or teacher is None:
@@ -224,7 +242,10 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
         parts.append(s)
     else:
         parts.append("The student was not measured for speed")
-    if student["retention"] is not None:
+    if at_chance:
+        parts.append(f"scores {fmt_metric(student['main'])} ({md(main)}; the teacher {fmt_metric(teacher['main'])}, "
+                     "at chance)")
+    elif student["retention"] is not None:
         parts.append(
             f"keeps {100 * student['retention']:.1f} % of the teacher's {md(main)} "
             f"({fmt_metric(student['main'])} against {fmt_metric(teacher['main'])})"
@@ -396,6 +417,9 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     teacher = teacher_name(config)
 
     out = [f"# {md(method)} on {md(task)}", ""]
+    at_chance = chance_warning(metrics)
+    if at_chance:
+        out += [f"**{at_chance}**", ""]
     compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}"
     t, s = by_name.get("teacher"), by_name.get("student")
     if t and s and t["params"] and s["params"]:
@@ -407,7 +431,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     cfg_lines = config_lines(config, run["train"], metrics)
     if cfg_lines:
         out += cfg_lines + [""]
-    out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape), ""]
+    out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), ""]
     unstable = noise_warning(bench)
     if unstable:
         out += [f"**{md(unstable)}**", ""]
