@@ -418,7 +418,9 @@ class RunConfig:
         return from_mapping(cls, d)
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        from distillery.folders import write_file
+
+        write_file(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RunConfig":

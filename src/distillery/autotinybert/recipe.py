@@ -34,6 +34,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
+from distillery.folders import write_file
 from distillery.method import Method
 from distillery.recipe import MethodContext
 
@@ -433,7 +434,7 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
             teacher_ms: float) -> Arch:
     ctx.notes.append(f"Architecture: {arch}; predicted {predicted:.2f} ms, measured {measured:.2f} ms "
                      f"(budget {budget:.2f} ms).")
-    (ctx.out_dir / "architecture.json").write_text(json.dumps(
+    write_file(ctx.out_dir / "architecture.json", json.dumps(
         {**arch.as_dict(), "predicted_ms": predicted, "measured_ms": measured, "budget_ms": budget,
          "teacher_ms": teacher_ms, "choice": opts.arch or "search"}, indent=2))
     return arch

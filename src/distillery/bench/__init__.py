@@ -542,6 +542,6 @@ def _size_record(model: nn.Module, lat_seq: int, tp_seq: int) -> dict[str, Any]:
 
 def save_bench(bench: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a bench record as indented JSON; return the path."""
-    path = Path(path)
-    path.write_text(json.dumps(bench, indent=2) + "\n")
-    return path
+    from distillery.folders import write_file
+
+    return write_file(path, json.dumps(bench, indent=2) + "\n")

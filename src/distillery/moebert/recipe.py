@@ -32,6 +32,7 @@ from distillery.data.encode import model_inputs
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
+from distillery.folders import record, write_file
 from distillery.encoders import ffn_width
 from distillery.moebert.convert import convert, count_tokens, teacher_layout
 import distillery.distributed as distributed
@@ -197,7 +198,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     share = load.double() / load.sum(1, keepdim=True).clamp_min(1)
-    (out_dir / "expert_load.json").write_text(json.dumps({"tokens": load.tolist(), "share": share.tolist()}, indent=2))
+    write_file(out_dir / "expert_load.json", json.dumps({"tokens": load.tolist(), "share": share.tolist()}, indent=2))
     layers, n = load.shape
     fig, ax = plt.subplots(figsize=(max(5, layers * 0.9), 3))
     width = 0.8 / n
@@ -210,6 +211,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out_dir / "expert_load.png", dpi=100)
     plt.close(fig)
+    record(out_dir / "expert_load.png")
     busiest = float(share.max())
     return [f"Per-expert load on dev (share of real tokens, ideal {1 / n:.2f}): busiest expert {busiest:.2f}; "
             f"expert_load.png / expert_load.json."]
