@@ -147,6 +147,12 @@ CASES = {
     "config-file-unknown-key": (lambda p: settings_file(p, "student: {learning_rate: 0.1}"), "student.learning_rate"),
     "config-file-bad-type": (lambda p: settings_file(p, "student: {epochs: many}"), "student.epochs"),
     "config-file-bad-option": (lambda p: settings_file(p, "method_options: {kd_weight: 3}"), "kd_weight"),
+    "config-file-a-device": (lambda p: p.compress("--config", "/dev/zero"), "/dev/zero is not a regular file"),
+    "config-file-too-large": (lambda p: settings_file(p, "# padding\n" * 200_000), "larger than 1 MiB"),
+    "config-file-duplicate-key": (lambda p: settings_file(p, "method: distill\nbudget: quick\nmethod: cmow\n"),
+                                  "the key 'method' appears twice (first on line 1) (line 3"),
+    "config-file-duplicate-nested-key": (lambda p: settings_file(p, "student:\n  lr: 0.1\n  lr: 0.2\n"),
+                                         "the key 'lr' appears twice (first on line 2) (line 3"),
     # training and data settings (config.py's dataclasses)
     "epochs-nan": (lambda p: p.compress("--epochs", "nan"), "student.epochs"),
     "epochs-inf": (lambda p: p.compress("--epochs", "inf"), "student.epochs"),
