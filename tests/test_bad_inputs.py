@@ -312,6 +312,8 @@ CASES = {
                                    "--text-column and --text-pair-column both name column 'text'"),
     "custom-label-column-is-text": (lambda p: custom(p, ["good,1", "bad,0"], "--label-column", "text"),
                                     "--text-column and --label-column both name column 'text'"),
+    "glue-tsv-extra-fields": (lambda p: glue_with_row(p, "a fine movie\t1\textra\tfields"),
+                              "train.tsv, line 18: expected 2 tab-separated fields as its header has, found 4"),
     "custom-train-file-a-device": (lambda p: p.compress("--task", "custom", "--train-file", "/dev/zero"),
                                    "/dev/zero is not a regular file"),
     "squad-data-an-object": (lambda p: squad(p, '{"data": {"title": "x"}}'), '"data" is an object, not a list'),
@@ -476,6 +478,15 @@ def custom_table(p: Paths, name: str, train_text: str) -> list[str]:
     train.write_text(train_text)
     dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
     return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev))
+
+
+def glue_with_row(p: Paths, row: str) -> list[str]:
+    """compress on a copy of the GLUE data whose SST-2 train.tsv ends with ``row``."""
+    data = p.tmp / "glue-copy"
+    shutil.copytree(p.glue, data)
+    train = data / "glue" / "SST-2" / "train.tsv"
+    train.write_text(train.read_text() + row + "\n")
+    return ["compress", "--teacher", p.bert, "--data-dir", str(data), "--out", str(p.tmp / "run")]
 
 
 def squad(p: Paths, text: str) -> list[str]:
