@@ -34,7 +34,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
-from distillery.folders import write_file
+from distillery.folders import record, write_file
 from distillery.method import Method
 from distillery.recipe import MethodContext
 
@@ -257,6 +257,7 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    record(path)
 
 
 def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple[Arch, float]:
@@ -354,6 +355,7 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
         result = optuna_search(searched, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
                                population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
                                floor_ms=floor)
+        record(ctx.out_dir / "search.journal")
         write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         return result
     full = space.full()  # the distill baseline's shape: every other layer, full width
