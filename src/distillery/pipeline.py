@@ -194,6 +194,11 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data,
                         out_dir=out, resume=resume)
     t0 = time.time()
+    # The student's random parts (cmow's whole model, a projection, a router) are drawn after this seed,
+    # not from whatever the teacher's step left in the generators (fine-tuned now, or read from the cache)
+    from transformers import set_seed
+
+    set_seed(config.student.seed)
     student = method.run(ctx)
     student_seconds = time.time() - t0
     student.eval()

@@ -463,9 +463,10 @@ class AutoTinyBert(Method):
         opts = self.options(ctx.config)
         ctx.teacher.eval()
         supernet, projection = train_supernet_on_task(ctx, opts)
+        chosen = chosen_before(ctx) if ctx.resume else None
         # timings on cores the processes share would disagree: the main process times, searches and
         # writes the search's files; every process then trains the architecture it chose
-        arch, speedup = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
+        arch, speedup = chosen or distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
         student = supernet.extract(arch)
         if not opts.further_training:
             ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
@@ -481,6 +482,23 @@ class AutoTinyBert(Method):
                          f"learning rate {lr:.2g}.")
         return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
                          train_dataset=train, lr=lr)
+
+
+def chosen_before(ctx: MethodContext) -> tuple[Arch, float] | None:
+    """The architecture (and budget speed-up) a run killed after its choice had written to
+    architecture.json: its resume continues that one, as timings taken now could choose another."""
+    path = ctx.out_dir / "architecture.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        arch = Arch(*(int(saved[k]) for k in ("layers", "hidden", "ffn", "heads", "qkv")))
+        speedup = float(saved["teacher_ms"]) / float(saved["budget_ms"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        raise DistilleryError(f"{path} is damaged (it should hold the architecture this run chose); start the run "
+                              f"again with --overwrite.") from None
+    ctx.notes.append(f"Architecture chosen before the resume: {arch}.")
+    return arch, speedup
 
 
 def further_lr(opts, student_lr: float, speedup: float) -> float:
