@@ -81,3 +81,33 @@ def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, tiny_be
         monkeypatch.setattr(recipe, "choose_architecture", lambda *a: pytest.fail("the resume chose again"))
     resumed = student(compress(config("killed"), resume=True))
     assert_bitwise_equal(first, resumed)
+
+
+def test_resume_refuses_a_teacher_whose_weights_changed_in_place(tiny_bert, glue_dir, tmp_path, monkeypatch, capsys):
+    """Issue 41: after a kill, the teacher folder's weights are changed in place; --resume would fine-tune
+    the new teacher and continue a student trained against the old one. It is refused with a sentence."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from tests.helpers import assert_one_line_error, run_cli
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_bert, teacher)
+    out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_module, "save_last", killed)
+    with pytest.raises(KeyboardInterrupt):
+        compress(tiny_config(teacher, glue_dir, out, **{"teacher.train.epochs": 0.5}))
+    weights = teacher / "model.safetensors"
+    state = load_file(str(weights))
+    save_file({k: v * 1.5 for k, v in state.items()}, str(weights), metadata={"format": "pt"})
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", str(out), "--resume")
+    assert_one_line_error(code, err, f"The teacher {teacher} is not the one this run started with "
+                                     f"(its model.safetensors changed)")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before

@@ -52,7 +52,9 @@ MARKER_MAX_BYTES = 16 * 2**20
 # An export folder's manifest (read by the runtime and export, not an ownership sign).
 EXPORT_MANIFEST = "distillery_export.json"
 # What a run folder holds before its first checkpoint: nothing that a rerun would lose.
-UNSTARTED = {MARKER, "config.yaml"}
+# (its settings and the identity of its teacher, which a resume checks: see pipeline.prepare_run_folder)
+RUN_TEACHER = "teacher_identity.json"
+UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER}
 # The key that signs records, in the cache folder: a process without it cannot make a record count.
 KEY_FILE = "ownership.key"
 # A lock file a killed process left (see lock_file): a name ".<name>.lock" holding a process id at most.
@@ -380,7 +382,7 @@ def check_target(
         raise _not_ours(out, option)
     if resume:
         return
-    if entries <= UNSTARTED:  # claim removes its config.yaml: only when distillery wrote it
+    if entries <= UNSTARTED:  # claim removes these files: only when distillery wrote them
         _check_all_recorded(out, option)
         return
     if not overwrite:
@@ -405,7 +407,7 @@ def claim(
     out = Path(out).expanduser()
     if out.is_dir() and not resume:
         entries = {p.name for p in out.iterdir()}
-        if entries <= UNSTARTED:  # empty, or a run that stopped before training: its config.yaml is rewritten
+        if entries <= UNSTARTED:  # empty, or a run that stopped before training: its files are rewritten
             for name in entries - {MARKER}:
                 (out / name).unlink()
         else:
