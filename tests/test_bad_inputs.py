@@ -95,6 +95,18 @@ class Paths:
         (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}}}))
         return run
 
+    def saved_without_record(self):
+        """The 2-class model saved by distillery (marked, with its weights record), its record then deleted."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from distillery.modeling import save_model
+
+        folder = self.tmp / "saved"
+        save_model(AutoModelForSequenceClassification.from_pretrained(self.models / "two"),
+                   AutoTokenizer.from_pretrained(self.models / "two"), folder)
+        (folder / "distillery_weights.json").unlink()
+        return str(folder)
+
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
                 "--out", str(self.tmp / "run"), *args]
@@ -280,6 +292,8 @@ CASES = {
     "export-tokenizer-json-not-json": (lambda p: ["export", hostile(p, "tokenizer-not-json-two"), "--format", "torch-int8",
                                                   "--out", str(p.tmp / "x")], "tokenizer.json"),
     "cmow-init-a-bert-folder": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.bert}"), "not a CMOW encoder"),
+    "eval-saved-model-without-weights-record": (lambda p: ["eval", p.saved_without_record(), "--data-dir", str(p.glue)],
+                                                "has no weights record"),
     "eval-nan-weights": (lambda p: ["eval", hostile(p, "nan-two"), "--data-dir", str(p.glue)], "model.safetensors holds non-finite"),
     "eval-renamed-keys": (lambda p: ["eval", hostile(p, "renamed-two"), "--data-dir", str(p.glue)], "encoderx."),
     "eval-config-8-layers": (lambda p: ["eval", hostile(p, "layers-8-two"), "--data-dir", str(p.glue)], "num_hidden_layers=8"),

@@ -252,3 +252,32 @@ def test_a_custom_task_run_measures_the_free_baselines_live(run):
     report = (run / "report.md").read_text()
     assert "## Against what you can get for free" in report
     assert "| teacher-int8 |" in report and "| static-embeddings |" in report
+
+
+@pytest.mark.parametrize("damage", ["tampered", "nan", "no-record"])
+def test_push_checks_the_weights_before_writing_or_sending_anything(run, tmp_path, online, damage):
+    """Issue 41: a student whose weights changed after distillery saved them, whose weights are NaN, or
+    whose weights record was deleted is refused before the card is rewritten or the Hub is called."""
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    student = copy / "student"
+    weights = student / "model.safetensors"
+    state = load_file(str(weights))
+    if damage == "no-record":
+        (student / "distillery_weights.json").unlink()
+        expected = "has no weights record"
+    else:
+        factor = 1.5 if damage == "tampered" else float("nan")
+        save_file({k: v * factor if v.is_floating_point() else v for k, v in state.items()}, str(weights),
+                  metadata={"format": "pt"})
+        if damage == "nan":  # the record made to match: the finiteness check refuses it on its own
+            from distillery.weights import record_weights
+
+            record_weights(student)
+        expected = "was changed after distillery saved it" if damage == "tampered" else "non-finite weights"
+    card = (student / "README.md").read_bytes()
+    with pytest.raises(DistilleryError, match=expected):
+        push_student(copy, "someone/tiny-student")
+    assert online.calls == [] and (student / "README.md").read_bytes() == card

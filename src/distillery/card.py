@@ -248,10 +248,16 @@ def push_student(run_dir: str | os.PathLike, repo_id: str, private: bool | None 
 
     from distillery.modeling import first_line
 
+    from distillery.weights import check_saved_finite, verify_weights
+
     check_push(repo_id)
     folder = Path(run_dir).expanduser() / "student"
-    if write_card(run_dir, repo_id) is None:
+    if not (folder / "config.json").is_file():
         raise DistilleryError(f"{run_dir} holds no saved student ({folder / 'config.json'} is missing): nothing to push.")
+    # what is uploaded is what was trained: checked before the card is rewritten or anything is sent
+    verify_weights(folder, required=True)
+    check_saved_finite(folder)
+    write_card(run_dir, repo_id)
     api = HfApi()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True)
