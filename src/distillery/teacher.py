@@ -37,7 +37,7 @@ from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
 from distillery.modeling import first_line, head_for_task, head_named, load_checked, load_tokenizer, register_models
 from distillery.runtime import load_export, on_device, read_manifest
-from distillery.weights import check_against_config, record_weights, sha256_file
+from distillery.weights import check_against_config, file_digest, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
 
@@ -282,19 +282,6 @@ def check_finetuned_head(name: str, model: PreTrainedModel, task: TaskSpec, load
 # The files of a saved model that decide what it computes: weights, config, tokenizer.
 CONTENT_FILES = ("config.json", "*.safetensors", "*.bin", "*.index.json", "tokenizer*", "vocab*", "merges.txt",
                  "special_tokens_map.json", "added_tokens.json", "*.model")
-# sha256 of a file by (path, inode, size, mtime_ns): a teacher's weights are read once per process.
-_FILE_DIGESTS: dict[tuple, str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of the file at ``path`` (memoised while its path, inode, size and mtime stay the same)."""
-    stat = path.stat()
-    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if memo not in _FILE_DIGESTS:
-        _FILE_DIGESTS[memo] = sha256_file(path)
-    return _FILE_DIGESTS[memo]
-
-
 def teacher_identity(name: str) -> dict:
     """What the teacher ``name`` is, by content: the sha256 of each of its model files for a local
     folder (the built-in teacher's included), so that a folder updated in place, or whose weights

@@ -39,6 +39,19 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+# sha256 of a file by (path, inode, size, mtime_ns): a teacher's weights are read once per process.
+_FILE_DIGESTS: dict[tuple, str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of the file at ``path`` (memoised while its path, inode, size and mtime stay the same)."""
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if memo not in _FILE_DIGESTS:
+        _FILE_DIGESTS[memo] = sha256_file(path)
+    return _FILE_DIGESTS[memo]
+
+
 def weight_files(folder: Path) -> list[Path]:
     return sorted(p for pattern in WEIGHT_PATTERNS for p in Path(folder).glob(pattern) if p.is_file())
 
