@@ -83,16 +83,18 @@ class Paths:
             (folder / ".distillery").write_text(marker)
         return folder
 
-    def finished_run(self, name):
-        """A run folder with what a report reads."""
+    def finished_run(self, name, student=None, hardware=None):
+        """A run folder with what a report reads (``student``'s scores, ``hardware``, when given)."""
         import json
 
         from distillery.folders import claim
 
         run = claim(self.tmp / name, "run")
         (run / "config.yaml").write_text("method: distill\ndata: {task: sst2}\n")
-        (run / "metrics.json").write_text(json.dumps({"task": "sst2", "teacher": {"accuracy": 0.9}}))
-        (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}}}))
+        metrics = {"task": "sst2", "teacher": {"accuracy": 0.9}, **({"student": student} if student else {})}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}},
+                                                    **({"hardware": hardware} if hardware else {})}))
         return run
 
     def saved_without_record(self):
@@ -386,6 +388,12 @@ CASES = {
     "seed-negative": (lambda p: p.compress("--seed", "-1"), "seed"),
     "seed-too-large": (lambda p: p.compress("--seed", str(2**32)), "seed"),
     "eval-encoder-without-head": (lambda p: ["eval", p.bert, "--data-dir", str(p.glue)], "no task head"),
+    "report-a-string-score": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": "0.85"}))],
+                              "metrics.json: student.accuracy holds the string '0.85', where a report reads a number"),
+    "report-hardware-a-string": (lambda p: ["report", str(p.finished_run("h", hardware="my laptop"))],
+                                 "bench.json: hardware holds the string 'my laptop', where a report reads a mapping"),
+    "eval-split-train": (lambda p: evaluate(p, "two", "--split", "train"),
+                         "--split train: eval scores one of the dev splits of task sst2 (dev)"),
     "report-not-a-run-among-several": (lambda p: ["report", str(p.models / "two"), str(p.glue)], "config.yaml"),
     "moebert-importance-step-0": (lambda p: ["moebert", "importance", "--teacher", p.bert, "--data-dir", str(p.glue),
                                              "--importance-examples", "0", "--out", str(p.tmp / "i")],
