@@ -388,6 +388,18 @@ CASES = {
     "seed-negative": (lambda p: p.compress("--seed", "-1"), "seed"),
     "seed-too-large": (lambda p: p.compress("--seed", str(2**32)), "seed"),
     "eval-encoder-without-head": (lambda p: ["eval", p.bert, "--data-dir", str(p.glue)], "no task head"),
+    "eval-a-teacher-name": (lambda p: ["eval", "mpnet-base", "--data-dir", str(p.glue)],
+                            "mpnet-base names a built-in teacher, a pretrained encoder without a task head"),
+    "bench-threads-over-the-cpus": (lambda p: ["bench", str(p.models / "two"), "--threads", "10000"],
+                                    "bench threads 10000 is more than the"),
+    "compress-threads-over-the-cpus": (lambda p: p.compress("--threads", "1,10000"), "bench threads 10000 is more than"),
+    "moebert-convert-importance-another-file": (lambda p: moebert_convert(p, {"scores": [[1.0]]}),
+                                                "holds no 'importance' tensor (it holds scores)"),
+    "moebert-convert-importance-another-shape": (lambda p: moebert_convert(p, {"importance": [[1.0, 2.0]]}),
+                                                 "holds importance scores of shape (1, 2), but the teacher has 2 layers"),
+    "moebert-convert-importance-not-safetensors": (lambda p: ["moebert", "convert", "--teacher", p.bert, "--data-dir",
+                                                              str(p.glue), "--importance", str(p.file), "--out",
+                                                              str(p.tmp / "conv")], "is not a readable safetensors file"),
     "report-a-string-score": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": "0.85"}))],
                               "metrics.json: student.accuracy holds the string '0.85', where a report reads a number"),
     "report-hardware-a-string": (lambda p: ["report", str(p.finished_run("h", hardware="my laptop"))],
@@ -500,6 +512,17 @@ def custom_table(p: Paths, name: str, train_text: str) -> list[str]:
     train.write_text(train_text)
     dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
     return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev))
+
+
+def moebert_convert(p: Paths, tensors: dict) -> list[str]:
+    """moebert convert with --importance a safetensors file holding ``tensors`` (name: nested lists)."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = p.tmp / "scores.safetensors"
+    save_file({k: torch.tensor(v) for k, v in tensors.items()}, str(path))
+    return ["moebert", "convert", "--teacher", p.bert, "--data-dir", str(p.glue), "--importance", str(path),
+            "--out", str(p.tmp / "conv")]
 
 
 def glue_with_row(p: Paths, row: str) -> list[str]:
