@@ -108,13 +108,26 @@ def head_kwargs(task: TaskSpec) -> dict:
         return {}
     if task.kind == "regression":
         return {"num_labels": 1, "problem_type": "regression"}
-    labels = list(task.labels)
+    names = list(task.class_names)
     return {
-        "num_labels": len(labels),
+        "num_labels": len(names),
         "problem_type": "single_label_classification",
-        "id2label": dict(enumerate(labels)),
-        "label2id": {label: i for i, label in enumerate(labels)},
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
     }
+
+
+def name_classes(config, task: TaskSpec) -> None:
+    """Give ``config``'s classes the task's names (``negative``/``positive`` for SST-2, a custom file's label
+    strings) when its id2label says nothing more: transformers' LABEL_i, or the digits the files write (a
+    teacher fine-tuned by an older distillery, or given fine-tuned with a generic head). Students copy it."""
+    if task.kind != "classification" or config.num_labels != len(task.class_names):
+        return
+    current = [str(config.id2label.get(i, "")) for i in range(config.num_labels)]
+    generic = [f"LABEL_{i}" for i in range(config.num_labels)]
+    if current in (generic, list(task.labels or ())) and current != list(task.class_names):
+        config.id2label = dict(enumerate(task.class_names))
+        config.label2id = {name: i for i, name in enumerate(task.class_names)}
 
 
 def teacher_config(name: str):
@@ -372,6 +385,8 @@ def get_finetuned_teacher(
     teacher was given, cached or fine-tuned now.
     """
     model, tokenizer, info = _finetuned_teacher(teacher, task, data, task_data)
+    if getattr(model, "config", None) is not None:
+        name_classes(model.config, task)
     return on_device(model, distributed.device()), tokenizer, info
 
 
