@@ -144,6 +144,9 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
     assert {c["status"] for c in again["candidates"]} == {"reused"}
     assert _files(out / "candidates") == before  # not one file of a finished candidate rewritten
     assert again["chosen"] == chosen
+    from distillery.folders import unrecorded
+
+    assert unrecorded(out) is None  # every file of the auto run is in its records: --overwrite may replace it
     code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--resume", "--speedup", "3")
     assert_one_line_error(code, err, "given differently")
     code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--speedup", "2")
