@@ -238,8 +238,8 @@ CASES = {
     # a run folder's config.yaml read by --resume
     "resume-epochs-text": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "student: {epochs: abc}\n"),
                            "student.epochs"),
-    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "data: {max_length: [1]}\n"),
-                               "data.max_length"),
+    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue).replace(
+                                   "data: {", "data: {max_length: [1], ")), "data.max_length"),
     "resume-method-options-number": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "method_options: 3\n"),
                                      "method_options"),
     "resume-unknown-field": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "colour: blue\n"), "colour"),

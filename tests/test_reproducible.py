@@ -107,6 +107,7 @@ def test_resume_refuses_a_teacher_whose_weights_changed_in_place(tiny_bert, glue
     state = load_file(str(weights))
     save_file({k: v * 1.5 for k, v in state.items()}, str(weights), metadata={"format": "pt"})
     before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    capsys.readouterr()  # what the interrupted run wrote is not the resume's
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", str(out), "--resume")
     assert_one_line_error(code, err, f"The teacher {teacher} is not the one this run started with "
                                      f"(its model.safetensors changed)")

@@ -14,6 +14,7 @@ auto is not a :class:`distillery.method.Method`: it composes the methods and add
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -154,10 +155,9 @@ def distill_depths(num_layers: int, speedup: float) -> list[int]:
 
 
 def flop_reach(teacher_config, seq: int, options: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Each method's FLOP-ideal speed-up at best on this teacher (encoder multiply-adds per token at
-    ``seq`` tokens, embeddings and heads left out, which only lowers the real figures): distill keeping one
-    layer, MoEBERT's reach, AutoTinyBERT's smallest sub-network, CMOW's matrix products (one d×d product a
-    token, a direction). Upper bounds: a target above all of them cannot be met by any candidate."""
+    """Each method's FLOP-ideal speed-up at best on this teacher, an upper bound (encoder multiply-adds a token
+    at ``seq`` tokens): distill keeping one layer, MoEBERT's reach, AutoTinyBERT's smallest sub-network, CMOW's
+    one d×d matrix product a token and direction."""
     from distillery.autotinybert.latency import arch_flops
     from distillery.autotinybert.space import SearchSpace
     from distillery.encoders import ffn_width, layout_of
@@ -168,10 +168,8 @@ def flop_reach(teacher_config, seq: int, options: Mapping[str, Mapping[str, Any]
     glu = 1.5 if layout.glu else 1.0
     teacher = layers * (4 * d * d + 2 * seq * d + glu * 2 * d * d_h)
     reach = {"distill": float(layers)}
-    try:
+    with contextlib.suppress(DistilleryError):  # MoEBERT cannot cut this teacher: plan() says why
         reach["moebert"] = moebert_reach(teacher_config, seq, options["moebert"])[0]
-    except DistilleryError:  # MoEBERT cannot cut this teacher: plan() says why
-        pass
     atb = method_options("autotinybert").read(options["autotinybert"])
     smallest = SearchSpace.from_supernet(layers, d, d_h, heads, atb.strategy).smallest()
     reach["autotinybert"] = teacher / arch_flops(smallest, seq)

@@ -32,7 +32,7 @@ from distillery.report import (config_lines, main_metric, shape_text, task_name,
 logger = logging.getLogger("distillery")
 
 CARD = "README.md"
-# The Hub models the built-in teachers are (teacher.BUILTIN_TEACHER, teacher.BASE_TEACHER).
+# The Hub models the built-in teachers are (config.BUILTIN_TEACHER, config.BASE_TEACHER).
 # Shown in the loading snippet until the card is written for a push (which names the repository).
 PLACEHOLDER_REPO = "your-name/your-model"
 # Datasets' display names in the model-index, by the task's Hub dataset.
@@ -74,7 +74,8 @@ def teacher_card(teacher: str) -> dict[str, Any]:
     cache. A student inherits its teacher's licence; what is unknown is left out, not guessed."""
     from huggingface_hub import metadata_load, try_to_load_from_cache
 
-    from distillery.teacher import BASE_TEACHER, BUILTIN_TEACHER, resolve_teacher
+    from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
+    from distillery.teacher import resolve_teacher
 
     known = dict(BUILTIN_TEACHER_CARD) if teacher in TEACHER_HUB_IDS else {}
     if teacher == BUILTIN_TEACHER:

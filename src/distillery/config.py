@@ -386,11 +386,16 @@ class TrainConfig:
         check_seed(self.seed)
 
 
+# The built-in teachers' names (distillery.teacher resolves them); here, below every module that names them.
+BUILTIN_TEACHER = "minilm"
+BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
+
+
 @dataclass
 class TeacherConfig:
     """Which teacher, and how to fine-tune it when it is not fine-tuned for the task yet."""
 
-    name: str = "minilm"  # "minilm" (packaged all-MiniLM-L6-v2), a local folder, or a Hub id
+    name: str = BUILTIN_TEACHER  # "minilm" (packaged all-MiniLM-L6-v2), a local folder, or a Hub id
     finetuned: bool = False  # the given teacher already has the task head: use it as it is
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -434,10 +439,11 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         return from_mapping(cls, d)
 
-    def save(self, path: str | os.PathLike) -> None:
-        from distillery.folders import write_file
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
-        write_file(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(self.to_yaml())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RunConfig":

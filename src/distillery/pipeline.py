@@ -142,7 +142,7 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
         return
     with writing(out, "the run folder"):
         claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
-        config.save(out / "config.yaml")
+        write_file(out / "config.yaml", config.to_yaml())
         write_file(out / RUN_TEACHER, json.dumps(teacher_identity(config.teacher.name), indent=2))
 
 

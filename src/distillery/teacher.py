@@ -27,7 +27,7 @@ from transformers import AutoConfig, PreTrainedModel, set_seed
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
-from distillery.config import DataConfig, TeacherConfig, cache_root, load_yaml
+from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, DataConfig, TeacherConfig, cache_root, load_yaml
 from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
@@ -41,8 +41,6 @@ from distillery.weights import check_against_config, file_digest, record_weights
 
 logger = logging.getLogger("distillery")
 
-BUILTIN_TEACHER = "minilm"
-BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
 # where the built-in teachers come from on the Hub (a model card's base_model)
 TEACHER_HUB_IDS = {BUILTIN_TEACHER: "sentence-transformers/all-MiniLM-L6-v2",
                    BASE_TEACHER: "sentence-transformers/all-mpnet-base-v2"}
