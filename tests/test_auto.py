@@ -147,6 +147,9 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
     assert {c["status"] for c in again["candidates"]} == {"reused"}
     assert _files(out / "candidates") == before  # not one file of a finished candidate rewritten
     assert again["chosen"] == chosen
+    from distillery.folders import unrecorded
+
+    assert unrecorded(out) is None  # every file of the auto run is in its records: --overwrite may replace it
     code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--resume", "--speedup", "3")
     assert_one_line_error(code, err, "given differently")
     code, _, err = run_cli(monkeypatch, capsys, *common, "--method", "auto", "--speedup", "2")
@@ -157,11 +160,47 @@ def test_a_latency_target_is_planned_from_the_teacher_timed_here(tiny_bert4):
     from distillery.auto import plan_for
 
     settings = {"teacher.name": tiny_bert4, "bench.latency_shape": [1, 16], "bench.latency_runs": 3}
+    timed = {"target": {"speedup": None, "latency_ms": 1e6}, "settings": settings}
     with pytest.raises(DistilleryError, match="already meets the target"):
-        plan_for({"target": {"speedup": None, "latency_ms": 1e6}, "settings": settings})
-    state = {"target": {"speedup": None, "latency_ms": 1e-6}, "settings": settings}
+        plan_for(timed)
+    teacher_ms = timed["teacher_ms"]
+    # beyond every candidate's FLOP-ideal reach (AutoTinyBERT's smallest sub-network: 27.5× here): refused
+    with pytest.raises(DistilleryError, match="No candidate can reach"):
+        plan_for({"target": {"speedup": None, "latency_ms": 1e-6}, "settings": settings, "teacher_ms": teacher_ms})
+    state = {"target": {"speedup": None, "latency_ms": teacher_ms / 3}, "settings": settings, "teacher_ms": teacher_ms}
     candidates, skipped, _, _ = plan_for(state)
-    assert state["teacher_ms"] > 0 and state["plan_speedup"] == pytest.approx(state["teacher_ms"] / 1e-6)
+    assert teacher_ms > 0 and state["plan_speedup"] == pytest.approx(3)
     by_name = {c.name: c for c in candidates}
-    assert by_name["autotinybert"].options["budget_ms"] == 1e-6 and "distill-1l" in by_name
+    assert by_name["autotinybert"].options["budget_ms"] == teacher_ms / 3 and "distill-1l" in by_name
     assert [s["name"] for s in skipped] == ["moebert"]
+
+
+def test_what_no_candidate_can_do_is_refused_before_anything_trains(tiny_bert, glue_dir, monkeypatch, capsys, tmp_path):
+    """Issue 41: an option value every candidate would fail on, and a target beyond every candidate's
+    FLOP-ideal speed-up, are one sentence before the folder is touched."""
+    out = tmp_path / "auto"
+    common = ["compress", "--method", "auto", "--teacher", str(tiny_bert), "--data-dir", str(glue_dir), "--out", str(out)]
+    for args, words in ((["--speedup", "2", "--option", "temperature=0"], "--method auto: Option temperature must be"),
+                        (["--speedup", "1e9"], "No candidate can reach a 1e+09× speed-up over this teacher")):
+        code, _, err = run_cli(monkeypatch, capsys, *common, *args)
+        assert_one_line_error(code, err, words)
+    assert not out.exists()
+
+
+def test_nothing_chosen_exits_non_zero_and_the_report_lists_each_skipped_candidate_once(
+        tiny_bert4, glue_dir, monkeypatch, capsys, tmp_path):
+    import distillery.auto
+
+    def none_ran(candidates, configs, out, budget_s):
+        return [], [{"name": c.name, "method": c.method, "reason": "it broke"} for c in candidates]
+
+    monkeypatch.setattr(distillery.auto, "run_candidates", none_ran)
+    out = tmp_path / "auto"
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--method", "auto", "--speedup", "2", "--teacher",
+                           str(tiny_bert4), "--data-dir", str(glue_dir), "--out", str(out))
+    assert_one_line_error(code, err, "No candidate finished with a score and a latency, so no model can be chosen.")
+    summary = json.loads((out / "auto.json").read_text())
+    report = (out / "report.md").read_text()
+    names = [c["name"] for c in summary["candidates"]] + [s["name"] for s in summary["skipped"]]
+    for name in set(names):
+        assert sum(line.startswith(f"- `{name}`") for line in report.splitlines()) == 1, name

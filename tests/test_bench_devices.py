@@ -89,6 +89,9 @@ def fake_gpu(monkeypatch):
 
 
 def test_default_settings_follow_the_machine(monkeypatch):
+    import distillery.bench.settings
+
+    monkeypatch.setattr(distillery.bench.settings, "usable_cpus", lambda: 8)  # 4 threads are refused on fewer CPUs
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert measured_settings() == [{"device": "cpu", "dtype": "fp32", "threads": None}]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

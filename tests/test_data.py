@@ -151,7 +151,7 @@ def test_train_limit_is_seeded_and_dev_limit_takes_first(glue_dir):
 
 def test_malformed_row_names_file_and_line(tmp_path):
     path = write(tmp_path / "glue" / "SST-2" / "train.tsv", "sentence\tlabel\ngood\t1\nno label here\n")
-    with pytest.raises(DistilleryError, match=rf"{path}, line 3: expected at least 2 tab-separated fields, found 1"):
+    with pytest.raises(DistilleryError, match=rf"{path}, line 3: expected 2 tab-separated fields as its header has, found 1"):
         load_raw(get_task("sst2"), "train", cfg(tmp_path))
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from distillery.errors import DistilleryError
 from distillery.folders import (atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
-                                previous_version, replace_with, shared_sibling, temporary_sibling)
+                                previous_version, replace_with, shared_sibling, temporary_sibling, write_file)
 from tests.helpers import assert_one_line_error, run_cli, run_ok, write_glue
 
 RUN_FLAGS = ["--max-length", "16", "--teacher-epochs", "1", "--epochs", "1", "--batch-size", "8",
@@ -61,7 +61,7 @@ def test_out_a_distillery_run_in_the_current_directory_is_not_deleted(monkeypatc
     """Even a folder distillery wrote is not deleted when it is where the user stands."""
     run = tmp_path / "run"
     claim(run, "run")
-    (run / "metrics.json").write_text("{}")
+    write_file(run / "metrics.json", "{}")
     before = snapshot(run)
     monkeypatch.chdir(run)
     code, _, err = run_cli(monkeypatch, capsys, *compress_args(tiny_bert, data, ".", "--overwrite"))
@@ -114,7 +114,7 @@ def test_a_failed_run_leaves_nothing_that_blocks_the_rerun(monkeypatch, capsys, 
     assert not run.exists()
 
     claim(run, "run")
-    (run / "config.yaml").write_text("method: distill\n")  # what an interrupted start leaves
+    write_file(run / "config.yaml", "method: distill\n")  # what an interrupted start leaves
     run_ok(monkeypatch, capsys, *compress_args(tiny_bert, data, run))
     assert (run / "metrics.json").is_file() and is_ours(run)
 
@@ -122,8 +122,8 @@ def test_a_failed_run_leaves_nothing_that_blocks_the_rerun(monkeypatch, capsys, 
 def test_overwrite_replaces_a_finished_run(monkeypatch, capsys, tmp_path, tiny_bert, data):
     run = tmp_path / "run"
     claim(run, "run")
-    (run / "metrics.json").write_text("{}")
-    (run / "stale.txt").write_text("from the old run")
+    write_file(run / "metrics.json", "{}")
+    write_file(run / "stale.txt", "from the old run")
     code, _, err = run_cli(monkeypatch, capsys, *compress_args(tiny_bert, data, run))
     assert_one_line_error(code, err, "--overwrite")
     run_ok(monkeypatch, capsys, *compress_args(tiny_bert, data, run, "--overwrite"))
@@ -216,7 +216,7 @@ def test_check_target_accepts_an_output_inside_an_input(tmp_path):
 
 def test_discard_unstarted_keeps_anything_more(tmp_path):
     run = claim(tmp_path / "run", "run")
-    (run / "config.yaml").write_text("x: 1\n")
+    write_file(run / "config.yaml", "x: 1\n")
     (run / "checkpoints").mkdir()
     discard_unstarted(run)
     assert (run / "checkpoints").is_dir() and (run / "config.yaml").is_file()

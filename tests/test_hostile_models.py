@@ -82,10 +82,16 @@ def test_commands_refuse_an_altered_byte_naming_the_file(command, altered, glue,
 
 def test_an_unaltered_saved_model_and_a_users_folder_without_record_load(saved, altered):
     import distillery
+    from distillery.errors import DistilleryError
+    from distillery.folders import MARKER
     from distillery.weights import WEIGHTS_RECORD
 
     assert distillery.load_student(saved).config.num_labels == 2
-    (altered / WEIGHTS_RECORD).unlink()  # a user's own folder: nothing to check against, loads as before
+    # issue 41: a folder distillery saved whose record was deleted cannot be verified, so it is not loaded
+    (altered / WEIGHTS_RECORD).unlink()
+    with pytest.raises(DistilleryError, match="has no weights record .* so its weights cannot be verified"):
+        distillery.load_student(altered)
+    (altered / MARKER).unlink()  # a user's own folder: nothing to check against, loads as before
     assert distillery.load_student(altered).config.num_labels == 2
 
 

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from distillery.errors import DistilleryError
-from distillery.folders import (EXPORT_MANIFEST, MARKER, check_file_target, check_target, claim, is_ours, mark,
-                                marker_kind, write_file)
+from distillery.folders import (EXPORT_MANIFEST, MARKER, SIGNATURE, check_file_target, check_target, claim, is_ours,
+                                mark, marker_kind, write_file)
 from tests.helpers import assert_one_line_error, run_cli, run_ok, write_glue
 
 
@@ -198,9 +198,10 @@ def test_a_marker_without_distillerys_signature_does_not_make_a_folder_ours(monk
     assert snapshot(folder) == before
 
 
-def test_markers_distillery_wrote_are_recognised(tmp_path):
-    """The current marker, one written before the signature (kind, created, distillery) and an
-    export's manifest; not a marker that is a link to another folder's, nor a manifest of another shape."""
+def test_only_a_record_distillery_signed_for_this_folder_is_recognised(tmp_path):
+    """A record mark() wrote counts; one written before records were signed (kind, created, distillery),
+    an export's manifest, a link to another folder's record, a copy of a valid record and an edited one
+    do not."""
     ours = tmp_path / "ours"
     ours.mkdir()
     mark(ours, "model")
@@ -208,17 +209,58 @@ def test_markers_distillery_wrote_are_recognised(tmp_path):
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     (legacy / MARKER).write_text(json.dumps({"kind": "run", "created": "2026-11-24 10:00:00", "distillery": "0.1.0"}))
-    assert marker_kind(legacy) == "run"
+    assert marker_kind(legacy) is None
     linked = tmp_path / "linked"
     linked.mkdir()
     os.symlink(ours / MARKER, linked / MARKER)
     assert not is_ours(linked)
-    export, other = tmp_path / "export", tmp_path / "other"
-    for folder, manifest in ((export, {"format": "onnx", "inputs": ["input_ids"], "outputs": ["logits"]}),
-                             (other, {"format": "mine"})):
+    copied = tmp_path / "copied"
+    shutil.copytree(ours, copied)
+    assert not is_ours(copied)
+    edited = json.loads((ours / MARKER).read_text())
+    edited["kind"] = "run"
+    (ours / MARKER).write_text(json.dumps(edited))
+    assert not is_ours(ours)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / EXPORT_MANIFEST).write_text(json.dumps({"format": "onnx", "inputs": ["input_ids"], "outputs": ["logits"]}))
+    assert not is_ours(export)
+
+
+def test_a_forged_record_never_gets_a_users_folder_deleted(monkeypatch, capsys, tmp_path, tiny_bert, data):
+    """Issue 41: a user's folder with a hand-written .distillery of the documented shape, and one holding a
+    copy of a record distillery wrote for another folder, are refused by --overwrite; the user's notes
+    survive byte for byte."""
+    real = claim(tmp_path / "real", "run")
+    for name, marker in (("forged", json.dumps({"marker": SIGNATURE, "kind": "run"})),
+                         ("copied", (real / MARKER).read_text())):
+        folder = tmp_path / name
         folder.mkdir()
-        (folder / EXPORT_MANIFEST).write_text(json.dumps(manifest))
-    assert is_ours(export) and not is_ours(other)
+        (folder / MARKER).write_text(marker)
+        (folder / "notes.txt").write_bytes(b"my notes \x00\xff\n")
+        before = snapshot(folder)
+        refused(monkeypatch, capsys, "not written by distillery", "compress", "--teacher", tiny_bert,
+                "--data-dir", str(data), "--out", str(folder), "--overwrite")
+        assert snapshot(folder) == before
+
+
+def test_overwrite_stops_at_a_file_distillery_did_not_write(monkeypatch, capsys, tmp_path, tiny_bert, data):
+    """A genuine run folder with a user's file dropped in, or a file distillery wrote and the user then
+    changed: --overwrite names the file and deletes nothing."""
+    run = claim(tmp_path / "run", "run")
+    write_file(run / "metrics.json", "{}")
+    write_file(run / "student" / "config.json", "{}")
+    (run / "student" / "notes.txt").write_text("mine\n")
+    before = snapshot(run)
+    refused(monkeypatch, capsys, "notes.txt was not written by distillery", "compress", "--teacher", tiny_bert,
+            "--data-dir", str(data), "--out", str(run), "--overwrite")
+    assert snapshot(run) == before
+    (run / "student" / "notes.txt").unlink()
+    (run / "metrics.json").write_text('{"edited": true}')
+    before = snapshot(run)
+    refused(monkeypatch, capsys, "metrics.json was not written by distillery (or was changed since)", "compress",
+            "--teacher", tiny_bert, "--data-dir", str(data), "--out", str(run), "--overwrite")
+    assert snapshot(run) == before
 
 
 # -- symbolic links and names too long --------------------------------------------------------------
@@ -226,7 +268,7 @@ def test_markers_distillery_wrote_are_recognised(tmp_path):
 
 def test_overwrite_never_deletes_through_a_symbolic_link(monkeypatch, capsys, tmp_path, tiny_bert, data):
     run = claim(tmp_path / "run", "run")
-    (run / "metrics.json").write_text("{}")
+    write_file(run / "metrics.json", "{}")
     link = tmp_path / "link"
     os.symlink(run, link)
     before = snapshot(run)

@@ -252,3 +252,70 @@ def test_a_custom_task_run_measures_the_free_baselines_live(run):
     report = (run / "report.md").read_text()
     assert "## Against what you can get for free" in report
     assert "| teacher-int8 |" in report and "| static-embeddings |" in report
+
+
+@pytest.mark.parametrize("damage", ["tampered", "nan", "no-record"])
+def test_push_checks_the_weights_before_writing_or_sending_anything(run, tmp_path, online, damage):
+    """Issue 41: a student whose weights changed after distillery saved them, whose weights are NaN, or
+    whose weights record was deleted is refused before the card is rewritten or the Hub is called."""
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    student = copy / "student"
+    weights = student / "model.safetensors"
+    state = load_file(str(weights))
+    if damage == "no-record":
+        (student / "distillery_weights.json").unlink()
+        expected = "has no weights record"
+    else:
+        factor = 1.5 if damage == "tampered" else float("nan")
+        save_file({k: v * factor if v.is_floating_point() else v for k, v in state.items()}, str(weights),
+                  metadata={"format": "pt"})
+        if damage == "nan":  # the record made to match: the finiteness check refuses it on its own
+            from distillery.weights import record_weights
+
+            record_weights(student)
+        expected = "was changed after distillery saved it" if damage == "tampered" else "non-finite weights"
+    card = (student / "README.md").read_bytes()
+    with pytest.raises(DistilleryError, match=expected):
+        push_student(copy, "someone/tiny-student")
+    assert online.calls == [] and (student / "README.md").read_bytes() == card
+
+
+def test_the_card_carries_the_teachers_licence_and_the_datas_language(run, tmp_path, tiny_bert):
+    """Issue 41: license from the teacher's own card (a built-in teacher's: Apache-2.0), language from the data
+    (GLUE: English) or else from the teacher's card; nothing when neither says."""
+    meta = metadata_load(copy_run(run, tmp_path / "builtin", teacher="minilm", task="sst2") / "student" / "README.md")
+    assert (meta["license"], meta["language"]) == ("apache-2.0", "en")
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_bert, teacher)
+    (teacher / "README.md").write_text("---\nlicense: mit\nlanguage: fr\n---\n\n# a French encoder\n")
+    meta = metadata_load(copy_run(run, tmp_path / "local", teacher=str(teacher)) / "student" / "README.md")
+    assert (meta["license"], meta["language"]) == ("mit", "fr")
+    assert "license" not in metadata_load(run / "student" / "README.md")  # tiny_bert has no card: not guessed
+
+
+def test_labels_keep_their_names_through_pipeline(run, tiny_bert, glue_dir, tmp_path):
+    """Issue 41: a GLUE task's classes carry their names (SST-2: negative/positive), custom data its own label
+    strings, so that transformers' pipeline() prints them."""
+    from transformers import pipeline
+
+    from distillery.data.tasks import get_task
+    from distillery.teacher import name_classes
+    from tests.helpers import tiny_config, tiny_bert_config
+
+    custom = pipeline("text-classification", model=str(run / "student"))
+    assert {r["label"] for r in custom(["the film was good", "the film was bad"])} <= {"neg", "pos"}
+    sst2 = compress(tiny_config(tiny_bert, glue_dir, tmp_path / "sst2", **{"student.epochs": 1.0}))
+    classify = pipeline("text-classification", model=str(sst2 / "student"))
+    assert classify("a fine movie")[0]["label"] in ("negative", "positive")
+    assert distillery.load_student(sst2).config.id2label == {0: "negative", 1: "positive"}
+    # a teacher fine-tuned before the names (digits) or given with a generic head is named; a head of its own is kept
+    task = get_task("sst2")
+    for given, named in (({0: "0", 1: "1"}, {0: "negative", 1: "positive"}),
+                         ({0: "LABEL_0", 1: "LABEL_1"}, {0: "negative", 1: "positive"}),
+                         ({0: "bad", 1: "good"}, {0: "bad", 1: "good"})):
+        config = tiny_bert_config(id2label=given, label2id={v: k for k, v in given.items()})
+        name_classes(config, task)
+        assert config.id2label == named and config.label2id == {v: k for k, v in named.items()}

@@ -14,6 +14,7 @@ auto is not a :class:`distillery.method.Method`: it composes the methods and add
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -153,6 +154,40 @@ def distill_depths(num_layers: int, speedup: float) -> list[int]:
     return [k] + ([k - 1] if k > 1 else [])
 
 
+def flop_reach(teacher_config, seq: int, options: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each method's FLOP-ideal speed-up at best on this teacher, an upper bound (encoder multiply-adds a token
+    at ``seq`` tokens): distill keeping one layer, MoEBERT's reach, AutoTinyBERT's smallest sub-network, CMOW's
+    one d×d matrix product a token and direction."""
+    from distillery.autotinybert.latency import arch_flops
+    from distillery.autotinybert.space import SearchSpace
+    from distillery.encoders import ffn_width, layout_of
+
+    layout = layout_of(teacher_config)
+    layers, d = int(teacher_config.num_hidden_layers), int(teacher_config.hidden_size)
+    d_h, heads = ffn_width(layout, teacher_config), int(teacher_config.num_attention_heads)
+    glu = 1.5 if layout.glu else 1.0
+    teacher = layers * (4 * d * d + 2 * seq * d + glu * 2 * d * d_h)
+    reach = {"distill": float(layers)}
+    with contextlib.suppress(DistilleryError):  # MoEBERT cannot cut this teacher: plan() says why
+        reach["moebert"] = moebert_reach(teacher_config, seq, options["moebert"])[0]
+    atb = method_options("autotinybert").read(options["autotinybert"])
+    smallest = SearchSpace.from_supernet(layers, d, d_h, heads, atb.strategy).smallest()
+    reach["autotinybert"] = teacher / arch_flops(smallest, seq)
+    cmow = method_options("cmow").read(options["cmow"])
+    reach["cmow"] = teacher / (int(cmow.matrix_dim) ** 3 * (2 if cmow.bidirectional else 1))
+    return reach
+
+
+def check_reachable(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse, before anything trains, a speed-up no candidate can reach even at its FLOP-ideal bound."""
+    reach = flop_reach(teacher_config, seq, options)
+    if speedup > max(reach.values()):
+        bounds = ", ".join(f"{name} {fmt_x(x)}" for name, x in sorted(reach.items(), key=lambda kv: kv[1]))
+        raise DistilleryError(f"No candidate can reach a {speedup:g}× speed-up over this teacher: their "
+                              f"FLOP-ideal speed-ups at {seq} tokens are at most {bounds}, before any overhead. "
+                              f"Ask for less (--speedup, --latency-ms).")
+
+
 def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]]
          ) -> tuple[list[Candidate], list[dict[str, str]]]:
     """The candidates that can meet a speed-up of ``speedup`` (the target itself, or the latency target
@@ -202,6 +237,11 @@ def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     if unknown:
         raise DistilleryError(f"No method that auto tries has the option(s) {', '.join(unknown)}; "
                               f"see `distillery compress --help`.")
+    for m, options in routed.items():  # a bad value fails here, before any candidate trains, not in each of them
+        try:
+            method_options(m).read(options)
+        except DistilleryError as e:
+            raise DistilleryError(f"--method auto: {e}") from None
     return routed
 
 
@@ -394,7 +434,10 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
     lines += ["## Candidates", "", "Each candidate is an ordinary compress run in `candidates/<name>/` (its own "
               "report.md beside it); its student and its int8 export were scored on the same dev set and timed in "
               "the same process as its teacher. Speed-ups are against that teacher.", ""]
+    skipped = {s["name"] for s in summary["skipped"]}
     for c in summary["candidates"]:
+        if c["name"] in skipped:  # listed below, with the reason
+            continue
         lines.append(f"- {md(c['name'], code=True)} ({md(c['method'])}: {md(c['why'])}), {c['status']}")
         for p in c.get("points", []):
             verdict = "meets the target" if p["meets_target"] else "misses the target"
@@ -473,6 +516,8 @@ def finish(out: Path, state: dict[str, Any], candidates: Sequence[Candidate], ra
     write_json(out / "auto.json", summary)
     rows = baselines + [p for ps in points.values() for p in ps]
     report = write_report(out, summary, rows, runs, ref)
+    if chosen is None:  # the run's files say everything; the exit status says it failed
+        raise DistilleryError(f"{why} Every candidate is in {report}.")
     logger.info("auto: %s", why)
     return report
 
@@ -528,6 +573,7 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
     else:
         state["plan_speedup"] = target.speedup
         options["autotinybert"]["speedup"] = target.speedup
+    check_reachable(model_config, state["plan_speedup"], int(shape[1]), options)
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options)
     return candidates, skipped, named, overrides
 

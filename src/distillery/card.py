@@ -19,6 +19,8 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
 from distillery.bench.noise import noise_warning
@@ -32,7 +34,7 @@ from distillery.report import (chance_warning, config_lines, main_metric, shape_
 logger = logging.getLogger("distillery")
 
 CARD = "README.md"
-# The Hub models the built-in teachers are (teacher.BUILTIN_TEACHER, teacher.BASE_TEACHER).
+# The Hub models the built-in teachers are (config.BUILTIN_TEACHER, config.BASE_TEACHER).
 # Shown in the loading snippet until the card is written for a push (which names the repository).
 PLACEHOLDER_REPO = "your-name/your-model"
 # Datasets' display names in the model-index, by the task's Hub dataset.
@@ -59,6 +61,49 @@ def base_model(teacher: str) -> str | None:
     except ValueError:  # HFValidationError: "/abs/path", "./rel", "a/b/c" are folders, not Hub ids
         return None
     return teacher
+
+
+# The built-in teachers' licence and language, as their model cards give them (used when the card itself is not
+# at hand: mpnet-base before it was fetched).
+BUILTIN_TEACHER_CARD = {"license": "apache-2.0", "language": "en"}
+# The language of the GLUE and SQuAD data sets, by Hub dataset.
+DATASET_LANGUAGES = {"nyu-mll/glue": "en", "rajpurkar/squad": "en", "rajpurkar/squad_v2": "en"}
+
+
+def teacher_card(teacher: str) -> dict[str, Any]:
+    """``license`` and ``language`` from the teacher's own model card (its README.md front matter), where one
+    can be read without the network: a local folder's, a built-in teacher's, a Hub teacher's in the local
+    cache. A student inherits its teacher's licence; what is unknown is left out, not guessed."""
+    from huggingface_hub import metadata_load, try_to_load_from_cache
+
+    from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
+    from distillery.teacher import resolve_teacher
+
+    known = dict(BUILTIN_TEACHER_CARD) if teacher in TEACHER_HUB_IDS else {}
+    if teacher == BUILTIN_TEACHER:
+        folder = Path(resolve_teacher(teacher))
+    elif teacher == BASE_TEACHER:
+        from distillery.base_teacher import folder as base_folder
+
+        folder = base_folder()  # never fetched for a card
+    else:
+        folder = Path(teacher).expanduser()
+    readme = folder / CARD if folder.is_dir() else None
+    if readme is None and base_model(teacher):
+        cached = try_to_load_from_cache(teacher, CARD)
+        readme = Path(cached) if isinstance(cached, str) else None
+    try:
+        meta = (metadata_load(readme) if readme is not None and readme.is_file() else None) or {}
+    except (OSError, ValueError, yaml.YAMLError) as e:  # a malformed front matter loses only these two fields
+        logger.warning("The teacher's model card %s could not be read (%s); the student's card names no licence from it.",
+                       readme, e)
+        meta = {}
+    if isinstance(meta.get("license"), str):
+        known["license"] = meta["license"]
+    language = meta.get("language")
+    if isinstance(language, str) or (isinstance(language, list) and all(isinstance(x, str) for x in language)):
+        known["language"] = language
+    return known
 
 
 def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,7 +148,11 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
                           dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
                for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
     tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)]))
+    teacher = teacher_card(teacher_name(config))
+    # the data's language where the task says it (GLUE, SQuAD: English), else the teacher's
+    language = DATASET_LANGUAGES.get(dataset["hub"]) or teacher.get("language")
     return ModelCardData(base_model=base_model(teacher_name(config)), library_name="transformers",
+                         license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-student"), eval_results=results or None)
 
@@ -254,10 +303,16 @@ def push_student(run_dir: str | os.PathLike, repo_id: str, private: bool | None 
 
     from distillery.modeling import first_line
 
+    from distillery.weights import check_saved_finite, verify_weights
+
     check_push(repo_id)
     folder = Path(run_dir).expanduser() / "student"
-    if write_card(run_dir, repo_id) is None:
+    if not (folder / "config.json").is_file():
         raise DistilleryError(f"{run_dir} holds no saved student ({folder / 'config.json'} is missing): nothing to push.")
+    # what is uploaded is what was trained: checked before the card is rewritten or anything is sent
+    verify_weights(folder, required=True)
+    check_saved_finite(folder)
+    write_card(run_dir, repo_id)
     api = HfApi()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True)

@@ -41,6 +41,8 @@ class ConfigError(DistilleryError):
 # every use) to more than this is an alias bomb ("billion laughs") or not a settings file at all;
 # it is refused before anything walks, copies or prints the expanded tree.
 MAX_YAML_VALUES = 10_000
+# A settings file is a few hundred bytes; a larger one is read no further (a device would never end).
+MAX_CONFIG_BYTES = 2**20
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -51,6 +53,21 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_document(self, node):
         _check_expansion(node)
         return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        # PyYAML keeps the last of two equal keys without a word: `method: distill` then `method: cmow`
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice (first on line {seen[key].start_mark.line + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
 def _check_expansion(root: yaml.Node) -> None:
@@ -373,11 +390,16 @@ class TrainConfig:
         check_seed(self.seed)
 
 
+# The built-in teachers' names (distillery.teacher resolves them); here, below every module that names them.
+BUILTIN_TEACHER = "minilm"
+BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
+
+
 @dataclass
 class TeacherConfig:
     """Which teacher, and how to fine-tune it when it is not fine-tuned for the task yet."""
 
-    name: str = "minilm"  # "minilm" (packaged all-MiniLM-L6-v2), a local folder, or a Hub id
+    name: str = BUILTIN_TEACHER  # "minilm" (packaged all-MiniLM-L6-v2), a local folder, or a Hub id
     finetuned: bool = False  # the given teacher already has the task head: use it as it is
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -424,8 +446,11 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         return from_mapping(cls, d)
 
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        Path(path).write_text(self.to_yaml())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RunConfig":
@@ -436,9 +461,18 @@ class RunConfig:
 
 
 def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
-    """The mapping a YAML settings file holds; a sentence naming the file if it is missing or not one."""
+    """The mapping a YAML settings file holds; a sentence naming the file if it is missing or not one
+    (a device such as /dev/zero, which would be read forever, or a file too large for settings)."""
+    path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise DistilleryError(f"Config file {path} is not a regular file (a device, pipe or socket); give a YAML file.")
     try:
-        raw = load_yaml(Path(path).read_text())
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise DistilleryError(f"Config file {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB; a settings "
+                                  f"file holds a few dozen lines.")
+        raw = load_yaml(data.decode("utf-8"))
     except (FileNotFoundError, IsADirectoryError):
         raise DistilleryError(f"No config file at {path}.") from None
     except yaml.YAMLError as e:

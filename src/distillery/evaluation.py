@@ -215,6 +215,10 @@ def evaluate(
     name = task.name if isinstance(task, TaskSpec) else task
     data_config = DataConfig(task=name, data_dir=data_dir, max_length=max_length, **options)
     spec = task if isinstance(task, TaskSpec) else task_for(data_config)
+    if split not in ("dev", *spec.dev_splits):
+        raise DistilleryError(f"--split {split}: eval scores one of the dev splits of task {spec.name} "
+                              f"({', '.join(dict.fromkeys(('dev', *spec.dev_splits)))}), not the train split or "
+                              f"another one.")
     if spec.name == "custom" and spec.kind == "classification" and not isinstance(task, TaskSpec):
         spec = _model_label_order(spec, model, data_config.dev_file or data_config.train_file)
     task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))

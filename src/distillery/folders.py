@@ -1,16 +1,20 @@
-"""Where distillery may write, and what it may delete: only folders it made itself.
+"""Where distillery may write, and what it may delete: only files it wrote itself.
 
 Every folder a command creates for its output (a run, an export, a saved teacher, a converted or
-pre-trained model, a super-net run, a merged report) carries a small marker file, ``.distillery``,
-holding distillery's signature: a file of that name with any other content (an editor's, a user's)
-does not count. ``--overwrite`` replaces a folder only when it carries that marker (or an export's
-manifest, which exports made before the marker also carry), and never when the folder is the current
-directory or one above it, the home folder, a symbolic link, or a folder that is or holds an input of
-the same command (the teacher, the data, an init model). ``--resume`` writes only into a marked
-folder. Files a command writes (``eval --out``, ``bench --out``, importance scores) follow the same
-rules (:func:`check_file_target`): an existing file is replaced only with ``--overwrite``, an input
-or a file inside an input folder never. A user's files and folders therefore survive any combination
-of ``--out``, ``--overwrite`` and ``--resume``.
+pre-trained model, a super-net run, a merged report) carries a signed record, ``.distillery``, of every
+file distillery wrote into it (:mod:`distillery.ownership`). ``--overwrite`` replaces a folder only when
+its record is valid and every file in it is one the record lists, unchanged; a file distillery did not
+write (a user's notes, an edited report) stops the command with a sentence naming it. It never replaces
+the current directory or one above it, the home folder, a symbolic link, or a folder that is or holds an
+input of the same command (the teacher, the data, an init model). ``--resume`` writes only into a folder
+with a valid record. Files a command writes (``eval --out``, ``bench --out``, importance scores) follow
+the same rules (:func:`check_file_target`): an existing file is replaced only with ``--overwrite``, an
+input or a file inside an input folder never. A user's files and folders therefore survive any
+combination of ``--out``, ``--overwrite`` and ``--resume``.
+
+Every write into such a folder is recorded (:func:`distillery.ownership.record`): :func:`atomic_folder`,
+:func:`atomic_file` and :func:`write_file` record what they put in place; a writer that writes otherwise
+(a library's ``save_pretrained``, TensorBoard) records its output once written.
 
 Also here: writing a folder or file atomically; a write refused by the file system (full, read-only)
 as one sentence (:func:`writing`); and a lock that keeps a second process out of a run folder or a
@@ -22,86 +26,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
-import re
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from distillery.errors import DistilleryError
+from distillery.ownership import (MARKER, SIGNATURE, check_all_recorded, is_ours, mark, marker_kind,  # noqa: F401
+                                  record, unrecorded)
 
-MARKER = ".distillery"
-# The marker's signature: only distillery writes a JSON object with this "marker" value.
-SIGNATURE = "distillery output folder; distillery may replace it with --overwrite"
-# Markers written before the signature: exactly these keys, one of these kinds, a time of this shape.
-LEGACY_KEYS = {"kind", "created", "distillery"}
-LEGACY_KINDS = {"run", "export", "model", "teacher", "cmow-pretrain", "supernet"}
-LEGACY_CREATED = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
-# Larger files are not read: a marker is a line, a manifest a few kilobytes.
-MARKER_MAX_BYTES = 4096
-MANIFEST_MAX_BYTES = 4 * 2**20
-# An export folder's manifest marks it as distillery's too (exports predate the marker).
+# An export folder's manifest (read by the runtime and export, not an ownership sign).
 EXPORT_MANIFEST = "distillery_export.json"
-# What a run folder holds before its first checkpoint: nothing that a rerun would lose.
-UNSTARTED = {MARKER, "config.yaml"}
-
-
-def _read_json(path: Path, max_bytes: int) -> object:
-    """The JSON value of the regular file ``path`` (a symbolic link is not followed: it could lend a
-    user's folder another folder's marker), or None when it is missing, too large or not JSON."""
-    if path.is_symlink() or not path.is_file():
-        return None
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)
-        return json.loads(raw) if len(raw) <= max_bytes else None
-    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
-        return None
-
-
-def marker_kind(folder: str | os.PathLike) -> str | None:
-    """The kind of folder (run, export, model, report...) distillery's marker in ``folder`` records,
-    or None when there is no marker or the ``.distillery`` file there is not one distillery wrote."""
-    record = _read_json(Path(folder) / MARKER, MARKER_MAX_BYTES)
-    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
-        return None
-    if record.get("marker") == SIGNATURE:
-        return record["kind"]
-    legacy = (set(record) == LEGACY_KEYS and record["kind"] in LEGACY_KINDS
-              and isinstance(record["created"], str) and LEGACY_CREATED.fullmatch(record["created"])
-              and isinstance(record["distillery"], (str, type(None))))
-    return record["kind"] if legacy else None
-
-
-def _is_export(folder: Path) -> bool:
-    """Whether ``folder`` holds an export manifest as distillery writes it (format, inputs, outputs)."""
-    from distillery.config import EXPORT_FORMATS
-
-    record = _read_json(folder / EXPORT_MANIFEST, MANIFEST_MAX_BYTES)
-    return (isinstance(record, dict) and record.get("format") in EXPORT_FORMATS
-            and isinstance(record.get("inputs"), list) and isinstance(record.get("outputs"), list))
-
-
-def is_ours(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` was written by distillery (it carries the marker or an export manifest)."""
-    return marker_kind(folder) is not None or _is_export(Path(folder))
-
-
-def mark(folder: str | os.PathLike, kind: str) -> None:
-    """Mark ``folder`` (which must exist) as a distillery ``kind`` folder (run, export, model...)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        made_by = version("distillery")
-    except PackageNotFoundError:  # run from a source tree that was not installed
-        made_by = None
-    record = {"marker": SIGNATURE, "kind": kind, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "distillery": made_by}
-    (Path(folder) / MARKER).write_text(json.dumps(record) + "\n")
+# What a run folder holds before its first checkpoint: nothing that a rerun would lose
+# (its settings and the identity of its teacher, which a resume checks: see pipeline.prepare_run_folder)
+RUN_TEACHER = "teacher_identity.json"
+UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER}
 
 
 def _resolved(path: str | os.PathLike) -> Path:
@@ -180,8 +122,9 @@ def remove_ours(folder: str | os.PathLike, option: str = "--out") -> None:
     _refuse_link(folder, option)  # rmtree would refuse it with an OSError; a sentence instead
     if not is_ours(folder):
         raise DistilleryError(
-            f"{folder} was not written by distillery (it holds no {MARKER} marker written by distillery), so it is not "
+            f"{folder} was not written by distillery (it holds no valid {MARKER} record), so it is not "
             f"deleted. Choose another {option}, or empty it yourself.")
+    check_all_recorded(folder, option)
     shutil.rmtree(folder)
 
 
@@ -210,12 +153,16 @@ def check_target(
         return
     if not is_ours(out):
         raise _not_ours(out, option)
-    if resume or entries <= UNSTARTED:
+    if resume:
+        return
+    if entries <= UNSTARTED:  # claim removes these files: only when distillery wrote them
+        check_all_recorded(out, option)
         return
     if not overwrite:
         raise DistilleryError(f"{out} already exists; pass --overwrite to replace it"
                               + (" or --resume to continue it." if kind == "run" else "."))
     _refuse_home_or_cwd(out, option)
+    check_all_recorded(out, option)
 
 
 def claim(
@@ -233,7 +180,7 @@ def claim(
     out = Path(out).expanduser()
     if out.is_dir() and not resume:
         entries = {p.name for p in out.iterdir()}
-        if entries <= UNSTARTED:  # empty, or a run that stopped before training: its config.yaml is rewritten
+        if entries <= UNSTARTED:  # empty, or a run that stopped before training: its files are rewritten
             for name in entries - {MARKER}:
                 (out / name).unlink()
         else:
@@ -304,7 +251,8 @@ def discard_unstarted(out: str | os.PathLike) -> None:
     """After a failure before training: remove what :func:`claim` wrote (marker, config.yaml), and
     the folder when that leaves it empty, so that nothing blocks the corrected rerun."""
     out = Path(out)
-    if not out.is_dir() or not is_ours(out) or not {p.name for p in out.iterdir()} <= UNSTARTED:
+    if (not out.is_dir() or not is_ours(out) or not {p.name for p in out.iterdir()} <= UNSTARTED
+            or unrecorded(out) is not None):
         return
     for name in UNSTARTED:
         (out / name).unlink(missing_ok=True)
@@ -393,6 +341,7 @@ def _put_in_place(tmp: Path, final: Path, existing: str, *, durable: bool, optio
         fsync_dir(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    record(final)
 
 
 @contextlib.contextmanager
@@ -451,6 +400,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         with open(tmp, mode.replace("w", "x")) as f:
             yield f
         os.replace(tmp, path)
+        record(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

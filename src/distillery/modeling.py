@@ -25,6 +25,7 @@ from transformers import (
 )
 from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput
 
+from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, mark
 from distillery.weights import record_weights
@@ -143,6 +144,11 @@ def model_folder(path: str | Path) -> Path:
     if (path / "student" / "config.json").is_file():
         return path / "student"
     if not path.exists():
+        if str(path) in (BUILTIN_TEACHER, BASE_TEACHER):  # a teacher's name, not a folder
+            raise DistilleryError(
+                f"{path} names a built-in teacher, a pretrained encoder without a task head, not a saved model: this "
+                f"command takes a saved model folder or a run folder. Fine-tune it first (`distillery teacher --teacher "
+                f"{path} --task TASK --out DIR`) and give DIR, or compress it (`--teacher {path}`).")
         raise DistilleryError(f"{path} does not exist.")
     raise DistilleryError(f"{path} is not a saved model: it has no config.json (nor student/config.json).")
 

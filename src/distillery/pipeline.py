@@ -28,14 +28,15 @@ from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
-from distillery.folders import WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked, writing
+from distillery.folders import (RUN_TEACHER, WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked,
+                                write_file, writing)
 from distillery.modeling import save_model
 from distillery.method import Method, get_method
 from distillery.recipe import MethodContext
 from distillery.report import write_report
 from distillery.runtime import is_export
 from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
-                                teacher_tokenizer)
+                                teacher_identity, teacher_tokenizer)
 
 logger = logging.getLogger("distillery")
 
@@ -142,14 +143,43 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     return out, config
 
 
+
 def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bool) -> None:
-    """Create (and mark) the run folder and its config.yaml; refuse to clobber anything (see folders)."""
+    """Create (and mark) the run folder, its config.yaml and the teacher's identity; refuse to clobber
+    anything (see folders). A resume checks that the teacher is still the one the run started with."""
     if resume:
+        check_same_teacher(out, config)
         logger.info("Resuming the run in %s with its saved settings.", out)
         return
     with writing(out, "the run folder"):
         claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
-        config.save(out / "config.yaml")
+        write_file(out / "config.yaml", config.to_yaml())
+        write_file(out / RUN_TEACHER, json.dumps(teacher_identity(config.teacher.name), indent=2))
+
+
+def check_same_teacher(out: Path, config: RunConfig) -> None:
+    """Refuse to resume a run whose teacher changed since it started (weights changed in place, another
+    Hub revision): its checkpoints were trained against the old one, and the report would name one teacher."""
+    path = out / RUN_TEACHER
+    if not path.is_file():
+        logger.warning("%s has no %s (a run from before it was kept): the teacher is not checked against the one "
+                       "the run started with.", out, RUN_TEACHER)
+        return
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise DistilleryError(f"{path} is damaged; the teacher this run started with is unknown, so it is not "
+                              f"resumed. Start it again (--overwrite).") from None
+    now = teacher_identity(config.teacher.name)
+    if saved == now:
+        return
+    files, before = now.get("files", {}), saved.get("files", {}) if isinstance(saved, dict) else {}
+    changed = sorted(name for name in set(files) | set(before) if files.get(name) != before.get(name))
+    what = (f"its {', '.join(changed)} changed" if changed
+            else f"it resolves to {now} now, {saved} when the run started")
+    raise DistilleryError(f"The teacher {config.teacher.name} is not the one this run started with ({what}); its "
+                          f"checkpoints were trained against the old teacher, so the run is not resumed. Restore the "
+                          f"teacher, or start a new run (another --out, or --overwrite).")
 
 
 def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume: bool = False,
@@ -205,6 +235,11 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data,
                         out_dir=out, resume=resume)
     t0 = time.time()
+    # The student's random parts (cmow's whole model, a projection, a router) are drawn after this seed,
+    # not from whatever the teacher's step left in the generators (fine-tuned now, or read from the cache)
+    from transformers import set_seed
+
+    set_seed(config.student.seed)
     student = method.run(ctx)
     student_seconds = time.time() - t0
     student.eval()

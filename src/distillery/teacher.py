@@ -27,7 +27,7 @@ from transformers import AutoConfig, PreTrainedModel, set_seed
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
-from distillery.config import DataConfig, TeacherConfig, cache_root, load_yaml
+from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, DataConfig, TeacherConfig, cache_root, load_yaml
 from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.distill.losses import task_loss
@@ -37,12 +37,10 @@ from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
 from distillery.modeling import first_line, head_for_task, head_named, load_checked, load_tokenizer, register_models
 from distillery.runtime import load_export, on_device, read_manifest
-from distillery.weights import check_against_config, record_weights, sha256_file
+from distillery.weights import check_against_config, file_digest, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
 
-BUILTIN_TEACHER = "minilm"
-BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
 # where the built-in teachers come from on the Hub (a model card's base_model)
 TEACHER_HUB_IDS = {BUILTIN_TEACHER: "sentence-transformers/all-MiniLM-L6-v2",
                    BASE_TEACHER: "sentence-transformers/all-mpnet-base-v2"}
@@ -108,13 +106,26 @@ def head_kwargs(task: TaskSpec) -> dict:
         return {}
     if task.kind == "regression":
         return {"num_labels": 1, "problem_type": "regression"}
-    labels = list(task.labels)
+    names = list(task.class_names)
     return {
-        "num_labels": len(labels),
+        "num_labels": len(names),
         "problem_type": "single_label_classification",
-        "id2label": dict(enumerate(labels)),
-        "label2id": {label: i for i, label in enumerate(labels)},
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
     }
+
+
+def name_classes(config, task: TaskSpec) -> None:
+    """Give ``config``'s classes the task's names (``negative``/``positive`` for SST-2, a custom file's label
+    strings) when its id2label says nothing more: transformers' LABEL_i, or the digits the files write (a
+    teacher fine-tuned by an older distillery, or given fine-tuned with a generic head). Students copy it."""
+    if task.kind != "classification" or config.num_labels != len(task.class_names):
+        return
+    current = [str(config.id2label.get(i, "")) for i in range(config.num_labels)]
+    generic = [f"LABEL_{i}" for i in range(config.num_labels)]
+    if current in (generic, list(task.labels or ())) and current != list(task.class_names):
+        config.id2label = dict(enumerate(task.class_names))
+        config.label2id = {name: i for i, name in enumerate(task.class_names)}
 
 
 def teacher_config(name: str):
@@ -282,19 +293,6 @@ def check_finetuned_head(name: str, model: PreTrainedModel, task: TaskSpec, load
 # The files of a saved model that decide what it computes: weights, config, tokenizer.
 CONTENT_FILES = ("config.json", "*.safetensors", "*.bin", "*.index.json", "tokenizer*", "vocab*", "merges.txt",
                  "special_tokens_map.json", "added_tokens.json", "*.model")
-# sha256 of a file by (path, inode, size, mtime_ns): a teacher's weights are read once per process.
-_FILE_DIGESTS: dict[tuple, str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of the file at ``path`` (memoised while its path, inode, size and mtime stay the same)."""
-    stat = path.stat()
-    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if memo not in _FILE_DIGESTS:
-        _FILE_DIGESTS[memo] = sha256_file(path)
-    return _FILE_DIGESTS[memo]
-
-
 def teacher_identity(name: str) -> dict:
     """What the teacher ``name`` is, by content: the sha256 of each of its model files for a local
     folder (the built-in teacher's included), so that a folder updated in place, or whose weights
@@ -385,6 +383,8 @@ def get_finetuned_teacher(
     teacher was given, cached or fine-tuned now.
     """
     model, tokenizer, info = _finetuned_teacher(teacher, task, data, task_data)
+    if getattr(model, "config", None) is not None:
+        name_classes(model.config, task)
     return on_device(model, distributed.device()), tokenizer, info
 
 

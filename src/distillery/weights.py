@@ -3,7 +3,8 @@
 - **Integrity**: every folder distillery saves records the SHA-256 of each weights file
   (``distillery_weights.json``, :func:`record_weights`); loading such a folder checks them
   (:func:`verify_weights`), so a byte changed inside tensor data (same size, valid header: nothing
-  else would notice) is refused. A folder without the record (a user's own model) loads without this check.
+  else would notice) is refused. A folder without the record loads without this check when it is a user's
+  own model; one distillery saved (it holds ``.distillery``) is refused, since its record was deleted.
 - **Agreement with config.json**, read from the safetensors header alone (:func:`check_against_config`),
   so that a config asking for 100000 layers is refused before a model of that size is built.
 - **Format**: only safetensors, or ``.bin`` files of plain tensors, are read; a pickle holding
@@ -38,6 +39,19 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+# sha256 of a file by (path, inode, size, mtime_ns): a teacher's weights are read once per process.
+_FILE_DIGESTS: dict[tuple, str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of the file at ``path`` (memoised while its path, inode, size and mtime stay the same)."""
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if memo not in _FILE_DIGESTS:
+        _FILE_DIGESTS[memo] = sha256_file(path)
+    return _FILE_DIGESTS[memo]
+
+
 def weight_files(folder: Path) -> list[Path]:
     return sorted(p for pattern in WEIGHT_PATTERNS for p in Path(folder).glob(pattern) if p.is_file())
 
@@ -52,11 +66,19 @@ def record_weights(folder: str | Path) -> None:
         f.write(json.dumps(record, indent=2) + "\n")
 
 
-def verify_weights(folder: str | Path) -> None:
-    """Refuse ``folder`` when a weights file it recorded is missing or its bytes changed."""
+def verify_weights(folder: str | Path, required: bool = False) -> None:
+    """Refuse ``folder`` when a weights file it recorded is missing or its bytes changed, and when it has
+    no record although distillery saved it (it holds distillery's ``.distillery`` file: every folder of
+    weights distillery saves has a record) or ``required``. A user's own model, without either, passes."""
+    from distillery.folders import MARKER
+
     folder = Path(folder)
     path = folder / WEIGHTS_RECORD
     if not path.is_file():
+        if weight_files(folder) and (required or (folder / MARKER).exists()):
+            raise DistilleryError(f"{folder} has no weights record ({WEIGHTS_RECORD}, which distillery writes beside "
+                                  f"every model it saves), so its weights cannot be verified; it is not used. Save "
+                                  f"the model again (or rerun the command that made it).")
         return
     try:
         record = json.loads(path.read_text())
@@ -143,9 +165,25 @@ def pickle_refusal(folder: str | Path) -> DistilleryError:
 
 def check_finite(model, folder: str | Path) -> None:
     """Refuse a model with NaN or infinite weights: it would score as if it guessed."""
+    _refuse_non_finite(model.state_dict().items(), folder)
+
+
+def check_saved_finite(folder: str | Path) -> None:
+    """:func:`check_finite` on the safetensors files of ``folder`` as saved, one tensor at a time (no model built)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                _refuse_non_finite(((key, f.get_tensor(key)) for key in f.keys()), path)
+        except SafetensorError as e:
+            raise DistilleryError(f"{path} is corrupt ({e}).") from None
+
+
+def _refuse_non_finite(tensors, folder: str | Path) -> None:
     import torch
 
-    for name, tensor in model.state_dict().items():
+    for name, tensor in tensors:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             files = weight_files(Path(folder)) if Path(folder).is_dir() else []
             where = files[0] if len(files) == 1 else folder

@@ -225,6 +225,7 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
 
     from safetensors.torch import save_file
 
+    from distillery.folders import record
     from distillery.weights import record_weights
 
     folder = Path(folder)
@@ -238,6 +239,7 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
             "layer_rule": LAYER_RULE}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
     record_weights(folder)
+    record(folder)
     return folder
 
 

@@ -34,6 +34,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
+from distillery.folders import record, write_file
 from distillery.method import Method
 from distillery.recipe import MethodContext
 
@@ -256,6 +257,7 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    record(path)
 
 
 def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple[Arch, float]:
@@ -353,6 +355,7 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
         result = optuna_search(searched, evaluate, predict, budget, trials=int(opts.generations) * int(opts.population),
                                population=int(opts.population), seed=seed, journal=ctx.out_dir / "search.journal",
                                floor_ms=floor)
+        record(ctx.out_dir / "search.journal")
         write_log(ctx.out_dir / "search.json", result.evaluated, budget)
         return result
     full = space.full()  # the distill baseline's shape: every other layer, full width
@@ -433,7 +436,7 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
             teacher_ms: float) -> Arch:
     ctx.notes.append(f"Architecture: {arch}; predicted {predicted:.2f} ms, measured {measured:.2f} ms "
                      f"(budget {budget:.2f} ms).")
-    (ctx.out_dir / "architecture.json").write_text(json.dumps(
+    write_file(ctx.out_dir / "architecture.json", json.dumps(
         {**arch.as_dict(), "predicted_ms": predicted, "measured_ms": measured, "budget_ms": budget,
          "teacher_ms": teacher_ms, "choice": opts.arch or "search"}, indent=2))
     return arch
@@ -460,9 +463,10 @@ class AutoTinyBert(Method):
         opts = self.options(ctx.config)
         ctx.teacher.eval()
         supernet, projection = train_supernet_on_task(ctx, opts)
+        chosen = chosen_before(ctx) if ctx.resume else None
         # timings on cores the processes share would disagree: the main process times, searches and
         # writes the search's files; every process then trains the architecture it chose
-        arch, speedup = distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
+        arch, speedup = chosen or distributed.on_main(choose_architecture, ctx, opts, supernet, projection)
         student = supernet.extract(arch)
         if not opts.further_training:
             ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
@@ -478,6 +482,23 @@ class AutoTinyBert(Method):
                          f"learning rate {lr:.2g}.")
         return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
                          train_dataset=train, lr=lr)
+
+
+def chosen_before(ctx: MethodContext) -> tuple[Arch, float] | None:
+    """The architecture (and budget speed-up) a run killed after its choice had written to
+    architecture.json: its resume continues that one, as timings taken now could choose another."""
+    path = ctx.out_dir / "architecture.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        arch = Arch(*(int(saved[k]) for k in ("layers", "hidden", "ffn", "heads", "qkv")))
+        speedup = float(saved["teacher_ms"]) / float(saved["budget_ms"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        raise DistilleryError(f"{path} is damaged (it should hold the architecture this run chose); start the run "
+                              f"again with --overwrite.") from None
+    ctx.notes.append(f"Architecture chosen before the resume: {arch}.")
+    return arch, speedup
 
 
 def further_lr(opts, student_lr: float, speedup: float) -> float:

@@ -45,7 +45,7 @@ from torch import nn
 from distillery.bench import noise
 from distillery.bench.records import (format_bench_table, format_count, format_hardware, format_sweep,  # noqa: F401
                                      setting_label, speedup_over, sweep_of)
-from distillery.bench.settings import DEVICES, DTYPES, bench_flags, measured_settings  # noqa: F401
+from distillery.bench.settings import DEVICES, DTYPES, bench_flags, measured_settings, usable_cpus  # noqa: F401
 from distillery.data.encode import model_device, model_inputs
 from distillery.errors import DistilleryError
 from distillery.runtime import load_model
@@ -96,10 +96,7 @@ def hardware_fingerprint(device: str | torch.device | None = None) -> dict[str, 
     when it is a CUDA device, None for a CPU device; with no device given, the current CUDA
     device when there is one.
     """
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
+    usable = usable_cpus()
     gpu = None
     if device is None:
         if torch.cuda.is_available():
@@ -562,6 +559,6 @@ def _size_record(model: nn.Module, lat_seq: int, tp_seq: int) -> dict[str, Any]:
 
 def save_bench(bench: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a bench record as indented JSON; return the path."""
-    path = Path(path)
-    path.write_text(json.dumps(bench, indent=2) + "\n")
-    return path
+    from distillery.folders import write_file
+
+    return write_file(path, json.dumps(bench, indent=2) + "\n")

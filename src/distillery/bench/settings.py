@@ -4,6 +4,7 @@ a sentence where this machine cannot measure them."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import torch
@@ -23,6 +24,14 @@ def _listed(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (a container's or taskset's share, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def _thread_counts(threads: Any) -> list[int | None]:
     counts: list[int | None] = []
     for item in _listed(threads):
@@ -31,6 +40,9 @@ def _thread_counts(threads: Any) -> list[int | None]:
         if not isinstance(item, int) or isinstance(item, bool) or item < 1:
             raise DistilleryError(f"bench threads must be whole numbers of at least 1 (one, or a comma list such "
                                   f"as 1,4), got {threads!r}.")
+        if item > usable_cpus():  # threads beyond the cores time their contention, not the model
+            raise DistilleryError(f"bench threads {item} is more than the {usable_cpus()} CPUs this process may use; "
+                                  f"give at most {usable_cpus()}.")
         if item not in counts:
             counts.append(item)
     return counts or [None]

@@ -218,7 +218,7 @@ def eval_cmd(
     model: str = typer.Argument(..., help="A saved model folder or a run folder."),
     task: str = typer.Option("sst2"),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
-    split: str = typer.Option("dev"),
+    split: str = typer.Option("dev", help="The dev split to score: dev, or one of the task's (MNLI: dev_matched, dev_mismatched)."),
     max_length: int = typer.Option(128),
     squad_holdout: Optional[float] = typer.Option(None),
     dev_file: DevFile = None,

@@ -30,6 +30,7 @@ from torch import nn
 from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM, checked_config
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
+from distillery.folders import record, write_file
 from distillery.weights import record_weights
 
 logger = logging.getLogger("distillery")
@@ -167,5 +168,6 @@ def _save(out: Path, model: nn.Module, tokenizer, facts: dict[str, Any]) -> None
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     record_weights(out / "model")
-    (out / "pretrain.json").write_text(json.dumps(facts, indent=2))
+    record(out / "model")
+    write_file(out / "pretrain.json", json.dumps(facts, indent=2))
     shutil.rmtree(out / "checkpoints", ignore_errors=True)

@@ -159,16 +159,19 @@ def read_glue_tsv(task: TaskSpec, path: Path) -> datasets.Dataset:
         index = {"text": task.text_field, "label": task.label_field}
         if task.text_pair_field is not None:
             index["text_pair"] = task.text_pair_field
-    needed = max(index.values()) + 1
+    # every row has the header's fields (CoLA, without a header: up to its text's); an extra one is a
+    # tab inside a text or a damaged row, never something to read past
+    needed = len(header) if header is not None else max(index.values()) + 1
     label_ids = {label: i for i, label in enumerate(task.labels)} if task.labels else None
     columns: dict[str, list] = {key: [] for key in index}
     for number, line in lines:
         if not line.strip():
             continue
         fields = line.split("\t")
-        if len(fields) < needed:
+        if len(fields) != needed:
             raise DistilleryError(
-                f"{path}, line {number}: expected at least {needed} tab-separated fields, found {len(fields)}."
+                f"{path}, line {number}: expected {needed} tab-separated fields"
+                f"{' as its header has' if header is not None else ''}, found {len(fields)}."
             )
         raw_label = fields[index["label"]].strip()
         columns["label"].append(_parse_label(task, raw_label, label_ids, path, number))

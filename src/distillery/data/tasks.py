@@ -41,6 +41,8 @@ class TaskSpec:
     text_field: str | int | None = None
     text_pair_field: str | int | None = None
     label_field: str | int | None = None
+    # What each class is called (a model's id2label, which pipeline() prints), where the files write digits
+    label_names: tuple[str, ...] | None = None
     # The Hub fallback: load_dataset(hub_id, hub_name), and the Hub's own column names.
     hub_id: str | None = None
     hub_name: str | None = None
@@ -73,6 +75,11 @@ class TaskSpec:
         if self.kind == "regression":
             return 1
         return len(self.labels) if self.labels else 0
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The classes' names: ``label_names`` where the task has them (GLUE's digit labels), else its labels."""
+        return self.label_names or tuple(self.labels or ())
 
     @property
     def is_qa(self) -> bool:
@@ -119,11 +126,14 @@ BINARY = ("0", "1")
 NLI2 = ("entailment", "not_entailment")
 TASKS: dict[str, TaskSpec] = {
     # CoLA has no header: source, label, original label (blank or "*"), sentence.
-    "cola": _glue("cola", "CoLA", BINARY, ("mcc",), "mcc", text=3, label=1, hub_text="sentence", has_header=False),
-    "sst2": _glue("sst2", "SST-2", BINARY, ("accuracy",), "accuracy", text="sentence", label="label", hub_text="sentence"),
+    "cola": _glue("cola", "CoLA", BINARY, ("mcc",), "mcc", text=3, label=1, hub_text="sentence", has_header=False,
+                  label_names=("unacceptable", "acceptable")),
+    "sst2": _glue("sst2", "SST-2", BINARY, ("accuracy",), "accuracy", text="sentence", label="label", hub_text="sentence",
+                  label_names=("negative", "positive")),
     "mrpc": _glue(
         "mrpc", "MRPC", BINARY, ("f1", "accuracy"), "f1",
         text="#1 String", text_pair="#2 String", label="Quality", hub_text="sentence1", hub_text_pair="sentence2",
+        label_names=("not_equivalent", "equivalent"),
     ),
     "stsb": _glue(
         "stsb", "STS-B", None, ("pearson", "spearman"), "pearson",
@@ -132,6 +142,7 @@ TASKS: dict[str, TaskSpec] = {
     "qqp": _glue(
         "qqp", "QQP", BINARY, ("f1", "accuracy"), "f1",
         text="question1", text_pair="question2", label="is_duplicate", hub_text="question1", hub_text_pair="question2",
+        label_names=("not_duplicate", "duplicate"),
     ),
     "mnli": _glue(
         "mnli", "MNLI", ("entailment", "neutral", "contradiction"), ("accuracy",), "accuracy",
@@ -150,6 +161,7 @@ TASKS: dict[str, TaskSpec] = {
     "wnli": _glue(
         "wnli", "WNLI", BINARY, ("accuracy",), "accuracy",
         text="sentence1", text_pair="sentence2", label="label", hub_text="sentence1", hub_text_pair="sentence2",
+        label_names=("not_entailment", "entailment"),
     ),
     "squad": TaskSpec(
         name="squad", kind="qa", labels=None, metrics=("exact_match", "f1"), main_metric="f1",

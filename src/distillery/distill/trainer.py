@@ -50,6 +50,7 @@ from distillery.distill.checkpoint import (
 from distillery.distill.data_order import EpochSampler, SeededCollate, train_loader
 from distillery.distill.optim import flatten_extra, optimizer_and_schedule, schedule_lengths, trained_parameters
 from distillery.errors import DistilleryError
+from distillery.folders import record
 
 logger = logging.getLogger("distillery")
 
@@ -190,6 +191,7 @@ class Trainer:
             run.progress.close()
             if self.config.tensorboard:
                 acc.end_training()
+                record(self.out_dir / "tb")
         return self._finish(run)
 
     def _setup(self) -> "_Session":

@@ -32,6 +32,7 @@ from distillery.data.encode import model_inputs
 from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
+from distillery.folders import record, write_file
 from distillery.encoders import ffn_width
 from distillery.moebert.convert import convert, count_tokens, teacher_layout
 import distillery.distributed as distributed
@@ -108,13 +109,30 @@ def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, o
         "examples": str(min(n or len(task_data.train), len(task_data.train)))}))
 
 
-def load_importance(path: str | Path) -> torch.Tensor:
+def load_importance(path: str | Path, teacher_config) -> torch.Tensor:
+    """The scores ``distillery moebert importance`` wrote to ``path``: one per FFN neuron of each of the
+    teacher's layers, finite; anything else is a sentence naming the file and what it holds instead."""
     from safetensors import SafetensorError
 
+    from distillery.data.files import regular_file
+
+    path = regular_file(path, "Importance file")
+    written_by = "give a file written by `distillery moebert importance` for this teacher"
     try:
-        return load_file(str(path))["importance"]
-    except (OSError, SafetensorError, KeyError) as e:  # unreadable, not a safetensors file, no "importance" tensor
-        raise DistilleryError(f"Cannot read importance scores from {path}: {e}") from None
+        tensors = load_file(str(path))
+    except (OSError, SafetensorError) as e:  # unreadable, not a safetensors file
+        raise DistilleryError(f"{path} is not a readable safetensors file ({e}); {written_by}.") from None
+    if "importance" not in tensors:
+        held = ", ".join(sorted(tensors)[:5]) or "no tensor"
+        raise DistilleryError(f"{path} holds no 'importance' tensor (it holds {held}); {written_by}.")
+    scores = tensors["importance"]
+    expected = (teacher_config.num_hidden_layers, teacher_width(teacher_config))
+    if tuple(scores.shape) != expected:
+        raise DistilleryError(f"{path} holds importance scores of shape {tuple(scores.shape)}, but the teacher has "
+                              f"{expected[0]} layers of {expected[1]} FFN neurons; {written_by}.")
+    if not scores.is_floating_point() or not bool(torch.isfinite(scores).all()):
+        raise DistilleryError(f"{path} holds importance scores that are not finite numbers; {written_by}.")
+    return scores
 
 
 def wants_refit(opts: MoEBertOptions, kind: str) -> bool:
@@ -160,7 +178,7 @@ def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
     if opts.split != "random":
         path = ctx.out_dir / "importance.safetensors"
         if ctx.resume and path.is_file():
-            importance = load_importance(path)
+            importance = load_importance(path, teacher.config)
         else:
             importance = compute_importance(teacher, task_data, config, opts)
             if distributed.is_main():
@@ -197,7 +215,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     share = load.double() / load.sum(1, keepdim=True).clamp_min(1)
-    (out_dir / "expert_load.json").write_text(json.dumps({"tokens": load.tolist(), "share": share.tolist()}, indent=2))
+    write_file(out_dir / "expert_load.json", json.dumps({"tokens": load.tolist(), "share": share.tolist()}, indent=2))
     layers, n = load.shape
     fig, ax = plt.subplots(figsize=(max(5, layers * 0.9), 3))
     width = 0.8 / n
@@ -210,6 +228,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out_dir / "expert_load.png", dpi=100)
     plt.close(fig)
+    record(out_dir / "expert_load.png")
     busiest = float(share.max())
     return [f"Per-expert load on dev (share of real tokens, ideal {1 / n:.2f}): busiest expert {busiest:.2f}; "
             f"expert_load.png / expert_load.json."]
@@ -290,7 +309,7 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     expert_shape(opts, teacher_width(teacher.config))  # an impossible shape fails before any scoring
     importance = None
     if opts.split != "random":
-        importance = (load_importance(importance_path) if importance_path is not None
+        importance = (load_importance(importance_path, teacher.config) if importance_path is not None
                       else compute_importance(teacher, task_data, config, opts))
     save_model(convert_teacher(teacher, task_data, config, opts, importance)[0], tokenizer, out)
     return out
