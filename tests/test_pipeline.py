@@ -263,6 +263,9 @@ def test_every_run_measures_the_students_int8_export_and_names_what_to_deploy(ti
     verdict = (out / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
     assert sentence in verdict
     assert sentence in (out / "student" / "README.md").read_text()
+    # every file of the export is in the folder's record: the run can be replaced
+    assert compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run", int8=False), overwrite=True) == out
+    assert not (out / "exports").exists()
 
 
 def test_no_int8_keeps_the_student_alone(tiny_bert4, glue_dir, tmp_path, monkeypatch):

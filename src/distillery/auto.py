@@ -18,13 +18,12 @@ import contextlib
 import json
 import logging
 import math
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from distillery.config import run_inputs
+from distillery.config import parse_time_budget, run_inputs
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, claim, locked, marker_kind
 from distillery.markdown import fmt_metric, fmt_ms, fmt_seconds, fmt_x, md
@@ -89,26 +88,6 @@ def make_target(speedup: float | None, latency_ms: float | None) -> Target:
         raise DistilleryError(f"--latency-ms must be above 0, got {latency_ms:g}.")
     return Target(float(speedup) if speedup is not None else None,
                   float(latency_ms) if latency_ms is not None else None)
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms]?)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
-
-
-def parse_time_budget(text: str | float | int | None) -> float | None:
-    """Seconds from ``--time-budget``: "2h", "30m", "1h30m", "90s" or a number of seconds; None: no budget."""
-    if text is None:
-        return None
-    raw = str(text).strip().lower().replace(" ", "")
-    parts = _DURATION.findall(raw)
-    bare = len(parts) > 1 and any(unit == "" for _, unit in parts)  # "1h30" is ambiguous
-    if not raw or "".join(n + u for n, u in parts) != raw or bare:
-        raise DistilleryError(f"--time-budget must be a duration such as 30m, 2h, 1h30m, 90s or a number of "
-                              f"seconds, got {text!r}.")
-    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
-    if seconds <= 0:
-        raise DistilleryError(f"--time-budget must be longer than 0 seconds, got {text!r}.")
-    return seconds
 
 
 # --------------------------------------------------------------------------------------------

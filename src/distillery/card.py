@@ -168,7 +168,7 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     at_chance = chance_warning(run["metrics"])
     return ["## Speed and accuracy", "",
             verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
-            *([f"**{at_chance}**", ""] if at_chance else []), *([f"**{md(unstable)}**", ""] if unstable else []),
+            *([f"**{md(at_chance)}**", ""] if at_chance else []), *([f"**{md(unstable)}**", ""] if unstable else []),
             *([deploy, ""] if deploy else []),
             (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
              f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -529,3 +530,25 @@ def run_inputs(config: RunConfig) -> list[str]:
     paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file]
     paths += [v for v in config.method_options.values() if isinstance(v, str) and ("/" in v or os.sep in v)]
     return [str(p) for p in paths if p]
+
+
+# --time-budget (compress --method auto): a duration in words
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms]?)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
+
+
+def parse_time_budget(text: str | float | int | None) -> float | None:
+    """Seconds from ``--time-budget``: "2h", "30m", "1h30m", "90s" or a number of seconds; None: no budget."""
+    if text is None:
+        return None
+    raw = str(text).strip().lower().replace(" ", "")
+    parts = _DURATION.findall(raw)
+    bare = len(parts) > 1 and any(unit == "" for _, unit in parts)  # "1h30" is ambiguous
+    if not raw or "".join(n + u for n, u in parts) != raw or bare:
+        raise DistilleryError(f"--time-budget must be a duration such as 30m, 2h, 1h30m, 90s or a number of "
+                              f"seconds, got {text!r}.")
+    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise DistilleryError(f"--time-budget must be longer than 0 seconds, got {text!r}.")
+    return seconds

@@ -19,7 +19,6 @@ SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to p
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -32,6 +31,7 @@ from torch.utils.data import DataLoader
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from distillery.errors import DistilleryError
+from distillery.metrics import is_finite_number
 
 logger = logging.getLogger("distillery")
 
@@ -451,7 +451,7 @@ def baseline_rows(bench: Mapping[str, Any], metrics: Mapping[str, Any],
         if rec is None or not values or values.get(main) is None:
             continue
         value = values[main]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_finite_number(value):
             raise DistilleryError(f"The run's metrics.json records {main} {value!r} for {name}, not a finite number: "
                                   "no verdict can be drawn from it. Score the model again (distillery eval).")
         speed = speedup_over(ref, rec) if ref is not None else {}

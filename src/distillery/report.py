@@ -10,7 +10,6 @@ methods. ``merge_runs`` does the same across the run folders of several methods 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,6 +23,7 @@ from distillery.folders import atomic_file, claim_for_rewrite
 from distillery.bench.noise import noise_warning
 from distillery.live_baselines import BASELINE_NAMES, baseline_section, deploy_sentence
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
+from distillery.metrics import chance_warning, is_finite_number
 from distillery.plot import dominates, plot_points, write_plot
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
@@ -151,12 +151,8 @@ def main_metric(metrics: Mapping[str, Any]) -> str:
     main = metrics.get("main_metric")
     if main:
         return str(main)
-    numeric = [k for k, v in metrics["teacher"].items() if _is_number(v)]
+    numeric = [k for k, v in metrics["teacher"].items() if is_finite_number(v)]
     return numeric[0] if numeric else "score"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def model_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
@@ -168,7 +164,7 @@ def model_metrics(metrics: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     sources += list((metrics.get("baselines") or {}).items())
     for name, values in sources:
         if isinstance(values, Mapping):
-            out[str(name)] = {k: float(v) for k, v in values.items() if _is_number(v)}
+            out[str(name)] = {k: float(v) for k, v in values.items() if is_finite_number(v)}
     return out
 
 
@@ -197,7 +193,7 @@ def run_rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
             speedup = speedup_over(teacher_bench, rec)
         score = values.get(main)
         retention = None
-        if name == "student" and _is_number(metrics.get("retention")):
+        if name == "student" and is_finite_number(metrics.get("retention")):
             retention = float(metrics["retention"])
         elif score is not None and teacher_main:
             retention = score / teacher_main
@@ -282,22 +278,6 @@ def _faster(x: float) -> str:
     return f"{x:.1f}× faster" if x >= 1 else f"{1 / x:.1f}× slower"
 
 
-def chance_warning(metrics: Mapping[str, Any]) -> str | None:
-    """One sentence when the teacher's dev score is within noise of a model that learned nothing
-    (metrics.json ``chance``, :func:`distillery.evaluation.chance_score`), else None."""
-    chance, main = metrics.get("chance"), metrics.get("main_metric")
-    teacher = (metrics.get("teacher") or {}).get(main)
-    if not isinstance(chance, Mapping) or not _is_number(teacher) or not _is_number(chance.get("main")) \
-            or not _is_number(chance.get("margin")):
-        return None
-    if teacher > chance["main"] + chance["margin"]:
-        return None
-    return (f"The teacher scores at chance on this dev set: {md(main)} {fmt_metric(teacher)} against "
-            f"{fmt_metric(chance['main'])} for {md(chance.get('predictor', 'a constant'))}, within the "
-            f"±{chance['margin']:.3f} its size allows. The student's retention against it means nothing; "
-            "fine-tune the teacher longer or check the data.")
-
-
 def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×128", tp_shape: str = "256×64",
             at_chance: bool = False) -> str:
     """A few sentences stating what the numbers say about the student against the teacher (``at_chance``:
@@ -359,15 +339,15 @@ def config_lines(
         value = setting(config, f"data.{key}") or (metrics or {}).get(key)
         if value:
             lines.append(f"- limited to {md(value)} {what} (`{key}`): scores are noisier than on the full set")
-    if _is_number(train.get("train_examples")):
+    if is_finite_number(train.get("train_examples")):
         teacher_n = train.get("teacher_train_examples")
         lines.append(f"- training examples: {int(train['train_examples']):,}"
                      + (f" (the teacher fine-tuned on {int(teacher_n):,} of them, and labelled the rest)"
-                        if _is_number(teacher_n) and teacher_n < train["train_examples"] else ""))
+                        if is_finite_number(teacher_n) and teacher_n < train["train_examples"] else ""))
     if train.get("teacher_cached") and not setting(config, "teacher.finetuned"):  # a given one is not fine-tuned here
         lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
-        if key.endswith("_seconds") and _is_number(value):
+        if key.endswith("_seconds") and is_finite_number(value):
             what = key[: -len("_seconds")].replace("_", " ")
             label = "whole run time" if what == "total" else f"{what} training time"
             lines.append(f"- {md(label)}: {fmt_seconds(value)}")
@@ -435,7 +415,7 @@ def chain_section(metrics: Mapping[str, Any], main: str) -> str:
     for i, link in enumerate(chain):
         scores = metrics.get("teacher") if i == last - 1 else metrics.get("student") if i == last else link.get("metrics")
         score = (scores or {}).get(main) if link.get("task") in (None, task) else None
-        kept = final / score if _is_number(final) and _is_number(score) and score else None
+        kept = final / score if is_finite_number(final) and is_finite_number(score) and score else None
         lines.append(f"| {_chain_role(i, last)}: {md(link.get('model'), code=True)} | "
                      f"{md(link.get('method') or '—')} | {fmt_metric(score)} | {fmt_pct(kept)} |")
     return "\n".join(lines + [""])
@@ -491,7 +471,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     out = [f"# {md(method)} on {md(task)}", ""]
     at_chance = chance_warning(metrics)
     if at_chance:
-        out += [f"**{at_chance}**", ""]
+        out += [f"**{md(at_chance)}**", ""]
     compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}"
     t, s = by_name.get("teacher"), by_name.get("student")
     if t and s and t["params"] and s["params"]:
