@@ -304,3 +304,19 @@ def test_whole_split_epochs_apply_only_to_a_split_larger_than_the_runs(tiny_bert
     notes = json.loads((budget / "train.json").read_text())["notes"]
     assert not any("over the whole train split" in n for n in notes)
     assert epochs[-3:] == [2.0, 1.0, 2.0]  # teacher fine-tuning, the student on all 96, the student on the 40
+
+
+@pytest.mark.parametrize("method", ["distill", "cmow"])
+def test_eval_of_the_saved_student_equals_metrics_json_exactly(tiny_bert, glue_dir, tmp_path, method):
+    # the run scores the student as saved, so a reload in another process gives metrics.json to the last bit
+    import subprocess
+    import sys
+
+    extra = {"method_options.matrix_dim": 4, "method_options.vector_dim": 16} if method == "cmow" else {}
+    out = compress(tiny_config(tiny_bert, glue_dir, tmp_path / "run", task="stsb", method=method, **extra))
+    recorded = json.loads((out / "metrics.json").read_text())["student"]
+    code = ("import json, sys, distillery; print(json.dumps(distillery.evaluate(sys.argv[1], task='stsb', "
+            "data_dir=sys.argv[2], max_length=32)['metrics']))")
+    shown = subprocess.run([sys.executable, "-c", code, str(out), str(glue_dir)], capture_output=True, text=True,
+                           check=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}).stdout
+    assert json.loads(shown.strip().splitlines()[-1]) == recorded

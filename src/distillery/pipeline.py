@@ -23,7 +23,7 @@ import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.card import write_card
 from distillery.config import RunConfig, nested_settings, run_inputs, setting
-from distillery.data.encode import prepare_task_data
+from distillery.data.encode import model_device, prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
@@ -34,7 +34,7 @@ from distillery.modeling import save_model
 from distillery.method import Method, get_method
 from distillery.recipe import MethodContext
 from distillery.report import write_report
-from distillery.runtime import is_export
+from distillery.runtime import is_export, load_model
 from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
                                 teacher_identity, teacher_tokenizer)
 
@@ -247,6 +247,9 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
         return out
     with writing(out / "student", "the trained student"):
         save_model(student, tokenizer, out / "student")
+    # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an
+    # in-memory parameter's layout can change a score in its ninth decimal)
+    student = load_model(out / "student").to(model_device(student))
 
     metrics, variants = _evaluate(config, out, task, ctx, student, teacher_info)
     _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
