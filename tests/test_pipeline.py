@@ -129,6 +129,11 @@ def test_compress_custom_csv_with_no_code_change(tiny_bert, tmp_path):
     assert metrics["task"] == "custom" and metrics["main_metric"] == "accuracy"
     student = distillery.load_student(out)
     assert student.config.num_labels == 3
+    # eval on another file records that file as what was scored, not a split named "dev"
+    (tmp_path / "test.csv").write_text((tmp_path / "dev.csv").read_text())
+    scored = distillery.evaluate(out, task="custom", dev_file=str(tmp_path / "test.csv"), text_column="review",
+                                 label_column="stars", max_length=32)
+    assert scored["split"] == str(tmp_path / "test.csv")
 
 
 def test_mnli_scores_matched_and_mismatched(tiny_bert, tmp_path):

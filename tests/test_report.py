@@ -249,3 +249,13 @@ def test_chance_is_the_majority_class_or_a_constant(tiny_bert, glue_dir):
         else:
             assert chance["main"] == 0.0 and chance["predictor"] == "a constant"
         assert chance["margin"] > 0
+
+
+@pytest.mark.parametrize("teacher_n, student_n, limited", [(4500, 4500, False), (20000, 67349, False),
+                                                          (20000, 20000, True)])
+def test_a_train_limit_is_named_only_where_it_limited_the_scores(teacher_n, student_n, limited):
+    from distillery.report import config_lines
+
+    config = {"method": "distill", "data": {"task": "mrpc", "train_limit": 20000}}
+    lines = config_lines(config, {"train_examples": student_n, "teacher_train_examples": teacher_n})
+    assert any("limited to 20000 training examples" in line for line in lines) == limited

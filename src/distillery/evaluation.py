@@ -224,7 +224,8 @@ def evaluate(
     task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))
     return {
         "task": spec.name,
-        "split": task_data.dev_split,
+        # custom data: the file scored, which may be a test set, not a split named "dev"
+        "split": str(data_config.dev_file) if spec.name == "custom" and data_config.dev_file else task_data.dev_split,
         "main_metric": spec.main_metric,
         "examples": len(task_data.dev_examples),
         "metrics": score(model, task_data, batch_size=batch_size),

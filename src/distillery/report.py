@@ -335,8 +335,14 @@ def config_lines(
     if setting(config, "student.select_best", False):
         lines.append("- the student's weights are those of its best evaluation on this same dev split "
                      "(as GLUE papers select), so its dev score is slightly optimistic")
+    used = [train.get(k) for k in ("teacher_train_examples", "train_examples")]
     for key, what in (("train_limit", "training examples"), ("dev_limit", "dev examples")):
         value = setting(config, f"data.{key}") or (metrics or {}).get(key)
+        # a train limit the split never reached, or that only the teacher kept to (the student had them all),
+        # limited nothing the scores rest on
+        if key == "train_limit" and is_finite_number(value) and all(map(is_finite_number, used)) \
+                and (used[0] < value or used[1] > value):
+            continue
         if value:
             lines.append(f"- limited to {md(value)} {what} (`{key}`): scores are noisier than on the full set")
     if is_finite_number(train.get("train_examples")):
