@@ -78,3 +78,10 @@ def test_the_report_and_the_card_carry_the_flag(tiny_bert4, glue_dir, tmp_path, 
     assert "Unstable timings" in verdict and "load average was above" in verdict
     assert "Unstable timings" in (out / "student" / "README.md").read_text()
 
+
+
+def test_the_spread_of_a_pass_shorter_than_the_timers_jitter_is_not_judged():
+    fast = [0.0004] * 7 + [0.0006] * 3  # 0.4 ms with 0.2 ms of jitter: 50 % spread, nothing about the machine
+    slow = [0.020] * 10
+    assert noise.spreads({"static": fast, "teacher": slow}) == {"teacher": 0.0}
+    assert noise.noise_record(noise.spreads({"static": fast, "teacher": slow}), 1, 0.5, 0.5, 2)["stable"]
