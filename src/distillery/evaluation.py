@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
 from distillery.data.encode import TaskData, example_lengths, length_batches, model_inputs, postprocess_squad, prepare_task_data
 from distillery.data.loading import column_values
@@ -43,13 +44,14 @@ def check_finite_outputs(chunks: list, task_data: TaskData, split: str) -> None:
                               f"inputs: its weights are damaged or its training diverged, so it is not scored.")
 
 
-def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev"):
+def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev", desc: str | None = None):
     """Raw model outputs over ``split`` ("dev" or "train") of ``task_data``, in dataset order.
 
     Classification: logits (N, num_labels); regression: scores (N,); QA: a tuple
     (start_logits, end_logits), each (n_features, longest window), padded with -1e4.
     The model runs in eval mode under ``torch.inference_mode`` on its own device; its train/eval
-    mode is restored afterwards, so the training loop can call this mid-training.
+    mode is restored afterwards, so the training loop can call this mid-training. ``desc``: show a
+    progress bar with this label (a teacher labelling a whole train split takes minutes).
     """
     dataset = {"dev": task_data.dev, "train": task_data.train}.get(split)
     if split not in ("dev", "train"):
@@ -64,7 +66,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
     chunks: list = []
     try:
         with torch.inference_mode():
-            for batch in loader:
+            for batch in tqdm(loader, desc=desc, unit="batch", disable=desc is None):
                 outputs = model(**model_inputs(batch, model))
                 if is_qa:
                     start = _output(outputs, "start_logits", 0).float().cpu().numpy()  # (batch, seq)

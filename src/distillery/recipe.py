@@ -118,7 +118,8 @@ class MethodContext:
         with distributed.local_main_first():
             logits = read_logits_cache(path, len(train))
             if logits is None:
-                logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train")
+                logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
+                                 desc="teacher labels")
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
                 with writing(path, "the teacher's logits (a cache entry)"):
                     path.parent.mkdir(parents=True, exist_ok=True)
