@@ -319,3 +319,18 @@ def test_labels_keep_their_names_through_pipeline(run, tiny_bert, glue_dir, tmp_
         config = tiny_bert_config(id2label=given, label2id={v: k for k, v in given.items()})
         name_classes(config, task)
         assert config.id2label == named and config.label2id == {v: k for k, v in named.items()}
+
+
+def test_the_usage_snippet_passes_a_sentence_pair_where_the_task_reads_pairs():
+    from transformers import BertConfig
+
+    from distillery.card import _usage_section, is_pair_task
+
+    assert is_pair_task({"config": {"data": {"task": "mrpc"}}, "metrics": {"task": "mrpc"}})
+    assert not is_pair_task({"config": {"data": {"task": "sst2"}}, "metrics": {"task": "sst2"}})
+    assert is_pair_task({"config": {"data": {"task": "custom", "text_pair_column": "b"}}, "metrics": {"task": "custom"}})
+    config = BertConfig(num_labels=2, architectures=["BertForSequenceClassification"])
+    pair = "\n".join(_usage_section(config, None, pair=True))
+    single = "\n".join(_usage_section(config, None))
+    assert 'tokenizer("The cat sat on the mat.", "A cat was sitting on the mat."' in pair
+    assert 'tokenizer("a sentence to classify"' in single

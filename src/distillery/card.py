@@ -198,10 +198,21 @@ def _made_section(run: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _usage_section(student_config, repo_id: str | None) -> list[str]:
+def is_pair_task(run: Mapping[str, Any]) -> bool:
+    """Whether the run's task reads sentence pairs (MRPC, STS-B, ...; custom data with a text-pair column)."""
+    from distillery.data.tasks import TASKS
+
+    task = task_name(run)
+    if task == "custom":
+        return bool(setting(run["config"], "data.text_pair_column"))
+    spec = TASKS.get(str(task))
+    return bool(spec is not None and spec.is_pair)
+
+
+def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> list[str]:
     """A snippet that loads the student as it really loads: transformers' Auto class of its head, after
     ``distillery.register_models()`` for a student type of distillery's own (moebert, cmow, autotinybert),
-    which transformers does not know."""
+    which transformers does not know; a sentence pair in, where the task reads pairs (``pair``)."""
     from distillery.encoders import is_distillery_student
     from distillery.modeling import head_of
 
@@ -225,7 +236,8 @@ def _usage_section(student_config, repo_id: str | None) -> list[str]:
     elif head.name == "sequence-classification":
         what = ("logits[0, 0] is the predicted score" if getattr(student_config, "num_labels", 2) == 1
                 else "model.config.id2label[int(logits.argmax())] is the predicted class")
-        code += ['logits = model(**tokenizer("a sentence to classify", return_tensors="pt")).logits',
+        text = '"The cat sat on the mat.", "A cat was sitting on the mat."' if pair else '"a sentence to classify"'
+        code += [f'logits = model(**tokenizer({text}, return_tensors="pt")).logits',
                  f"# {what}"]
     code += ["```"]
     return (["## How to use it", ""] + code
@@ -249,7 +261,7 @@ def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None
     main = main_metric(metrics)
     lines += _speed_section(run, run_rows(run), main)
     lines += _made_section(run)
-    lines += _usage_section(student_config, repo_id)
+    lines += _usage_section(student_config, repo_id, is_pair_task(run))
     return "\n".join(lines).rstrip() + "\n"
 
 
