@@ -23,13 +23,11 @@ import yaml
 
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
-from distillery.bench.noise import noise_warning
-from distillery.live_baselines import deploy_sentence
 from distillery.markdown import md
 from distillery.config import setting
 from distillery.teacher import TEACHER_HUB_IDS
-from distillery.report import (chance_warning, config_lines, main_metric, shape_text, task_name, teacher_name, load_run,
-                               model_metrics, rows_table, run_rows, verdict)
+from distillery.report import (config_lines, main_metric, shape_text, task_name, teacher_name, load_run, model_metrics,
+                               rows_table, run_rows, verdict_paragraphs)
 
 logger = logging.getLogger("distillery")
 
@@ -164,12 +162,7 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
     lat_shape, tp_shape = shape_text(rows, "latency_shape", "1×128"), shape_text(rows, "throughput_shape", "256×64")
     hardware = run["bench"].get("hardware") or {}
     where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
-    deploy, unstable = deploy_sentence(run["bench"], run["metrics"]), noise_warning(run["bench"])
-    at_chance = chance_warning(run["metrics"])
-    return ["## Speed and accuracy", "",
-            verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
-            *([f"**{md(at_chance)}**", ""] if at_chance else []), *([f"**{md(unstable)}**", ""] if unstable else []),
-            *([deploy, ""] if deploy else []),
+    return ["## Speed and accuracy", "", *verdict_paragraphs(run, rows, main, lat_shape, tp_shape),
             (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
              f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
              "yours with `distillery bench`."), "",

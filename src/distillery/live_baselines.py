@@ -528,13 +528,17 @@ def deploy_sentence(bench: Mapping[str, Any], metrics: Mapping[str, Any], names:
     """What to deploy, in one sentence, from the run's own numbers: the student variant of
     :func:`deploy_choice`, or the free baseline to use instead. None without a baseline measured beside it.
     ``paths``: where a variant lies when not at :func:`deploy_path` (auto's chosen folder)."""
-    from distillery.markdown import fmt_metric, fmt_x
-
-    main = metrics["main_metric"]
     rows = baseline_rows(bench, metrics, names, students)
     pick = deploy_choice(rows, names)
     if pick is None or not any(r["model"] in names for r in rows):
         return None
+    return _deploy_words(pick, metrics["main_metric"], paths)
+
+
+def _deploy_words(pick: Mapping[str, Any], main: str, paths: Mapping[str, str] | None) -> str:
+    """:func:`deploy_sentence` for a :func:`deploy_choice` already made."""
+    from distillery.markdown import fmt_metric, fmt_x
+
     base, where = pick["dominated_by"], (paths or {}).get(pick["model"]) or deploy_path(pick["model"])
     if base is None:
         return (f"Deploy `{where}`: {main} {fmt_metric(pick['main'])} at "
@@ -559,7 +563,7 @@ def baseline_verdict(bench: Mapping[str, Any], metrics: Mapping[str, Any], names
     subject = "the student" if pick["model"] == "student" else f"the student's export {pick['model']}"
     clauses = [_clause(pick, b, main) for b in bases]
     return (f"Against the free baselines measured here, {subject}: " + "; ".join(clauses) + ". "
-            + deploy_sentence(bench, metrics, names, students, paths))
+            + _deploy_words(pick, main, paths))
 
 
 def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes: Sequence[str] = (),

@@ -143,7 +143,6 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     return out, config
 
 
-
 def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bool) -> None:
     """Create (and mark) the run folder, its config.yaml and the teacher's identity; refuse to clobber
     anything (see folders). A resume checks that the teacher is still the one the run started with."""

@@ -25,6 +25,7 @@ from distillery.live_baselines import BASELINE_NAMES, baseline_section, deploy_s
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, md
 from distillery.metrics import chance_warning, is_finite_number
 from distillery.plot import dominates, plot_points, write_plot
+from distillery.run_files import SHAPES, check_shape
 
 REQUIRED_FILES = ("config.yaml", "metrics.json", "bench.json")
 OPTIONAL_FILES = ("train.json",)
@@ -64,76 +65,6 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     for name, value in (("metrics.json", metrics), ("bench.json", bench), ("train.json", train or {})):
         check_shape(folder / name, value, SHAPES[name])
     return {"dir": folder, "config": config, "metrics": metrics, "bench": bench, "train": train or {}}
-
-
-# What a report reads from a run's files, field by field ("*": every key of a mapping or item of a list):
-# a value of another type (a score written as a string, hardware as a sentence) is refused with a sentence
-# naming the file and the field, not met as a traceback or silently left out of the tables.
-NUMBER = "a number"
-SCORES = {"": dict, "*": NUMBER}
-SHAPES: dict[str, dict[str, Any]] = {
-    "metrics.json": {
-        "task": str, "split": str, "main_metric": str, "retention": NUMBER,
-        **{f"{model}{'.' + k if k else ''}": v for model in ("teacher", "student") for k, v in SCORES.items()},
-        **{f"{group}{'.' + k if k else ''}": v for group in ("others", "baselines")
-           for k, v in {"": dict, "*": dict, "*.*": NUMBER}.items()},
-        "other_splits": dict, "other_splits.*": dict, "other_splits.*.*": dict, "other_splits.*.*.*": NUMBER,
-        "baseline_notes": list, "baseline_notes.*": str, "chain": list,
-    },
-    "bench.json": {
-        "hardware": dict, "models": dict, "models.*": dict,
-        **{f"models.*.{k}": NUMBER for k in ("params", "effective_params", "flops_per_token")},
-        "models.*.latency_ms": dict, "models.*.latency_ms.median": NUMBER, "models.*.latency_ms.p90": NUMBER,
-        "models.*.throughput": dict, "models.*.throughput.sentences_per_s": NUMBER,
-        "speedup": dict, "speedup.latency": NUMBER, "speedup.throughput": NUMBER,
-        "speedups": dict, "speedups.*": dict, "settings": dict, "sweep": list, "sweep.*": dict,
-    },
-    "train.json": {
-        **{k: NUMBER for k in ("teacher_seconds", "student_seconds", "total_seconds", "train_examples",
-                               "teacher_train_examples")},
-        "teacher_cached": bool, "teacher_path": str, "notes": list, "notes.*": str,
-    },
-}
-_TYPE_WORDS = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false", NUMBER: NUMBER}
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"{str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {value[:40]!r}"
-    return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
-
-
-def check_shape(path: Path, value: Any, shape: Mapping[str, Any]) -> None:
-    """Refuse ``value`` (the JSON of ``path``) when a field named in ``shape`` holds another type. None
-    (JSON null) passes where a field may be missing; NaN is a number here."""
-    if not isinstance(value, dict):
-        raise DistilleryError(f"{path} must hold a JSON object, not {_kind_of(value)}.")
-
-    def walk(node: Any, pattern: list[str], where: list[str], expected: Any) -> None:
-        if not pattern:
-            ok = (node is None or (isinstance(node, (int, float)) and not isinstance(node, bool)) if expected is NUMBER
-                  else node is None or isinstance(node, expected))
-            if not ok:
-                raise DistilleryError(f"{path}: {'.'.join(where)} holds {_kind_of(node)}, where a report reads "
-                                      f"{_TYPE_WORDS[expected]}; the file was damaged or edited by hand.")
-            return
-        head, rest = pattern[0], pattern[1:]
-        if isinstance(node, dict):
-            items = node.items() if head == "*" else ([(head, node[head])] if head in node else [])
-        elif isinstance(node, list) and head == "*":
-            items = [(str(i), item) for i, item in enumerate(node)]
-        else:
-            return  # the parent's own type is checked by its own entry
-        for key, child in items:
-            walk(child, rest, [*where, str(key)], expected)
-
-    for field, expected in shape.items():
-        if field:
-            walk(value, field.split("."), [], expected)
 
 
 def teacher_name(config: Mapping[str, Any]) -> str:
@@ -309,6 +240,18 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
             text += f" ({_ratio_words(teacher['effective_params'], student['effective_params'], 'used per token')})"
         text += "."
     return text
+
+
+def verdict_paragraphs(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str,
+                       tp_shape: str, *, chance_line: bool = True) -> list[str]:
+    """The verdict the report and the model card share, as paragraphs (each followed by a blank line): the
+    student against the teacher, a teacher at chance (``chance_line``: the report says it first instead),
+    unstable timings, and what to deploy."""
+    at_chance, unstable = chance_warning(run["metrics"]), noise_warning(run["bench"])
+    deploy = deploy_sentence(run["bench"], run["metrics"])
+    return [verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
+            *([f"**{md(at_chance)}**", ""] if at_chance and chance_line else []),
+            *([f"**{md(unstable)}**", ""] if unstable else []), *([deploy, ""] if deploy else [])]
 
 
 def _ratio_words(teacher: float, student: float, what: str) -> str:
@@ -489,13 +432,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     cfg_lines = config_lines(config, run["train"], metrics)
     if cfg_lines:
         out += cfg_lines + [""]
-    out += ["## Verdict", "", verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), ""]
-    unstable = noise_warning(bench)
-    if unstable:
-        out += [f"**{md(unstable)}**", ""]
-    deploy = deploy_sentence(bench, metrics)
-    if deploy:
-        out += [deploy, ""]
+    out += ["## Verdict", ""] + verdict_paragraphs(run, rows, main, lat_shape, tp_shape, chance_line=False)
     chain = chain_section(metrics, main)
     if chain:
         out += [chain]

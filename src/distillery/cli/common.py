@@ -65,13 +65,12 @@ def parse_options(pairs: list[str]) -> dict:
 def deploy_line(folder) -> str | None:
     """The run's sentence on what to deploy (live_baselines.deploy_sentence) with the path of the folder it
     names, or None where no baseline was measured."""
-    import json
-
     from distillery.live_baselines import deploy_path, deploy_sentence, student_names
+    from distillery.report import load_run
 
-    metrics = json.loads((folder / "metrics.json").read_text())
-    bench = json.loads((folder / "bench.json").read_text())
-    return deploy_sentence(bench, metrics, paths={n: str(folder / deploy_path(n)) for n in student_names(bench)})
+    run = load_run(folder)
+    return deploy_sentence(run["bench"], run["metrics"],
+                           paths={n: str(folder / deploy_path(n)) for n in student_names(run["bench"])})
 
 
 def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None,
