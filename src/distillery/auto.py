@@ -1,13 +1,16 @@
 """``compress --method auto``: the most accurate model that meets a latency target on this machine.
 
 A user wants neither a MoEBERT nor a CMOW but the best model at their speed. ``auto`` plans the
-candidates that can meet the target (a speed-up S over the teacher, or a latency of X ms), runs each
-as an ordinary compress run in ``<out>/candidates/<name>/`` (so that each resumes like any run and is
-kept), cheapest first within an overall time budget, measures every student and its int8 export in
-its run's bench process beside the teacher and the live baselines, and chooses the most accurate
-model whose *measured* speed-up (or latency) meets the target. ``<out>/report.md`` puts every
-candidate point, the live baselines and the Pareto frontier in one report; ``<out>/auto.json``
-records the plan, what ran, what was skipped and why, and the choice.
+candidates that can meet the target (a speed-up S over the teacher, or a latency of X ms), fine-tunes the
+teacher first, then runs each candidate as an ordinary compress run in ``<out>/candidates/<name>/`` (so
+that each resumes like any run and is kept), the likely most accurate first, each only when its cost,
+estimated from the teacher's measured speed, fits what is left of the time budget
+(:mod:`distillery.auto_budget`). Every student and its int8 export is measured in its run's bench process
+beside the teacher and the live baselines, and the most accurate model whose *measured* speed-up meets
+the target is chosen, the free int8 teacher included (:mod:`distillery.auto_choice`). ``<out>/report.md``
+puts every candidate point, the live baselines and the Pareto frontier in one report
+(:mod:`distillery.auto_report`); ``<out>/auto.json`` records the plan, what ran, what was skipped and why,
+and the choice.
 
 auto is not a :class:`distillery.method.Method`: it composes the methods and adds no training of its own.
 """
@@ -23,10 +26,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from distillery.auto_budget import (EXPECTED_RETENTION, calibration, estimate_seconds, fits, not_fitting, pass_seconds,
+                                    up_front)
+from distillery.auto_choice import Target, choose, make_target, write_json  # noqa: F401 (auto's API)
+from distillery.auto_report import finish
 from distillery.config import parse_time_budget, run_inputs
 from distillery.errors import DistilleryError
-from distillery.folders import atomic_file, claim, locked, marker_kind
-from distillery.markdown import fmt_metric, fmt_ms, fmt_seconds, fmt_x, md
+from distillery.folders import claim, locked, marker_kind
+from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
 from distillery.method import METHODS, method_options
 
 logger = logging.getLogger("distillery")
@@ -40,54 +47,13 @@ NAMED = {"data.task": "task", "budget": "budget", "teacher.name": "teacher", "da
 DEFAULT_NAMED = {"task": "sst2", "budget": "quick", "teacher": "minilm", "data_dir": None}
 
 # Rough training cost of each method, in passes of the teacher over the training data (a forward is
-# one, a backward two). Only their order matters: it decides which candidates run first.
+# one, a backward two): times the teacher's measured seconds a pass, what a time budget expects it to take.
 #   distill with k of L layers: the teacher's forward for the KD targets + the student's forward/backward.
 #   moebert: + an importance pass, and its student is nearly the teacher's size.
 #   cmow: the teacher labels the whole train split once; its student is a fraction of a layer.
 #   autotinybert: a one-shot super-net (several sub-networks a step), the latency fit, the search, then
 #   further training: the dearest by far.
 COST_MOEBERT, COST_CMOW, COST_AUTOTINYBERT = 5.0, 1.5, 8.0
-
-
-# --------------------------------------------------------------------------------------------
-# What the user asks for
-
-
-@dataclass(frozen=True)
-class Target:
-    """A measured speed-up over the teacher of at least ``speedup``, or a latency of at most ``latency_ms``."""
-
-    speedup: float | None = None
-    latency_ms: float | None = None
-
-    def met_by(self, point: Mapping[str, Any]) -> bool:
-        if self.latency_ms is not None:
-            return point.get("latency_ms") is not None and point["latency_ms"] <= self.latency_ms
-        return point.get("latency_speedup") is not None and point["latency_speedup"] >= self.speedup
-
-    def words(self) -> str:
-        if self.latency_ms is not None:
-            return f"a latency of at most {fmt_ms(self.latency_ms)} ms"
-        return f"a measured speed-up of at least {fmt_x(self.speedup)} over the teacher"
-
-
-def make_target(speedup: float | None, latency_ms: float | None) -> Target:
-    """The target from ``--speedup`` / ``--latency-ms``; a sentence where it is missing or impossible."""
-    if speedup is None and latency_ms is None:
-        raise DistilleryError("--method auto needs a target: --speedup S (e.g. 2 for twice the teacher's speed) "
-                              "or --latency-ms X (on this machine).")
-    if speedup is not None and latency_ms is not None:
-        raise DistilleryError("Give --speedup or --latency-ms to --method auto, not both.")
-    for name, value in (("--speedup", speedup), ("--latency-ms", latency_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
-            raise DistilleryError(f"{name} must be a number, got {value!r}.")
-    if speedup is not None and speedup <= 1:
-        raise DistilleryError(f"--speedup must be above 1 (a model faster than the teacher), got {speedup:g}.")
-    if latency_ms is not None and latency_ms <= 0:
-        raise DistilleryError(f"--latency-ms must be above 0, got {latency_ms:g}.")
-    return Target(float(speedup) if speedup is not None else None,
-                  float(latency_ms) if latency_ms is not None else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +67,8 @@ class Candidate:
     options: dict[str, Any]
     cost: float  # estimated, in passes of the teacher over the training data
     why: str
+    expected: float = 0.0  # the share of the teacher's score it is expected to keep (auto_budget.EXPECTED_RETENTION)
+    estimated_seconds: float | None = None  # its training time, from the teacher's measured speed
 
 
 def moebert_reach(teacher_config, seq: int, given: Mapping[str, Any]) -> tuple[float, str]:
@@ -170,14 +138,16 @@ def check_reachable(teacher_config, speedup: float, seq: int, options: Mapping[s
 def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]]
          ) -> tuple[list[Candidate], list[dict[str, str]]]:
     """The candidates that can meet a speed-up of ``speedup`` (the target itself, or the latency target
-    over the teacher's latency measured here), cheapest first, and the methods left out with the reason."""
+    over the teacher's latency measured here), the likely most accurate first, and the methods left out
+    with the reason."""
     layers = int(getattr(teacher_config, "num_hidden_layers", 0) or 0)
     candidates, skipped = [], []
     if layers > 1:
-        for k in distill_depths(layers, speedup):
+        for i, k in enumerate(distill_depths(layers, speedup)):
             candidates.append(Candidate(f"distill-{k}l", "distill", {**options["distill"], "student_layers": k},
                                         1 + 3 * k / layers, f"{k} of the teacher's {layers} layers "
-                                        f"(FLOP-ideal {layers / k:.2f}×)"))
+                                        f"(FLOP-ideal {layers / k:.2f}×)",
+                                        EXPECTED_RETENTION["distill" if i == 0 else "distill-shallower"]))
     else:
         skipped.append({"name": "distill", "method": "distill",
                         "reason": "the teacher has a single layer, so dropping layers leaves nothing"})
@@ -191,12 +161,15 @@ def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping
                             f"{how}, below the {speedup:.2f}× needed"})
         else:
             candidates.append(Candidate("moebert", "moebert", dict(options["moebert"]), COST_MOEBERT,
-                                        f"FLOP-ideal speed-up {how}"))
+                                        f"FLOP-ideal speed-up {how}", EXPECTED_RETENTION["moebert"]))
     candidates.append(Candidate("cmow", "cmow", dict(options["cmow"]), COST_CMOW,
-                                "no attention: its speed does not depend on the teacher's depth"))
+                                "no attention: its speed does not depend on the teacher's depth",
+                                EXPECTED_RETENTION["cmow"]))
     candidates.append(Candidate("autotinybert", "autotinybert", dict(options["autotinybert"]), COST_AUTOTINYBERT,
-                                "a sub-network searched under the latency budget on this machine"))
-    return sorted(candidates, key=lambda c: c.cost), skipped
+                                "a sub-network searched under the latency budget on this machine",
+                                EXPECTED_RETENTION["autotinybert"]))
+    # what each is expected to give first (a time budget then runs the likely best), the cheaper on a tie
+    return sorted(candidates, key=lambda c: (-c.expected, c.cost)), skipped
 
 
 def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -271,13 +244,31 @@ def finished(folder: Path) -> bool:
     return (folder / "report.md").is_file()
 
 
+def estimate_costs(candidates: Sequence[Candidate], configs: Mapping[str, Any], teacher: Mapping[str, Any]) -> None:
+    """Each candidate's ``estimated_seconds``: its cost in teacher passes over the examples its student
+    learns from (the whole train split, unless it keeps to the budget's), at the teacher's measured speed."""
+    for cand in candidates:
+        config = configs[cand.name]
+        per_pass = pass_seconds(teacher, config.teacher.train.epochs)
+        budget_only = config.method_options.get("train_examples") == "budget"
+        examples = teacher.get("train_examples") if budget_only else teacher.get("whole_split")
+        epochs = config.student.epochs
+        if not budget_only and (teacher.get("whole_split") or 0) > (teacher.get("train_examples") or 0):
+            epochs = config.student.whole_split_epochs or epochs
+        cand.estimated_seconds = estimate_seconds(cand.cost, per_pass, int(examples or 0), epochs)
+
+
 def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], out: Path,
-                   budget_s: float | None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Each candidate's compress run, cheapest first, until the time budget is spent (one already
-    running finishes); finished ones are re-entered without training. Returns what ran and what not."""
+                   budget_s: float | None, started: float | None = None
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Each candidate's compress run, in the plan's order, while the time budget (counted from ``started``:
+    the teacher's fine-tuning is part of it) lasts: one starts only when its estimated time, scaled by how far
+    off the finished candidates' estimates were, fits what is left; one already running finishes. Finished
+    ones are re-entered without training. Returns what ran and what not."""
     from distillery.pipeline import compress
 
-    started, ran, skipped = time.time(), [], []
+    started = time.time() if started is None else started
+    ran, skipped, measured = [], [], []
     for cand in candidates:
         folder = out / "candidates" / cand.name
         if finished(folder):
@@ -288,7 +279,12 @@ def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], 
             skipped.append({"name": cand.name, "method": cand.method, "reason": f"the time budget of "
                             f"{fmt_seconds(budget_s)} was spent ({fmt_seconds(spent)}) before it could start"})
             continue
-        logger.info("auto: candidate %s (%s), %s.", cand.name, cand.method, cand.why)
+        estimate = cand.estimated_seconds * calibration(measured) if cand.estimated_seconds else None
+        if not fits(estimate, spent, budget_s):
+            skipped.append({"name": cand.name, "method": cand.method, "reason": not_fitting(estimate, spent, budget_s)})
+            continue
+        logger.info("auto: candidate %s (%s), %s%s.", cand.name, cand.method, cand.why,
+                    f"; estimated {fmt_seconds(estimate)}" if estimate else "")
         t0 = time.time()
         try:  # a folder with a saved config is an interrupted candidate: it continues from its checkpoint
             compress(configs[cand.name], resume=(folder / "config.yaml").is_file())
@@ -297,208 +293,9 @@ def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], 
             skipped.append({"name": cand.name, "method": cand.method, "reason": str(e)})
             continue
         ran.append({"name": cand.name, "status": "trained", "seconds": round(time.time() - t0, 1)})
+        if cand.estimated_seconds:
+            measured.append((cand.estimated_seconds, time.time() - t0))
     return ran, skipped
-
-
-# --------------------------------------------------------------------------------------------
-# Choosing
-
-
-def is_student_point(model: str) -> bool:
-    return model == "student" or model.startswith("student-")
-
-
-def point_name(candidate: str, model: str) -> str:
-    """``distill-3l`` for a candidate's student, ``distill-3l+onnx-int8`` for its export."""
-    return candidate if model == "student" else f"{candidate}+{model[len('student-'):]}"
-
-
-def candidate_points(name: str, run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The student rows of a candidate's run (the student and its exports), as report rows."""
-    from distillery.report import run_rows
-
-    points = [r for r in run_rows(run) if is_student_point(r["model"])]
-    for p in points:
-        p["run"], p["point"], p["candidate"] = name, point_name(name, p["model"]), name
-    return points
-
-
-def _speed_words(p: Mapping[str, Any]) -> str:
-    return f"{fmt_x(p['latency_speedup'])}, {fmt_ms(p['latency_ms'])} ms"
-
-
-def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tuple[dict[str, Any] | None, str]:
-    """The most accurate point that meets the target as measured (ties: the faster), and the one
-    sentence saying why, naming what it beat; None and a plain sentence when none meets it."""
-    scored = [p for p in points if p["main"] is not None and p["latency_ms"] and p["latency_speedup"]]
-    if not scored:
-        return None, "No candidate finished with a score and a latency, so no model can be chosen."
-    meeting = [p for p in scored if target.met_by(p)]
-    if not meeting:
-        fastest = min(scored, key=lambda p: p["latency_ms"])
-        return None, (f"No candidate meets {target.words()} as measured here; the fastest is "
-                      f"{md(fastest['point'], code=True)} ({_speed_words(fastest)}, {md(main)} "
-                      f"{fmt_metric(fastest['main'])}).")
-    best = max(meeting, key=lambda p: (p["main"], -p["latency_ms"]))
-    text = (f"{md(best['point'], code=True)} is the most accurate of the {len(meeting)} candidate model(s) that "
-            f"meet {target.words()} as measured here ({md(main)} {fmt_metric(best['main'])}, {_speed_words(best)})")
-    rival = max((p for p in meeting if p is not best), key=lambda p: (p["main"], -p["latency_ms"]), default=None)
-    if rival is not None:
-        text += f"; it beats {md(rival['point'], code=True)} ({fmt_metric(rival['main'])}, {_speed_words(rival)})"
-    better = max((p for p in scored if not target.met_by(p) and p["main"] > best["main"]),
-                 key=lambda p: p["main"], default=None)
-    if better is not None:
-        text += (f", while the more accurate {md(better['point'], code=True)} ({fmt_metric(better['main'])}) "
-                 f"misses the target ({_speed_words(better)})")
-    return dict(best), text + "."
-
-
-# --------------------------------------------------------------------------------------------
-# The report and auto.json
-
-
-def point_record(p: Mapping[str, Any], target: Target, out: Path) -> dict[str, Any]:
-    """A point as auto.json keeps it, with the folder its model is saved in."""
-    folder = out / "candidates" / p["candidate"]
-    saved = folder / "student" if p["model"] == "student" else folder / "exports" / p["model"]
-    return {"point": p["point"], "candidate": p["candidate"], "model": p["model"], "score": p["main"],
-            "latency_ms": p["latency_ms"], "speedup": p["latency_speedup"], "meets_target": target.met_by(p),
-            "folder": str(saved)}
-
-
-def reference_rows(name: str, run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The teacher and the live baselines as measured in one candidate's run (beside its student)."""
-    from distillery.live_baselines import BASELINE_NAMES
-    from distillery.report import run_rows
-
-    rows = [r for r in run_rows(run) if r["model"] in ("teacher", *BASELINE_NAMES)]
-    for r in rows:
-        r["run"], r["point"] = name, r["model"]
-    return rows
-
-
-def chosen_baselines(run: Mapping[str, Any], model: str, folder: str | None = None) -> str:
-    """The report's live-baseline section with the chosen point in the student's place: the baselines
-    were timed in the same process as it (its candidate's bench). ``folder``: where the chosen point lies,
-    named in the sentence on what to deploy."""
-    from distillery.live_baselines import baseline_section
-
-    metrics, bench = dict(run["metrics"]), dict(run["bench"])
-    paths = {"student": folder} if folder else None
-    if model != "student":
-        scores = {**(metrics.get("others") or {}), **(metrics.get("baselines") or {})}
-        metrics["student"] = scores.get(model) or {}
-        bench["models"] = {**bench["models"], "student": bench["models"].get(model)}
-    return baseline_section(bench, metrics, metrics.get("baseline_notes") or (), students=("student",), paths=paths)
-
-
-def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: Mapping[str, Any]) -> list[str]:
-    from distillery.bench import format_hardware
-    from distillery.report import rows_table
-
-    main, target, chosen = summary["main_metric"], Target(**summary["target"]), summary["chosen"]
-    settings = summary["settings"]
-    lines = [f"# auto on {md(summary['task'])}: the most accurate model at {target.words()}", "",
-             f"- teacher: {md(settings.get('teacher.name', DEFAULT_NAMED['teacher']), code=True)}; budget "
-             f"{md(settings.get('budget', DEFAULT_NAMED['budget']), code=True)}",
-             f"- time budget: {fmt_seconds(summary['time_budget_s']) if summary['time_budget_s'] else 'none'}; "
-             f"the candidates took {fmt_seconds(summary['seconds'])} ({fmt_seconds(summary['seconds_this_call'])} "
-             f"in this call; a finished one is reused, not retrained)"]
-    if summary.get("teacher_ms"):
-        lines.append(f"- the teacher took {fmt_ms(summary['teacher_ms'])} ms here when planning, so the target is a "
-                     f"{fmt_x(summary['plan_speedup'])} speed-up")
-    lines += ["", "## Chosen model", "", summary["why"], ""]
-    if chosen:
-        lines += [f"Its folder: {md(chosen['folder'], code=True)}.", ""]
-    lines += ["## Candidates", "", "Each candidate is an ordinary compress run in `candidates/<name>/` (its own "
-              "report.md beside it); its student and its int8 export were scored on the same dev set and timed in "
-              "the same process as its teacher. Speed-ups are against that teacher.", ""]
-    skipped = {s["name"] for s in summary["skipped"]}
-    for c in summary["candidates"]:
-        if c["name"] in skipped:  # listed below, with the reason
-            continue
-        lines.append(f"- {md(c['name'], code=True)} ({md(c['method'])}: {md(c['why'])}), {c['status']}")
-        for p in c.get("points", []):
-            verdict = "meets the target" if p["meets_target"] else "misses the target"
-            lines.append(f"  - {md(p['point'], code=True)}: {md(main)} {fmt_metric(p['score'])}, "
-                         f"{fmt_ms(p['latency_ms'])} ms, {fmt_x(p['speedup'])}: {verdict}")
-    for s in summary["skipped"]:
-        lines.append(f"- {md(s['name'], code=True)} ({md(s['method'])}) skipped: {md(s['reason'])}")
-    if rows:
-        lines += ["", rows_table(rows, main, with_run=True)]
-        hardware = next(iter(runs.values()))["bench"].get("hardware")
-        lines += [f"Hardware: {md(format_hardware(hardware))}.", ""] if hardware else []
-    return lines
-
-
-def write_report(out: Path, summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: Mapping[str, Any],
-                 ref: str | None) -> Path:
-    """``out/report.md`` (and ``plot.png``: every point with the Pareto frontier drawn)."""
-    from distillery.plot import plot_points, write_plot
-
-    lines = report_lines(summary, rows, runs)
-    if ref is not None:
-        chosen = summary["chosen"]
-        lines += [chosen_baselines(runs[ref], chosen["model"] if chosen else "student",
-                                   chosen["folder"] if chosen else None)]
-    points = plot_points(rows, label_key="point")
-    if points:
-        main = summary["main_metric"]
-        write_plot(points, out / "plot.png", main, title=f"auto on {summary['task']}: {main} vs latency")
-        lines += ["![score against latency, Pareto frontier dashed](plot.png)", ""]
-    path = out / "report.md"
-    with atomic_file(path, "w") as f:  # a reader never finds half a report
-        f.write("\n".join(lines).rstrip() + "\n")
-    return path
-
-
-def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    with atomic_file(path, "w") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
-
-
-def finish(out: Path, state: dict[str, Any], candidates: Sequence[Candidate], ran: Sequence[Mapping[str, Any]],
-           skipped: Sequence[Mapping[str, str]]) -> Path:
-    """Read the finished candidates, choose, and write ``auto.json``, ``report.md`` and ``plot.png``."""
-    from distillery.report import load_run, main_metric
-
-    target = Target(**state["target"])
-    runs = {c.name: load_run(out / "candidates" / c.name) for c in candidates if finished(out / "candidates" / c.name)}
-    first = next(iter(runs.values()), None)
-    main = main_metric(first["metrics"]) if first else "score"
-    points = {name: candidate_points(name, run) for name, run in runs.items()}
-    chosen, why = choose([p for ps in points.values() for p in ps], target, main)
-    ref = chosen["candidate"] if chosen else next(iter(runs), None)
-    from distillery.bench.noise import noise_warning  # the bench package loads torch
-
-    unstable = {name: warning for name, run in runs.items() if (warning := noise_warning(run["bench"]))}
-    if chosen and chosen["candidate"] in unstable:  # the choice rests on this run's timings
-        why += f" In its run: {unstable[chosen['candidate']]}"
-    status = {r["name"]: r for r in ran}
-    entries = []
-    for c in candidates:
-        # a reused candidate's time is its run's own record (train.json), not this call's
-        seconds = runs[c.name]["train"].get("total_seconds") if c.name in runs else status.get(c.name, {}).get("seconds")
-        entry = {**asdict(c), "status": status.get(c.name, {}).get("status", "skipped"),
-                 "seconds": seconds, "folder": str(out / "candidates" / c.name),
-                 "points": [point_record(p, target, out) for p in points.get(c.name, [])],
-                 "timings_stable": c.name not in unstable if c.name in runs else None}
-        entries.append(entry)
-    baselines = reference_rows(ref, runs[ref]) if ref else []
-    summary = {**state, "status": "done", "main_metric": main, "task": first["metrics"].get("task") if first else None,
-               "seconds": round(sum(e["seconds"] or 0.0 for e in entries), 1),
-               "seconds_this_call": round(sum(r.get("seconds") or 0.0 for r in ran), 1), "candidates": entries,
-               "skipped": list(skipped), "chosen": point_record(chosen, target, out) if chosen else None, "why": why,
-               "baselines": [{"model": r["model"], "score": r["main"], "latency_ms": r["latency_ms"],
-                              "speedup": r["latency_speedup"], "measured_in": ref} for r in baselines]}
-    summary["task"] = summary["task"] or state["settings"].get("data.task", "sst2")
-    write_json(out / "auto.json", summary)
-    rows = baselines + [p for ps in points.values() for p in ps]
-    report = write_report(out, summary, rows, runs, ref)
-    if chosen is None:  # the run's files say everything; the exit status says it failed
-        raise DistilleryError(f"{why} Every candidate is in {report}.")
-    logger.info("auto: %s", why)
-    return report
 
 
 def _normal(value: Any) -> Any:
@@ -582,7 +379,26 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     with locked(out, wait=False):
         claim(out, KIND, overwrite=overwrite, resume=resume, inputs=inputs)
         (out / "candidates").mkdir(exist_ok=True)
+        started = time.time()  # the time budget counts the teacher's fine-tuning
+        state["teacher"] = teacher_phase(configs[candidates[0].name], candidates, configs, state["time_budget_s"])
         write_json(out / "auto.json", {**state, "status": "running", "candidates": [asdict(c) for c in candidates],
                                        "skipped": skipped})
-        ran, not_run = run_candidates(candidates, configs, out, state["time_budget_s"])
+        ran, not_run = run_candidates(candidates, configs, out, state["time_budget_s"], started=started)
         return finish(out, state, candidates, ran, skipped + not_run)
+
+
+def teacher_phase(config, candidates: Sequence[Candidate], configs: Mapping[str, Any],
+                  budget_s: float | None) -> dict[str, Any]:
+    """The teacher fine-tuned (or read from the cache) before any candidate, timed; each candidate's cost
+    estimated from its measured speed; the candidates that will not fit the budget said up front."""
+    from distillery.pipeline import prepare_teacher
+
+    t0 = time.time()
+    teacher = prepare_teacher(config)
+    teacher["spent_seconds"] = round(time.time() - t0, 1)
+    estimate_costs(candidates, configs, teacher)
+    teacher["not_fitting"] = up_front([c.name for c in candidates], {c.name: c.estimated_seconds for c in candidates},
+                                      teacher["spent_seconds"], budget_s)
+    for name, reason in teacher["not_fitting"].items():
+        logger.warning("auto: candidate %s will probably not run: %s.", name, reason)
+    return teacher

@@ -128,8 +128,9 @@ def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, An
             "args": args}
 
 
-def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None):
-    """The card's front matter (``ModelCardData``) for a run loaded by :func:`distillery.report.load_run`."""
+def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None, model: str = "student"):
+    """The card's front matter (``ModelCardData``) for a run loaded by :func:`distillery.report.load_run`;
+    ``model``: whose scores (the student, or an export or baseline of the run)."""
     from huggingface_hub import EvalResult, ModelCardData
 
     from distillery.modeling import head_of
@@ -140,19 +141,19 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
     pipeline_tag = head if head == "question-answering" else "text-classification" if head != "base" else None
     dataset = _dataset(task, metrics, config)
     main = main_metric(metrics)
-    scores = model_metrics(metrics).get("student", {})
+    scores = model_metrics(metrics).get(model, {})
     results = [EvalResult(task_type=pipeline_tag or "feature-extraction", dataset_type=dataset["type"],
                           dataset_name=dataset["name"], dataset_config=dataset["config"], dataset_split=dataset["split"],
                           dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
                for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
-    tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)]))
+    tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)] + (["onnx", "int8"] if "int8" in model else [])))
     teacher = teacher_card(teacher_name(config))
     # the data's language where the task says it (GLUE, SQuAD: English), else the teacher's
     language = DATASET_LANGUAGES.get(dataset["hub"]) or teacher.get("language")
     return ModelCardData(base_model=base_model(teacher_name(config)), library_name="transformers",
                          license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
-                         model_name=_plain(repo_id or f"{method}-{task}-student"), eval_results=results or None)
+                         model_name=_plain(repo_id or f"{method}-{task}-{model}"), eval_results=results or None)
 
 
 def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
@@ -276,6 +277,44 @@ def write_card(run_dir: str | os.PathLike, repo_id: str | None = None) -> Path |
                                    body=card_text(run, student_config, repo_id))
     path = folder / CARD
     with atomic_file(path, "w") as f:  # README.md is no weights file: the weights record and marker are untouched
+        f.write(str(card))
+    return path
+
+
+def write_export_card(folder: str | os.PathLike, run_dir: str | os.PathLike, model: str, chosen: str) -> Path:
+    """``folder/README.md``, the model card of an exported model of a run (``model``: ``student-onnx-int8``,
+    ``teacher-int8``, ...), as ``--method auto`` chose it (``chosen``: the sentence saying why): its scores
+    and speed-up exactly as the run measured them, with the hardware, and how to load it."""
+    from huggingface_hub import ModelCard
+
+    from distillery.bench import format_hardware
+    from distillery.markdown import fmt_metric, fmt_x
+    from distillery.modeling import read_config
+
+    folder = Path(folder)
+    run = load_run(run_dir)
+    config = read_config(folder)
+    main = main_metric(run["metrics"])
+    rows = {r["model"]: r for r in run_rows(run)}
+    row, teacher = rows.get(model) or {}, rows.get("teacher") or {}
+    hardware = run["bench"].get("hardware")
+    where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
+    body = [f"# {md(model)}: {md(_plain(task_name(run)))}", "", md(chosen), "",
+            f"Its {md(main)} on the {md(run['metrics'].get('split') or 'dev')} split is {fmt_metric(row.get('main'))} "
+            f"(the fp32 teacher: {fmt_metric(teacher.get('main'))}); its latency at 1×128 is "
+            f"{fmt_x(row.get('latency_speedup'))} the teacher's speed, measured {where}, beside the teacher in one "
+            "process (run folder: `" + md(Path(run_dir).name) + "`). Speed-ups depend on the hardware: measure on "
+            "yours with `distillery bench`.", "", "## How to use it", "", "```python",
+            "import distillery", "", "model = distillery.load_export(folder)  # this folder; onnxruntime runs an ONNX "
+            "graph", "# or, with onnxruntime alone: onnxruntime.InferenceSession(f\"{folder}/model.onnx\") and "
+            "AutoTokenizer.from_pretrained(folder)", "```", "",
+            "`distillery_export.json` records the format, the parity against the fp32 model and the versions used.", ""]
+    card = ModelCard.from_template(card_data(run, config, model=model),
+                                   template_str="---\n{{ card_data }}\n---\n\n{{ body }}", body="\n".join(body))
+    path = folder / CARD
+    if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == str(card):
+        return path  # a resumed auto run leaves a finished candidate's files as they were
+    with atomic_file(path, "w") as f:
         f.write(str(card))
     return path
 

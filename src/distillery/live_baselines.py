@@ -342,7 +342,7 @@ class LiveBaselines(dict):
         self.info: dict[str, dict[str, Any]] = {}
 
 
-def _int8_format(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
+def int8_backend(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
     """The int8 backend to use: ``fmt`` resolved for the teacher, or torch's own int8 where the ONNX one
     is asked for and onnxruntime is not installed (the baseline is free: it needs no optional extra)."""
     from distillery.export.formats import resolve_format
@@ -363,7 +363,7 @@ def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: 
     from distillery.evaluation import score
     from distillery.export import build_variants
 
-    fmt, note = _int8_format(int8_format, teacher)
+    fmt, note = int8_backend(int8_format, teacher)
     if note:
         out.notes.append(note)
     source = {"teacher": dict(teacher_metrics)} if teacher_metrics else None

@@ -58,6 +58,8 @@ def fmt_pct(v: float | None) -> str:
 
 def fmt_seconds(s: float) -> str:
     s = float(s)
+    if s < 10:  # a 3 s run is not "0 s" (nor a 0.4 s one)
+        return f"{s:.1f} s"
     if s < 60:
         return f"{s:.0f} s"
     if s < 3600:

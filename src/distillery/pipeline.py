@@ -290,6 +290,22 @@ def _teacher(config: RunConfig, task):
     return teacher, tokenizer, task_data, teacher_info
 
 
+def prepare_teacher(config: RunConfig) -> dict[str, Any]:
+    """The run's teacher fine-tuned now, or read from the cache, ahead of any run (``--method auto`` times it
+    apart from its candidates, which then read it from the cache): its record (``seconds``, ``cached``,
+    ``train_examples``, ``path``) with ``whole_split``, the number of examples in the task's train split."""
+    from dataclasses import replace
+
+    from distillery.data.loading import load_raw
+
+    task = task_for(config.data)
+    check_teacher(config.teacher.name, teacher_config(config.teacher.name), config.data)
+    _, _, task_data, info = _teacher(config, task)
+    whole = len(load_raw(task, "train", replace(config.data, train_limit=None)))
+    return {key: info.get(key) for key in ("seconds", "cached", "train_examples", "path")} | {
+        "train_examples": info.get("train_examples") or len(task_data.train), "whole_split": whole}
+
+
 def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, teacher_info: dict):
     """metrics.json's content (teacher and student on dev, other dev splits, export variants, the chain
     of teachers), and the export variants to measure beside them."""

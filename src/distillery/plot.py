@@ -43,18 +43,25 @@ def pareto_front(points: Iterable[Any]) -> list[tuple[str, float, float]]:
     return front
 
 
-def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str, title: str | None = None) -> Path:
+def write_plot(points: Iterable[Any], path: str | os.PathLike, metric_name: str, title: str | None = None,
+               **marks: Any) -> Path:
     """Main metric (y) against latency in ms (x, log scale), every point labelled, Pareto
-    frontier drawn. ``points``: dicts ``{"label", "latency_ms", "metric"}`` or such triples."""
-    fig = plot_figure(points, metric_name, title)
+    frontier drawn. ``points``: dicts ``{"label", "latency_ms", "metric"}`` or such triples.
+    ``marks``: :func:`plot_figure`'s ``x_label``, ``chosen``, ``target_x`` and ``label_only``."""
+    fig = plot_figure(points, metric_name, title, **marks)
     path = Path(path)
     with atomic_file(path) as f:  # a reader never finds half a plot
         fig.savefig(f, format="png")
     return path
 
 
-def plot_figure(points: Iterable[Any], metric_name: str, title: str | None = None):
-    """The figure :func:`write_plot` saves."""
+def plot_figure(points: Iterable[Any], metric_name: str, title: str | None = None, *,
+                x_label: str = "latency (ms, lower is better)", chosen: str | None = None,
+                target_x: float | None = None, label_only: Iterable[str] | None = None):
+    """The figure :func:`write_plot` saves. ``chosen``: the label of a point to ring and name in the legend;
+    ``target_x``: a vertical line where a target lies (points left of it meet it); ``label_only``: the
+    labels written beside their points (the others are listed in the report), so that a crowded plot
+    stays readable."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -74,13 +81,25 @@ def plot_figure(points: Iterable[Any], metric_name: str, title: str | None = Non
     for label, x, y in pts:
         labels.setdefault((round(x, 6), round(y, 6)), []).append(label)
     # Labels of neighbouring points (a model and its int8 variant) alternate above and below.
+    shown = None if label_only is None else set(label_only) | ({chosen} if chosen else set())
     for i, ((x, y), names) in enumerate(sorted(labels.items())):
+        names = [n for n in names if shown is None or n in shown]
+        if not names:
+            continue
         ax.annotate(_literal(", ".join(dict.fromkeys(names))), (x, y), textcoords="offset points",
                     xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
     front = pareto_front(pts)
     if len(front) > 1:
         ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="tab:orange",
                 linestyle="--", zorder=2, label="Pareto frontier")
+    picked = [p for p in pts if p[0] == chosen]
+    if picked:
+        ax.scatter([picked[0][1]], [picked[0][2]], s=160, facecolors="none", edgecolors="tab:red", linewidths=2,
+                   zorder=4, label=_literal(f"chosen: {chosen}"))
+    if target_x is not None and math.isfinite(target_x) and target_x > 0:
+        ax.axvline(target_x, color="tab:green", linestyle=":", zorder=1, label="target")
+        xs = xs + [target_x]
+    if len(front) > 1 or picked or target_x is not None:
         ax.legend(loc="lower right", fontsize=8)
     if max(xs) / min(xs) > 3:
         ax.set_xscale("log")
@@ -92,7 +111,7 @@ def plot_figure(points: Iterable[Any], metric_name: str, title: str | None = Non
         ax.xaxis.set_minor_formatter(NullFormatter())
     pad = (max(xs) / min(xs)) ** 0.08 if max(xs) > min(xs) else 1.2
     ax.set_xlim(min(xs) / pad, max(xs) * pad * pad)
-    ax.set_xlabel("latency (ms, lower is better)")
+    ax.set_xlabel(_literal(x_label))
     ax.set_ylabel(_literal(f"{metric_name} (higher is better)"))
     if title:
         ax.set_title(_literal(title), fontsize=10)
