@@ -64,6 +64,20 @@ def test_the_log_axis_labels_never_overlap(fastest, slowest):
     assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in shown]
 
 
+def test_a_crowded_plot_names_the_frontier_rings_the_chosen_point_and_draws_the_target():
+    """Issue 41: auto's plot overlapped its labels and marked neither the chosen point nor the target."""
+    from distillery.plot import plot_figure
+
+    points = [("teacher", 1.0, 0.84), ("a", 0.50, 0.83), ("a+int8", 0.20, 0.82), ("b", 0.48, 0.80),
+              ("b+int8", 0.21, 0.79), ("c", 0.05, 0.70), ("c+int8", 0.06, 0.69)]
+    fig = plot_figure(points, "accuracy", chosen="a+int8", target_x=0.5, label_only={"teacher", "a", "a+int8", "c"})
+    ax = fig.axes[0]
+    assert {t.get_text() for t in ax.texts} == {"teacher", "a", "a+int8", "c"}  # off the frontier: in the table
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert legend == {"Pareto frontier", "chosen: a+int8", "target"}
+    assert any(line.get_xdata()[0] == 0.5 for line in ax.get_lines())
+
+
 def test_pareto_front_keeps_only_undominated_points():
     pts = [("slow-good", 20, 0.9), ("fast-ok", 5, 0.8), ("dominated", 25, 0.85), ("fastest-bad", 1, 0.7), ("tie", 5, 0.75)]
     assert [p[0] for p in pareto_front(pts)] == ["fastest-bad", "fast-ok", "slow-good"]
