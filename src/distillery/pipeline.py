@@ -265,6 +265,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
         "student_seconds": student_seconds,
         "train_examples": ctx.student_examples or len(task_data.train),  # the student's: may exceed the budget's
         "teacher_train_examples": len(task_data.train),
+        "student_text": ctx.student_text,  # labelled, augmented and unlabeled rows, and the teacher's labelling time
         "total_seconds": time.time() - started,
         "notes": ctx.notes,
     }
