@@ -213,3 +213,38 @@ def test_augment_and_unlabeled_file_refuse_squad(tiny_bert, tmp_path):
 
     with pytest.raises(DistilleryError, match="SQuAD"):
         extra_rows(Ctx(), SimpleNamespace(task=get_task("squad")), 2)
+
+
+def test_the_source_is_augment_model_else_the_teachers_mlm_head_else_its_embeddings(tiny_bert, tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+
+    from distillery.recipe import augment_source
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    mlm_folder = tmp_path / "mlm"
+    BertForMaskedLM(BertConfig.from_pretrained(tiny_bert)).save_pretrained(mlm_folder)
+    tokenizer.save_pretrained(mlm_folder)
+    teacher = BertModel.from_pretrained(tiny_bert)
+
+    def ctx(teacher_name, augment_model=None):
+        config = SimpleNamespace(data=SimpleNamespace(augment_model=augment_model),
+                                 teacher=SimpleNamespace(name=str(teacher_name)))
+        return SimpleNamespace(config=config, tokenizer=tokenizer, teacher=teacher)
+
+    assert augment_source(ctx(tiny_bert, str(mlm_folder))).mlm is not None
+    assert augment_source(ctx(mlm_folder)).name == "the teacher's own MLM head"
+    neighbours = augment_source(ctx(tiny_bert))
+    assert neighbours.mlm is None and "input embeddings" in neighbours.name
+    with pytest.raises(DistilleryError, match="--augment-model .* is not a masked language model"):
+        augment_source(ctx(tiny_bert, str(tmp_path / "missing")))
+
+
+def test_auto_gives_augment_to_every_candidate_and_the_cli_has_the_flags(monkeypatch, capsys):
+    from distillery.auto import route_options
+    from tests.helpers import run_cli
+
+    assert all(options == {"augment": 5} for options in route_options({"augment": 5}).values())
+    code, out, _ = run_cli(monkeypatch, capsys, "compress", "--help")
+    assert "--unlabeled-file" in out and "--augment-model" in out and "--augment" in out
