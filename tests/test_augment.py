@@ -248,3 +248,29 @@ def test_auto_gives_augment_to_every_candidate_and_the_cli_has_the_flags(monkeyp
     assert all(options == {"augment": 5} for options in route_options({"augment": 5}).values())
     code, out, _ = run_cli(monkeypatch, capsys, "compress", "--help")
     assert "--unlabeled-file" in out and "--augment-model" in out and "--augment" in out
+
+
+@pytest.mark.parametrize("method, options", [
+    ("cmow", {"method_options.matrix_dim": 4, "method_options.vector_dim": 16}),
+    ("autotinybert", {"method_options.supernet_steps": 3, "method_options.latency_archs": 8,
+                      "method_options.latency_runs": 1, "method_options.generations": 1, "method_options.population": 2,
+                      "method_options.proxy_examples": 16, "method_options.budget_floor": 0}),
+])
+def test_cmow_and_autotinybert_train_on_the_augmented_text(method, options, tiny_bert, glue_dir, tmp_path, monkeypatch):
+    from distillery.recipe import MethodContext
+    from tests.helpers import flop_timed
+
+    flop_timed(monkeypatch)
+    asked, real = [], MethodContext.distillation_train
+
+    def spy(self, whole_split, augment=0, logits=True):
+        asked.append((whole_split, augment))
+        return real(self, whole_split, augment, logits)
+
+    monkeypatch.setattr(MethodContext, "distillation_train", spy)
+    out = compress(tiny_config(tiny_bert, glue_dir, tmp_path / method, method=method,
+                               **{"method_options.augment": 1, **options}))
+    # autotinybert: the super-net's task phase (the run's examples) and the further training (the whole split)
+    assert asked == ([(False, 1), (True, 1)] if method == "autotinybert" else [(True, 1)])
+    record = json.loads((out / "train.json").read_text())["student_text"]
+    assert record["augmented"] == record["labelled"] > 0
