@@ -106,7 +106,10 @@ class MethodContext:
         task_data = self.whole_split() if whole_split else self.task_data
         originals = len(task_data.train)
         new, facts = extra_rows(self, task_data, int(augment))
-        self.student_text = {"labelled": originals, **facts, "labelling_seconds": 0.0}
+        # a second call in a run (autotinybert's further training after its super-net) reads the logits the
+        # first computed: the run's labelling time is the sum
+        spent = (self.student_text or {}).get("labelling_seconds", 0.0)
+        self.student_text = {"labelled": originals, **facts, "labelling_seconds": spent}
         if new is None:
             return self.train_with_teacher_logits(task_data) if logits else task_data.train
         import datasets
@@ -149,7 +152,7 @@ class MethodContext:
                     with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
                         np.save(f, logits)
                 if self.student_text is not None:
-                    self.student_text["labelling_seconds"] = round(time.perf_counter() - started, 2)
+                    self.student_text["labelling_seconds"] += round(time.perf_counter() - started, 2)
         return train.add_column("teacher_logits", logits.tolist())
 
 

@@ -88,9 +88,10 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
-    # the task phase learns from the run's examples and the student's new text (augmented, unlabeled)
+    # With new rows (augmented, unlabeled) the task phase learns from the further training's text: one
+    # augmentation and one labelling pass, cached, serve both (the phase is bounded in steps, not passes).
     extra = ctx.task_data.task.kind != "qa" and (opts.augment or ctx.config.data.unlabeled_file)
-    train = ctx.distillation_train(False, opts.augment) if extra else ctx.task_data.train
+    train = ctx.distillation_train(opts.train_examples == "all", opts.augment) if extra else ctx.task_data.train
     trainer = Trainer(supernet, cfg, train, ctx.task_data.collate,
                       one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
                                     sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd),
