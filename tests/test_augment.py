@@ -131,7 +131,7 @@ def test_bad_unlabeled_files_are_one_sentence(name, body, fragment, tmp_path):
 
 
 def test_unlabeled_file_must_be_a_regular_file(tmp_path):
-    with pytest.raises(DistilleryError, match="is a folder"):
+    with pytest.raises(DistilleryError, match="--unlabeled-file .* is a folder"):
         load_unlabeled(tmp_path, get_task("sst2"))
 
 
@@ -274,3 +274,15 @@ def test_cmow_and_autotinybert_train_on_the_augmented_text(method, options, tiny
     assert asked == ([(True, 1), (True, 1)] if method == "autotinybert" else [(True, 1)])
     record = json.loads((out / "train.json").read_text())["student_text"]
     assert record["augmented"] == record["labelled"] > 0
+
+
+def test_a_bad_unlabeled_file_is_refused_before_the_teacher_trains(tiny_bert, glue_dir, tmp_path, monkeypatch, capsys):
+    from distillery import pipeline
+    from tests.helpers import assert_one_line_error, run_cli
+
+    monkeypatch.setattr(pipeline, "_run", lambda *a, **k: pytest.fail("the run started"))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--teacher", str(tiny_bert), "--data-dir", str(glue_dir),
+                           "--out", str(tmp_path / "run"), "--unlabeled-file", str(empty))
+    assert_one_line_error(code, err, "is empty")

@@ -25,7 +25,7 @@ import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
-from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows
+from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows, regular_file
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -465,7 +465,7 @@ def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
                               "in their contexts, which the teacher cannot label as rows. Drop --unlabeled-file.")
     text = task.text_column or "text"
     pair = (task.text_pair_column or "text_pair") if task.is_pair else None
-    rows = read_custom_rows(Path(path), [text, pair])
+    rows = read_custom_rows(regular_file(path, "--unlabeled-file"), [text, pair])
     check_empty_texts(path, rows, [c for c in (text, pair) if c is not None])
     columns = {"text": [row[text] for _, row in rows]}
     if pair is not None:
