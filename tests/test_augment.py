@@ -286,3 +286,10 @@ def test_a_bad_unlabeled_file_is_refused_before_the_teacher_trains(tiny_bert, gl
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--teacher", str(tiny_bert), "--data-dir", str(glue_dir),
                            "--out", str(tmp_path / "run"), "--unlabeled-file", str(empty))
     assert_one_line_error(code, err, "is empty")
+
+
+def test_a_damaged_cached_part_is_augmented_again(sources, tmp_path):
+    first = augmented_rows(TEXTS, None, sources["neighbours"], 2, seed=0, cache=tmp_path)
+    (part,) = list(tmp_path.glob("*/part-*.json"))
+    part.write_text('[["only one row"]]')
+    assert augmented_rows(TEXTS, None, sources["neighbours"], 2, seed=0, cache=tmp_path) == first

@@ -159,14 +159,15 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
 
     from distillery.folders import atomic_file
 
-    digest = hashlib.sha256(json.dumps([source.digest(), n, p, k, seed, list(texts), list(pairs or [])]).encode())
+    # the part size too: a part's file holds the rows of its PART originals
+    digest = hashlib.sha256(json.dumps([source.digest(), n, p, k, seed, PART, list(texts), list(pairs or [])]).encode())
     folder = cache / digest.hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
     columns: dict[str, list[str]] = {"text": []} | ({"text_pair": []} if pairs is not None else {})
     starts = range(0, len(texts), PART)
     for part, start in enumerate(tqdm(starts, desc=f"augmenting x{n}", unit="part", leave=False)):
         path = folder / f"part-{part:05d}.json"
-        rows = _read_part(path)
+        rows = _read_part(path, n * len(texts[start:start + PART]))
         if rows is None:
             rng = np.random.default_rng([seed, part])
             sides = [augment_texts(texts[start:start + PART], source, n, rng, p, k)]
@@ -181,13 +182,13 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
     return columns
 
 
-def _read_part(path: Path) -> list | None:
+def _read_part(path: Path, rows_expected: int) -> list | None:
     if not path.is_file():
         return None
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(rows, list):
-            raise ValueError("not a list")
+        if not isinstance(rows, list) or len(rows) != rows_expected:
+            raise ValueError("not a list of the part's rows")
         return rows
     except (ValueError, OSError):
         logger.warning("The cached augmented text %s is damaged; it is augmented again.", path)
