@@ -293,3 +293,12 @@ def test_a_damaged_cached_part_is_augmented_again(sources, tmp_path):
     (part,) = list(tmp_path.glob("*/part-*.json"))
     part.write_text('[["only one row"]]')
     assert augmented_rows(TEXTS, None, sources["neighbours"], 2, seed=0, cache=tmp_path) == first
+
+
+def test_a_vocabulary_without_whole_words_is_one_sentence(tiny_roberta):
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_roberta)  # byte-level BPE without merges: bytes only
+    embeddings = AutoModel.from_pretrained(tiny_roberta).get_input_embeddings().weight
+    with pytest.raises(DistilleryError, match="no whole words in its vocabulary; give a masked LM"):
+        WordSource("the teacher's input embeddings", tokenizer, embeddings)

@@ -35,6 +35,7 @@ PART = 256  # originals per cached part: what a killed run loses at most
 MLM_BATCH = 64
 WORD = re.compile(r"[^\W\d_]+")  # a run of letters: numbers and punctuation are kept as they are
 WHOLE_WORD = re.compile(r"^[^\W\d_]{2,}$")
+WORD_START = ("Ġ", "▁")  # how byte-level BPE and SentencePiece vocabularies mark a word's first piece
 
 
 @dataclass
@@ -51,23 +52,31 @@ class WordSource:
         vocab = self.tokenizer.get_vocab()
         specials = set(self.tokenizer.all_special_ids)
         size = self.embeddings.shape[0]
-        ids = sorted(i for tok, i in vocab.items() if i < size and i not in specials and WHOLE_WORD.match(tok))
+        # A byte-level BPE or SentencePiece vocabulary marks a word's first piece (Ġword, ▁word); WordPiece
+        # marks the others (##ing). A whole word is a first piece of letters only.
+        marked = any(tok[:1] in WORD_START for tok in vocab)
+        forms = {i: tok[1:] if marked else tok for tok, i in vocab.items()
+                 if i < size and i not in specials and (not marked or tok[:1] in WORD_START)}
+        ids = sorted(i for i, form in forms.items() if WHOLE_WORD.match(form))
         if not ids:
-            raise DistilleryError(f"The augmentation source {self.name} has no whole words in its vocabulary.")
+            raise DistilleryError(f"The augmentation source ({self.name}) has no whole words in its vocabulary; "
+                                  "give a masked LM with --augment-model.")
         self.word_ids = torch.tensor(ids)
-        self.words = self.tokenizer.convert_ids_to_tokens(ids)
-        table = self.embeddings.detach().float()
-        self.unit = torch.nn.functional.normalize(table[self.word_ids], dim=-1)  # (n_words, dim)
+        self.words = [forms[i] for i in ids]
+        self.unit = torch.nn.functional.normalize(self.embeddings.detach().float()[self.word_ids], dim=-1)  # (n, dim)
         self.allowed = torch.zeros(size, dtype=torch.bool)
         self.allowed[self.word_ids] = True
-        self.column = {i: c for c, i in enumerate(ids)}
+        self.same: dict[str, list[int]] = {}  # a word (lower case) -> its columns among the whole words
+        for column, form in enumerate(self.words):
+            self.same.setdefault(form.lower(), []).append(column)
 
     def digest(self) -> str:
         array = self.embeddings.detach().float().cpu().numpy()
         return hashlib.sha256(f"{self.name} {self.mlm is not None}".encode() + array.tobytes()).hexdigest()[:16]
 
     def pieces(self, word: str) -> list[int]:
-        return self.tokenizer.convert_tokens_to_ids(self.tokenizer.tokenize(word))
+        # after a space, as inside a sentence: a BPE vocabulary's word-initial piece (Ġword)
+        return self.tokenizer.convert_tokens_to_ids(self.tokenizer.tokenize(" " + word))
 
     def neighbours(self, words: Sequence[str], k: int) -> dict[str, list[str]]:
         """The ``k`` nearest whole words of each word (mean of its pieces' embeddings, cosine), one matmul."""
@@ -78,12 +87,9 @@ class WordSource:
         offsets = torch.tensor([0] + [len(ps) for ps in pieces[:-1]]).cumsum(0)
         vectors = torch.nn.functional.embedding_bag(flat, self.embeddings.detach().float(), offsets, mode="mean")
         sims = torch.nn.functional.normalize(vectors, dim=-1) @ self.unit.T  # (words, n_words)
-        lowered = {w: w.lower() for w in words}
-        for row, w in enumerate(words):  # the word itself is no candidate
-            for candidate in (lowered[w], w):
-                col = self.column.get(self.tokenizer.convert_tokens_to_ids(candidate))
-                if col is not None and self.words[col].lower() == lowered[w]:
-                    sims[row, col] = -2.0
+        rows = [(row, col) for row, w in enumerate(words) for col in self.same.get(w.lower(), [])]
+        if rows:  # the word itself is no candidate
+            sims[tuple(torch.tensor(rows).T)] = -2.0
         top = sims.topk(min(k, sims.shape[1]), dim=-1).indices.tolist()
         return {w: [self.words[c] for c in cols] for w, cols in zip(words, top)}
 
@@ -101,13 +107,13 @@ class WordSource:
             picked = torch.full((len(chunk), logits.shape[-1]), float("-inf"))
             picked[rows] = logits[rows, cols]  # truncated-away masks keep -inf and give no candidates
             picked[:, ~self.allowed[: logits.shape[-1]]] = float("-inf")
-            for (text, a, b), row in zip(chunk, range(len(chunk))):
-                original = self.tokenizer.convert_tokens_to_ids(text[a:b].lower())
-                if 0 <= original < picked.shape[1]:
-                    picked[row, original] = float("-inf")
+            itself = [(row, int(self.word_ids[c])) for row, (t, a, b) in enumerate(chunk)
+                      for c in self.same.get(t[a:b].lower(), [])]
+            if itself:  # the word itself is no candidate
+                picked[tuple(torch.tensor(itself).T)] = float("-inf")
             values, ids = picked.topk(k, dim=-1)
-            out += [[self.tokenizer.convert_ids_to_tokens(i) for i, v in zip(r, vs) if v > float("-inf")]
-                    for r, vs in zip(ids.tolist(), values.tolist())]
+            form = dict(zip(self.word_ids.tolist(), self.words))
+            out += [[form[i] for i, v in zip(r, vs) if v > float("-inf")] for r, vs in zip(ids.tolist(), values.tolist())]
         return out
 
 
@@ -164,8 +170,8 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
     folder = cache / digest.hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
     columns: dict[str, list[str]] = {"text": []} | ({"text_pair": []} if pairs is not None else {})
-    starts = range(0, len(texts), PART)
-    for part, start in enumerate(tqdm(starts, desc=f"augmenting x{n}", unit="part", leave=False)):
+    bar = tqdm(total=len(texts), desc=f"augmenting x{n}", unit="example", leave=False)
+    for part, start in enumerate(range(0, len(texts), PART)):
         path = folder / f"part-{part:05d}.json"
         rows = _read_part(path, n * len(texts[start:start + PART]))
         if rows is None:
@@ -179,6 +185,8 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
         for row in rows:
             for column, value in zip(columns, row):
                 columns[column].append(value)
+        bar.update(len(texts[start:start + PART]))
+    bar.close()
     return columns
 
 
