@@ -189,7 +189,7 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
     from distillery.config import cache_root
     from distillery.data.augment import augmented_rows
     from distillery.data.encode import encode_rows
-    from distillery.data.loading import load_raw, load_unlabeled
+    from distillery.data.loading import column_values, load_raw, load_unlabeled
 
     task, data = task_data.task, ctx.config.data
     facts: dict[str, Any] = {"augmented": 0, "unlabeled": 0, "augment_source": None}
@@ -207,8 +207,10 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
             ctx.notes.append(f"Augmentation: {n} new examples per original, not {augment}, so that the "
                              f"{len(raw)} originals make at most {AUGMENT_MAX_ROWS} new rows.")
         source = augment_source(ctx)
-        pairs = raw["text_pair"][:] if task.is_pair else None
-        columns = augmented_rows(raw["text"][:], pairs, source, n, ctx.config.student.seed, cache_root() / "augment")
+        pairs = column_values(raw, "text_pair") if task.is_pair else None
+        with distributed.local_main_first():  # under a launcher one process per node augments, the others read
+            columns = augmented_rows(column_values(raw, "text"), pairs, source, n, ctx.config.student.seed,
+                                     cache_root() / "augment")
         parts.append(datasets.Dataset.from_dict(columns))
         facts.update(augmented=len(parts[-1]), augment_source=source.name)
         ctx.notes.append(f"Augmentation (TinyBERT): {n} new examples per train example from {source.name}, "
@@ -235,7 +237,7 @@ def augment_source(ctx: MethodContext):
     name = ctx.config.data.augment_model
     if name:
         try:
-            mlm = AutoModelForMaskedLM.from_pretrained(name).eval()
+            mlm = AutoModelForMaskedLM.from_pretrained(name).eval().to(_mlm_device())
             tokenizer = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as e:
             raise DistilleryError(f"--augment-model {name} is not a masked language model that transformers can "
@@ -249,11 +251,18 @@ def augment_source(ctx: MethodContext):
         if ctx.tokenizer.mask_token is not None and any("MaskedLM" in a or "ForPreTraining" in a for a in saved):
             mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
             if not info["missing_keys"]:
-                return WordSource("the teacher's own MLM head", ctx.tokenizer, mlm.get_input_embeddings().weight, mlm.eval())
+                return WordSource("the teacher's own MLM head", ctx.tokenizer, mlm.get_input_embeddings().weight,
+                                  mlm.eval().to(_mlm_device()))
     except (OSError, ValueError, KeyError, DistilleryError):
         pass  # an export, a fine-tuned head only, a family without an MLM class: the embeddings serve
     return WordSource("nearest neighbours in the teacher's input embeddings", ctx.tokenizer,
                       ctx.teacher.get_input_embeddings().weight)
+
+
+def _mlm_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"  # the MLM's batched passes are most of augmentation's time
 
 
 def label_new_rows(train, originals: int, kind: str):

@@ -49,6 +49,7 @@ class WordSource:
     mlm: Any = None
 
     def __post_init__(self) -> None:
+        self.embeddings = self.embeddings.detach().float().cpu()  # the neighbour search runs on the CPU
         vocab = self.tokenizer.get_vocab()
         specials = set(self.tokenizer.all_special_ids)
         size = self.embeddings.shape[0]
@@ -63,7 +64,7 @@ class WordSource:
                                   "give a masked LM with --augment-model.")
         self.word_ids = torch.tensor(ids)
         self.words = [forms[i] for i in ids]
-        self.unit = torch.nn.functional.normalize(self.embeddings.detach().float()[self.word_ids], dim=-1)  # (n, dim)
+        self.unit = torch.nn.functional.normalize(self.embeddings[self.word_ids], dim=-1)  # (n, dim)
         self.allowed = torch.zeros(size, dtype=torch.bool)
         self.allowed[self.word_ids] = True
         self.same: dict[str, list[int]] = {}  # a word (lower case) -> its columns among the whole words
@@ -71,7 +72,7 @@ class WordSource:
             self.same.setdefault(form.lower(), []).append(column)
 
     def digest(self) -> str:
-        array = self.embeddings.detach().float().cpu().numpy()
+        array = self.embeddings.numpy()
         return hashlib.sha256(f"{self.name} {self.mlm is not None}".encode() + array.tobytes()).hexdigest()[:16]
 
     def pieces(self, word: str) -> list[int]:
@@ -85,7 +86,7 @@ class WordSource:
         pieces = [self.pieces(w) or [self.tokenizer.unk_token_id] for w in words]
         flat = torch.tensor([p for ps in pieces for p in ps])
         offsets = torch.tensor([0] + [len(ps) for ps in pieces[:-1]]).cumsum(0)
-        vectors = torch.nn.functional.embedding_bag(flat, self.embeddings.detach().float(), offsets, mode="mean")
+        vectors = torch.nn.functional.embedding_bag(flat, self.embeddings, offsets, mode="mean")
         sims = torch.nn.functional.normalize(vectors, dim=-1) @ self.unit.T  # (words, n_words)
         rows = [(row, col) for row, w in enumerate(words) for col in self.same.get(w.lower(), [])]
         if rows:  # the word itself is no candidate
