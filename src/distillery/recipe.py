@@ -110,6 +110,7 @@ class MethodContext:
         # first computed: the run's labelling time is the sum
         spent = (self.student_text or {}).get("labelling_seconds", 0.0)
         self.student_text = {"labelled": originals, **facts, "labelling_seconds": spent}
+        self.notes[:] = list(dict.fromkeys(self.notes))  # a second call says the same of the same text
         if new is None:
             return self.train_with_teacher_logits(task_data) if logits else task_data.train
         import datasets
@@ -223,7 +224,9 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
         return None, facts
     raw = datasets.concatenate_datasets(parts)
     raw = raw.add_column("label", [0.0 if task.kind == "regression" else 0] * len(raw))
-    return encode_rows(task, raw, task_data.tokenizer, data.max_length, task_data.pair_mode, "new"), facts
+    # encoded as the rows they join are (a DiffCat student's split holds each side on its own)
+    pair_mode = "separate" if "input_ids_b" in task_data.train.column_names else "joint"
+    return encode_rows(task, raw, task_data.tokenizer, data.max_length, pair_mode, "new"), facts
 
 
 def augment_source(ctx: MethodContext):
