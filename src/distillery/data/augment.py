@@ -88,8 +88,11 @@ class WordSource:
         offsets = torch.tensor([0] + [len(ps) for ps in pieces[:-1]]).cumsum(0)
         vectors = torch.nn.functional.embedding_bag(flat, self.embeddings, offsets, mode="mean")
         sims = torch.nn.functional.normalize(vectors, dim=-1) @ self.unit.T  # (words, n_words)
-        rows = [(row, col) for row, w in enumerate(words) for col in self.same.get(w.lower(), [])]
-        if rows:  # the word itself is no candidate
+        # neither the word itself nor, for a word of several pieces, one of its pieces (un-, watch for unwatchable)
+        own = [{w.lower()} | ({t.lstrip("#" + "".join(WORD_START)).lower() for t in self.tokenizer.convert_ids_to_tokens(ps)}
+                              if len(ps) > 1 else set()) for w, ps in zip(words, pieces)]
+        rows = [(row, col) for row, forms in enumerate(own) for form in forms for col in self.same.get(form, [])]
+        if rows:
             sims[tuple(torch.tensor(rows).T)] = -2.0
         top = sims.topk(min(k, sims.shape[1]), dim=-1).indices.tolist()
         return {w: [self.words[c] for c in cols] for w, cols in zip(words, top)}
