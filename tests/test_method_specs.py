@@ -22,7 +22,8 @@ from distillery.method import METHODS, get_method, method_options, number, optio
 # compress's method flags as they were written by hand before they were generated: names and meaning unchanged
 COMPRESS_METHOD_FLAGS = {"--student-layers", "--kd-weight", "--temperature", "--hidden-weight", "--experts",
                          "--expert-size", "--shared", "--split", "--routing", "--shared-mode", "--distill-layers",
-                         "--lambda", "--balance-weight", "--importance-examples", "--refit", "--speedup"}
+                         "--lambda", "--balance-weight", "--importance-examples", "--refit", "--speedup",
+                         "--augment"}
 
 
 def _flags(command) -> set[str]:

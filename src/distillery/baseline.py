@@ -94,8 +94,9 @@ class Distill(Method):
         train = task_data.train
         teacher.eval()
         whole = opts.train_examples == "all"
-        if kind != "qa" and (whole or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher itself
-            train = ctx.distillation_train(whole)
+        extra = opts.augment or ctx.config.data.unlabeled_file
+        if kind != "qa" and (whole or extra or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher
+            train = ctx.distillation_train(whole, opts.augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
         return ctx.train(student, loss_fn, desc="student", train_dataset=train)

@@ -300,6 +300,9 @@ class DataConfig:
     text_pair_column: str | None = None
     label_column: str | None = None
     regression: bool = False
+    # the student's extra text (MethodContext.distillation_train): rows the teacher labels
+    unlabeled_file: str | None = None  # one text (or pair) per row, CSV/TSV/JSONL as custom data
+    augment_model: str | None = None  # a masked LM (name or folder) for augmentation; else the teacher's own
     # SQuAD
     squad_holdout: float | None = None  # fraction of dev articles held out as dev; rest trains
     doc_stride: int = 64  # overlap of SQuAD windows (the full budget uses 128 with 384-token windows)
@@ -527,7 +530,8 @@ def setting(tree: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
 def run_inputs(config: RunConfig) -> list[str]:
     """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
     model): its output folder may be none of them, nor hold one."""
-    paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file]
+    paths = [config.teacher.name, resolve_data_dir(config.data.data_dir), config.data.train_file, config.data.dev_file,
+             config.data.unlabeled_file, config.data.augment_model]
     paths += [v for v in config.method_options.values() if isinstance(v, str) and ("/" in v or os.sep in v)]
     return [str(p) for p in paths if p]
 

@@ -24,7 +24,7 @@ from distillery.bench import benchmark, check_settings
 from distillery.card import write_card
 from distillery.config import RunConfig, nested_settings, run_inputs, setting
 from distillery.data.encode import model_device, prepare_task_data
-from distillery.data.loading import task_for
+from distillery.data.loading import load_unlabeled, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
@@ -197,6 +197,8 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    if config.data.unlabeled_file:  # a bad file is refused now, not after the teacher's fine-tuning
+        load_unlabeled(config.data.unlabeled_file, task)
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
@@ -265,6 +267,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
         "student_seconds": student_seconds,
         "train_examples": ctx.student_examples or len(task_data.train),  # the student's: may exceed the budget's
         "teacher_train_examples": len(task_data.train),
+        "student_text": ctx.student_text,  # labelled, augmented and unlabeled rows, and the teacher's labelling time
         "total_seconds": time.time() - started,
         "notes": ctx.notes,
     }

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
+from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, writing
 
 logger = logging.getLogger("distillery")
@@ -29,6 +30,9 @@ class MethodContext:
     resume: bool = False
     notes: list[str] = field(default_factory=list)  # lines a method wants in the report
     student_examples: int | None = None  # what the student last trained on (:meth:`train`), for the report
+    # what the student's text held (:meth:`distillation_train`): labelled, augmented and unlabeled rows,
+    # the augmentation source and the teacher's labelling time, for the report and the model card
+    student_text: dict[str, Any] | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -90,10 +94,31 @@ class MethodContext:
                           f"(fine-tuned on {len(task_data.train)}).")
         return replace(task_data, train=full.train)
 
-    def distillation_train(self, whole_split: bool):
-        """The train split a student distils on, with the teacher's logits (:meth:`train_with_teacher_logits`):
-        the run's examples, or with ``whole_split`` the task's whole train split (:meth:`whole_split`)."""
-        return self.train_with_teacher_logits(self.whole_split() if whole_split else self.task_data)
+    def distillation_train(self, whole_split: bool, augment: int = 0, logits: bool = True):
+        """The one home of the student's training text: the run's train examples (with ``whole_split``
+        the task's whole train split, :meth:`whole_split`), plus ``augment`` new examples per original
+        (TinyBERT's augmentation, :mod:`distillery.data.augment`) and the rows of ``data.unlabeled_file``,
+        with the teacher's logits (:meth:`train_with_teacher_logits`). A new row's ``labels`` are the
+        teacher's (its class, or its score), never an original's: the hard-label term of every loss then
+        reads the teacher on those rows, and the gold label where there is one. ``logits=False`` (a
+        method whose loss runs the teacher itself) skips the labelling pass when there are no new rows.
+        What the student saw is recorded in ``student_text`` for the report."""
+        task_data = self.whole_split() if whole_split else self.task_data
+        originals = len(task_data.train)
+        new, facts = extra_rows(self, task_data, int(augment))
+        # a second call in a run (autotinybert's further training after its super-net) reads the logits the
+        # first computed: the run's labelling time is the sum
+        spent = (self.student_text or {}).get("labelling_seconds", 0.0)
+        self.student_text = {"labelled": originals, **facts, "labelling_seconds": spent}
+        self.notes[:] = list(dict.fromkeys(self.notes))  # a second call says the same of the same text
+        if new is None:
+            return self.train_with_teacher_logits(task_data) if logits else task_data.train
+        import datasets
+        from dataclasses import replace
+
+        combined = datasets.concatenate_datasets([task_data.train, new.select_columns(task_data.train.column_names)])
+        labelled = self.train_with_teacher_logits(replace(task_data, train=combined))
+        return label_new_rows(labelled, originals, task_data.task.kind)
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
@@ -103,6 +128,7 @@ class MethodContext:
         task (another method, an ablation, a resumed run) does not pay the teacher's passes again.
         ``task_data``: another encoding of the task to label (default the run's)."""
         import hashlib
+        import time
 
         import numpy as np
 
@@ -118,6 +144,7 @@ class MethodContext:
         with distributed.local_main_first():
             logits = read_logits_cache(path, len(train))
             if logits is None:
+                started = time.perf_counter()
                 logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
                                  desc="teacher labels")
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
@@ -125,6 +152,8 @@ class MethodContext:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
                         np.save(f, logits)
+                if self.student_text is not None:
+                    self.student_text["labelling_seconds"] += round(time.perf_counter() - started, 2)
         return train.add_column("teacher_logits", logits.tolist())
 
 
@@ -146,3 +175,108 @@ def read_logits_cache(path: Path, rows: int):
         path.unlink(missing_ok=True)
         return None
     return logits
+
+
+# At most this many augmented rows: N is lowered for a large train split (SST-2's 67k at N = 20 would be
+# 1.3M rows; TinyBERT's small tasks, which gain most, stay whole: MRPC 3.7k, RTE 2.5k, STS-B 5.7k).
+AUGMENT_MAX_ROWS = 200_000
+
+
+def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
+    """The student's new rows besides ``task_data``'s train split, encoded with placeholder labels, or None;
+    and what they are (counts and the augmentation source) for the report."""
+    import datasets
+
+    from distillery.config import cache_root
+    from distillery.data.augment import augmented_rows
+    from distillery.data.encode import encode_rows
+    from distillery.data.loading import column_values, load_raw, load_unlabeled
+
+    task, data = task_data.task, ctx.config.data
+    facts: dict[str, Any] = {"augmented": 0, "unlabeled": 0, "augment_source": None}
+    if task.kind == "qa" and (augment or data.unlabeled_file):
+        raise DistilleryError("Augmentation and --unlabeled-file make sentence rows for the teacher to label; a "
+                              "SQuAD example's answer span cannot be carried to new text. Drop them for SQuAD.")
+    parts = []
+    if augment:
+        from dataclasses import replace
+
+        limit = None if len(task_data.train) > len(ctx.task_data.train) else data.train_limit
+        raw = load_raw(task, "train", replace(data, train_limit=limit))
+        n = max(1, min(int(augment), AUGMENT_MAX_ROWS // max(1, len(raw))))
+        if n < augment:
+            ctx.notes.append(f"Augmentation: {n} new examples per original, not {augment}, so that the "
+                             f"{len(raw)} originals make at most {AUGMENT_MAX_ROWS} new rows.")
+        source = augment_source(ctx)
+        pairs = column_values(raw, "text_pair") if task.is_pair else None
+        with distributed.local_main_first():  # under a launcher one process per node augments, the others read
+            columns = augmented_rows(column_values(raw, "text"), pairs, source, n, ctx.config.student.seed,
+                                     cache_root() / "augment")
+        parts.append(datasets.Dataset.from_dict(columns))
+        facts.update(augmented=len(parts[-1]), augment_source=source.name)
+        ctx.notes.append(f"Augmentation (TinyBERT): {n} new examples per train example from {source.name}, "
+                         f"{len(parts[-1])} in all, labelled by the teacher.")
+    if data.unlabeled_file:
+        parts.append(load_unlabeled(data.unlabeled_file, task))
+        facts["unlabeled"] = len(parts[-1])
+        ctx.notes.append(f"Unlabeled text: {len(parts[-1])} rows of {data.unlabeled_file}, labelled by the teacher.")
+    if not parts:
+        return None, facts
+    raw = datasets.concatenate_datasets(parts)
+    raw = raw.add_column("label", [0.0 if task.kind == "regression" else 0] * len(raw))
+    # encoded as the rows they join are (a DiffCat student's split holds each side on its own)
+    pair_mode = "separate" if "input_ids_b" in task_data.train.column_names else "joint"
+    return encode_rows(task, raw, task_data.tokenizer, data.max_length, pair_mode, "new"), facts
+
+
+def augment_source(ctx: MethodContext):
+    """Where augmentation's candidates come from: ``--augment-model``, else the teacher checkpoint's own
+    MLM head, else nearest neighbours in the teacher's input embeddings."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+    from distillery.data.augment import WordSource
+    from distillery.teacher import resolve_teacher
+
+    name = ctx.config.data.augment_model
+    if name:
+        try:
+            mlm = AutoModelForMaskedLM.from_pretrained(name).eval().to(_mlm_device())
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            raise DistilleryError(f"--augment-model {name} is not a masked language model that transformers can "
+                                  f"load ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+        if tokenizer.mask_token is None:
+            raise DistilleryError(f"--augment-model {name}: its tokenizer has no mask token.")
+        return WordSource(f"the masked LM {name}", tokenizer, mlm.get_input_embeddings().weight, mlm)
+    try:  # the teacher checkpoint's own head, when it was saved with one (its architectures say so)
+        path = resolve_teacher(ctx.config.teacher.name)
+        saved = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
+        if ctx.tokenizer.mask_token is not None and any("MaskedLM" in a or "ForPreTraining" in a for a in saved):
+            mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+            if not info["missing_keys"]:
+                return WordSource("the teacher's own MLM head", ctx.tokenizer, mlm.get_input_embeddings().weight,
+                                  mlm.eval().to(_mlm_device()))
+    except (OSError, ValueError, KeyError, DistilleryError):
+        pass  # an export, a fine-tuned head only, a family without an MLM class: the embeddings serve
+    return WordSource("nearest neighbours in the teacher's input embeddings", ctx.tokenizer,
+                      ctx.teacher.get_input_embeddings().weight)
+
+
+def _mlm_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"  # the MLM's batched passes are most of augmentation's time
+
+
+def label_new_rows(train, originals: int, kind: str):
+    """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class or score)."""
+    import numpy as np
+
+    from distillery.data.loading import column_values
+
+    logits = np.asarray(column_values(train.select(range(originals, len(train))), "teacher_logits"), dtype=np.float32)
+    new = logits[:, 0] if kind == "regression" else logits.argmax(-1)
+    labels = np.concatenate([np.asarray(column_values(train.select(range(originals)), "labels")), new]) \
+        if originals else new
+    feature = train.features["labels"]
+    return train.remove_columns("labels").add_column("labels", labels.tolist()).cast_column("labels", feature)

@@ -293,6 +293,7 @@ def config_lines(
         lines.append(f"- training examples: {int(train['train_examples']):,}"
                      + (f" (the teacher fine-tuned on {int(teacher_n):,} of them, and labelled the rest)"
                         if is_finite_number(teacher_n) and teacher_n < train["train_examples"] else ""))
+    lines += student_text_lines(train.get("student_text"))
     if train.get("teacher_cached") and not setting(config, "teacher.finetuned"):  # a given one is not fine-tuned here
         lines.append("- teacher fine-tuning reused from the cache")
     for key, value in train.items():
@@ -535,3 +536,17 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         write_plot(points, out_dir / "plot.png", main, title=f"{task}: {main} vs latency at {lat_shape}")
         lines += ["![score against latency](plot.png)", ""]
     return _write_markdown(out_dir / "report.md", lines)
+
+
+def student_text_lines(text: Any) -> list[str]:
+    """What the student's text held (train.json's ``student_text``): labelled, augmented and unlabeled rows,
+    the augmentation source and the time the teacher spent labelling them; none for a run without new rows."""
+    if not isinstance(text, Mapping) or not any(is_finite_number(text.get(k)) and text[k] for k in ("augmented", "unlabeled")):
+        return []
+    counts = [f"{int(text[k]):,} {k}" for k in ("labelled", "augmented", "unlabeled") if is_finite_number(text.get(k))]
+    source = text.get("augment_source")
+    line = "- the student's text: " + ", ".join(counts) + (f" (augmented from {md(source)})" if source else "")
+    seconds = text.get("labelling_seconds")
+    if is_finite_number(seconds):
+        line += "; the teacher labelled them in " + (fmt_seconds(seconds) if seconds else "no time (its logits were cached)")
+    return [line]

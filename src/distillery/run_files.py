@@ -34,6 +34,8 @@ SHAPES: dict[str, dict[str, Any]] = {
         **{k: NUMBER for k in ("teacher_seconds", "student_seconds", "total_seconds", "train_examples",
                                "teacher_train_examples")},
         "teacher_cached": bool, "teacher_path": str, "notes": list, "notes.*": str,
+        "student_text": dict, "student_text.augment_source": str,
+        **{f"student_text.{k}": NUMBER for k in ("labelled", "augmented", "unlabeled", "labelling_seconds")},
     },
 }
 _TYPE_WORDS = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false", NUMBER: NUMBER}

@@ -88,7 +88,11 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
-    trainer = Trainer(supernet, cfg, ctx.task_data.train, ctx.task_data.collate,
+    # With new rows (augmented, unlabeled) the task phase learns from the further training's text: one
+    # augmentation and one labelling pass, cached, serve both (the phase is bounded in steps, not passes).
+    extra = ctx.task_data.task.kind != "qa" and (opts.augment or ctx.config.data.unlabeled_file)
+    train = ctx.distillation_train(opts.train_examples == "all", opts.augment) if extra else ctx.task_data.train
+    trainer = Trainer(supernet, cfg, train, ctx.task_data.collate,
                       one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
                                     sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd),
                                     prediction_weight=float(opts.prediction_weight), temperature=float(opts.temperature)),
@@ -475,7 +479,7 @@ class AutoTinyBert(Method):
         kind = ctx.task_data.task.kind
         train = ctx.task_data.train
         if kind != "qa":
-            train = ctx.distillation_train(opts.train_examples == "all")
+            train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         lr = further_lr(opts, ctx.config.student.lr, speedup)
         ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "

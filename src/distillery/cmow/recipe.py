@@ -135,5 +135,5 @@ class CMOW(Method):
         student = build_student(ctx, opts)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
-        train = ctx.distillation_train(opts.train_examples == "all")
+        train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)

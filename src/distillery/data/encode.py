@@ -238,6 +238,12 @@ def prepare_task_data(
     )
 
 
+def encode_rows(task: TaskSpec, raw: datasets.Dataset, tokenizer, max_length: int, pair_mode: str = "joint",
+                split_name: str = "train") -> datasets.Dataset:
+    """Raw classification/regression rows (``text``, ``text_pair``, ``label``) encoded as a split of ``task``."""
+    return _encode_labelled(task, raw, tokenizer, max_length, pair_mode, split_name)
+
+
 def _encode_labelled(task, raw, tokenizer, max_length, pair_mode, split_name):
     if task.is_pair and pair_mode == "separate":
         return encode_separate_pair(raw, tokenizer, max_length, split_name)

@@ -25,7 +25,7 @@ import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
-from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows
+from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows, regular_file
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -454,3 +454,20 @@ def task_for(data_config: "DataConfig") -> TaskSpec:
     if str(data_config.task).lower() == "custom":
         return custom_task(data_config)
     return get_task(data_config.task)
+
+
+def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
+    """The rows of ``--unlabeled-file`` (CSV/TSV/JSONL, read as custom data is) as ``text`` (and
+    ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are task custom's
+    (--text-column, --text-pair-column), else ``text`` and ``text_pair``."""
+    if task.kind == "qa":
+        raise DistilleryError("--unlabeled-file holds texts to classify or score; SQuAD's questions need answers "
+                              "in their contexts, which the teacher cannot label as rows. Drop --unlabeled-file.")
+    text = task.text_column or "text"
+    pair = (task.text_pair_column or "text_pair") if task.is_pair else None
+    rows = read_custom_rows(regular_file(path, "--unlabeled-file"), [text, pair])
+    check_empty_texts(path, rows, [c for c in (text, pair) if c is not None])
+    columns = {"text": [row[text] for _, row in rows]}
+    if pair is not None:
+        columns["text_pair"] = [row[pair] for _, row in rows]
+    return datasets.Dataset.from_dict(columns)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, flag, number, one_of, option, text
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
 
 STRATEGIES = ("heads", "head-dims")  # attention sub-matrices: whole heads, or dimensions of every head
@@ -81,6 +81,7 @@ class AutoTinyBertOptions(MethodOptions):
     # at 5e-4; STS-B at 4x 0.524 at 1e-4, 0.605 at 3e-4)
     further_lr: float | None = option(None, number(above=0, optional=True), "learning rate of the further training",
                                       default_text="the student's (--lr) x (speed-up - 1), within 1-3x")
+    augment: int = augment_option()
     train_examples: str = option("all", one_of("all", "budget"), "further training: all: the whole train split, "
                                  "labelled by the teacher; budget: the run's examples (--train-limit)")
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)

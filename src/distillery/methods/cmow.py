@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from distillery.method import MethodOptions, flag, number, one_of, option, text
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
 COMPONENTS = ("hybrid", "cmow", "cbow")
 PAIR_MODES = ("joint", "diffcat")
@@ -32,6 +32,7 @@ class CMOWOptions(MethodOptions):
     bin_width: float = option(0.2, number(above=0), "regression: width of the score bins classified over")
     init: str | None = option(None, text(optional=True), "a general-distilled CMOW encoder (`distillery cmow "
                               "pretrain`'s <out>/model) the student starts from")
+    augment: int = augment_option()
     train_examples: str = option("all", one_of("all", "budget"), "all: the whole train split, labelled by the "
                                  "teacher; budget: the run's examples (--train-limit)")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, number, one_of, option
+from distillery.method import MethodOptions, augment_option, number, one_of, option
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class DistillOptions(MethodOptions):
     temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
     hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
                                   flag=True)
+    augment: int = augment_option()
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "

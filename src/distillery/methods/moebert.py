@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from distillery.method import MethodOptions, flag, number, one_of, option, text
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
 SPLITS = ("import", "random", "inverse")  # how neurons are dealt to experts (Fig. 3a)
 ROUTINGS = ("hash-r", "hash-b", "gate")
@@ -46,6 +46,7 @@ class MoEBertOptions(MethodOptions):
     refit: bool | None = option(None, flag(optional=True), "least-squares refit of the experts' output weights "
                                 "after conversion (ours; off: the paper's conversion)", default_text="on, off for QA",
                                 flag=True, steps=("convert",))
+    augment: int = augment_option()
     train_examples: str = option("all", one_of("all", "budget"), "all: the whole train split (the teacher's hidden "
                                  "states and predictions are computed on every batch, so past the budget's limit "
                                  "it distils the teacher on them); budget: the run's examples only (--train-limit)",

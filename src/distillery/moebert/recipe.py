@@ -255,8 +255,9 @@ class MoEBert(Method):
         ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
                          + (f" + {opts.balance_weight}·load balance" if student.config.routing == "gate" else "") + ".")
         loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
-        # the loss runs the teacher on every batch, so the rows past the budget need no labelling pass first
-        train = ctx.whole_split().train if opts.train_examples == "all" and kind != "qa" else None
+        # the loss runs the teacher on every batch (its hidden states on new rows too), so only new rows, whose
+        # labels are the teacher's, need a labelling pass first
+        train = None if kind == "qa" else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
         student = ctx.train(student, loss_fn, desc="moebert", train_dataset=train)
         if distributed.is_main():  # the dev pass and its chart are part of the report
             ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))

@@ -1,0 +1,163 @@
+"""Issue 39: distillery's 4× student with and without more text (TinyBERT's augmentation, and a corpus-pre-trained
+AutoTinyBERT super-network when one is given), same teacher and seed per row, built-in teacher, quick budget.
+
+    python benchmarks/augment.py --data-dir ../shared/data                       # SST-2, MRPC, RTE, STS-B
+    python benchmarks/augment.py --data-dir ../shared/data --supernet runs/pretrained-supernet
+    python benchmarks/augment.py --tasks mrpc --seeds-for mrpc=42,43,44 --variants none augment
+
+Per task, seed and variant: ``distillery compress --method autotinybert --speedup 4`` (``--methods`` adds others,
+e.g. ``distill``) into runs/augment-<task>-<method>-<variant>-s<seed>/:
+
+none      the student's text is the train split (the quick budget's default: augment=0)
+augment   plus ``--augment N`` TinyBERT examples per train example (default 20), labelled by the teacher
+supernet  augment, with the search starting from ``--supernet FOLDER`` (``--option supernet=FOLDER``, a super-net
+          pre-trained on a corpus: `distillery autotinybert pretrain --corpus`); autotinybert only
+
+One record per run goes to benchmarks/results/augment-4x.json (task, method, variant, augment, seed, retention,
+measured latency speed-up, train_seconds with the augmentation and the teacher's labelling in it, teacher,
+student, hardware fingerprint) and the mean ± std per task and variant to docs/results.md's augment block.
+The records carry ``ablation`` so that the main results table leaves them out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from common import RESULTS, RESULTS_DOC, record_from_run, replace_block, upsert_result
+
+NAME = "augment-4x"
+VARIANTS = ("none", "augment", "supernet")
+# Each method's 4× student on the built-in teacher (6 layers): AutoTinyBERT searched at 4×; layer drop to 1 layer.
+METHOD_OPTIONS = {"autotinybert": {"speedup": 4}, "distill": {"student_layers": 1}}
+SMALL_TASK_SEEDS = "mrpc=42,43,44 rte=42,43,44"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "rte", "stsb"])
+    parser.add_argument("--methods", nargs="+", default=["autotinybert"], choices=sorted(METHOD_OPTIONS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--augment", type=int, default=20, help="N of the augment and supernet variants.")
+    parser.add_argument("--supernet", help="A pre-trained super-net folder (variant supernet; skipped without it).")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="Seeds of every task.")
+    parser.add_argument("--seeds-for", nargs="*", default=SMALL_TASK_SEEDS.split(), metavar="TASK=S1,S2",
+                        help=f"Seeds of a task instead of --seeds (default: {SMALL_TASK_SEEDS}).")
+    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
+    parser.add_argument("--teacher", default="minilm")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="Dotted settings for every run (a smoke check: data.train_limit=64 data.dev_limit=32).")
+    parser.add_argument("--results", default=str(RESULTS / f"{NAME}.json"), help="The records' JSON file.")
+    parser.add_argument("--no-docs", action="store_true", help="Do not rewrite docs/results.md's block.")
+    return parser.parse_args(argv)
+
+
+def seeds_of(task: str, args) -> list[int]:
+    for item in args.seeds_for:
+        name, _, seeds = item.partition("=")
+        if name == task:
+            return [int(s) for s in seeds.split(",") if s]
+    return list(args.seeds)
+
+
+def runs(args) -> list[tuple[str, str, str, int]]:
+    """(task, method, variant, seed) of every run asked for, the variants of one seed together."""
+    variants = [v for v in args.variants if v != "supernet" or args.supernet]
+    return [(task, method, variant, seed) for task in args.tasks for seed in seeds_of(task, args)
+            for method in args.methods for variant in variants if variant != "supernet" or method == "autotinybert"]
+
+
+def overrides(method: str, variant: str, seed: int, args) -> dict:
+    from distillery.config import parse_value
+
+    settings = {f"method_options.{k}": v for k, v in METHOD_OPTIONS[method].items()}
+    settings["method_options.augment"] = 0 if variant == "none" else args.augment
+    if variant == "supernet":
+        settings["method_options.supernet"] = str(args.supernet)
+    for key in ("student.seed", "teacher.train.seed", "data.seed"):  # as --seed sets them
+        settings[key] = seed
+    for item in args.set:
+        key, _, value = item.partition("=")
+        settings[key] = parse_value(value, key)
+    return settings
+
+
+def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> dict:
+    from distillery.bench import hardware_fingerprint
+
+    base = record_from_run(out, method, args.budget)
+    train = json.loads((out / "train.json").read_text())
+    text = train.get("student_text") or {}
+    student = next((n for n in base["notes"] if n.startswith(("Architecture", "Student"))), method)
+    return {
+        "ablation": NAME, "task": task, "method": method, "variant": variant, "seed": seed,
+        # N as run: the cap on new rows lowers it for a large split (SST-2)
+        "augment": (text.get("augmented") or 0) // max(1, text.get("labelled") or 1), "teacher": args.teacher,
+        "student": student,
+        "retention": base["retention"], "speedup": base["speedup"]["latency"],
+        "train_seconds": base["train_seconds"], "labelling_seconds": text.get("labelling_seconds"),
+        "student_text": text, "main_metric": base["main_metric"], "metrics": base["metrics"], "budget": args.budget,
+        "hardware": base.get("hardware") or hardware_fingerprint(), "run": str(out),
+    }
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.{digits}f}" if values else "—"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def table(records: list[dict]) -> str:
+    """Markdown: mean ± std over seeds per task, method and variant."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
+    lines = ["| task | method | variant | seeds | student | retention | latency speed-up | student train time |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (task, method, variant), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], VARIANTS.index(kv[0][2]))):
+        scores = [r["metrics"]["student"][r["main_metric"]] for r in rs]
+        minutes = statistics.mean(r["train_seconds"] or 0 for r in rs) / 60
+        n = f" (N = {rs[0]['augment']})" if rs[0]["augment"] else ""
+        lines.append(f"| {task} | {method} | {variant}{n} | "
+                     f"{len(rs)} | {mean_std(scores)} | {mean_std([100 * r['retention'] for r in rs], 1)} % | "
+                     f"{statistics.mean(r['speedup'] for r in rs):.2f}× | {minutes:.1f} min |")
+    if records:
+        hw = records[0]["hardware"]
+        lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
+                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    from distillery.cli import setup_logging
+    from distillery.pipeline import build_run_config, compress
+
+    args = parse_args(argv)
+    setup_logging()
+    results = Path(args.results)
+    for task, method, variant, seed in runs(args):
+        out = Path(args.runs_dir) / f"augment-{task}-{method}-{variant}-s{seed}-{args.budget}"
+        if not (args.reuse and (out / "report.md").is_file()):
+            compress(build_run_config(method=method, task=task, budget=args.budget, teacher=args.teacher,
+                                      data_dir=args.data_dir, out=str(out), overrides=overrides(method, variant, seed, args)),
+                     overwrite=True)
+        key = lambda r: (r["task"], r["method"], r["variant"], r["seed"], r["budget"])  # noqa: E731
+        if results.parent == RESULTS:
+            upsert_result(results.stem, record(out, task, method, variant, seed, args), key)
+        else:  # a smoke check's own file
+            rows = {key(r): r for r in (json.loads(results.read_text()) if results.is_file() else [])}
+            new = record(out, task, method, variant, seed, args)
+            rows[key(new)] = new
+            results.write_text(json.dumps(list(rows.values()), indent=2))
+        if not args.no_docs:
+            replace_block(RESULTS_DOC, "augment", table(json.loads(results.read_text())))
+        print(f"{task} {method} {variant} seed {seed}: recorded in {results}")
+
+
+if __name__ == "__main__":
+    main()
