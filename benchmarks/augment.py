@@ -30,8 +30,10 @@ from common import RESULTS, RESULTS_DOC, record_from_run, replace_block, upsert_
 
 NAME = "augment-4x"
 VARIANTS = ("none", "augment", "supernet")
-# Each method's 4× student on the built-in teacher (6 layers): AutoTinyBERT searched at 4×; layer drop to 1 layer.
-METHOD_OPTIONS = {"autotinybert": {"speedup": 4}, "distill": {"student_layers": 1}}
+# Each method's 4× student on the built-in teacher (6 layers): AutoTinyBERT searched at 4×; the 3-layer layer-drop
+# student, whose int8 export (made by every run) is the 4× point (about 2× from the layers, 2× from int8).
+METHOD_OPTIONS = {"autotinybert": {"speedup": 4}, "distill": {"student_layers": 3}}
+MIN_SPEEDUP = 3.6  # issue 39: a 4× student is one measured at least 3.6× faster than the teacher (1×128)
 SMALL_TASK_SEEDS = "mrpc=42,43,44 rte=42,43,44"
 
 
@@ -79,18 +81,38 @@ def overrides(method: str, variant: str, seed: int, args) -> dict:
     settings["method_options.augment"] = 0 if variant == "none" else args.augment
     if variant == "supernet":
         settings["method_options.supernet"] = str(args.supernet)
-    for key in ("student.seed", "teacher.train.seed", "data.seed"):  # as --seed sets them
-        settings[key] = seed
+    # the student's seed only: every seed of a task distils the same teacher (fine-tuned once, cached), so the
+    # spread is the student's; the augmentation draws from the student's seed too
+    settings["student.seed"] = seed
     for item in args.set:
         key, _, value = item.partition("=")
         settings[key] = parse_value(value, key)
     return settings
 
 
+def points(out: Path) -> list[dict]:
+    """The student and its exports as measured in the run (speed-ups over the teacher of the same process)."""
+    from distillery.report import load_run, run_rows
+
+    return [{"model": r["model"], "score": r["main"], "speedup": r["latency_speedup"]}
+            for r in run_rows(load_run(out)) if r["model"] == "student" or r["model"].startswith("student-")]
+
+
+def four_x(pts: list[dict]) -> dict | None:
+    """The most accurate point measured at least MIN_SPEEDUP× faster than the teacher."""
+    fast = [p for p in pts if p["speedup"] and p["speedup"] >= MIN_SPEEDUP and p["score"] is not None]
+    return max(fast, key=lambda p: p["score"], default=None)
+
+
 def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> dict:
     from distillery.bench import hardware_fingerprint
 
     base = record_from_run(out, method, args.budget)
+    pts = points(out)
+    teacher_main = base["metrics"]["teacher"][base["main_metric"]]
+    for p in pts:
+        p["retention"] = p["score"] / teacher_main if teacher_main else None
+    best = four_x(pts)
     train = json.loads((out / "train.json").read_text())
     text = train.get("student_text") or {}
     student = next((n for n in base["notes"] if n.startswith(("Architecture", "Student"))), method)
@@ -99,7 +121,7 @@ def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> 
         # N as run: the cap on new rows lowers it for a large split (SST-2)
         "augment": (text.get("augmented") or 0) // max(1, text.get("labelled") or 1), "teacher": args.teacher,
         "student": student,
-        "retention": base["retention"], "speedup": base["speedup"]["latency"],
+        "retention": base["retention"], "speedup": base["speedup"]["latency"], "points": pts, "four_x": best,
         "train_seconds": base["train_seconds"], "labelling_seconds": text.get("labelling_seconds"),
         "student_text": text, "main_metric": base["main_metric"], "metrics": base["metrics"], "budget": args.budget,
         "hardware": base.get("hardware") or hardware_fingerprint(), "run": str(out),
@@ -112,20 +134,30 @@ def mean_std(values: list[float], digits: int = 3) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def four_x_cell(rs: list[dict]) -> str:
+    """The 4× point of each seed's run: its model, mean speed-up | mean ± std retention."""
+    best = [r.get("four_x") for r in rs]
+    if not all(best):
+        return "none at 3.6× | —"
+    names = "/".join(dict.fromkeys(b["model"] for b in best))
+    return (f"{names} {statistics.mean(b['speedup'] for b in best):.2f}× | "
+            f"{mean_std([100 * b['retention'] for b in best], 1)} %")
+
+
 def table(records: list[dict]) -> str:
     """Markdown: mean ± std over seeds per task, method and variant."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
-    lines = ["| task | method | variant | seeds | student | retention | latency speed-up | student train time |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | method | variant | seeds | student | retention | latency speed-up | 4× point (≥ 3.6×) | "
+             "its retention | student train time |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (task, method, variant), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], VARIANTS.index(kv[0][2]))):
         scores = [r["metrics"]["student"][r["main_metric"]] for r in rs]
         minutes = statistics.mean(r["train_seconds"] or 0 for r in rs) / 60
         n = f" (N = {rs[0]['augment']})" if rs[0]["augment"] else ""
         lines.append(f"| {task} | {method} | {variant}{n} | "
                      f"{len(rs)} | {mean_std(scores)} | {mean_std([100 * r['retention'] for r in rs], 1)} % | "
-                     f"{statistics.mean(r['speedup'] for r in rs):.2f}× | {minutes:.1f} min |")
+                     f"{statistics.mean(r['speedup'] for r in rs):.2f}× | {four_x_cell(rs)} | {minutes:.1f} min |")
     if records:
         hw = records[0]["hardware"]
         lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
