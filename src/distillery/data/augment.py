@@ -72,8 +72,13 @@ class WordSource:
             self.same.setdefault(form.lower(), []).append(column)
 
     def digest(self) -> str:
-        array = self.embeddings.numpy()
-        return hashlib.sha256(f"{self.name} {self.mlm is not None}".encode() + array.tobytes()).hexdigest()[:16]
+        """What the candidates depend on: the embeddings and, for a masked LM, every weight of it (a changed
+        head with the same embeddings gives other predictions)."""
+        h = hashlib.sha256(f"{self.name} {self.mlm is not None}".encode() + self.embeddings.numpy().tobytes())
+        if self.mlm is not None:
+            for name, tensor in sorted(self.mlm.state_dict().items()):
+                h.update(name.encode() + tensor.detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
 
     def pieces(self, word: str) -> list[int]:
         # after a space, as inside a sentence: a BPE vocabulary's word-initial piece (Ġword)
