@@ -46,6 +46,10 @@ def test_pretrain_then_a_task_run_from_its_supernet(tiny_bert, glue_dir, tmp_pat
     assert facts["trained_on"] == "corpus" and facts["teacher"] == str(tiny_bert) and facts["teacher_digest"]
     assert facts["corpus"] == [str(corpus)] and facts["lines"] == 60 and facts["steps"] == 4
     assert [step for step, _ in facts["loss"]] == [2, 4]
+    # the objective on blocks held out of training, before and after, for three fixed sub-networks
+    held = facts["held_out"]
+    assert set(held) == {"smallest", "sampled", "largest"} and facts["held_out_blocks"] >= 1
+    assert held["largest"]["before"] < 1e-6 < held["smallest"]["before"]  # at full size it starts as the teacher
     assert not (tmp_path / "pre" / "checkpoints").exists()
 
     run = compress(task_config(tiny_bert, glue_dir, tmp_path / "task", folder))
@@ -121,11 +125,13 @@ def test_a_task_run_refuses_a_supernet_of_another_teacher(tiny_bert, tiny_bert4,
     assert pretrain(monkeypatch, capsys, tmp_path / "four", corpus, tiny_bert4)[0] == 0
     other = make_tiny_bert(tmp_path / "other-bert", seed=1)  # the tiny BERT's shape, other weights
     assert pretrain(monkeypatch, capsys, tmp_path / "other", corpus, other)[0] == 0
-    not_one = tmp_path / "not-a-supernet"
+    not_one, damaged = tmp_path / "not-a-supernet", tmp_path / "damaged"
     not_one.mkdir()
+    damaged.mkdir()
+    (damaged / "supernet.json").write_text("[1]")
     cases = [(tmp_path / "four" / "supernet", "(4 layers of width 32)"),
              (tmp_path / "other" / "supernet", "pre-trained from teacher"),
-             (not_one, "not a super-net folder")]
+             (not_one, "not a super-net folder"), (damaged, "not the JSON object")]
     for folder, fragment in cases:
         code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--method", "autotinybert",
                                "--teacher", str(tiny_bert), "--data-dir", str(glue_dir), "--out", str(tmp_path / "run"),

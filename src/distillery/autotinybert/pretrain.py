@@ -83,9 +83,11 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
         p.requires_grad_(False)
     supernet = SuperNet.from_teacher(teacher_model, strategy)
     projection = make_projection(supernet, teacher_model.config.hidden_size)
-    dataset = mlm_dataset(tokenizer, texts, max_length)
-    logger.info("Super-net pre-training: %d lines → %d blocks of ≤ %d tokens; %d sub-networks a step.",
-                len(texts), len(dataset), max_length, samples)
+    dataset, held = held_out_split(mlm_dataset(tokenizer, texts, max_length))
+    logger.info("Super-net pre-training: %d lines → %d blocks of ≤ %d tokens (%d more held out); %d sub-networks a step.",
+                len(texts), len(dataset), max_length, len(held), samples)
+    held_out = HeldOut(teacher_model, held, make_collate(tokenizer), supernet.space, attention_weight)
+    before = held_out.losses(supernet, projection)
     trainer = Trainer(supernet, train, dataset, make_collate(tokenizer),
                       one_shot_loss(teacher_model, projection, samples, train.seed, attention_weight),
                       out_dir=out, resume=resume, extra_parameters=[projection], desc="supernet-pretrain",
@@ -94,7 +96,8 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     result = trainer.train()
     facts = {"trained_on": PRETRAINED, "teacher": teacher, "teacher_digest": teacher_digest(teacher),
              "layers": supernet.config.num_hidden_layers, "hidden": supernet.config.hidden_size, "corpus": [str(p) for p in corpus],
-             "lines": len(texts), "blocks": len(dataset), "max_length": max_length, "steps": result.global_step,
+             "lines": len(texts), "blocks": len(dataset), "held_out_blocks": len(held), "max_length": max_length,
+             "held_out": held_out.compare(before, result.model, projection), "steps": result.global_step,
              "batch_size": train.batch_size, "lr": train.lr, "seed": train.seed, "samples": samples,
              "sandwich": True, "attention_weight": attention_weight, "seconds": round(time.time() - started, 1),
              "loss": [[e["step"], e["loss"]] for e in result.history]}
@@ -104,6 +107,58 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     return out / "supernet"
 
 
+# Blocks held out of training to judge it: the training loss mixes sub-networks drawn at random and cannot show
+# whether a fixed one improves; a tenth of the corpus at most
+HELD_OUT_BLOCKS = 64
+
+
+def held_out_split(dataset, blocks: int = HELD_OUT_BLOCKS):
+    """(training blocks, held-out blocks): the last ``blocks`` blocks, a tenth of them at most, are held out."""
+    n = min(blocks, len(dataset) // 10)
+    return dataset.select(range(len(dataset) - n)), dataset.select(range(len(dataset) - n, len(dataset)))
+
+
+class HeldOut:
+    """The one-shot objective (hidden + w · attention MSE against the teacher) on the held-out blocks, for
+    three fixed sub-networks: the smallest, one drawn with seed 0, the largest."""
+
+    def __init__(self, teacher, blocks, collate, space, attention_weight: float):
+        import random
+
+        from torch.utils.data import DataLoader
+
+        from distillery.autotinybert.oneshot import teacher_targets
+
+        self.batches = [(b, teacher_targets(teacher, b)) for b in DataLoader(blocks, batch_size=16, collate_fn=collate)]
+        self.archs = {"smallest": space.smallest(), "sampled": space.sample(random.Random(0)), "largest": space.full()}
+        self.attention_weight = attention_weight
+
+    def losses(self, supernet, projection) -> dict[str, float]:
+        import torch
+
+        from distillery.autotinybert.oneshot import Targets, kd_loss
+
+        device, was_training = next(supernet.parameters()).device, supernet.training
+        supernet.eval()  # no dropout: the same number before and after, and no draw from the training's RNG
+        sums = dict.fromkeys(self.archs, 0.0)
+        count = sum(b["input_ids"].shape[0] for b, _ in self.batches)
+        with torch.no_grad():
+            for batch, targets in self.batches:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                targets = Targets(targets.hidden.to(device), targets.scores.to(device))
+                for name, arch in self.archs.items():
+                    terms = kd_loss(supernet, projection.to(device), arch, batch, targets)
+                    sums[name] += float(terms.total(self.attention_weight)) * batch["input_ids"].shape[0] / count
+        supernet.train(was_training)
+        return sums
+
+    def compare(self, before: dict[str, float], supernet, projection) -> dict | None:
+        if not self.batches:
+            return None
+        after = self.losses(supernet, projection)
+        return {name: {"arch": str(arch), "before": before[name], "after": after[name]} for name, arch in self.archs.items()}
+
+
 def supernet_facts(folder) -> dict:
     """The ``supernet.json`` of a super-net folder (see :func:`distillery.autotinybert.oneshot.load_supernet`)."""
     path = Path(folder) / "supernet.json"
@@ -111,9 +166,13 @@ def supernet_facts(folder) -> dict:
         raise DistilleryError(f"Option supernet: {folder} is not a super-net folder (no supernet.json); make one with "
                               f"`distillery autotinybert pretrain`.")
     try:
-        return json.loads(path.read_text())
+        facts = json.loads(path.read_text())
     except (OSError, ValueError):
-        raise DistilleryError(f"Option supernet: {path} cannot be read as JSON; pre-train the super-net again.") from None
+        facts = None
+    if not isinstance(facts, dict):
+        raise DistilleryError(f"Option supernet: {path} is not the JSON object a super-net folder holds; pre-train the "
+                              f"super-net again.")
+    return facts
 
 
 def is_pretrained(folder) -> bool:
