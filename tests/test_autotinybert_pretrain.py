@@ -138,3 +138,19 @@ def test_a_task_run_refuses_a_supernet_of_another_teacher(tiny_bert, tiny_bert4,
                                "--overwrite", "--train-limit", "32", "--option", f"supernet={folder}")
         assert_one_line_error(code, err, fragment)
         assert "Option supernet" in err
+
+
+def test_a_teacher_given_fine_tuned_is_checked_by_its_shape(tiny_bert, tiny_bert4, glue_dir, tmp_path, monkeypatch,
+                                                            capsys):
+    """A teacher given fine-tuned names no checkpoint it was tuned from: the super-net's shape is compared."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=40)
+    assert pretrain(monkeypatch, capsys, tmp_path / "four", corpus, tiny_bert4)[0] == 0
+    tuned = tmp_path / "tuned"
+    BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2).save_pretrained(tuned)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tuned)
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--method", "autotinybert", "--teacher",
+                           str(tuned), "--teacher-finetuned", "--data-dir", str(glue_dir), "--out", str(tmp_path / "run"),
+                           "--train-limit", "32", "--option", f"supernet={tmp_path / 'four' / 'supernet'}")
+    assert_one_line_error(code, err, "(4 layers of width 32), not from an encoder of this run's teacher's shape")
