@@ -154,3 +154,18 @@ def test_a_teacher_given_fine_tuned_is_checked_by_its_shape(tiny_bert, tiny_bert
                            str(tuned), "--teacher-finetuned", "--data-dir", str(glue_dir), "--out", str(tmp_path / "run"),
                            "--train-limit", "32", "--option", f"supernet={tmp_path / 'four' / 'supernet'}")
     assert_one_line_error(code, err, "(4 layers of width 32), not from an encoder of this run's teacher's shape")
+
+
+@pytest.mark.parametrize("family", ["roberta", "electra", "deberta-v2", "mpnet", "modernbert"])
+def test_pretrain_on_other_encoder_families(family, tiny_family, tmp_path):
+    """The super-net is cut from a pre-trained encoder of any family the task phase takes."""
+    from distillery.autotinybert.oneshot import load_supernet
+    from distillery.autotinybert.pretrain import pretrain_supernet
+    from distillery.config import TrainConfig
+
+    train = TrainConfig(epochs=1.0, max_steps=2, batch_size=4, lr=1e-3, select_best=False)
+    folder = pretrain_supernet([write_corpus(tmp_path / "corpus.txt", lines=60)], tmp_path / "pre",
+                               teacher=tiny_family(family), train=train, max_length=16)
+    facts = json.loads((folder / "supernet.json").read_text())
+    assert facts["steps"] == 2 and facts["held_out"]["largest"]["before"] < 1e-6
+    assert load_supernet(folder).config.hidden_size == facts["hidden"]
