@@ -301,13 +301,14 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
 
 
 def test_train_supernet_on_a_corpus_saves_a_loadable_supernet(tiny_bert, tmp_path):
-    from distillery.autotinybert.oneshot import load_supernet, train_supernet
+    from distillery.autotinybert.oneshot import load_supernet
+    from distillery.autotinybert.pretrain import pretrain_supernet
     from distillery.config import TrainConfig
 
     corpus = write_corpus(tmp_path / "corpus.txt", lines=60)
     train = TrainConfig(epochs=1.0, max_steps=3, batch_size=4, lr=1e-4, select_best=False)
-    folder = train_supernet([corpus], tmp_path / "sn", teacher=str(tiny_bert), strategy="heads", train=train,
-                            samples=2, max_length=16)
+    folder = pretrain_supernet([corpus], tmp_path / "sn", teacher=str(tiny_bert), strategy="heads", train=train,
+                               samples=2, max_length=16)
     net = load_supernet(folder)
     assert net.space.strategy == "heads"
     ids = torch.randint(5, 99, (2, 9))
@@ -451,7 +452,7 @@ def test_cli_steps_supernet_latency_extract(tiny_bert, tmp_path):
 
     corpus = write_corpus(tmp_path / "corpus.txt", lines=40)
     run = lambda *a: subprocess.run([sys.executable, "-m", "distillery.cli", *a], capture_output=True, text=True)
-    r = run("autotinybert", "supernet", "--out", str(tmp_path / "sn"), "--corpus", str(corpus), "--teacher", str(tiny_bert),
+    r = run("autotinybert", "pretrain", "--out", str(tmp_path / "sn"), "--corpus", str(corpus), "--teacher", str(tiny_bert),
             "--max-steps", "2", "--batch-size", "4", "--max-length", "16", "--strategy", "heads")
     assert r.returncode == 0, r.stderr[-2000:]
     r = run("autotinybert", "latency", "--supernet", str(tmp_path / "sn" / "supernet"), "--out", str(tmp_path / "lat.json"),

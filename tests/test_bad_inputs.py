@@ -44,7 +44,7 @@ class Paths:
         self.file.write_text("not a folder\n")
 
     def corpus_command(self, *args):
-        """A corpus step (cmow pretrain, autotinybert supernet) on a small text file."""
+        """A corpus step (cmow pretrain, autotinybert pretrain) on a small text file."""
         corpus = self.tmp / "corpus.txt"
         corpus.write_text("the movie was good\nthe film was bad\n" * 20)
         *command, option, value = args
@@ -373,8 +373,8 @@ CASES = {
     "atb-supernet-is-a-file": (lambda p: ["autotinybert", "latency", "--supernet", str(p.file)], "a-file"),
     "corpus-is-a-folder": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.glue),
                                       "--teacher", p.bert], "Corpus file"),
-    "supernet-strategy": (lambda p: p.corpus_command("autotinybert", "supernet", "--strategy", "rows"), "strategy"),
-    "supernet-samples-0": (lambda p: p.corpus_command("autotinybert", "supernet", "--samples", "0"), "samples"),
+    "supernet-strategy": (lambda p: p.corpus_command("autotinybert", "pretrain", "--strategy", "rows"), "strategy"),
+    "supernet-samples-0": (lambda p: p.corpus_command("autotinybert", "pretrain", "--samples", "0"), "samples"),
     "pretrain-temperature-0": (lambda p: p.corpus_command("cmow", "pretrain", "--temperature", "0"), "temperature"),
     "pretrain-matrix-dim-0": (lambda p: p.corpus_command("cmow", "pretrain", "--option", "matrix_dim=0"), "matrix_dim"),
     "bench-not-a-model": (lambda p: ["bench", str(p.glue)], "not a saved model"),

@@ -170,7 +170,7 @@ def test_method_steps_never_delete_a_user_folder(monkeypatch, capsys, tmp_path, 
     corpus.write_text("the movie was good\nthe plot was bad\n" * 8)
     calls = [
         ["cmow", "pretrain", "--out", str(folder), "--corpus", str(corpus), "--teacher", tiny_bert, "--overwrite"],
-        ["autotinybert", "supernet", "--out", str(folder), "--corpus", str(corpus), "--teacher", tiny_bert, "--overwrite"],
+        ["autotinybert", "pretrain", "--out", str(folder), "--corpus", str(corpus), "--teacher", tiny_bert, "--overwrite"],
         ["moebert", "convert", "--out", str(folder), "--teacher", tiny_bert, "--data-dir", str(data), "--overwrite"],
         ["moebert", "convert", "--out", tiny_bert, "--teacher", tiny_bert, "--data-dir", str(data), "--overwrite"],
     ]

@@ -167,56 +167,6 @@ def one_shot_loss(teacher, projection: nn.Linear, samples: int = 3, seed: int = 
     return loss_fn
 
 
-def train_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: str = "head-dims", train=None,
-                   samples: int = 3, attention_weight: float = 1.0, max_lines: int | None = None, max_length: int = 128,
-                   overwrite: bool = False, resume: bool = False, checkpoint_every: int = 200):
-    """Algorithm 1 on a text corpus: a super-net cut from ``teacher``, trained by KD from it; saved to
-    ``out/supernet`` (:func:`save_supernet`). Checkpoints every ``checkpoint_every`` steps;
-    ``resume`` continues exactly (same batches, same sub-networks)."""
-    import shutil
-    import time
-
-    from transformers import AutoModel
-
-    from distillery.config import TrainConfig
-    from distillery.data.corpus import mlm_dataset, read_corpus
-    from distillery.data.encode import make_collate
-    from distillery.methods.autotinybert import AutoTinyBertOptions
-    from distillery.distill.trainer import Trainer
-    import distillery.distributed as distributed
-    from distillery.folders import claim
-    from distillery.modeling import load_checked, load_tokenizer
-    from distillery.teacher import resolve_teacher
-
-    # the recipe's own checks of these settings, before the run folder is touched
-    AutoTinyBertOptions.check_value("strategy", strategy)
-    AutoTinyBertOptions.check_value("samples", samples)
-    out = distributed.on_main(claim, out, "supernet", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
-    train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-5, warmup_ratio=0.1, select_best=False)
-    started = time.time()
-    path = resolve_teacher(teacher)
-    tokenizer = load_tokenizer(path)
-    teacher_model = load_checked(AutoModel, path, f"teacher {teacher!r}", new_head=True)[0].eval()
-    for p in teacher_model.parameters():
-        p.requires_grad_(False)
-    supernet = SuperNet.from_teacher(teacher_model, strategy)
-    projection = make_projection(supernet, teacher_model.config.hidden_size)
-    dataset = mlm_dataset(tokenizer, read_corpus(corpus, max_lines=max_lines), max_length)
-    trainer = Trainer(supernet, train, dataset, make_collate(tokenizer),
-                      one_shot_loss(teacher_model, projection, samples, train.seed, attention_weight),
-                      out_dir=out, resume=resume, extra_parameters=[projection], desc="supernet",
-                      checkpoint_every=checkpoint_every)
-    teacher_model.to(trainer.device)
-    result = trainer.train()
-    trained: SuperNet = result.model
-    facts = {"teacher": teacher, "samples": samples, "blocks": len(dataset), "max_length": max_length,
-             "steps": result.global_step, "seconds": time.time() - started}
-    if distributed.is_main():  # under a launcher every process trained it; one saves it
-        save_supernet(trained, projection, out / "supernet", tokenizer, facts)
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    return out / "supernet"
-
-
 def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, tokenizer=None, facts=None):
     """A trained super-net as a folder: the BERT weights (``save_pretrained``), its task head and the
     KD projection (safetensors), and ``supernet.json`` (strategy, head kind, how it was trained)."""
@@ -255,7 +205,7 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
 
     folder = Path(folder)
     if not (folder / "supernet.json").is_file():
-        raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert supernet`.")
+        raise DistilleryError(f"{folder} is not a super-net folder (no supernet.json); make one with `distillery autotinybert pretrain`.")
     facts = json.loads((folder / "supernet.json").read_text())
     if facts.get("layer_rule") != LAYER_RULE:
         raise DistilleryError(f"{folder} was trained with sub-networks taking the first l layers; sub-networks take layers "

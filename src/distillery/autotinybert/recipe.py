@@ -52,13 +52,22 @@ def parse_arch(text: str) -> Arch:
 def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     """Algorithm 1 on the task's train split, KD from the fine-tuned teacher; saved to ``supernet/``
     (:func:`~distillery.autotinybert.oneshot.save_supernet`), so that other runs on the task (another
-    budget, the conventional row) can start from it with ``--option supernet=RUN/supernet``."""
-    from dataclasses import replace
-
-    from distillery.autotinybert.oneshot import load_projection, load_supernet, make_projection, one_shot_loss, save_supernet
+    budget, the conventional row) can start from it with ``--option supernet=RUN/supernet``. Given a
+    super-net pre-trained on a corpus (``autotinybert pretrain``), the one-shot phase starts from it
+    (``task_phase``; off: it is searched as pre-trained); given a task super-net, there is none."""
+    from distillery.autotinybert.oneshot import load_projection, load_supernet, make_projection
+    from distillery.autotinybert.pretrain import for_task, is_pretrained
     from distillery.autotinybert.supernet import SuperNet
-    from distillery.distill.trainer import Trainer
 
+    if opts.supernet and is_pretrained(opts.supernet):
+        base = None if ctx.config.teacher.finetuned else ctx.config.teacher.name
+        supernet, projection, note = for_task(opts.supernet, ctx.teacher, base, opts.strategy)
+        if not opts.task_phase:
+            ctx.notes.append(note + " No one-shot phase on the task (task_phase=false).")
+            return supernet.eval(), projection
+        ctx.notes.append(note + f" Trained one-shot on the task for {opts.supernet_steps} steps from it (not rewired: "
+                         "its units were trained in their order).")
+        return _one_shot_on_task(ctx, opts, supernet, projection, {"pretrained": str(opts.supernet)})
     if opts.supernet:
         supernet, projection = load_supernet(opts.supernet), load_projection(opts.supernet)
         if supernet.head_kind != ("qa" if ctx.task_data.task.kind == "qa" else "classification") or projection is None:
@@ -73,7 +82,6 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         return supernet.eval(), projection
 
     supernet = SuperNet.from_teacher(ctx.teacher, opts.strategy)
-    facts = {"rewired": bool(opts.rewire), "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
     if opts.rewire:
         from distillery.importance import unit_importance
 
@@ -86,6 +94,17 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         ctx.notes.append(f"Super-net rewired: FFN neurons and heads of every layer ordered by importance on "
                          f"{min(n or len(ctx.task_data.train), len(ctx.task_data.train))} train examples.")
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
+    return _one_shot_on_task(ctx, opts, supernet, projection, {"rewired": bool(opts.rewire)})
+
+
+def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dict) -> tuple:
+    """The one-shot phase on the task's train split from ``supernet``; the result saved to ``supernet/``."""
+    from dataclasses import replace
+
+    from distillery.autotinybert.oneshot import one_shot_loss, save_supernet
+    from distillery.distill.trainer import Trainer
+
+    facts = {**facts, "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
     # With new rows (augmented, unlabeled) the task phase learns from the further training's text: one
@@ -456,6 +475,11 @@ class AutoTinyBert(Method):
         check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
         if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
             parse_arch(opts.arch)
+        if opts.supernet and not config.teacher.finetuned:
+            from distillery.autotinybert.pretrain import check_teacher, is_pretrained
+
+            if is_pretrained(opts.supernet):  # before the teacher's fine-tuning
+                check_teacher(opts.supernet, config.teacher.name)
         if opts.evaluator == "finetune" and distributed.launched():
             # the search runs on the main process alone, and a fine-tune there would wait for the others
             raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "

@@ -28,10 +28,10 @@ class AutoTinyBertOptions(MethodOptions):
     budget_ms: float | None = option(None, number(above=0, optional=True), "budget in ms at 1x128 (instead of speedup)",
                                      default_text="from speedup", steps=("search",))
     strategy: str = option("head-dims", one_of(*STRATEGIES), "attention sub-matrices: whole heads or dimensions "
-                           "of every head", steps=("supernet",))
+                           "of every head", steps=("pretrain",))
     arch: str | None = option(None, text(optional=True), "skip the search: fast (AutoTinyBERT-Fast's rule), "
                               "conventional (d_f = 4 d_m, d_qkv = d_m) or l,d_m,d_f,h,d_qkv", default_text="search")
-    samples: int = option(3, _steps(), "sub-networks per batch", paper="M (Algorithm 1)", steps=("supernet",))
+    samples: int = option(3, _steps(), "sub-networks per batch", paper="M (Algorithm 1)", steps=("pretrain",))
     # the M are the largest, the smallest and M - 2 random ones (False: all random, as the paper)
     sandwich: bool = option(True, flag(), "the sandwich rule: the largest, the smallest and M - 2 random "
                             "sub-networks (off: all random, as the paper)")
@@ -74,8 +74,13 @@ class AutoTinyBertOptions(MethodOptions):
     finetune_steps: int = option(100, _steps(), "evaluator finetune: optimizer steps of each fine-tune")
     further_training: bool = option(True, flag(), "train the chosen sub-network further on the task (off: as "
                                     "extracted, `autotinybert search`)")
-    supernet: str | None = option(None, text(optional=True), "a trained super-net folder (a run's supernet/, or "
-                                  "`autotinybert supernet`): no one-shot phase", default_text="train one")
+    supernet: str | None = option(None, text(optional=True), "a trained super-net folder: a run's supernet/ (no "
+                                  "one-shot phase), or one pre-trained on a corpus by `autotinybert pretrain`",
+                                  default_text="train one")
+    # The pre-trained super-net copies the base encoder; the further training distils the fine-tuned one, and
+    # the pooler and head every sub-network shares were never trained on the pre-trained representation
+    task_phase: bool = option(True, flag(), "with a super-net from `autotinybert pretrain`: train it one-shot on the "
+                              "task (supernet_steps) before the search (off: search it as pre-trained, as the paper)")
     # A smaller sub-network, further from the teacher it was cut from, needs larger steps (SST-2, quick: at 2x
     # 5,384,384,12,336 0.874 at 1e-4, 0.865 at 3e-4; at 4x 3,384,384,12,144 0.822 at 1e-4, 0.843 at 3e-4, 0.844
     # at 5e-4; STS-B at 4x 0.524 at 1e-4, 0.605 at 3e-4)

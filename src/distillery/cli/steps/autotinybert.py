@@ -1,4 +1,4 @@
-"""`distillery autotinybert supernet|latency|search|extract|train`: AutoTinyBERT step by step."""
+"""`distillery autotinybert pretrain|latency|search|extract|train`: AutoTinyBERT step by step."""
 
 from __future__ import annotations
 
@@ -11,45 +11,52 @@ from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, s
 from distillery.cli.options import with_option_flags
 
 
-app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: supernet, latency, search, extract, train (all in one: compress --method autotinybert).")
+app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrain, latency, search, extract, train (all in one: compress --method autotinybert).")
 
 
-@app.command("supernet")
-@with_option_flags("autotinybert", "supernet")
-def atb_supernet(
+@app.command("pretrain")
+@with_option_flags("autotinybert", "pretrain")
+def atb_pretrain(
     out: str = typer.Option(..., help="Run folder; the super-net is saved to <out>/supernet."),
     corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
-    teacher: str = typer.Option("minilm", help="The BERT the super-net is cut from and distilled from."),
-    max_lines: Optional[int] = typer.Option(None),
-    max_length: int = typer.Option(128),
-    max_steps: Optional[int] = typer.Option(None),
-    epochs: float = typer.Option(1.0),
+    teacher: str = typer.Option("minilm", help="The pre-trained encoder the super-net is cut from and distilled from "
+                                "(minilm, mpnet-base, a folder or a Hub id): the one task teachers are fine-tuned from."),
+    max_lines: Optional[int] = typer.Option(None, help="Read at most this many lines of text."),
+    max_length: int = typer.Option(128, help="Tokens per block of text."),
+    steps: Optional[int] = typer.Option(None, "--steps", "--max-steps", help="Stop after this many optimizer steps."),
+    epochs: float = typer.Option(1.0, help="Passes over the corpus (when --steps is not given)."),
     batch_size: int = typer.Option(32),
-    lr: float = typer.Option(1e-5),
+    lr: float = typer.Option(1e-4, help="Learning rate (warm-up 10 %, then linear decay)."),
+    attention_weight: float = typer.Option(1.0, help="Weight of the attention-score MSE beside the hidden-state MSE."),
+    log_every: int = typer.Option(50, help="Optimizer steps between the loss points recorded in supernet.json."),
     seed: int = typer.Option(42),
     overwrite: bool = typer.Option(False),
-    resume: bool = typer.Option(False),
+    resume: bool = typer.Option(False, help="Continue from the last checkpoint in --out."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,
 ):
-    """One-shot training of a super-net by distillation on a corpus (Algorithm 1, KD setting)."""
+    """Pre-train a super-net by task-agnostic distillation on a corpus (Algorithm 1, KD setting)."""
     setup_logging(verbose)
-    from distillery.autotinybert.oneshot import train_supernet
+    from distillery.autotinybert.pretrain import pretrain_supernet
     from distillery.config import TrainConfig
     from distillery.methods.autotinybert import AutoTinyBertOptions
 
     opts = AutoTinyBertOptions.read(method_options)
+    train = TrainConfig(epochs=epochs, max_steps=steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
+                        select_best=False, seed=seed, eval_every=log_every, log_every=log_every)
+    folder = pretrain_supernet(corpus, out, teacher=teacher, strategy=opts.strategy, train=train, samples=opts.samples,
+                               attention_weight=attention_weight, max_lines=max_lines, max_length=max_length,
+                               overwrite=overwrite, resume=resume)
+    typer.echo(f"Super-net: {folder}\nUse it: distillery compress --method autotinybert --option supernet={folder}")
 
-    train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
-                        select_best=False, seed=seed)
-    folder = train_supernet(corpus, out, teacher=teacher, strategy=opts.strategy, train=train, samples=opts.samples,
-                            max_lines=max_lines, max_length=max_length, overwrite=overwrite, resume=resume)
-    typer.echo(f"Super-net: {folder}")
+
+# the command's name before `pretrain`, kept for scripts that call it
+app.command("supernet", hidden=True)(atb_pretrain)
 
 
 @app.command("latency")
 def atb_latency(
-    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert pretrain`, or a run's supernet/)."),
     out: str = typer.Option("latency.json", help="Where to write the measurements and the predictor."),
     archs: int = typer.Option(150, help="Architectures to sample and time."),
     runs: int = typer.Option(15, help="Timed runs per architecture."),
@@ -80,7 +87,7 @@ def atb_latency(
 
 @app.command("extract")
 def atb_extract(
-    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert supernet`)."),
+    supernet: str = typer.Option(..., help="A super-net folder (from `autotinybert pretrain`, or a run's supernet/)."),
     arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv"),
     out: str = typer.Option(..., help="Folder for the standalone model (safetensors + tokenizer)."),
     overwrite: bool = typer.Option(False, help="Replace an existing model folder written by distillery."),
@@ -115,7 +122,7 @@ def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict,
 @with_option_flags("autotinybert", "search")
 def atb_search(
     task: str = typer.Option("sst2"),
-    supernet: Optional[str] = typer.Option(None, help="A super-net trained on the task (a run's supernet/); default: train one here."),
+    supernet: Optional[str] = typer.Option(None, help="A super-net: a run's supernet/, or one from `autotinybert pretrain`; default: train one here."),
     teacher: str = typer.Option("minilm"),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
