@@ -83,6 +83,10 @@ def test_cache_key_follows_the_data_content_not_its_path(tmp_path, tiny_bert):
     shutil.rmtree(b)
     write_glue(b, n_train=16, n_dev=8, seed=1)  # same path, same sizes, other sentences
     assert _key(tiny_bert, a) != _key(tiny_bert, b)
+    # the student's extra text is no data of the teacher's: a cached teacher stays in use
+    unlabeled = tmp_path / "more.tsv"
+    unlabeled.write_text("text\nmore words\n")
+    assert _key(tiny_bert, a, unlabeled_file=str(unlabeled), augment_model="some-mlm") == _key(tiny_bert, a)
 
 
 def test_teacher_fine_tuned_on_other_data_is_not_reused(tmp_path, tiny_bert, monkeypatch):
