@@ -61,7 +61,7 @@ def load_mlm_teacher(name: str):
 def general_distillation_loss(teacher, teacher_head, kd_weight: float, temperature: float, projection: nn.Module | None,
                               hidden_loss: str = "mse"):
     """loss_fn for the trainer (batches from :func:`distillery.data.corpus.mlm_collator`)."""
-    from distillery.distill.losses import soft_cross_entropy
+    from distillery.distill.losses import kd_mix, soft_cross_entropy
 
     def loss_fn(model, batch):
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
@@ -79,7 +79,7 @@ def general_distillation_loss(teacher, teacher_head, kd_weight: float, temperatu
             real = mask.bool()
             pred, target = projection(hidden[real]), t_hidden[real].float()
             kd = F.mse_loss(pred, target) if hidden_loss == "mse" else (1 - F.cosine_similarity(pred, target, dim=-1)).mean()
-        return (1 - kd_weight) * mlm + kd_weight * kd, {"mlm": float(mlm.detach()), "kd": float(kd.detach())}
+        return kd_mix(mlm, kd, kd_weight), {"mlm": float(mlm.detach()), "kd": float(kd.detach())}
 
     return loss_fn
 

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot)
 from distillery.data.encode import model_inputs
-from distillery.distill.losses import prediction_distillation, soft_cross_entropy_to, task_loss
+from distillery.distill.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.method import Method
 from distillery.methods.cmow import CMOWOptions
@@ -91,7 +91,8 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
 
 
 def cmow_loss(kd_weight: float, temperature: float):
-    """loss_fn for the trainer: (1 − kd_weight)·CE(gold) + kd_weight·soft CE(teacher). Binned regression: both
+    """loss_fn for the trainer: (1 − kd_weight)·CE(label) + kd_weight·soft CE(teacher), :func:`kd_mix` (the label:
+    gold on the task's rows, the teacher's class or score on augmented and unlabeled rows). Binned regression: both
     targets are two-hot distributions over the bins (gold score, teacher's score)."""
 
     def loss_fn(model, batch):
@@ -105,7 +106,7 @@ def cmow_loss(kd_weight: float, temperature: float):
             kind = "regression" if out.logits.shape[-1] == 1 else "classification"
             ce = task_loss(kind, out, batch)
             kd = prediction_distillation(kind, out, teacher, temperature=temperature)
-        return (1 - kd_weight) * ce + kd_weight * kd, {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        return kd_mix(ce, kd, kd_weight), {"ce": float(ce.detach()), "kd": float(kd.detach())}
 
     return loss_fn
 
@@ -134,6 +135,7 @@ class CMOW(Method):
         ctx.teacher.eval()
         student = build_student(ctx, opts)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-        ctx.notes.append(f"Loss: {1 - kd_weight}·CE(gold) + {kd_weight}·soft CE(teacher, T = {t}); teacher outputs computed once and cached.")
+        ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or the "
+                         "teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
         train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)

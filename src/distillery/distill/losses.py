@@ -265,6 +265,12 @@ def prediction_distillation(
     return loss_fn(_logits(student_out), _logits(teacher_out), temperature)
 
 
+def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> torch.Tensor:
+    """(1 − kd_weight)·task term + kd_weight·distillation term: the one mix of every method and command, so that
+    ``kd_weight`` always means the share of the distillation term."""
+    return (1 - kd_weight) * task_term + kd_weight * kd_term
+
+
 def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
                       hidden_weight: float = 0.0, layer_map: list[int] | None = None):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
@@ -283,7 +289,7 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
                 t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0)
         ce = task_loss(kind, out, batch)
         kd = prediction_distillation(kind, out, t_out, temperature=temperature)
-        loss = (1 - kd_weight) * ce + kd_weight * kd
+        loss = kd_mix(ce, kd, kd_weight)
         logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
         if hidden_weight > 0:
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
