@@ -245,7 +245,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
     with writing(out / "student", "the trained student"):
-        save_model(student, tokenizer, out / "student")
+        save_model(student, ctx.student_side[0], out / "student")  # a pretrained student keeps its own tokenizer
     # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an
     # in-memory parameter's layout can change a score in its ninth decimal)
     student = load_model(out / "student").to(model_device(student))
@@ -294,12 +294,13 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     """metrics.json's content (teacher and student on dev, other dev splits, export variants, the chain
     of teachers), and the export variants to measure beside them."""
     teacher, tokenizer, task_data = ctx.teacher, ctx.tokenizer, ctx.task_data
+    student_tokenizer, student_data = ctx.student_side  # the teacher's, or a pretrained student's own
     batch_size = config.student.eval_batch_size
     logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
     # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
     # scored on this dev set; only a teacher given fine-tuned needs a pass.
     teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=batch_size)
-    student_metrics = score(student, task_data, batch_size=batch_size)
+    student_metrics = score(student, student_data, batch_size=batch_size)
     main = task.main_metric
     metrics = {
         "task": task.name,
@@ -313,25 +314,31 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     if chance is not None:  # the report flags a teacher that scores no better than a model that learned nothing
         metrics["chance"] = chance
     for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
-        other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
+        other = {id(tok): prepare_task_data(task, tok, config.data, splits=(split,)) for tok in (tokenizer, student_tokenizer)}
         metrics.setdefault("other_splits", {})[split] = {
-            name: score(model, other, batch_size=batch_size) for name, model in (("teacher", teacher), ("student", student))
+            name: score(model, other[id(tok)], batch_size=batch_size)
+            for name, model, tok in (("teacher", teacher, tokenizer), ("student", student, student_tokenizer))
         }
     variants: dict[str, Any] = {}
     if config.export:
         from distillery.export import build_variants  # imported here: onnx is needed only when asked for
 
         logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
-        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported
-        models = {"teacher": (teacher, tokenizer)} if not is_export(teacher) else {}
-        variants, metrics["others"], _ = build_variants(
-            {**models, "student": (student, tokenizer)}, config.export, task_data=task_data,
-            source_metrics={"teacher": teacher_metrics, "student": student_metrics},
-            save_dir=out / "exports", save=("student",),
-            sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported. Each
+        # is scored on its own tokenizer's encoding (a pretrained student's differs from the teacher's).
+        models = {"teacher": (teacher, tokenizer, task_data)} if not is_export(teacher) else {}
+        metrics["others"] = {}
+        for name, (model, tok, data) in {**models, "student": (student, student_tokenizer, student_data)}.items():
+            made, scores, _ = build_variants(
+                {name: (model, tok)}, config.export, task_data=data,
+                source_metrics={"teacher": teacher_metrics, "student": student_metrics},
+                save_dir=out / "exports", save=("student",),
+                sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+            variants.update(made)
+            metrics["others"].update(scores)
     if config.int8:
         try:
-            exported, scores = student_int8(student, tokenizer, task_data, student_metrics, out, variants)
+            exported, scores = student_int8(student, student_tokenizer, student_data, student_metrics, out, variants)
         except DistilleryError as e:  # asked for by default, not by the user: the run keeps its fp32 student
             logger.warning("The student's int8 export failed, so only the fp32 student is measured: %s", e)
             ctx.notes.append(f"No int8 export of the student: {e}")

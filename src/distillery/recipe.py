@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.config import RunConfig
 from distillery.data.encode import TaskData, content_digest
+from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, writing
 
 logger = logging.getLogger("distillery")
@@ -29,6 +30,18 @@ class MethodContext:
     resume: bool = False
     notes: list[str] = field(default_factory=list)  # lines a method wants in the report
     student_examples: int | None = None  # what the student last trained on (:meth:`train`), for the report
+    # A pretrained student with its own tokenizer (distill --student): the task encoded for it. The pipeline
+    # saves, scores and exports the student with these; None: the student reads the teacher's encoding.
+    student_tokenizer: Any = None
+    student_data: TaskData | None = None
+    student_origin: str | None = None  # where the pretrained student came from (a name, folder or Hub id)
+
+    @property
+    def student_side(self) -> tuple[Any, TaskData]:
+        """The tokenizer and encoded task the student reads: its own, or the teacher's."""
+        if self.student_data is not None:
+            return self.student_tokenizer, self.student_data
+        return self.tokenizer, self.task_data
 
     @property
     def options(self) -> dict[str, Any]:
@@ -48,34 +61,36 @@ class MethodContext:
         from distillery.runtime import on_device
 
         passes = self.config.student.whole_split_epochs
-        beyond = train_dataset is not None and len(train_dataset) > len(self.task_data.train)  # the whole split
+        _, data = self.student_side
+        beyond = train_dataset is not None and len(train_dataset) > len(data.train)  # the whole split
         if beyond and passes and "epochs" not in settings:
             settings["epochs"] = passes
             self.notes.append(f"Student: {passes:g} pass(es) over the whole train split "
                               "(student.whole_split_epochs; --epochs sets it).")
         cfg = replace(self.config.student, **settings)
-        self.student_examples = len(self.task_data.train if train_dataset is None else train_dataset)
+        self.student_examples = len(data.train if train_dataset is None else train_dataset)
         trainer = Trainer(
             student,
             cfg,
-            self.task_data.train if train_dataset is None else train_dataset,
-            collate_fn or self.task_data.collate,
+            data.train if train_dataset is None else train_dataset,
+            collate_fn or data.collate,
             loss_fn,
             out_dir=self.out_dir,
-            eval_fn=lambda m: score(m, self.task_data, batch_size=cfg.eval_batch_size),
-            main_metric=self.task_data.task.main_metric,
+            eval_fn=lambda m: score(m, data, batch_size=cfg.eval_batch_size),
+            main_metric=data.task.main_metric,
             resume=self.resume,
             desc=desc,
         )
         on_device(self.teacher, trainer.device)
         return trainer.train().model
 
-    def whole_split(self) -> TaskData:
+    def whole_split(self, task_data: TaskData | None = None) -> TaskData:
         """The task's data with every example of its train split when the budget limited it
         (``data.train_limit``), else the run's own. The teacher, fine-tuned on the budget's examples,
         labels the rest: distillation data, as the papers' students use (CMOW's whole split, TinyBERT's
-        augmented set); a student costs far less per example than the teacher's fine-tuning."""
-        task_data = self.task_data
+        augmented set); a student costs far less per example than the teacher's fine-tuning.
+        ``task_data``: another encoding of the task (a pretrained student's own; default the run's)."""
+        task_data = task_data or self.task_data
         limit = self.config.data.train_limit
         if limit is None or len(task_data.train) < limit:  # below the limit the run has them all
             return task_data
@@ -83,17 +98,37 @@ class MethodContext:
 
         from distillery.data.encode import prepare_task_data
 
-        full = prepare_task_data(task_data.task, self.tokenizer, replace(self.config.data, train_limit=None), splits=("train",))
+        full = prepare_task_data(task_data.task, task_data.tokenizer, replace(self.config.data, train_limit=None),
+                                 splits=("train",))
         if len(full.train) <= len(task_data.train):
             return task_data
-        self.notes.append(f"Student data: all {len(full.train)} training examples, labelled by the teacher "
-                          f"(fine-tuned on {len(task_data.train)}).")
+        note = (f"Student data: all {len(full.train)} training examples, labelled by the teacher "
+                f"(fine-tuned on {len(task_data.train)}).")
+        if note not in self.notes:  # a pretrained student's own encoding of the same split says it once
+            self.notes.append(note)
         return replace(task_data, train=full.train)
 
     def distillation_train(self, whole_split: bool):
         """The train split a student distils on, with the teacher's logits (:meth:`train_with_teacher_logits`):
         the run's examples, or with ``whole_split`` the task's whole train split (:meth:`whole_split`)."""
         return self.train_with_teacher_logits(self.whole_split() if whole_split else self.task_data)
+
+    def student_distillation_train(self, whole_split: bool):
+        """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
+        own encoding of the same examples, each with the teacher's logits computed on the teacher's encoding
+        of that example (cached as :meth:`train_with_teacher_logits`). Targets are aligned by example, never
+        by token ids: both encodings come from the same raw rows in the same order, checked by their labels."""
+        import numpy as np
+
+        teacher_data = self.whole_split() if whole_split else self.task_data
+        student_train = (self.whole_split(self.student_data) if whole_split else self.student_data).train
+        labelled = self.train_with_teacher_logits(teacher_data)
+        same = len(labelled) == len(student_train) and np.allclose(
+            np.asarray(labelled["labels"], dtype=np.float64), np.asarray(student_train["labels"], dtype=np.float64))
+        if not same:  # never expected: one loader reads the rows for both tokenizers
+            raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
+                                  f"line up with the teacher's ({len(labelled)} rows).")
+        return student_train.add_column("teacher_logits", labelled["teacher_logits"])
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, number, one_of, option
+from distillery.method import MethodOptions, number, one_of, option, text
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class DistillOptions(MethodOptions):
     student_layers: int | list[int] | None = option(
         None, Layers(), "number of teacher layers the student keeps (spread evenly from the bottom), or with "
         "--option student_layers=[1,5] the teacher layer indices", default_text="every other layer", flag=True)
+    student: str | None = option(
+        None, text(optional=True), "a pretrained encoder as the student instead of a copy of teacher layers: minilm or "
+        "mpnet-base (the packaged encoders before fine-tuning), a model folder or a Hub id; it keeps its own "
+        "tokenizer and learns from the teacher's outputs", default_text="teacher layers", flag=True)
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
     temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
     hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
@@ -40,6 +44,11 @@ class DistillOptions(MethodOptions):
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "
         "examples only (--train-limit)")
+
+    def check(self) -> None:
+        if self.student is not None and self.student_layers is not None:
+            raise DistilleryError("Options student and student_layers exclude each other: a pretrained student "
+                                  "(--student) keeps its own layers.")
 
 
 Options = DistillOptions

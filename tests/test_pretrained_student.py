@@ -1,0 +1,125 @@
+"""Method distill with a pretrained student (``--student``): an encoder of another family, with its own tokenizer,
+learns from the teacher's outputs; the result is an ordinary model folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from distillery.errors import DistilleryError
+from tests.families import compress
+
+# teacher family, student family: each pair tokenizes differently (WordPiece with or without token types,
+# byte-level BPE) and has another hidden layout (ELECTRA's factorised embeddings)
+PAIRS = [("bert", "roberta"), ("mpnet", "bert"), ("deberta-v2", "electra")]
+
+FRESH_LOAD = """
+import sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1]).eval()
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+with torch.no_grad():
+    logits = model(**tok(["a good film", "a bad film"], return_tensors="pt", padding=True)).logits
+assert logits.shape == (2, 2), logits.shape
+assert not any(m.startswith("distillery") for m in sys.modules)
+print(model.config.model_type)
+"""
+
+
+@pytest.mark.parametrize("teacher_family,student_family", PAIRS)
+def test_pretrained_student_across_tokenizers(tiny_family, glue_dir, tmp_path, teacher_family, student_family):
+    teacher = tiny_family(teacher_family, 4)
+    student = tiny_family(student_family, 2)
+    run = compress("distill", teacher, glue_dir, tmp_path / "run", **{"method_options.student": student})
+    folder = run / "student"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == student_family and config["num_hidden_layers"] == 2
+    # the student keeps its own tokenizer, not the teacher's
+    from transformers import AutoTokenizer
+
+    own = AutoTokenizer.from_pretrained(student)
+    saved = AutoTokenizer.from_pretrained(folder)
+    assert saved.get_vocab() == own.get_vocab()
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert 0.0 <= metrics["student"]["accuracy"] <= 1.0
+    train = json.loads((run / "train.json").read_text())
+    assert train["train_examples"] == 96  # the whole split, labelled by the teacher past the budget's 32
+    assert any("pretrained encoder" in note for note in train["notes"])
+    # loads in a fresh process with plain transformers, no distillery import
+    done = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == student_family
+
+
+def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, glue_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from distillery.export import export
+    from distillery.runtime import load_model
+    from transformers import AutoTokenizer
+
+    run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run",
+                   **{"method_options.student": tiny_family("roberta", 2)})
+    folder = export(load_model(run / "student"), AutoTokenizer.from_pretrained(run / "student"), "onnx",
+                    tmp_path / "onnx")
+    # export() raises unless the graph reproduces the torch student within the fp32 tolerances
+    manifest = json.loads((folder / "distillery_export.json").read_text())
+    assert manifest["format"] == "onnx" and manifest["parity"]
+
+
+def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
+    import logging
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from distillery.data.tasks import get_task
+    from distillery.pretrained import load_student
+
+    source = tiny_family("bert", 2)
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        load_student(source, get_task("sst2"))
+    assert "gets a new one" in caplog.text
+    headed = tmp_path / "headed"
+    AutoModelForSequenceClassification.from_pretrained(source, num_labels=2).save_pretrained(headed)
+    AutoTokenizer.from_pretrained(source).save_pretrained(headed)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        load_student(str(headed), get_task("sst2"))
+    assert "keeps its own" in caplog.text
+
+
+def test_bad_students_get_one_sentence(tiny_family, tiny_gpt2, glue_dir, tmp_path):
+    import shutil
+
+    teacher = tiny_family("bert", 4)
+    with pytest.raises(DistilleryError, match="not an encoder family"):
+        compress("distill", teacher, glue_dir, tmp_path / "a", **{"method_options.student": tiny_gpt2})
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_family("bert", 2), bare)
+    for path in bare.iterdir():
+        if "token" in path.name or path.name.startswith(("vocab", "special")):
+            path.unlink()
+    with pytest.raises(DistilleryError, match="tokenizer"):
+        compress("distill", teacher, glue_dir, tmp_path / "b", **{"method_options.student": str(bare)})
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_student_no_smaller_than_teacher_is_refused(tiny_family, glue_dir, tmp_path):
+    with pytest.raises(DistilleryError, match=r"parameters, no fewer than the teacher"):
+        compress("distill", tiny_family("bert", 2), glue_dir, tmp_path / "run",
+                 **{"method_options.student": tiny_family("roberta", 4)})
+
+
+def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
+    import distillery.bench as bench
+    from distillery.pretrained import check_smaller
+    from distillery.runtime import load_model
+
+    from transformers import AutoModel
+
+    teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
+    monkeypatch.setattr(bench, "latency_ms", lambda models, **kw: {"teacher": 1.0, "student": 3.5})
+    with pytest.raises(DistilleryError, match=r"slower than the teacher: 3.50 ms per forward pass"):
+        check_smaller(teacher, student, "slow", (1, 8))
