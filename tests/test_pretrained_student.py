@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from distillery.errors import DistilleryError
-from tests.families import compress
+from tests.families import CELL, compress
+from tests.helpers import write_squad
 
 # teacher family, student family: each pair tokenizes differently (WordPiece with or without token types,
 # byte-level BPE) and has another hidden layout (ELECTRA's factorised embeddings)
@@ -27,6 +28,36 @@ assert logits.shape == (2, 2), logits.shape
 assert not any(m.startswith("distillery") for m in sys.modules)
 print(model.config.model_type)
 """
+
+
+FRESH_LOAD_QA = """
+import sys, torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+model = AutoModelForQuestionAnswering.from_pretrained(sys.argv[1]).eval()
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+with torch.no_grad():
+    out = model(**tok(["where is it ?"], ["paris is a city in france ."], return_tensors="pt"))
+assert out.start_logits.shape == out.end_logits.shape
+assert not any(m.startswith("distillery") for m in sys.modules)
+print(model.config.model_type)
+"""
+
+
+@pytest.mark.parametrize("teacher_family,student_family", PAIRS)
+def test_pretrained_student_on_squad_across_tokenizers(tiny_family, tmp_path, teacher_family, student_family):
+    import distillery
+
+    data = write_squad(tmp_path / "data")
+    overrides = {**CELL, "data.max_length": 48, "data.doc_stride": 16, "data.squad_holdout": 0.5,
+                 "data.train_limit": 8, "method_options.student": tiny_family(student_family, 2)}
+    run = distillery.compress(method="distill", task="squad", teacher=tiny_family(teacher_family, 4),
+                              data_dir=str(data), out=str(tmp_path / "run"), overrides=overrides)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert 0.0 <= metrics["student"]["f1"] <= 100.0
+    done = subprocess.run([sys.executable, "-c", FRESH_LOAD_QA, str(run / "student")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == student_family
 
 
 @pytest.mark.parametrize("teacher_family,student_family", PAIRS)
@@ -123,3 +154,42 @@ def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     monkeypatch.setattr(bench, "latency_ms", lambda models, **kw: {"teacher": 1.0, "student": 3.5})
     with pytest.raises(DistilleryError, match=r"slower than the teacher: 3.50 ms per forward pass"):
         check_smaller(teacher, student, "slow", (1, 8))
+
+
+def test_squad_targets_with_the_teachers_own_tokenizer_are_its_distribution(tiny_family, tmp_path):
+    """Carried onto identical windows, the teacher's start/end distribution comes back unchanged on the context;
+    what it put on the question and special tokens moves to [CLS]."""
+    import numpy as np
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from distillery.data.encode import prepare_task_data, squad_window_offsets
+    from distillery.data.loading import load_raw
+    from distillery.evaluation import predict
+    from distillery.pipeline import build_run_config
+    from distillery.pretrained import squad_distillation_train
+    from distillery.recipe import MethodContext
+
+    source = tiny_family("bert", 2)
+    data = write_squad(tmp_path / "data")
+    config = build_run_config(task="squad", teacher=source, data_dir=str(data), out=str(tmp_path / "run"),
+                              overrides={"data.max_length": 27, "data.doc_stride": 4, "data.squad_holdout": 0.5,
+                                         "data.train_limit": None})
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    teacher = AutoModelForQuestionAnswering.from_pretrained(source).eval()
+    task_data = prepare_task_data(__import__("distillery.data.tasks").data.tasks.get_task("squad"), tokenizer,
+                                  config.data)
+    ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data, out_dir=tmp_path,
+                        student_tokenizer=tokenizer, student_data=task_data)
+    train = squad_distillation_train(ctx, whole=False, temperature=1.0)
+    windows = squad_window_offsets(load_raw(task_data.task, "train", config.data), tokenizer, 27, 4)
+    start, _ = predict(teacher, task_data, split="train")
+    counts = np.bincount(windows["sample"])
+    assert (counts == 1).any() and (counts > 1).any()  # examples in one window, and examples in several
+    for w, row in enumerate(train["teacher_start"]):
+        n = len(row)
+        p = np.exp(start[w, :n] - start[w, :n].max())
+        p /= p.sum()
+        context = windows["offsets"][w, :n, 0] >= 0
+        if (windows["sample"] == windows["sample"][w]).sum() == 1:  # one window: nothing averaged in
+            np.testing.assert_allclose(np.asarray(row)[context], p[context], atol=1e-6)
+        assert abs(sum(row) - 1.0) < 1e-5

@@ -114,12 +114,9 @@ class Distill(Method):
     def run_pretrained(self, ctx: MethodContext, opts) -> PreTrainedModel:
         """Distil the teacher's outputs into a pretrained encoder with its own tokenizer (:mod:`distillery.pretrained`)."""
         from distillery.data.encode import prepare_task_data
-        from distillery.pretrained import check_smaller, load_student, origin
+        from distillery.pretrained import check_smaller, load_student, origin, squad_distillation_train
 
         task = ctx.task_data.task
-        if task.kind == "qa":
-            raise DistilleryError("--student distils classification and regression tasks; SQuAD is not supported "
-                                  "with a pretrained student yet.")
         student, tokenizer = load_student(opts.student, task)
         check_smaller(ctx.teacher, student, opts.student, tuple(ctx.config.bench.get("latency_shape", (1, 128))))
         ctx.student_tokenizer, ctx.student_origin = tokenizer, origin(opts.student)
@@ -128,7 +125,9 @@ class Distill(Method):
                          f"{student.config.num_hidden_layers} layers, its own tokenizer), loss "
                          f"(1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature}) on the teacher's outputs.")
         ctx.teacher.eval()
-        train = ctx.student_distillation_train(opts.train_examples == "all")
+        whole = opts.train_examples == "all"
+        train = squad_distillation_train(ctx, whole, opts.temperature) if task.kind == "qa" \
+            else ctx.student_distillation_train(whole)
         logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
         # every batch carries teacher_logits: the loss never runs the teacher on the student's token ids
         loss_fn = distillation_loss(task.kind, ctx.teacher, opts.kd_weight, opts.temperature)

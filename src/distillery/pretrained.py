@@ -117,3 +117,39 @@ def check_smaller(teacher, student, name: str, shape: tuple[int, int], runs: int
     logger.info("Student %s: %.2fM parameters (teacher %.2fM), %.2f ms per pass (teacher %.2f ms).", name,
                 s_params / 1e6, t_params / 1e6, ms["student"], ms["teacher"])
     return ms
+
+
+def squad_distillation_train(ctx, whole: bool, temperature: float):
+    """The student's own SQuAD training windows, each with the teacher's start and end distributions (at
+    ``temperature``) carried onto its positions through character offsets (:mod:`distillery.distill.span_carry`):
+    the teacher's outputs are computed on its own windows of the same examples (and cached)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from distillery.data.encode import squad_window_offsets
+    from distillery.data.loading import load_raw
+    from distillery.distill.span_carry import carry
+
+    teacher_data = ctx.whole_split() if whole else ctx.task_data
+    student_data = ctx.whole_split(ctx.student_data) if whole else ctx.student_data
+    data = ctx.config.data if teacher_data is ctx.task_data else replace(ctx.config.data, train_limit=None)
+    raw = load_raw(teacher_data.task, "train", data)
+    windows = {name: squad_window_offsets(raw, tok, data.max_length, data.doc_stride)
+               for name, tok in (("teacher", ctx.tokenizer), ("student", ctx.student_tokenizer))}
+    t, s = windows["teacher"], windows["student"]
+    if len(t["sample"]) != len(teacher_data.train) or len(s["sample"]) != len(student_data.train):
+        raise DistilleryError("The SQuAD windows of teacher and student do not line up with their encoded train splits.")
+    outputs = ctx.teacher_outputs(teacher_data).astype(np.float64)
+    width = outputs.shape[1] // 2
+    train = student_data.train
+    for which, logits in (("start", outputs[:, :width]), ("end", outputs[:, width:])):
+        logits = logits[:, : t["offsets"].shape[1]] / temperature
+        # a window's padding (the teacher's logits there are whatever its batch's padding made them) gets p = 0
+        logits = np.where(np.arange(logits.shape[1])[None, :] < t["lengths"][:, None], logits, -np.inf)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        mass, rest = carry(probs, t["offsets"], t["sample"], s["offsets"], s["sample"], t["context_lengths"], which)
+        mass[np.arange(len(mass)), s["cls"]] += rest  # SQuAD's target for "not in this window"
+        train = train.add_column(f"teacher_{which}", [row[:n].tolist() for row, n in zip(mass, s["lengths"])])
+    return train

@@ -132,11 +132,16 @@ class MethodContext:
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
-        score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a
-        hash of the teacher's weights (an export's graph or int8 weights: ``runtime.weights_digest``) and the
-        encoded train split, so a second student of the same
-        task (another method, an ablation, a resumed run) does not pay the teacher's passes again.
-        ``task_data``: another encoding of the task to label (default the run's)."""
+        score): :meth:`teacher_outputs` on it. ``task_data``: another encoding of the task to label (default the run's)."""
+        task_data = task_data or self.task_data
+        return task_data.train.add_column("teacher_logits", self.teacher_outputs(task_data).tolist())
+
+    def teacher_outputs(self, task_data: TaskData):
+        """The teacher's outputs on ``task_data``'s train split, one row per train row (classification: logits;
+        regression: the score; SQuAD: start then end logits, each padded to the longest window), computed once
+        per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a hash of the teacher's weights (an
+        export's graph or int8 weights: ``runtime.weights_digest``) and the encoded train split, so a second
+        student of the same task (another method, an ablation, a resumed run) does not pay the teacher's passes again."""
         import hashlib
 
         import numpy as np
@@ -145,7 +150,6 @@ class MethodContext:
         from distillery.runtime import weights_digest
         from distillery.config import cache_root
 
-        task_data = task_data or self.task_data
         train = task_data.train
         key = hashlib.sha256(f"{weights_digest(self.teacher)} {content_digest(train)}".encode()).hexdigest()[:16]
         path = cache_root() / "logits" / f"{task_data.task.name}-{key}.npy"
@@ -155,12 +159,14 @@ class MethodContext:
             if logits is None:
                 logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
                                  desc="teacher labels")
+                if isinstance(logits, tuple):  # SQuAD: (start, end), each (windows, longest)
+                    logits = np.concatenate(logits, axis=1)
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
                 with writing(path, "the teacher's logits (a cache entry)"):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
                         np.save(f, logits)
-        return train.add_column("teacher_logits", logits.tolist())
+        return logits
 
 
 def read_logits_cache(path: Path, rows: int):

@@ -265,16 +265,42 @@ def prediction_distillation(
     return loss_fn(_logits(student_out), _logits(teacher_out), temperature)
 
 
+def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], temperature: float = 1.0) -> Tensor:
+    """SQuAD distillation against start/end distributions given per student position (``teacher_start`` and
+    ``teacher_end``, already softened at ``temperature``: a teacher with another tokenizer, carried through
+    character offsets by :mod:`distillery.distill.span_carry`).
+
+    ``T² · ½ (H(p_start, softmax(s_start / T)) + H(p_end, softmax(s_end / T)))``, padding left out of the softmax.
+    """
+    t = float(temperature)
+    mask = batch.get("attention_mask")
+
+    def one(logits: Tensor, target: Tensor) -> Tensor:
+        logits = logits.float() / t
+        if mask is not None:  # padded positions carry no target and take no share of the student's softmax
+            logits = logits.masked_fill(mask.to(logits.device) == 0, -1e4)
+        return soft_cross_entropy_to(logits, target.to(logits.device)) * t * t
+
+    s_start, s_end = _span_logits(student_out)
+    return (one(s_start, batch["teacher_start"]) + one(s_end, batch["teacher_end"])) / 2
+
+
 def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
                       hidden_weight: float = 0.0, layer_map: list[int] | None = None):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
     hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style).
 
-    The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
+    The teacher's predictions are read from a batch's ``teacher_logits`` column (or, SQuAD across tokenizers,
+    ``teacher_start``/``teacher_end``: :func:`carried_span_distillation`) when the batch has
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
     ``kd_weight`` means the same in every method and command: the share of the distillation term."""
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
+        if "teacher_start" in batch:  # a pretrained student's SQuAD targets, carried from the teacher's windows
+            ce = task_loss(kind, out, batch)
+            kd = carried_span_distillation(out, batch, temperature)
+            loss = (1 - kd_weight) * ce + kd_weight * kd
+            return loss, {"ce": float(ce.detach()), "kd": float(kd.detach())}
         if "teacher_logits" in batch and hidden_weight <= 0:
             logits = batch["teacher_logits"]
             t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
