@@ -193,3 +193,39 @@ def test_squad_targets_with_the_teachers_own_tokenizer_are_its_distribution(tiny
         if (windows["sample"] == windows["sample"][w]).sum() == 1:  # one window: nothing averaged in
             np.testing.assert_allclose(np.asarray(row)[context], p[context], atol=1e-6)
         assert abs(sum(row) - 1.0) < 1e-5
+
+
+def test_report_and_card_name_the_students_origin(tiny_family, glue_dir, tmp_path):
+    import yaml
+
+    student = tiny_family("electra", 2)
+    run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run",
+                   **{"method_options.student": student})
+    report = (run / "report.md").read_text()
+    assert f"into the pretrained student `{student}`" in report
+    assert f"- student: the pretrained encoder `{student}`, distilled from the teacher" in report
+    card = (run / "student" / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert "base_model" not in front  # a local folder has no Hub id to name
+    assert "the pretrained encoder `" in card and "distilled from the teacher" in card
+
+
+def test_card_base_model_is_the_students_hub_origin(tmp_path):
+    import yaml
+    from transformers import BertConfig
+
+    from distillery.card import card_data, card_text
+    from distillery.report import load_run
+    from tests.helpers import make_run
+
+    run = make_run(tmp_path / "run", method="distill")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["method_options"] = {"student": "google/electra-small-discriminator"}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    loaded = load_run(run)
+    data = card_data(loaded, BertConfig(architectures=["BertForSequenceClassification"]))
+    assert data.base_model == "google/electra-small-discriminator"  # the weights' own origin, not the teacher
+    assert "teacher:sentence-transformers/all-MiniLM-L6-v2" in data.tags
+    text = card_text(loaded, BertConfig(architectures=["BertForSequenceClassification"]))
+    assert "pretrained encoder [google/electra-small-discriminator]" in text
+    assert "distilled from the teacher [sentence-transformers/all-MiniLM-L6-v2]" in text
