@@ -21,7 +21,7 @@ LAYERS = [
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.base_teacher")),
     ("methods and export", ("distillery.method", "distillery.methods", "distillery.recipe", "distillery.baseline", "distillery.pretrained", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
+    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_pretrained", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
     ("cli", ("distillery.cli",)),
 ]
 

@@ -229,3 +229,65 @@ def test_card_base_model_is_the_students_hub_origin(tmp_path):
     text = card_text(loaded, BertConfig(architectures=["BertForSequenceClassification"]))
     assert "pretrained encoder [google/electra-small-discriminator]" in text
     assert "distilled from the teacher [sentence-transformers/all-MiniLM-L6-v2]" in text
+
+
+def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
+    from distillery.auto import plan_for
+    from distillery.auto_pretrained import WHY
+
+    student = tiny_family("roberta", 2)
+    settings = {"teacher.name": tiny_family("bert", 4), "bench.latency_shape": [1, 16], "bench.latency_runs": 3,
+                "method_options.student": student, "method_options.kd_weight": 0.7}
+    candidates, skipped, _, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings})
+    by_name = {c.name: c for c in candidates}
+    assert "pretrained-tiny-roberta0" in by_name, list(by_name)
+    mine = by_name["pretrained-tiny-roberta0"]
+    assert mine.method == "distill" and mine.options == {"kd_weight": 0.7, "student": student}
+    assert WHY in mine.why
+    # the distill candidates built from teacher layers stay so: the student is not every distill candidate's
+    assert all("student" not in c.options for c in candidates if c.name.startswith("distill-"))
+    # MiniLM (22M parameters) is no smaller than this tiny teacher: no candidate, and not listed as one left out
+    assert "pretrained-minilm" not in by_name and "pretrained-minilm" not in [s["name"] for s in skipped]
+
+
+def test_a_packaged_encoder_smaller_and_faster_than_the_teacher_is_a_default_candidate(monkeypatch):
+    import distillery.auto_pretrained as ap
+    from transformers import BertConfig
+
+    monkeypatch.setattr(ap, "_available", lambda name: name == "minilm")
+    base = BertConfig(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
+    monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 60.0, "student": 10.0})
+    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    assert [c["name"] for c in found] == ["pretrained-minilm"] and not left
+    assert found[0]["options"] == {"student": "minilm"} and "6.00× faster" in found[0]["why"]
+    monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 30.0, "student": 10.0})
+    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    assert not found and "below the 4.00× needed" in left[0]["reason"]
+
+
+def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_path, monkeypatch, capsys):
+    """End to end through the command line, the plan cut down to the given student (the other methods' candidates
+    are tested in test_auto.py): it is listed as a pretrained student and, meeting the target, chosen."""
+    import yaml
+
+    import distillery.auto
+    from distillery.auto_pretrained import WHY
+    from distillery.config import nested_settings
+    from tests.helpers import TINY_RUN, run_ok
+
+    monkeypatch.setattr(distillery.auto, "plan", lambda *args: ([], []))
+    settings = tmp_path / "tiny.yaml"
+    settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0,
+                                                        "bench.latency_runs": 9})))
+    out = tmp_path / "auto"
+    student = tiny_family("roberta", 2)
+    run_ok(monkeypatch, capsys, "compress", "--method", "auto", "--speedup", "1.05", "--teacher",
+           tiny_family("bert", 4), "--student", student, "--data-dir", str(glue_dir), "--out", str(out),
+           "--config", str(settings))
+    summary = json.loads((out / "auto.json").read_text())
+    assert [c["name"] for c in summary["candidates"]] == ["pretrained-tiny-roberta0"]
+    assert summary["chosen"]["candidate"] == "pretrained-tiny-roberta0", summary["why"]
+    report = (out / "report.md").read_text()
+    assert WHY in report
+    chosen_config = yaml.safe_load((out / "candidates" / "pretrained-tiny-roberta0" / "config.yaml").read_text())
+    assert chosen_config["method_options"]["student"] == student
