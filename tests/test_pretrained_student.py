@@ -291,3 +291,48 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
     assert WHY in report
     chosen_config = yaml.safe_load((out / "candidates" / "pretrained-tiny-roberta0" / "config.yaml").read_text())
     assert chosen_config["method_options"]["student"] == student
+
+
+def test_layer_maps_spread_evenly_or_as_given():
+    from distillery.pretrained import layer_map_for
+
+    assert layer_map_for(2, 4, None) == [1, 3] and layer_map_for(3, 12, None) == [3, 7, 11]
+    assert layer_map_for(2, 4, [0, 2]) == [0, 2]
+    for bad in ([0], [0, 4], [-1, 1]):
+        with pytest.raises(DistilleryError, match="layer_map"):
+            layer_map_for(2, 4, bad)
+
+
+@pytest.mark.parametrize("student_family,words", [("bert", "student layers onto teacher layers [0, 2]"),
+                                                  ("roberta", "mean-pooled sentence vectors")])
+def test_hidden_states_distil_per_layer_when_tokenizers_match_else_as_sentence_vectors(
+        tiny_family, glue_dir, tmp_path, student_family, words):
+    options = {"method_options.student": tiny_family(student_family, 2), "method_options.hidden_weight": 0.5}
+    if student_family == "bert":  # the same WordPiece tokenizer as the teacher's
+        options["method_options.layer_map"] = [0, 2]
+    run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run", **options)
+    notes = json.loads((run / "train.json").read_text())["notes"]
+    assert any(words in note for note in notes), notes
+    # the projection trained beside the student is a training aid: the saved student is the plain model
+    config = json.loads((run / "student" / "config.json").read_text())
+    assert config["model_type"] == student_family
+
+
+def test_layer_map_without_a_pretrained_student_is_one_sentence():
+    from distillery.methods.distill import DistillOptions
+
+    with pytest.raises(DistilleryError, match="layer_map maps a pretrained student"):
+        DistillOptions.read({"layer_map": [0, 1], "hidden_weight": 1.0})
+    with pytest.raises(DistilleryError, match="list of teacher layer indices"):
+        DistillOptions.read({"student": "x", "hidden_weight": 1.0, "layer_map": 3})
+
+
+def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_family):
+    from transformers import AutoTokenizer
+
+    from distillery.pretrained import same_tokenizer
+
+    bert, other_bert = (AutoTokenizer.from_pretrained(tiny_family("bert", n)) for n in (4, 2))
+    other_bert("some words", truncation=True, max_length=8, padding="max_length")  # leaves call state behind
+    assert same_tokenizer(bert, other_bert)
+    assert not same_tokenizer(bert, AutoTokenizer.from_pretrained(tiny_family("roberta", 2)))

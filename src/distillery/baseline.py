@@ -83,9 +83,6 @@ class Distill(Method):
             from distillery.pretrained import check_student
 
             check_student(opts.student, config.data)
-            if opts.hidden_weight:
-                raise DistilleryError("Option hidden_weight needs a student built from the teacher's layers; with "
-                                      "--student the student learns from the teacher's outputs only.")
             return
         encoders.require(teacher_config, None, "method distill")
         select_layers(teacher_config.num_hidden_layers, opts.student_layers)
@@ -93,7 +90,9 @@ class Distill(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
         if opts.student is not None:
-            return self.run_pretrained(ctx, opts)
+            from distillery.pretrained import run_pretrained
+
+            return run_pretrained(ctx, opts)
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)
@@ -109,26 +108,4 @@ class Distill(Method):
             train = ctx.distillation_train(whole)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
-        return ctx.train(student, loss_fn, desc="student", train_dataset=train)
-
-    def run_pretrained(self, ctx: MethodContext, opts) -> PreTrainedModel:
-        """Distil the teacher's outputs into a pretrained encoder with its own tokenizer (:mod:`distillery.pretrained`)."""
-        from distillery.data.encode import prepare_task_data
-        from distillery.pretrained import check_smaller, load_student, origin, squad_distillation_train
-
-        task = ctx.task_data.task
-        student, tokenizer = load_student(opts.student, task)
-        check_smaller(ctx.teacher, student, opts.student, tuple(ctx.config.bench.get("latency_shape", (1, 128))))
-        ctx.student_tokenizer, ctx.student_origin = tokenizer, origin(opts.student)
-        ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
-        ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "
-                         f"{student.config.num_hidden_layers} layers, its own tokenizer), loss "
-                         f"(1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature}) on the teacher's outputs.")
-        ctx.teacher.eval()
-        whole = opts.train_examples == "all"
-        train = squad_distillation_train(ctx, whole, opts.temperature) if task.kind == "qa" \
-            else ctx.student_distillation_train(whole)
-        logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
-        # every batch carries teacher_logits: the loss never runs the teacher on the student's token ids
-        loss_fn = distillation_loss(task.kind, ctx.teacher, opts.kd_weight, opts.temperature)
         return ctx.train(student, loss_fn, desc="student", train_dataset=train)

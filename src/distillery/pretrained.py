@@ -95,7 +95,13 @@ def load_student(name: str, task: TaskSpec) -> tuple[PreTrainedModel, object]:
 def same_tokenizer(a, b) -> bool:
     """Whether two tokenizers turn every text into the same ids (then hidden states line up token by token)."""
     if getattr(a, "is_fast", False) and getattr(b, "is_fast", False):
-        return a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
+        import json
+
+        # truncation and padding are call-time state a tokenizer's last call leaves behind, not what it is
+        def what(tok) -> dict:
+            return {k: v for k, v in json.loads(tok.backend_tokenizer.to_str()).items() if k not in ("truncation", "padding")}
+
+        return what(a) == what(b)
     return type(a) is type(b) and a.get_vocab() == b.get_vocab()
 
 
@@ -153,3 +159,74 @@ def squad_distillation_train(ctx, whole: bool, temperature: float):
         mass[np.arange(len(mass)), s["cls"]] += rest  # SQuAD's target for "not in this window"
         train = train.add_column(f"teacher_{which}", [row[:n].tolist() for row, n in zip(mass, s["lengths"])])
     return train
+
+
+def layer_map_for(student_layers: int, teacher_layers: int, given: list[int] | None) -> list[int]:
+    """The teacher layer each student layer learns from: ``given`` (checked), else spread evenly with the last
+    student layer on the teacher's last."""
+    if given is None:
+        return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
+    if len(given) != student_layers or not all(0 <= t < teacher_layers for t in given):
+        raise DistilleryError(f"Option layer_map {given} must name one teacher layer (0 to {teacher_layers - 1}) for "
+                              f"each of the student's {student_layers} layers.")
+    return list(given)
+
+
+def teacher_pooled(ctx, task_data):
+    """The teacher's sentence vector (its last layer mean-pooled over the tokens) for each train row of
+    ``task_data``, as a list of lists: one batched pass without gradients."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from distillery.data.encode import model_device, model_inputs
+    from distillery.distill.losses import mean_pooled
+
+    loader = DataLoader(task_data.train, batch_size=ctx.config.student.eval_batch_size, collate_fn=task_data.collate)
+    rows = []
+    with torch.inference_mode():
+        for batch in loader:
+            hidden = ctx.teacher(**model_inputs(batch, ctx.teacher), output_hidden_states=True).hidden_states[-1]
+            mask = batch.get("attention_mask")
+            rows.append(mean_pooled(hidden, None if mask is None else mask.to(model_device(ctx.teacher))).float().cpu())
+    return torch.cat(rows).tolist()
+
+
+def run_pretrained(ctx, opts) -> PreTrainedModel:
+    """Method distill with ``--student``: the pretrained encoder learns the teacher's outputs, aligned by example
+    (SQuAD: carried through character offsets), and with ``hidden_weight`` its hidden states (per layer where the
+    tokenizers match, else sentence vectors) through a learned projection onto the teacher's width."""
+    from distillery.data.encode import prepare_task_data
+    from distillery.distill.losses import HiddenProjection, pretrained_distillation_loss
+
+    task = ctx.task_data.task
+    student, tokenizer = load_student(opts.student, task)
+    check_smaller(ctx.teacher, student, opts.student, tuple(ctx.config.bench.get("latency_shape", (1, 128))))
+    ctx.student_tokenizer, ctx.student_origin = tokenizer, origin(opts.student)
+    ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
+    ctx.teacher.eval()
+    whole = opts.train_examples == "all"
+    train = squad_distillation_train(ctx, whole, opts.temperature) if task.kind == "qa" \
+        else ctx.student_distillation_train(whole)
+    matched = same_tokenizer(ctx.tokenizer, tokenizer)
+    layer_map, projection, hidden = None, None, ""
+    if opts.hidden_weight:
+        projection = HiddenProjection(student.config.hidden_size, ctx.teacher.config.hidden_size)
+        if matched:
+            layer_map = layer_map_for(student.config.num_hidden_layers, ctx.teacher.config.num_hidden_layers,
+                                      opts.layer_map)
+            hidden = f" + {opts.hidden_weight}·hidden MSE (student layers onto teacher layers {layer_map})"
+        elif task.kind == "qa":
+            raise DistilleryError("Option hidden_weight with a student of another tokenizer aligns sentence vectors, "
+                                  "which SQuAD's windows do not share; drop hidden_weight for SQuAD.")
+        else:
+            train = train.add_column("teacher_pooled", teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data))
+            hidden = f" + {opts.hidden_weight}·MSE of the mean-pooled sentence vectors (the tokenizers differ)"
+    words = "the teacher's" if matched else "its own"
+    ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "
+                     f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature}) on the "
+                     f"teacher's outputs{hidden}.")
+    logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
+    loss_fn = pretrained_distillation_loss(task.kind, ctx.teacher, opts.kd_weight, opts.temperature,
+                                           opts.hidden_weight, projection, layer_map)
+    return ctx.train(student, loss_fn, desc="student", train_dataset=train,
+                     extra_parameters=[projection] if projection is not None else ())

@@ -48,10 +48,11 @@ class MethodContext:
         return self.config.method_options
 
     def train(self, student: PreTrainedModel, loss_fn, *, desc: str, train_dataset=None, collate_fn=None,
-              **settings) -> PreTrainedModel:
+              extra_parameters=(), **settings) -> PreTrainedModel:
         """Train ``student`` with the one trainer and return it: the task's train split (or
         ``train_dataset`` / ``collate_fn``), the student settings (``settings``: fields of them the
-        method sets otherwise, e.g. ``lr``), checkpoints in the run folder, dev scored with the task's
+        method sets otherwise, e.g. ``lr``), ``extra_parameters`` trained beside it (a projection the loss
+        uses), checkpoints in the run folder, dev scored with the task's
         main metric at each evaluation; the teacher follows the student to the trainer's device."""
         # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
         from dataclasses import replace
@@ -79,6 +80,7 @@ class MethodContext:
             eval_fn=lambda m: score(m, data, batch_size=cfg.eval_batch_size),
             main_metric=data.task.main_metric,
             resume=self.resume,
+            extra_parameters=extra_parameters,
             desc=desc,
         )
         on_device(self.teacher, trainer.device)

@@ -31,8 +31,9 @@ logger = logging.getLogger("distillery")
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
 # teacher_logits: the teacher's predictions cached on the train split (MethodContext.train_with_teacher_logits),
-# read by the methods that distil predictions (distill, cmow, autotinybert)
-TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits")
+# read by the methods that distil predictions (distill, cmow, autotinybert); teacher_pooled: the teacher's
+# sentence vector, which a pretrained student with another tokenizer aligns its own with
+TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits", "teacher_pooled")
 # a pretrained student's SQuAD targets: the teacher's start/end distributions carried onto its own windows
 # (one probability per position, so padded with 0 like the inputs; :mod:`distillery.distill.span_carry`)
 SPAN_TARGETS = ("teacher_start", "teacher_end")

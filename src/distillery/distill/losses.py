@@ -290,17 +290,11 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
     hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style).
 
-    The teacher's predictions are read from a batch's ``teacher_logits`` column (or, SQuAD across tokenizers,
-    ``teacher_start``/``teacher_end``: :func:`carried_span_distillation`) when the batch has
+    The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
     ``kd_weight`` means the same in every method and command: the share of the distillation term."""
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
-        if "teacher_start" in batch:  # a pretrained student's SQuAD targets, carried from the teacher's windows
-            ce = task_loss(kind, out, batch)
-            kd = carried_span_distillation(out, batch, temperature)
-            loss = (1 - kd_weight) * ce + kd_weight * kd
-            return loss, {"ce": float(ce.detach()), "kd": float(kd.detach())}
         if "teacher_logits" in batch and hidden_weight <= 0:
             logits = batch["teacher_logits"]
             t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
@@ -316,6 +310,55 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
             mask = batch.get("attention_mask")
             hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
+            loss = loss + hidden_weight * hid
+            logs["hidden"] = float(hid.detach())
+        return loss, logs
+
+    return loss_fn
+
+
+def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """The mean of a sequence's hidden states over its tokens, padding left out: ``(B, L, d) -> (B, d)``."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    mask = attention_mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def pretrained_distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
+                                 hidden_weight: float = 0.0, projection: nn.Module | None = None,
+                                 layer_map: list[int] | None = None):
+    """loss_fn for a pretrained student (method distill's ``--student``), which reads its own tokenizer's ids:
+    (1 − kd_weight)·task loss + kd_weight·KD against the teacher targets the batch carries (``teacher_logits``,
+    or SQuAD's carried ``teacher_start``/``teacher_end``: :func:`carried_span_distillation`), never the teacher
+    run on the batch, plus with ``hidden_weight``:
+
+    - ``layer_map`` given (the tokenizers match, so positions line up): the mean over student layers j of
+      :func:`hidden_mse` between ``projection(h_s[j])`` and the teacher's layer ``layer_map[j]``, the teacher
+      run on the same batch;
+    - else (another tokenizer): MSE between ``projection`` of the student's :func:`mean_pooled` last hidden
+      state and the teacher's (the batch's ``teacher_pooled``), one sentence vector each."""
+    def loss_fn(model, batch):
+        out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
+        if "teacher_start" in batch:
+            kd = carried_span_distillation(out, batch, temperature)
+        else:
+            logits = batch["teacher_logits"]
+            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+            kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+        ce = task_loss(kind, out, batch)
+        loss = (1 - kd_weight) * ce + kd_weight * kd
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        if hidden_weight > 0:
+            mask = batch.get("attention_mask")
+            if layer_map is not None:
+                with torch.no_grad():
+                    t_hidden = teacher(**model_inputs(batch, teacher), output_hidden_states=True).hidden_states
+                hid = sum(hidden_mse(out.hidden_states[j + 1], t_hidden[t + 1], projection, mask)
+                          for j, t in enumerate(layer_map)) / len(layer_map)
+            else:
+                pooled = mean_pooled(out.hidden_states[-1], mask)
+                hid = hidden_mse(pooled, batch["teacher_pooled"].to(pooled.device), projection)
             loss = loss + hidden_weight * hid
             logs["hidden"] = float(hid.detach())
         return loss, logs

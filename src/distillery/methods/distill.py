@@ -26,6 +26,23 @@ class Layers:
         raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
 
 
+@dataclass(frozen=True)
+class Indices:
+    """A list of layer indices (their range is checked against the teacher and student at the run)."""
+
+    optional: bool = True
+    kind: ClassVar[type] = str
+
+    def accepts(self) -> str:
+        return "a list of teacher layer indices"
+
+    def __call__(self, name: str, value: Any) -> Any:
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        if value is None or (isinstance(value, list) and value and all(whole(v) for v in value)):
+            return value
+        raise DistilleryError(f"Option {name} must be a list of teacher layer indices (e.g. [1,3,5]), got {value!r}.")
+
+
 @dataclass
 class DistillOptions(MethodOptions):
     METHOD: ClassVar[str] = "distill"
@@ -38,14 +55,21 @@ class DistillOptions(MethodOptions):
         "tokenizer and learns from the teacher's outputs", default_text="teacher layers", flag=True)
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
     temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
-    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
-                                  flag=True)
+    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off. With --student: "
+                                  "per layer through a learned projection where the tokenizers match, else between "
+                                  "sentence vectors (mean-pooled last layer)", paper="β", flag=True)
+    layer_map: list[int] | None = option(
+        None, Indices(), "with --student and hidden_weight, the teacher layer each student layer learns from, "
+        "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "
         "examples only (--train-limit)")
 
     def check(self) -> None:
+        if self.layer_map is not None and (self.student is None or not self.hidden_weight):
+            raise DistilleryError("Option layer_map maps a pretrained student's layers (--student) onto the "
+                                  "teacher's for hidden_weight; give both, or drop layer_map.")
         if self.student is not None and self.student_layers is not None:
             raise DistilleryError("Options student and student_layers exclude each other: a pretrained student "
                                   "(--student) keeps its own layers.")
