@@ -85,14 +85,16 @@ def test_pretrained_student_across_tokenizers(tiny_family, glue_dir, tmp_path, t
     assert done.stdout.strip() == student_family
 
 
-def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, glue_dir, tmp_path):
+@pytest.mark.parametrize("teacher_family,student_family", PAIRS)
+def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, glue_dir, tmp_path, teacher_family,
+                                                         student_family):
     pytest.importorskip("onnxruntime")
     from distillery.export import export
     from distillery.runtime import load_model
     from transformers import AutoTokenizer
 
-    run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run",
-                   **{"method_options.student": tiny_family("roberta", 2)})
+    run = compress("distill", tiny_family(teacher_family, 4), glue_dir, tmp_path / "run",
+                   **{"method_options.student": tiny_family(student_family, 2)})
     folder = export(load_model(run / "student"), AutoTokenizer.from_pretrained(run / "student"), "onnx",
                     tmp_path / "onnx")
     # export() raises unless the graph reproduces the torch student within the fp32 tolerances
@@ -121,26 +123,34 @@ def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
     assert "keeps its own" in caplog.text
 
 
-def test_bad_students_get_one_sentence(tiny_family, tiny_gpt2, glue_dir, tmp_path):
+def test_bad_students_get_one_sentence(tiny_family, tiny_gpt2, glue_dir, tmp_path, monkeypatch, capsys):
     import shutil
 
-    teacher = tiny_family("bert", 4)
-    with pytest.raises(DistilleryError, match="not an encoder family"):
-        compress("distill", teacher, glue_dir, tmp_path / "a", **{"method_options.student": tiny_gpt2})
-    bare = tmp_path / "bare"
+    from tests.helpers import assert_one_line_error, run_cli
+
+    bare = tmp_path / "bare"  # a model folder whose tokenizer files were left behind
     shutil.copytree(tiny_family("bert", 2), bare)
     for path in bare.iterdir():
         if "token" in path.name or path.name.startswith(("vocab", "special")):
             path.unlink()
-    with pytest.raises(DistilleryError, match="tokenizer"):
-        compress("distill", teacher, glue_dir, tmp_path / "b", **{"method_options.student": str(bare)})
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    out = tmp_path / "run"
+    common = ["compress", "--teacher", tiny_family("bert", 4), "--data-dir", str(glue_dir), "--out", str(out)]
+    for student, words in ((tiny_gpt2, "is a 'gpt2' model, not an encoder family distillery knows"),
+                           (str(bare), "tokenizer"),
+                           (tiny_family("roberta", 4), "no fewer than the teacher's"),
+                           (str(tmp_path / "nowhere"), "Student path"),
+                           (tiny_family("bert", 2), "exclude each other")):
+        extra = ["--student-layers", "1"] if words == "exclude each other" else []
+        code, _, err = run_cli(monkeypatch, capsys, *common, "--student", student, *extra)
+        assert_one_line_error(code, err, words)
+        assert not out.exists()
 
 
 def test_student_no_smaller_than_teacher_is_refused(tiny_family, glue_dir, tmp_path):
     with pytest.raises(DistilleryError, match=r"parameters, no fewer than the teacher"):
         compress("distill", tiny_family("bert", 2), glue_dir, tmp_path / "run",
                  **{"method_options.student": tiny_family("roberta", 4)})
+    assert not (tmp_path / "run").exists()  # refused before the teacher is fine-tuned
 
 
 def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
@@ -151,7 +161,7 @@ def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     from transformers import AutoModel
 
     teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
-    monkeypatch.setattr(bench, "latency_ms", lambda models, **kw: {"teacher": 1.0, "student": 3.5})
+    monkeypatch.setattr(bench, "latency_ms", lambda models, *args, **kw: {"teacher": 1.0, "student": 3.5})
     with pytest.raises(DistilleryError, match=r"slower than the teacher: 3.50 ms per forward pass"):
         check_smaller(teacher, student, "slow", (1, 8))
 
@@ -336,3 +346,22 @@ def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_famil
     other_bert("some words", truncation=True, max_length=8, padding="max_length")  # leaves call state behind
     assert same_tokenizer(bert, other_bert)
     assert not same_tokenizer(bert, AutoTokenizer.from_pretrained(tiny_family("roberta", 2)))
+
+
+@pytest.mark.live_baselines
+def test_the_run_exports_and_scores_the_student_with_its_own_tokenizer(tiny_family, glue_dir, tmp_path):
+    """--export onnx, the student's int8 export and the live baselines in one run: each model is exported and
+    scored on its own tokenizer's encoding (teacher: WordPiece; student: byte-level BPE)."""
+    pytest.importorskip("onnxruntime")
+    run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run", export=["onnx"],
+                   **{"method_options.student": tiny_family("roberta", 2)})
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"teacher-onnx", "student-onnx"} <= set(metrics["others"])
+    # an fp32 ONNX graph scores as its torch model does, on the same encoding
+    assert metrics["others"]["student-onnx"]["accuracy"] == pytest.approx(metrics["student"]["accuracy"])
+    assert metrics["others"]["teacher-onnx"]["accuracy"] == pytest.approx(metrics["teacher"]["accuracy"])
+    assert any("int8" in name and name.startswith("student-") for name in metrics["others"])
+    from transformers import AutoTokenizer
+
+    exported = AutoTokenizer.from_pretrained(run / "exports" / "student-onnx")
+    assert exported.get_vocab() == AutoTokenizer.from_pretrained(run / "student").get_vocab()

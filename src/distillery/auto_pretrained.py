@@ -58,17 +58,11 @@ def _packaged_candidate(name: str, teacher_config, speedup: float, shape: Sequen
     ``speedup``), and the words why (or why not); None when it is no smaller than the teacher (no candidate at
     all, so not reported as one left out). Models of each architecture are timed, not their weights: those do
     not change the time."""
-    from transformers import AutoModel
+    from distillery.pretrained import from_config, measure, student_config
 
-    from distillery.bench import count_parameters, latency_ms
-    from distillery.pretrained import student_config
-
-    config = student_config(name)
-    models = {"teacher": AutoModel.from_config(teacher_config).eval(), "student": AutoModel.from_config(config).eval()}
-    t_params, s_params = (count_parameters(models[k])[0] for k in ("teacher", "student"))
+    t_params, s_params, ms = measure(from_config(teacher_config), from_config(student_config(name)), shape, runs)
     if s_params >= t_params:
         return None, f"it has {s_params / 1e6:.1f}M parameters, no fewer than the teacher's {t_params / 1e6:.1f}M"
-    ms = latency_ms(models, tuple(shape), runs=max(int(runs), 3))
     measured = ms["teacher"] / ms["student"]
     if measured < speedup:
         return False, f"measured here it is {fmt_x(measured)} faster than the teacher, below the {speedup:.2f}× needed"
@@ -80,6 +74,7 @@ def pretrained_candidates(students: Any, teacher_name: str, teacher_config, spee
     """The candidates of every ``--student`` given (the run itself refuses one no smaller or faster than the
     teacher) and of each packaged encoder that qualifies (:func:`_packaged_candidate`), with those left out."""
     names = given_students(students)
+
     def candidate(name: str, why: str) -> dict[str, Any]:
         return {"name": candidate_name(name), "method": "distill", "options": {**distill_options, "student": name},
                 "cost": COST, "why": why}

@@ -80,9 +80,9 @@ class Distill(Method):
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
         if opts.student is not None:  # a pretrained student: the teacher is read only through its outputs
-            from distillery.pretrained import check_student
+            from distillery.pretrained import check_student, latency_shape
 
-            check_student(opts.student, config.data)
+            self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config))
             return
         encoders.require(teacher_config, None, "method distill")
         select_layers(teacher_config.num_hidden_layers, opts.student_layers)
@@ -92,7 +92,7 @@ class Distill(Method):
         if opts.student is not None:
             from distillery.pretrained import run_pretrained
 
-            return run_pretrained(ctx, opts)
+            return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)

@@ -12,6 +12,7 @@ compress nothing.
 from __future__ import annotations
 
 import logging
+from typing import Sequence
 
 from transformers import AutoConfig, PreTrainedModel
 
@@ -63,8 +64,10 @@ def student_tokenizer(name: str, config):
     return tokenizer
 
 
-def check_student(name: str, data: DataConfig) -> None:
-    """Everything about ``--student`` that can be refused before the teacher is fine-tuned."""
+def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[int]) -> bool:
+    """Everything about ``--student`` that can be refused before the teacher is fine-tuned, its size and speed
+    against the teacher's architecture included (:func:`check_smaller`). False when the teacher's architecture
+    cannot be built from its config alone (a distillery student as teacher): then the run measures the models."""
     config = student_config(name)
     tokenizer = student_tokenizer(name, config)
     usable = usable_positions(config)
@@ -74,6 +77,12 @@ def check_student(name: str, data: DataConfig) -> None:
     if data.task in ("squad", "squad_v2") and not getattr(tokenizer, "is_fast", False):
         raise DistilleryError(f"SQuAD needs a fast tokenizer (character offsets); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
+    try:
+        teacher = from_config(teacher_config)
+    except (ValueError, KeyError):  # no Auto class knows this teacher's config: its loaded model is measured
+        return False
+    check_smaller(teacher, from_config(config), name, shape)
+    return True
 
 
 def load_student(name: str, task: TaskSpec) -> tuple[PreTrainedModel, object]:
@@ -105,17 +114,32 @@ def same_tokenizer(a, b) -> bool:
     return type(a) is type(b) and a.get_vocab() == b.get_vocab()
 
 
-def check_smaller(teacher, student, name: str, shape: tuple[int, int], runs: int = 10) -> dict[str, float]:
-    """Refuse a student with more parameters than the teacher, or slower per forward pass (measured here,
-    both models taking turns), with the measured numbers in the sentence. Returns the latencies (ms)."""
+def measure(teacher, student, shape: Sequence[int], runs: int) -> tuple[int, int, dict[str, float]]:
+    """(teacher parameters, student parameters, {name: median ms per forward pass}), the two models taking turns
+    here. Models built from configs serve as well as trained ones: weights do not change the time."""
     from distillery.bench import count_parameters, latency_ms
 
     t_params, s_params = count_parameters(teacher)[0], count_parameters(student)[0]
+    if s_params >= t_params:  # no timing needed to refuse it
+        return t_params, s_params, {}
+    return t_params, s_params, latency_ms({"teacher": teacher, "student": student}, tuple(shape), runs=max(int(runs), 3))
+
+
+def from_config(config):
+    """A randomly initialised encoder of ``config``'s architecture, to count and time (no weights are read)."""
+    from transformers import AutoModel
+
+    return AutoModel.from_config(config).eval()
+
+
+def check_smaller(teacher, student, name: str, shape: Sequence[int], runs: int = 10) -> dict[str, float]:
+    """Refuse a student with more parameters than the teacher, or slower per forward pass (measured here,
+    both models taking turns), with the measured numbers in the sentence. Returns the latencies (ms)."""
+    t_params, s_params, ms = measure(teacher, student, shape, runs)
     if s_params >= t_params:
         raise DistilleryError(f"Student {name!r} has {s_params / 1e6:.2f}M parameters, no fewer than the teacher's "
                               f"{t_params / 1e6:.2f}M: distilling into it would compress nothing. Choose a smaller "
                               f"pretrained encoder.")
-    ms = latency_ms({"teacher": teacher, "student": student}, shape=shape, runs=runs, warmup=2)
     if ms["student"] > ms["teacher"] * SPEED_SLACK:
         raise DistilleryError(f"Student {name!r} is slower than the teacher: {ms['student']:.2f} ms per forward pass "
                               f"against the teacher's {ms['teacher']:.2f} ms at batch {shape[0]} x {shape[1]} tokens, "
@@ -191,16 +215,23 @@ def teacher_pooled(ctx, task_data):
     return torch.cat(rows).tolist()
 
 
-def run_pretrained(ctx, opts) -> PreTrainedModel:
+def latency_shape(config) -> tuple[int, int]:
+    """The run's latency shape (``bench.latency_shape``), at which a student's speed is compared."""
+    return tuple(config.bench.get("latency_shape", (1, 128)))
+
+
+def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     """Method distill with ``--student``: the pretrained encoder learns the teacher's outputs, aligned by example
     (SQuAD: carried through character offsets), and with ``hidden_weight`` its hidden states (per layer where the
-    tokenizers match, else sentence vectors) through a learned projection onto the teacher's width."""
+    tokenizers match, else sentence vectors) through a learned projection onto the teacher's width. ``measured``:
+    :func:`check_student` already compared its size and speed with the teacher's."""
     from distillery.data.encode import prepare_task_data
     from distillery.distill.losses import HiddenProjection, pretrained_distillation_loss
 
     task = ctx.task_data.task
     student, tokenizer = load_student(opts.student, task)
-    check_smaller(ctx.teacher, student, opts.student, tuple(ctx.config.bench.get("latency_shape", (1, 128))))
+    if not measured:
+        check_smaller(ctx.teacher, student, opts.student, latency_shape(ctx.config))
     ctx.student_tokenizer, ctx.student_origin = tokenizer, origin(opts.student)
     ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
     ctx.teacher.eval()
