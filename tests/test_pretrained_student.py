@@ -156,8 +156,6 @@ def test_student_no_smaller_than_teacher_is_refused(tiny_family, glue_dir, tmp_p
 def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     import distillery.bench as bench
     from distillery.pretrained import check_smaller
-    from distillery.runtime import load_model
-
     from transformers import AutoModel
 
     teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
@@ -365,3 +363,15 @@ def test_the_run_exports_and_scores_the_student_with_its_own_tokenizer(tiny_fami
 
     exported = AutoTokenizer.from_pretrained(run / "exports" / "student-onnx")
     assert exported.get_vocab() == AutoTokenizer.from_pretrained(run / "student").get_vocab()
+
+
+def test_sentence_vectors_on_squad_across_tokenizers_are_refused_before_training(tiny_family, tmp_path):
+    import distillery
+
+    data = write_squad(tmp_path / "data")
+    with pytest.raises(DistilleryError, match="drop hidden_weight for SQuAD"):
+        distillery.compress(method="distill", task="squad", teacher=tiny_family("bert", 4), data_dir=str(data),
+                            out=str(tmp_path / "run"), overrides={**CELL, "data.squad_holdout": 0.5,
+                                                                  "method_options.student": tiny_family("roberta", 2),
+                                                                  "method_options.hidden_weight": 1.0})
+    assert not (tmp_path / "run").exists()

