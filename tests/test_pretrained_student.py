@@ -375,3 +375,16 @@ def test_sentence_vectors_on_squad_across_tokenizers_are_refused_before_training
                                                                   "method_options.student": tiny_family("roberta", 2),
                                                                   "method_options.hidden_weight": 1.0})
     assert not (tmp_path / "run").exists()
+
+
+def test_pretrained_student_on_a_regression_task(tiny_family, glue_dir, tmp_path):
+    """STS-B (a sentence pair, one score): the student learns the teacher's scores, read through its own tokenizer."""
+    import distillery
+
+    run = distillery.compress(method="distill", task="stsb", teacher=tiny_family("mpnet", 4), data_dir=str(glue_dir),
+                              out=str(tmp_path / "run"),
+                              overrides={**CELL, "method_options.student": tiny_family("roberta", 2)})
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["main_metric"] in metrics["student"]
+    config = json.loads((run / "student" / "config.json").read_text())
+    assert len(config["id2label"]) == 1 and config["problem_type"] == "regression"
