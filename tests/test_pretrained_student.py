@@ -388,3 +388,17 @@ def test_pretrained_student_on_a_regression_task(tiny_family, glue_dir, tmp_path
     assert metrics["main_metric"] in metrics["student"]
     config = json.loads((run / "student" / "config.json").read_text())
     assert len(config["id2label"]) == 1 and config["problem_type"] == "regression"
+
+
+def test_the_teachers_sentence_vectors_are_cached_beside_its_logits(tiny_family, glue_dir, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    options = {"method_options.student": tiny_family("roberta", 2), "method_options.hidden_weight": 0.5}
+    compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "a", **options)
+    entries = sorted(os.listdir(tmp_path / "cache" / "logits"))
+    assert len(entries) == 2 and sum("-pooled-" in e for e in entries) == 1, entries
+    import distillery.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "_pooled_pass", lambda *a: pytest.fail("the cached vectors were computed again"))
+    compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "b", **options)

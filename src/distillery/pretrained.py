@@ -205,7 +205,11 @@ def layer_map_for(student_layers: int, teacher_layers: int, given: list[int] | N
 
 def teacher_pooled(ctx, task_data):
     """The teacher's sentence vector (its last layer mean-pooled over the tokens) for each train row of
-    ``task_data``, as a list of lists: one batched pass without gradients."""
+    ``task_data``, as an array: one batched pass without gradients, cached as the teacher's logits are."""
+    return ctx.teacher_outputs(task_data, "pooled", lambda: _pooled_pass(ctx, task_data))
+
+
+def _pooled_pass(ctx, task_data):
     import torch
     from torch.utils.data import DataLoader
 
@@ -219,7 +223,7 @@ def teacher_pooled(ctx, task_data):
             hidden = ctx.teacher(**model_inputs(batch, ctx.teacher), output_hidden_states=True).hidden_states[-1]
             mask = batch.get("attention_mask")
             rows.append(mean_pooled(hidden, None if mask is None else mask.to(model_device(ctx.teacher))).float().cpu())
-    return torch.cat(rows).tolist()
+    return torch.cat(rows).numpy()
 
 
 def latency_shape(config) -> tuple[int, int]:
@@ -256,7 +260,8 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
         elif task.kind == "qa":
             raise DistilleryError(SQUAD_HIDDEN)
         else:
-            train = train.add_column("teacher_pooled", teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data))
+            pooled = teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data)
+            train = train.add_column("teacher_pooled", pooled.tolist())
             hidden = f" + {opts.hidden_weight}·MSE of the mean-pooled sentence vectors (the tokenizers differ)"
     words = "the teacher's" if matched else "its own"
     ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "

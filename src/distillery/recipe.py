@@ -138,9 +138,10 @@ class MethodContext:
         task_data = task_data or self.task_data
         return task_data.train.add_column("teacher_logits", self.teacher_outputs(task_data).tolist())
 
-    def teacher_outputs(self, task_data: TaskData):
+    def teacher_outputs(self, task_data: TaskData, name: str = "logits", compute=None):
         """The teacher's outputs on ``task_data``'s train split, one row per train row (classification: logits;
-        regression: the score; SQuAD: start then end logits, each padded to the longest window), computed once
+        regression: the score; SQuAD: start then end logits, each padded to the longest window; or ``name``d
+        others, ``compute()`` giving them: a pretrained student's sentence vectors), computed once
         per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a hash of the teacher's weights (an
         export's graph or int8 weights: ``runtime.weights_digest``) and the encoded train split, so a second
         student of the same task (another method, an ablation, a resumed run) does not pay the teacher's passes again."""
@@ -154,13 +155,15 @@ class MethodContext:
 
         train = task_data.train
         key = hashlib.sha256(f"{weights_digest(self.teacher)} {content_digest(train)}".encode()).hexdigest()[:16]
-        path = cache_root() / "logits" / f"{task_data.task.name}-{key}.npy"
+        kind = "" if name == "logits" else f"{name}-"  # the logits keep the names their entries always had
+        path = cache_root() / "logits" / f"{task_data.task.name}-{kind}{key}.npy"
         # Under a launcher, each node's first process fills the cache and the others then read it.
         with distributed.local_main_first():
             logits = read_logits_cache(path, len(train))
             if logits is None:
-                logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
-                                 desc="teacher labels")
+                logits = compute() if compute is not None else predict(
+                    self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
+                    desc="teacher labels")
                 if isinstance(logits, tuple):  # SQuAD: (start, end), each (windows, longest)
                     logits = np.concatenate(logits, axis=1)
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
