@@ -72,3 +72,36 @@ def test_a_coarser_student_token_gathers_its_pieces():
     probs = np.array([[0.7, 0.3]])
     assert carry(probs, t_off, [0], s_off, [0], [7], "start")[0][0, 0] == pytest.approx(1.0)
     assert carry(probs, t_off, [0], s_off, [0], [7], "end")[0][0, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("teacher_family,student_family", [("bert", "roberta"), ("roberta", "electra")])
+def test_a_confident_teacher_points_the_student_at_the_same_answer(tiny_family, tmp_path, teacher_family,
+                                                                  student_family):
+    """Real tokenizers (WordPiece, byte-level BPE with its leading-space tokens): a teacher sure of the answer's
+    first and last token makes the student's carried distribution peak on its own tokens of that answer."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from distillery.data.encode import squad_window_offsets
+
+    context = "london is a city on a river . the river is the thames and it is long ."
+    answer = "the thames"
+    start_char = context.index(answer)
+    end_char = start_char + len(answer)
+    raw = datasets.Dataset.from_dict({"question": ["which river ?"], "context": [context]})
+    t_tok, s_tok = (AutoTokenizer.from_pretrained(tiny_family(f, 2)) for f in (teacher_family, student_family))
+    t, s = (squad_window_offsets(raw, tok, 20, 4) for tok in (t_tok, s_tok))
+    assert len(t["sample"]) > 1 and len(s["sample"]) > 1  # several windows on both sides
+    for which, char in (("start", start_char), ("end", end_char)):
+        probs = np.zeros(t["offsets"].shape[:2])
+        for w in range(len(probs)):  # each teacher window: all mass on the answer's token, or [CLS] without it
+            a, b = t["offsets"][w, :, 0], t["offsets"][w, :, 1]
+            hit = np.flatnonzero((a == char) if which == "start" else (b == char))
+            probs[w, hit[0] if len(hit) else t["cls"][w]] = 1.0
+        mass, rest = carry(probs, t["offsets"], t["sample"], s["offsets"], s["sample"], t["context_lengths"], which)
+        for v in range(len(mass)):
+            a, b = s["offsets"][v, :, 0], s["offsets"][v, :, 1]
+            own = np.flatnonzero((a <= start_char) & (b > start_char)) if which == "start" else \
+                np.flatnonzero((a < end_char) & (b >= end_char))
+            if len(own):  # the window holds the answer: its peak is the student's own answer token
+                assert mass[v].argmax() == own[0] and mass[v].max() > rest[v]
