@@ -3,6 +3,7 @@ learns from the teacher's outputs; the result is an ordinary model folder."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -58,6 +59,15 @@ def test_pretrained_student_on_squad_across_tokenizers(tiny_family, tmp_path, te
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == student_family
+    if importlib.util.find_spec("onnxruntime"):  # the QA student exports, parity-checked, as the others do
+        from transformers import AutoTokenizer
+
+        from distillery.export import export
+        from distillery.runtime import load_model
+
+        folder = export(load_model(run / "student"), AutoTokenizer.from_pretrained(run / "student"), "onnx",
+                        tmp_path / "onnx")
+        assert json.loads((folder / "distillery_export.json").read_text())["parity"]
 
 
 @pytest.mark.parametrize("teacher_family,student_family", PAIRS)
