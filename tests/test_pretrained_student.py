@@ -412,3 +412,23 @@ def test_the_teachers_sentence_vectors_are_cached_beside_its_logits(tiny_family,
 
     monkeypatch.setattr(pretrained, "_pooled_pass", lambda *a: pytest.fail("the cached vectors were computed again"))
     compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "b", **options)
+
+
+def test_a_run_whose_student_changed_is_not_resumed(tiny_family, glue_dir, tmp_path):
+    import shutil
+
+    import distillery
+    from tests.helpers import tiny_config
+
+    student = tmp_path / "student"
+    shutil.copytree(tiny_family("roberta", 2), student)
+    config = tiny_config(tiny_family("bert", 4), glue_dir, tmp_path / "run", **{"method_options.student": str(student),
+                                                                               "student.epochs": 1.0})
+    distillery.compress(config)
+    identity = json.loads((tmp_path / "run" / "teacher_identity.json").read_text())
+    assert identity["student"]["files"]  # the student's files by content, beside the teacher's
+    settings = student / "tokenizer_config.json"  # changed in place: another student, the same path
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "model_max_length": 256}))
+    with pytest.raises(DistilleryError, match="The student .* is not the one this run started with"):
+        distillery.compress(tiny_config(tiny_family("bert", 4), glue_dir, tmp_path / "run",
+                                        **{"method_options.student": str(student), "student.epochs": 1.0}), resume=True)

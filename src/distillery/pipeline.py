@@ -153,7 +153,15 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
     with writing(out, "the run folder"):
         claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
         write_file(out / "config.yaml", config.to_yaml())
-        write_file(out / RUN_TEACHER, json.dumps(teacher_identity(config.teacher.name), indent=2))
+        write_file(out / RUN_TEACHER, json.dumps(run_identity(config), indent=2))
+
+
+def run_identity(config: RunConfig) -> dict:
+    """What the run's models are, by content (:func:`~distillery.teacher.teacher_identity`): the teacher's, and
+    a pretrained student's (method distill's ``--student``) under ``student``."""
+    identity = teacher_identity(config.teacher.name)
+    student = config.method_options.get("student")
+    return {**identity, "student": teacher_identity(student)} if student else identity
 
 
 def check_same_teacher(out: Path, config: RunConfig) -> None:
@@ -169,9 +177,15 @@ def check_same_teacher(out: Path, config: RunConfig) -> None:
     except (OSError, ValueError):
         raise DistilleryError(f"{path} is damaged; the teacher this run started with is unknown, so it is not "
                               f"resumed. Start it again (--overwrite).") from None
-    now = teacher_identity(config.teacher.name)
+    now = run_identity(config)
     if saved == now:
         return
+    student = config.method_options.get("student")
+    if student and isinstance(saved, dict) and saved.get("student") != now.get("student"):
+        raise DistilleryError(f"The student {student} is not the one this run started with (its files changed, or "
+                              f"it resolves to another Hub revision); its tokenizer and checkpoints would not fit, so "
+                              f"the run is not resumed. Restore the student, or start a new run (another --out, or "
+                              f"--overwrite).")
     files, before = now.get("files", {}), saved.get("files", {}) if isinstance(saved, dict) else {}
     changed = sorted(name for name in set(files) | set(before) if files.get(name) != before.get(name))
     what = (f"its {', '.join(changed)} changed" if changed
