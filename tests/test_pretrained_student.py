@@ -44,13 +44,56 @@ print(model.config.model_type)
 """
 
 
+@pytest.fixture(scope="module")
+def own_tokenizer(tiny_family, tmp_path_factory):
+    """``own_tokenizer(family)``: a 2-layer student of ``family`` whose tokenizer is not the teacher's. The tiny
+    WordPiece families share one vocabulary, so theirs gets its ordinary tokens renumbered (the same words, other
+    ids): any slip that fed the teacher's ids to the student, or the reverse, would read other words."""
+    made = {}
+
+    def make(family: str) -> str:
+        if family in made:
+            return made[family]
+        import shutil
+
+        from tokenizers import Tokenizer, models
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+        source = tiny_family(family, 2)
+        tok = AutoTokenizer.from_pretrained(source)
+        if "WordPiece" not in tok.backend_tokenizer.to_str()[:2000]:
+            made[family] = source  # byte-level BPE: already the teacher's opposite
+            return source
+        folder = tmp_path_factory.mktemp(f"own-{family}")
+        shutil.copytree(source, folder, dirs_exist_ok=True)
+        backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+        vocab = backend.get_vocab()
+        from transformers import AutoConfig
+
+        rows = AutoConfig.from_pretrained(source).vocab_size  # an id past the embedding (the test vocabulary
+        # repeats a word, so its ids have a gap and end at the table's size) stays where it is, unused
+        specials = {t for t in vocab if (t.startswith("[") and t.endswith("]")) or vocab[t] >= rows}
+        ordinary = sorted((t for t in vocab if t not in specials), key=vocab.get)
+        free = sorted(vocab[t] for t in ordinary)
+        renumbered = {**{t: vocab[t] for t in specials}, **dict(zip(ordinary[::-1], free))}
+        backend.model = models.WordPiece(renumbered, unk_token="[UNK]")
+        PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+                                model_input_names=tok.model_input_names).save_pretrained(folder)
+        made[family] = str(folder)
+        return made[family]
+
+    return make
+
+
 @pytest.mark.parametrize("teacher_family,student_family", PAIRS)
-def test_pretrained_student_on_squad_across_tokenizers(tiny_family, tmp_path, teacher_family, student_family):
+def test_pretrained_student_on_squad_across_tokenizers(tiny_family, own_tokenizer, tmp_path, teacher_family,
+                                                      student_family):
     import distillery
 
     data = write_squad(tmp_path / "data")
     overrides = {**CELL, "data.max_length": 48, "data.doc_stride": 16, "data.squad_holdout": 0.5,
-                 "data.train_limit": 8, "method_options.student": tiny_family(student_family, 2)}
+                 "data.train_limit": 8, "method_options.student": own_tokenizer(student_family)}
     run = distillery.compress(method="distill", task="squad", teacher=tiny_family(teacher_family, 4),
                               data_dir=str(data), out=str(tmp_path / "run"), overrides=overrides)
     metrics = json.loads((run / "metrics.json").read_text())
@@ -71,9 +114,10 @@ def test_pretrained_student_on_squad_across_tokenizers(tiny_family, tmp_path, te
 
 
 @pytest.mark.parametrize("teacher_family,student_family", PAIRS)
-def test_pretrained_student_across_tokenizers(tiny_family, glue_dir, tmp_path, teacher_family, student_family):
+def test_pretrained_student_across_tokenizers(tiny_family, own_tokenizer, glue_dir, tmp_path, teacher_family,
+                                             student_family):
     teacher = tiny_family(teacher_family, 4)
-    student = tiny_family(student_family, 2)
+    student = own_tokenizer(student_family)
     run = compress("distill", teacher, glue_dir, tmp_path / "run", **{"method_options.student": student})
     folder = run / "student"
     config = json.loads((folder / "config.json").read_text())
@@ -88,7 +132,7 @@ def test_pretrained_student_across_tokenizers(tiny_family, glue_dir, tmp_path, t
     assert 0.0 <= metrics["student"]["accuracy"] <= 1.0
     train = json.loads((run / "train.json").read_text())
     assert train["train_examples"] == 96  # the whole split, labelled by the teacher past the budget's 32
-    assert any("pretrained encoder" in note for note in train["notes"])
+    assert any("pretrained encoder" in note and "its own tokenizer" in note for note in train["notes"])
     # loads in a fresh process with plain transformers, no distillery import
     done = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(folder)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -96,7 +140,7 @@ def test_pretrained_student_across_tokenizers(tiny_family, glue_dir, tmp_path, t
 
 
 @pytest.mark.parametrize("teacher_family,student_family", PAIRS)
-def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, glue_dir, tmp_path, teacher_family,
+def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, own_tokenizer, glue_dir, tmp_path, teacher_family,
                                                          student_family):
     pytest.importorskip("onnxruntime")
     from distillery.export import export
@@ -104,7 +148,7 @@ def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, glue_dir, t
     from transformers import AutoTokenizer
 
     run = compress("distill", tiny_family(teacher_family, 4), glue_dir, tmp_path / "run",
-                   **{"method_options.student": tiny_family(student_family, 2)})
+                   **{"method_options.student": own_tokenizer(student_family)})
     folder = export(load_model(run / "student"), AutoTokenizer.from_pretrained(run / "student"), "onnx",
                     tmp_path / "onnx")
     # export() raises unless the graph reproduces the torch student within the fp32 tolerances
