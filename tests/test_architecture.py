@@ -19,9 +19,9 @@ LAYERS = [
                   "distillery.data", "distillery.metrics", "distillery.distill", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.base_teacher")),
-    ("methods and export", ("distillery.method", "distillery.methods", "distillery.recipe", "distillery.baseline", "distillery.moebert", "distillery.cmow",
+    ("methods and export", ("distillery.method", "distillery.methods", "distillery.recipe", "distillery.baseline", "distillery.pretrained", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
+    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.auto_pretrained", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
     ("cli", ("distillery.cli",)),
 ]
 

@@ -20,7 +20,7 @@ from distillery.errors import DistilleryError
 from distillery.method import METHODS, get_method, method_options, number, option
 
 # compress's method flags as they were written by hand before they were generated: names and meaning unchanged
-COMPRESS_METHOD_FLAGS = {"--student-layers", "--kd-weight", "--temperature", "--hidden-weight", "--experts",
+COMPRESS_METHOD_FLAGS = {"--student-layers", "--student", "--kd-weight", "--temperature", "--hidden-weight", "--experts",
                          "--expert-size", "--shared", "--split", "--routing", "--shared-mode", "--distill-layers",
                          "--lambda", "--balance-weight", "--importance-examples", "--refit", "--speedup",
                          "--augment"}

@@ -333,7 +333,10 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
     target is one), with the settings they share."""
     from distillery.teacher import teacher_config
 
+    from distillery.auto_pretrained import pretrained_candidates
+
     named, overrides, given = split_settings(state["settings"])
+    students = given.pop("student", None)  # each one its own candidate, not an option of every distill one
     options = route_options(given)
     model_config = teacher_config(named["teacher"])
     shape = tuple(overrides.get("bench.latency_shape") or (1, 128))
@@ -351,7 +354,9 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
         options["autotinybert"]["speedup"] = target.speedup
     check_reachable(model_config, state["plan_speedup"], int(shape[1]), options)
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options)
-    return candidates, skipped, named, overrides
+    more, left = pretrained_candidates(students, named["teacher"], model_config, state["plan_speedup"], shape,
+                                       overrides.get("bench.latency_runs") or 20, options["distill"])
+    return sorted(candidates + [Candidate(**c) for c in more], key=lambda c: c.cost), skipped + left, named, overrides
 
 
 def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, latency_ms: float | None = None,

@@ -78,11 +78,27 @@ class Distill(Method):
     name: ClassVar[str] = "distill"
 
     def check(self, config, teacher_config) -> None:
+        opts = self.options(config)
+        if opts.student is not None:  # a pretrained student: the teacher is read only through its outputs
+            if opts.augment or config.data.unlabeled_file:
+                # the new rows are encoded once, with the teacher's tokenizer; a student with its own needs its own
+                raise DistilleryError("--student does not take --augment or --unlabeled-file yet: the new rows "
+                                      "are encoded with the teacher's tokenizer only. Drop one of them.")
+            from distillery.pretrained import check_student, latency_shape
+            from distillery.teacher import teacher_tokenizer
+
+            self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config),
+                                          teacher_tokenizer(config.teacher.name), opts.hidden_weight)
+            return
         encoders.require(teacher_config, None, "method distill")
-        select_layers(teacher_config.num_hidden_layers, self.options(config).student_layers)
+        select_layers(teacher_config.num_hidden_layers, opts.student_layers)
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
+        if opts.student is not None:
+            from distillery.pretrained import run_pretrained
+
+            return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)

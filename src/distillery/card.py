@@ -26,8 +26,9 @@ from distillery.folders import MARKER, atomic_file
 from distillery.markdown import md
 from distillery.config import setting
 from distillery.teacher import TEACHER_HUB_IDS
-from distillery.report import (config_lines, main_metric, shape_text, task_name, teacher_name, load_run, model_metrics,
-                               rows_table, run_rows, verdict_paragraphs)
+from distillery.pretrained import origin as student_origin
+from distillery.report import (config_lines, main_metric, shape_text, student_name, task_name, teacher_name, load_run,
+                               model_metrics, rows_table, run_rows, verdict_paragraphs)
 
 logger = logging.getLogger("distillery")
 
@@ -147,10 +148,15 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
                           dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
                for name, value in sorted(scores.items(), key=lambda item: item[0] != main)]  # the main metric first
     tags = list(dict.fromkeys(["distillery", _plain(method), _plain(task)] + (["onnx", "int8"] if "int8" in model else [])))
+    student = student_name(config)
+    if student and base_model(teacher_name(config)):  # a pretrained student's card names its teacher in a tag too
+        tags.append(f"teacher:{base_model(teacher_name(config))}")
     teacher = teacher_card(teacher_name(config))
     # the data's language where the task says it (GLUE, SQuAD: English), else the teacher's
     language = DATASET_LANGUAGES.get(dataset["hub"]) or teacher.get("language")
-    return ModelCardData(base_model=base_model(teacher_name(config)), library_name="transformers",
+    # base_model is the model these weights started from: a pretrained student's own origin, else the teacher
+    return ModelCardData(base_model=base_model(student_origin(student) if student else teacher_name(config)),
+                         library_name="transformers",
                          license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-{model}"), eval_results=results or None)
@@ -247,6 +253,12 @@ def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None
     origin = (f"the teacher [{md(hub)}](https://huggingface.co/{hub})" if hub else
               f"the teacher {md(Path(teacher).name or teacher, code=True)}, a local model folder (so this card names "
               "no `base_model`)")
+    student = student_name(config)
+    if student:
+        own = base_model(student_origin(student))
+        origin = (f"the pretrained encoder [{md(own)}](https://huggingface.co/{own})" if own else
+                  f"the pretrained encoder {md(Path(student).name or student, code=True)}, a local model folder,") + \
+            f" distilled from {origin}"
     lines = [f"# {md(_plain(method))} student on {md(_plain(task))}", "",
              f"A student of {origin}, compressed by distillery's {md(method, code=True)} method and "
              f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split"

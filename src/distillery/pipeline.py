@@ -153,7 +153,15 @@ def prepare_run_folder(out: Path, config: RunConfig, overwrite: bool, resume: bo
     with writing(out, "the run folder"):
         claim(out, "run", overwrite=overwrite, inputs=run_inputs(config))
         write_file(out / "config.yaml", config.to_yaml())
-        write_file(out / RUN_TEACHER, json.dumps(teacher_identity(config.teacher.name), indent=2))
+        write_file(out / RUN_TEACHER, json.dumps(run_identity(config), indent=2))
+
+
+def run_identity(config: RunConfig) -> dict:
+    """What the run's models are, by content (:func:`~distillery.teacher.teacher_identity`): the teacher's, and
+    a pretrained student's (method distill's ``--student``) under ``student``."""
+    identity = teacher_identity(config.teacher.name)
+    student = config.method_options.get("student")
+    return {**identity, "student": teacher_identity(student)} if student else identity
 
 
 def check_same_teacher(out: Path, config: RunConfig) -> None:
@@ -169,9 +177,15 @@ def check_same_teacher(out: Path, config: RunConfig) -> None:
     except (OSError, ValueError):
         raise DistilleryError(f"{path} is damaged; the teacher this run started with is unknown, so it is not "
                               f"resumed. Start it again (--overwrite).") from None
-    now = teacher_identity(config.teacher.name)
+    now = run_identity(config)
     if saved == now:
         return
+    student = config.method_options.get("student")
+    if student and isinstance(saved, dict) and saved.get("student") != now.get("student"):
+        raise DistilleryError(f"The student {student} is not the one this run started with (its files changed, or "
+                              f"it resolves to another Hub revision); its tokenizer and checkpoints would not fit, so "
+                              f"the run is not resumed. Restore the student, or start a new run (another --out, or "
+                              f"--overwrite).")
     files, before = now.get("files", {}), saved.get("files", {}) if isinstance(saved, dict) else {}
     changed = sorted(name for name in set(files) | set(before) if files.get(name) != before.get(name))
     what = (f"its {', '.join(changed)} changed" if changed
@@ -247,7 +261,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
     with writing(out / "student", "the trained student"):
-        save_model(student, tokenizer, out / "student")
+        save_model(student, ctx.student_side[0], out / "student")  # a pretrained student keeps its own tokenizer
     # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an
     # in-memory parameter's layout can change a score in its ninth decimal)
     student = load_model(out / "student").to(model_device(student))
@@ -313,12 +327,13 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     """metrics.json's content (teacher and student on dev, other dev splits, export variants, the chain
     of teachers), and the export variants to measure beside them."""
     teacher, tokenizer, task_data = ctx.teacher, ctx.tokenizer, ctx.task_data
+    student_tokenizer, student_data = ctx.student_side  # the teacher's, or a pretrained student's own
     batch_size = config.student.eval_batch_size
     logger.info("[3/5] Evaluating teacher and student on %s dev (%d examples).", task.name, len(task_data.dev_examples))
     # A teacher fine-tuned here (now or cached under a key holding these data settings) was already
     # scored on this dev set; only a teacher given fine-tuned needs a pass.
     teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=batch_size)
-    student_metrics = score(student, task_data, batch_size=batch_size)
+    student_metrics = score(student, student_data, batch_size=batch_size)
     main = task.main_metric
     metrics = {
         "task": task.name,
@@ -332,25 +347,31 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     if chance is not None:  # the report flags a teacher that scores no better than a model that learned nothing
         metrics["chance"] = chance
     for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
-        other = prepare_task_data(task, tokenizer, config.data, splits=(split,))
+        other = {id(tok): prepare_task_data(task, tok, config.data, splits=(split,)) for tok in (tokenizer, student_tokenizer)}
         metrics.setdefault("other_splits", {})[split] = {
-            name: score(model, other, batch_size=batch_size) for name, model in (("teacher", teacher), ("student", student))
+            name: score(model, other[id(tok)], batch_size=batch_size)
+            for name, model, tok in (("teacher", teacher, tokenizer), ("student", student, student_tokenizer))
         }
     variants: dict[str, Any] = {}
     if config.export:
         from distillery.export import build_variants  # imported here: onnx is needed only when asked for
 
         logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
-        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported
-        models = {"teacher": (teacher, tokenizer)} if not is_export(teacher) else {}
-        variants, metrics["others"], _ = build_variants(
-            {**models, "student": (student, tokenizer)}, config.export, task_data=task_data,
-            source_metrics={"teacher": teacher_metrics, "student": student_metrics},
-            save_dir=out / "exports", save=("student",),
-            sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+        # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported. Each
+        # is scored on its own tokenizer's encoding (a pretrained student's differs from the teacher's).
+        models = {"teacher": (teacher, tokenizer, task_data)} if not is_export(teacher) else {}
+        metrics["others"] = {}
+        for name, (model, tok, data) in {**models, "student": (student, student_tokenizer, student_data)}.items():
+            made, scores, _ = build_variants(
+                {name: (model, tok)}, config.export, task_data=data,
+                source_metrics={"teacher": teacher_metrics, "student": student_metrics},
+                save_dir=out / "exports", save=("student",),
+                sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+            variants.update(made)
+            metrics["others"].update(scores)
     if config.int8:
         try:
-            exported, scores = student_int8(student, tokenizer, task_data, student_metrics, out, variants)
+            exported, scores = student_int8(student, student_tokenizer, student_data, student_metrics, out, variants)
         except DistilleryError as e:  # asked for by default, not by the user: the run keeps its fp32 student
             logger.warning("The student's int8 export failed, so only the fp32 student is measured: %s", e)
             ctx.notes.append(f"No int8 export of the student: {e}")

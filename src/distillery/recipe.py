@@ -33,16 +33,29 @@ class MethodContext:
     # what the student's text held (:meth:`distillation_train`): labelled, augmented and unlabeled rows,
     # the augmentation source and the teacher's labelling time, for the report and the model card
     student_text: dict[str, Any] | None = None
+    # A pretrained student with its own tokenizer (distill --student): the task encoded for it. The pipeline
+    # saves, scores and exports the student with these; None: the student reads the teacher's encoding.
+    student_tokenizer: Any = None
+    student_data: TaskData | None = None
+    student_origin: str | None = None  # where the pretrained student came from (a name, folder or Hub id)
+
+    @property
+    def student_side(self) -> tuple[Any, TaskData]:
+        """The tokenizer and encoded task the student reads: its own, or the teacher's."""
+        if self.student_data is not None:
+            return self.student_tokenizer, self.student_data
+        return self.tokenizer, self.task_data
 
     @property
     def options(self) -> dict[str, Any]:
         return self.config.method_options
 
     def train(self, student: PreTrainedModel, loss_fn, *, desc: str, train_dataset=None, collate_fn=None,
-              **settings) -> PreTrainedModel:
+              extra_parameters=(), **settings) -> PreTrainedModel:
         """Train ``student`` with the one trainer and return it: the task's train split (or
         ``train_dataset`` / ``collate_fn``), the student settings (``settings``: fields of them the
-        method sets otherwise, e.g. ``lr``), checkpoints in the run folder, dev scored with the task's
+        method sets otherwise, e.g. ``lr``), ``extra_parameters`` trained beside it (a projection the loss
+        uses), checkpoints in the run folder, dev scored with the task's
         main metric at each evaluation; the teacher follows the student to the trainer's device."""
         # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
         from dataclasses import replace
@@ -52,34 +65,37 @@ class MethodContext:
         from distillery.runtime import on_device
 
         passes = self.config.student.whole_split_epochs
-        beyond = train_dataset is not None and len(train_dataset) > len(self.task_data.train)  # the whole split
+        _, data = self.student_side
+        beyond = train_dataset is not None and len(train_dataset) > len(data.train)  # the whole split
         if beyond and passes and "epochs" not in settings:
             settings["epochs"] = passes
             self.notes.append(f"Student: {passes:g} pass(es) over the whole train split "
                               "(student.whole_split_epochs; --epochs sets it).")
         cfg = replace(self.config.student, **settings)
-        self.student_examples = len(self.task_data.train if train_dataset is None else train_dataset)
+        self.student_examples = len(data.train if train_dataset is None else train_dataset)
         trainer = Trainer(
             student,
             cfg,
-            self.task_data.train if train_dataset is None else train_dataset,
-            collate_fn or self.task_data.collate,
+            data.train if train_dataset is None else train_dataset,
+            collate_fn or data.collate,
             loss_fn,
             out_dir=self.out_dir,
-            eval_fn=lambda m: score(m, self.task_data, batch_size=cfg.eval_batch_size),
-            main_metric=self.task_data.task.main_metric,
+            eval_fn=lambda m: score(m, data, batch_size=cfg.eval_batch_size),
+            main_metric=data.task.main_metric,
             resume=self.resume,
+            extra_parameters=extra_parameters,
             desc=desc,
         )
         on_device(self.teacher, trainer.device)
         return trainer.train().model
 
-    def whole_split(self) -> TaskData:
+    def whole_split(self, task_data: TaskData | None = None) -> TaskData:
         """The task's data with every example of its train split when the budget limited it
         (``data.train_limit``), else the run's own. The teacher, fine-tuned on the budget's examples,
         labels the rest: distillation data, as the papers' students use (CMOW's whole split, TinyBERT's
-        augmented set); a student costs far less per example than the teacher's fine-tuning."""
-        task_data = self.task_data
+        augmented set); a student costs far less per example than the teacher's fine-tuning.
+        ``task_data``: another encoding of the task (a pretrained student's own; default the run's)."""
+        task_data = task_data or self.task_data
         limit = self.config.data.train_limit
         if limit is None or len(task_data.train) < limit:  # below the limit the run has them all
             return task_data
@@ -87,11 +103,14 @@ class MethodContext:
 
         from distillery.data.encode import prepare_task_data
 
-        full = prepare_task_data(task_data.task, self.tokenizer, replace(self.config.data, train_limit=None), splits=("train",))
+        full = prepare_task_data(task_data.task, task_data.tokenizer, replace(self.config.data, train_limit=None),
+                                 splits=("train",))
         if len(full.train) <= len(task_data.train):
             return task_data
-        self.notes.append(f"Student data: all {len(full.train)} training examples, labelled by the teacher "
-                          f"(fine-tuned on {len(task_data.train)}).")
+        note = (f"Student data: all {len(full.train)} training examples, labelled by the teacher "
+                f"(fine-tuned on {len(task_data.train)}).")
+        if note not in self.notes:  # a pretrained student's own encoding of the same split says it once
+            self.notes.append(note)
         return replace(task_data, train=full.train)
 
     def distillation_train(self, whole_split: bool, augment: int = 0, logits: bool = True):
@@ -120,13 +139,36 @@ class MethodContext:
         labelled = self.train_with_teacher_logits(replace(task_data, train=combined))
         return label_new_rows(labelled, originals, task_data.task.kind)
 
+    def student_distillation_train(self, whole_split: bool):
+        """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
+        own encoding of the same examples, each with the teacher's logits computed on the teacher's encoding
+        of that example (cached as :meth:`train_with_teacher_logits`). Targets are aligned by example, never
+        by token ids: both encodings come from the same raw rows in the same order, checked by their labels."""
+        import numpy as np
+
+        teacher_data = self.whole_split() if whole_split else self.task_data
+        student_train = (self.whole_split(self.student_data) if whole_split else self.student_data).train
+        labelled = self.train_with_teacher_logits(teacher_data)
+        same = len(labelled) == len(student_train) and np.allclose(
+            np.asarray(labelled["labels"], dtype=np.float64), np.asarray(student_train["labels"], dtype=np.float64))
+        if not same:  # never expected: one loader reads the rows for both tokenizers
+            raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
+                                  f"line up with the teacher's ({len(labelled)} rows).")
+        return student_train.add_column("teacher_logits", labelled["teacher_logits"])
+
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
-        score), computed once per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a
-        hash of the teacher's weights (an export's graph or int8 weights: ``runtime.weights_digest``) and the
-        encoded train split, so a second student of the same
-        task (another method, an ablation, a resumed run) does not pay the teacher's passes again.
-        ``task_data``: another encoding of the task to label (default the run's)."""
+        score): :meth:`teacher_outputs` on it. ``task_data``: another encoding of the task to label (default the run's)."""
+        task_data = task_data or self.task_data
+        return task_data.train.add_column("teacher_logits", self.teacher_outputs(task_data).tolist())
+
+    def teacher_outputs(self, task_data: TaskData, name: str = "logits", compute=None):
+        """The teacher's outputs on ``task_data``'s train split, one row per train row (classification: logits;
+        regression: the score; SQuAD: start then end logits, each padded to the longest window; or ``name``d
+        others, ``compute()`` giving them: a pretrained student's sentence vectors), computed once
+        per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a hash of the teacher's weights (an
+        export's graph or int8 weights: ``runtime.weights_digest``) and the encoded train split, so a second
+        student of the same task (another method, an ablation, a resumed run) does not pay the teacher's passes again."""
         import hashlib
         import time
 
@@ -136,17 +178,20 @@ class MethodContext:
         from distillery.runtime import weights_digest
         from distillery.config import cache_root
 
-        task_data = task_data or self.task_data
         train = task_data.train
         key = hashlib.sha256(f"{weights_digest(self.teacher)} {content_digest(train)}".encode()).hexdigest()[:16]
-        path = cache_root() / "logits" / f"{task_data.task.name}-{key}.npy"
+        kind = "" if name == "logits" else f"{name}-"  # the logits keep the names their entries always had
+        path = cache_root() / "logits" / f"{task_data.task.name}-{kind}{key}.npy"
         # Under a launcher, each node's first process fills the cache and the others then read it.
         with distributed.local_main_first():
             logits = read_logits_cache(path, len(train))
             if logits is None:
                 started = time.perf_counter()
-                logits = predict(self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
-                                 desc="teacher labels")
+                logits = compute() if compute is not None else predict(
+                    self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
+                    desc="teacher labels")
+                if isinstance(logits, tuple):  # SQuAD: (start, end), each (windows, longest)
+                    logits = np.concatenate(logits, axis=1)
                 logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
                 with writing(path, "the teacher's logits (a cache entry)"):
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +199,7 @@ class MethodContext:
                         np.save(f, logits)
                 if self.student_text is not None:
                     self.student_text["labelling_seconds"] += round(time.perf_counter() - started, 2)
-        return train.add_column("teacher_logits", logits.tolist())
+        return logits
 
 
 def read_logits_cache(path: Path, rows: int):

@@ -74,6 +74,13 @@ def teacher_name(config: Mapping[str, Any]) -> str:
     return str(teacher) if teacher else "teacher"
 
 
+def student_name(config: Mapping[str, Any]) -> str | None:
+    """The pretrained encoder a run distilled into (method distill's ``--student``), as given; None when the
+    student was made from the teacher itself."""
+    student = setting(config, "method_options.student")
+    return str(student) if student else None
+
+
 def task_name(run: Mapping[str, Any]) -> str:
     return str(run["metrics"].get("task") or setting(run["config"], "data.task") or setting(run["config"], "task") or "?")
 
@@ -268,6 +275,8 @@ def config_lines(
     if config.get("teacher"):
         finetuned = setting(config, "teacher.finetuned")
         lines.append(f"- teacher: {md(teacher_name(config), code=True)}" + (" (given fine-tuned)" if finetuned else ""))
+    if student_name(config):
+        lines.append(f"- student: the pretrained encoder {md(student_name(config), code=True)}, distilled from the teacher")
     for label, key in (("method", "method"), ("budget", "budget"), ("task", "data.task")):
         value = setting(config, key)
         if value is not None:
@@ -422,7 +431,8 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     at_chance = chance_warning(metrics)
     if at_chance:
         out += [f"**{md(at_chance)}**", ""]
-    compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}"
+    compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}" + (
+        f" into the pretrained student {md(student_name(config), code=True)}" if student_name(config) else "")
     t, s = by_name.get("teacher"), by_name.get("student")
     if t and s and t["params"] and s["params"]:
         compressed += (

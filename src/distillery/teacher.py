@@ -46,8 +46,9 @@ TEACHER_HUB_IDS = {BUILTIN_TEACHER: "sentence-transformers/all-MiniLM-L6-v2",
                    BASE_TEACHER: "sentence-transformers/all-mpnet-base-v2"}
 
 
-def resolve_teacher(name: str) -> str:
-    """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id."""
+def resolve_teacher(name: str, role: str = "Teacher") -> str:
+    """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id.
+    ``role`` names the model in a refusal (``Student`` for distill's pretrained student)."""
     if name == BASE_TEACHER:
         from distillery.base_teacher import fetch
 
@@ -63,12 +64,12 @@ def resolve_teacher(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise DistilleryError(f"Teacher folder {path} has no config.json; it is not a saved model.")
+            raise DistilleryError(f"{role} folder {path} has no config.json; it is not a saved model.")
         return str(path)
     # Anything shaped like a path (absolute, relative, or more than one slash) must exist locally;
     # only "name" or "org/name" is a Hub id.
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep + os.sep in name:
-        raise DistilleryError(f"Teacher path {name} does not exist.")
+        raise DistilleryError(f"{role} path {name} does not exist.")
     return name
 
 

@@ -31,8 +31,12 @@ logger = logging.getLogger("distillery")
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
 # teacher_logits: the teacher's predictions cached on the train split (MethodContext.train_with_teacher_logits),
-# read by the methods that distil predictions (distill, cmow, autotinybert)
-TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits")
+# read by the methods that distil predictions (distill, cmow, autotinybert); teacher_pooled: the teacher's
+# sentence vector, which a pretrained student with another tokenizer aligns its own with
+TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits", "teacher_pooled")
+# a pretrained student's SQuAD targets: the teacher's start/end distributions carried onto its own windows
+# (one probability per position, so padded with 0 like the inputs; :mod:`distillery.distill.span_carry`)
+SPAN_TARGETS = ("teacher_start", "teacher_end")
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
 MAP_BATCH = 1000
@@ -69,20 +73,11 @@ class PadCollator:
         batch: dict[str, torch.Tensor] = {}
         first = features[0]
         for key in MODEL_INPUTS:
-            if key not in first:
-                continue
-            rows = [f[key] for f in features]
-            longest = max(len(r) for r in rows)
-            pad = self.pad_values.get(key, 0)
-            out = torch.full((len(rows), longest), pad, dtype=torch.long)
-            for i, r in enumerate(rows):
-                if not len(r):
-                    continue
-                if self.padding_side == "left":
-                    out[i, longest - len(r) :] = torch.as_tensor(r, dtype=torch.long)
-                else:
-                    out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-            batch[key] = out  # (batch, longest)
+            if key in first:
+                batch[key] = self._padded([f[key] for f in features], self.pad_values.get(key, 0), torch.long)
+        for key in SPAN_TARGETS:  # one probability per position: padded like the inputs, with 0
+            if key in first:
+                batch[key] = self._padded([f[key] for f in features], 0.0, torch.float32)
         for key in TARGETS:
             if key in first:
                 values = [f[key] for f in features]
@@ -90,6 +85,18 @@ class PadCollator:
                 dtype = torch.float32 if isinstance(first_value, float) else torch.long
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
+
+    def _padded(self, rows: list, pad, dtype: torch.dtype) -> torch.Tensor:
+        longest = max(len(r) for r in rows)
+        out = torch.full((len(rows), longest), pad, dtype=dtype)
+        for i, r in enumerate(rows):
+            if not len(r):
+                continue
+            if self.padding_side == "left":
+                out[i, longest - len(r) :] = torch.as_tensor(r, dtype=dtype)
+            else:
+                out[i, : len(r)] = torch.as_tensor(r, dtype=dtype)
+        return out  # (batch, longest)
 
 
 def taken_inputs(model) -> tuple[str, ...]:
@@ -408,6 +415,31 @@ def encode_squad_train(raw: datasets.Dataset, tokenizer, max_length: int, doc_st
         return out
 
     return raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
+
+
+def squad_window_offsets(raw: datasets.Dataset, tokenizer, max_length: int, doc_stride: int) -> dict[str, np.ndarray]:
+    """Where each training window of :func:`encode_squad_train` (same windows, same order) sits in its example:
+    ``sample`` (the example's row in ``raw``), ``offsets`` (windows, longest, 2) of character spans in the
+    context (-1 outside it: question, special tokens, padding), ``lengths`` (positions of each window),
+    ``cls`` (the [CLS] position) and
+    ``context_lengths`` per example: what carries a distribution from one tokenizer's windows to another's
+    (:mod:`distillery.distill.span_carry`)."""
+    samples, spans, cls = [], [], []
+    for start in range(0, len(raw), MAP_BATCH):
+        batch = raw[start:start + MAP_BATCH]
+        enc = _squad_windows(batch, tokenizer, max_length, doc_stride)
+        for i, offsets in enumerate(enc["offset_mapping"]):
+            samples.append(start + enc["overflow_to_sample_mapping"][i])
+            in_context = np.asarray([s == 1 for s in enc.sequence_ids(i)], dtype=bool)
+            spans.append(np.where(in_context[:, None], np.asarray(offsets, dtype=np.int64).reshape(-1, 2), -1))
+            cls.append(_cls_index(tokenizer, enc["input_ids"][i]))
+    longest = max((len(w) for w in spans), default=0)
+    offsets = np.full((len(spans), longest, 2), -1, dtype=np.int64)
+    for w, window in enumerate(spans):  # one copy per window into the padded array
+        offsets[w, : len(window)] = window
+    return {"sample": np.asarray(samples, dtype=np.int64), "offsets": offsets, "cls": np.asarray(cls, dtype=np.int64),
+            "lengths": np.asarray([len(w) for w in spans], dtype=np.int64),
+            "context_lengths": np.asarray([len(c) for c in raw["context"]], dtype=np.int64)}
 
 
 def encode_squad_eval(raw: datasets.Dataset, tokenizer, max_length: int, doc_stride: int) -> datasets.Dataset:

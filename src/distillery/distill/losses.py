@@ -271,6 +271,26 @@ def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> 
     return (1 - kd_weight) * task_term + kd_weight * kd_term
 
 
+def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], temperature: float = 1.0) -> Tensor:
+    """SQuAD distillation against start/end distributions given per student position (``teacher_start`` and
+    ``teacher_end``, already softened at ``temperature``: a teacher with another tokenizer, carried through
+    character offsets by :mod:`distillery.distill.span_carry`).
+
+    ``T² · ½ (H(p_start, softmax(s_start / T)) + H(p_end, softmax(s_end / T)))``, padding left out of the softmax.
+    """
+    t = float(temperature)
+    mask = batch.get("attention_mask")
+
+    def one(logits: Tensor, target: Tensor) -> Tensor:
+        logits = logits.float() / t
+        if mask is not None:  # padded positions carry no target and take no share of the student's softmax
+            logits = logits.masked_fill(mask.to(logits.device) == 0, -1e4)
+        return soft_cross_entropy_to(logits, target.to(logits.device)) * t * t
+
+    s_start, s_end = _span_logits(student_out)
+    return (one(s_start, batch["teacher_start"]) + one(s_end, batch["teacher_end"])) / 2
+
+
 def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
                       hidden_weight: float = 0.0, layer_map: list[int] | None = None):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
@@ -296,6 +316,55 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
             mask = batch.get("attention_mask")
             hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
+            loss = loss + hidden_weight * hid
+            logs["hidden"] = float(hid.detach())
+        return loss, logs
+
+    return loss_fn
+
+
+def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """The mean of a sequence's hidden states over its tokens, padding left out: ``(B, L, d) -> (B, d)``."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    mask = attention_mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def pretrained_distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
+                                 hidden_weight: float = 0.0, projection: nn.Module | None = None,
+                                 layer_map: list[int] | None = None):
+    """loss_fn for a pretrained student (method distill's ``--student``), which reads its own tokenizer's ids:
+    (1 − kd_weight)·task loss + kd_weight·KD against the teacher targets the batch carries (``teacher_logits``,
+    or SQuAD's carried ``teacher_start``/``teacher_end``: :func:`carried_span_distillation`), never the teacher
+    run on the batch, plus with ``hidden_weight``:
+
+    - ``layer_map`` given (the tokenizers match, so positions line up): the mean over student layers j of
+      :func:`hidden_mse` between ``projection(h_s[j])`` and the teacher's layer ``layer_map[j]``, the teacher
+      run on the same batch;
+    - else (another tokenizer): MSE between ``projection`` of the student's :func:`mean_pooled` last hidden
+      state and the teacher's (the batch's ``teacher_pooled``), one sentence vector each."""
+    def loss_fn(model, batch):
+        out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
+        if "teacher_start" in batch:
+            kd = carried_span_distillation(out, batch, temperature)
+        else:
+            logits = batch["teacher_logits"]
+            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+            kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+        ce = task_loss(kind, out, batch)
+        loss = (1 - kd_weight) * ce + kd_weight * kd
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        if hidden_weight > 0:
+            mask = batch.get("attention_mask")
+            if layer_map is not None:
+                with torch.no_grad():
+                    t_hidden = teacher(**model_inputs(batch, teacher), output_hidden_states=True).hidden_states
+                hid = sum(hidden_mse(out.hidden_states[j + 1], t_hidden[t + 1], projection, mask)
+                          for j, t in enumerate(layer_map)) / len(layer_map)
+            else:
+                pooled = mean_pooled(out.hidden_states[-1], mask)
+                hid = hidden_mse(pooled, batch["teacher_pooled"].to(pooled.device), projection)
             loss = loss + hidden_weight * hid
             logs["hidden"] = float(hid.detach())
         return loss, logs

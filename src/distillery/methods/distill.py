@@ -6,24 +6,29 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, augment_option, number, one_of, option
+from distillery.method import MethodOptions, augment_option, number, one_of, option, text
 
 
 @dataclass(frozen=True)
 class Layers:
-    """A count of layers, or a list of teacher layer indices; their range is checked against the teacher."""
+    """A count of layers, or a list of teacher layer indices (only the list where ``count`` is off); their range
+    is checked against the teacher (and a pretrained student) at the run."""
 
     optional: bool = True
+    count: bool = True
     kind: ClassVar[type] = int
 
     def accepts(self) -> str:
-        return "whole number, or a list of teacher layer indices"
+        return "whole number, or a list of teacher layer indices" if self.count else "a list of teacher layer indices"
 
     def __call__(self, name: str, value: Any) -> Any:
         whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        if value is None or whole(value) or (isinstance(value, list) and value and all(whole(v) for v in value)):
+        listed = isinstance(value, list) and value and all(whole(v) for v in value)
+        if value is None or (self.count and whole(value)) or listed:
             return value
-        raise DistilleryError(f"Option {name} must be a number of layers or a list of teacher layer indices, got {value!r}.")
+        wanted = "a number of layers or a list of teacher layer indices" if self.count else \
+            "a list of teacher layer indices (e.g. [1,3,5])"
+        raise DistilleryError(f"Option {name} must be {wanted}, got {value!r}.")
 
 
 @dataclass
@@ -32,15 +37,31 @@ class DistillOptions(MethodOptions):
     student_layers: int | list[int] | None = option(
         None, Layers(), "number of teacher layers the student keeps (spread evenly from the bottom), or with "
         "--option student_layers=[1,5] the teacher layer indices", default_text="every other layer", flag=True)
+    student: str | None = option(
+        None, text(optional=True), "a pretrained encoder as the student instead of a copy of teacher layers: minilm or "
+        "mpnet-base (the packaged encoders before fine-tuning), a model folder or a Hub id; it keeps its own "
+        "tokenizer and learns from the teacher's outputs", default_text="teacher layers", flag=True)
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
     temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
-    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off", paper="β",
-                                  flag=True)
+    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off. With --student: "
+                                  "per layer through a learned projection where the tokenizers match, else between "
+                                  "sentence vectors (mean-pooled last layer)", paper="β", flag=True)
+    layer_map: list[int] | None = option(
+        None, Layers(count=False), "with --student and hidden_weight, the teacher layer each student layer learns from, "
+        "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")
     augment: int = augment_option()
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "
         "examples only (--train-limit)")
+
+    def check(self) -> None:
+        if self.layer_map is not None and (self.student is None or not self.hidden_weight):
+            raise DistilleryError("Option layer_map maps a pretrained student's layers (--student) onto the "
+                                  "teacher's for hidden_weight; give both, or drop layer_map.")
+        if self.student is not None and self.student_layers is not None:
+            raise DistilleryError("Options student and student_layers exclude each other: a pretrained student "
+                                  "(--student) keeps its own layers.")
 
 
 Options = DistillOptions
