@@ -356,7 +356,9 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options)
     more, left = pretrained_candidates(students, named["teacher"], model_config, state["plan_speedup"], shape,
                                        overrides.get("bench.latency_runs") or 20, options["distill"])
-    return sorted(candidates + [Candidate(**c) for c in more], key=lambda c: c.cost), skipped + left, named, overrides
+    # the plan's order: what each is expected to keep first, the cheaper on a tie
+    ordered = sorted(candidates + [Candidate(**c) for c in more], key=lambda c: (-c.expected, c.cost))
+    return ordered, skipped + left, named, overrides
 
 
 def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, latency_ms: float | None = None,

@@ -10,6 +10,7 @@ import logging
 import re
 from typing import Any, Mapping, Sequence
 
+from distillery.auto_budget import EXPECTED_RETENTION
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.markdown import fmt_x
@@ -75,7 +76,7 @@ def pretrained_candidates(students: Any, teacher_name: str, teacher_config, spee
 
     def candidate(name: str, why: str) -> dict[str, Any]:
         return {"name": candidate_name(name), "method": "distill", "options": {**distill_options, "student": name},
-                "cost": COST, "why": why}
+                "cost": COST, "why": why, "expected": EXPECTED_RETENTION["pretrained"]}
 
     candidates = [candidate(n, f"{WHY} ({n})") for n in names]
     skipped = []
