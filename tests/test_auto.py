@@ -78,6 +78,14 @@ def test_the_chosen_model_is_the_most_accurate_that_meets_the_target_as_measured
     assert chosen is None and why.startswith("No candidate meets") and "the fastest is `fast`" in why
 
 
+def test_short_times_keep_their_seconds():
+    """Issue 41: a candidate of 3 s showed as "0 s"."""
+    from distillery.markdown import fmt_seconds
+
+    assert fmt_seconds(3.2) == "3.2 s" and fmt_seconds(0.04) == "0.0 s" and fmt_seconds(42) == "42 s"
+    assert fmt_seconds(90) == "1.5 min" and fmt_seconds(5400) == "1.50 h"
+
+
 def test_a_target_missed_by_less_than_the_timing_noise_is_met_and_said_so():
     """Issue 41: a 3-layer student measured 1.99× against a 2.00× target was ruled out while its card said
     "2.0× faster"."""
