@@ -451,7 +451,7 @@ def readme_rows(quality: list[dict], benches: list[dict], gpu: list[dict]) -> st
     quick = {r["method"]: r["metrics"]["student"]["accuracy"] for r in gpu}
     if gpu:
         quick["teacher"] = gpu[0]["metrics"]["teacher"]["accuracy"]
-    rows = ["| base-size teacher (mpnet-base, 110M), 2 threads | latency speed-up | with int8 | SST-2 dev (sitting) | "
+    rows = ["| base-size teacher (mpnet-base, 110M), 2 threads | latency speed-up | with int8 | SST-2 dev (2-core CPU budget) | "
             "quick budget (GPU) |", "|---|---|---|---|---|"]
     teacher_int8 = _int8_key(two, "teacher")
     if quality and teacher_int8:
