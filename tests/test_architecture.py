@@ -1,4 +1,4 @@
-"""The package's shape, checked so that it stays: imports only go down the layers of DESIGN.md's data
+"""The package's shape, checked so that it stays: imports only go down the layers of docs/architecture.md's data
 flow (no cycle, late imports counted), no source file or function outgrows a newcomer's reading
 (600 lines a file, 80 a function), no test module imports another, and the README stays the short
 version (150 lines)."""

@@ -1,4 +1,4 @@
-"""The student contract, checked the same way for every student type (DESIGN.md, "Contracts").
+"""The student contract, checked the same way for every student type (docs/architecture.md, "The method contract").
 
 Each type is built tiny, the way its own tests build it: distill's layer-drop BERT student, a
 converted MoEBERT, a CMOW/CBOW-Hybrid, and a sub-network extracted from an AutoTinyBERT super-net;

@@ -1,6 +1,6 @@
 """The main job: teacher → method → student, evaluated and benchmarked side by side, reported.
 
-``compress`` writes one run folder (see DESIGN.md): config.yaml, student/, metrics.json, bench.json,
+``compress`` writes one run folder (docs/architecture.md): config.yaml, student/, metrics.json, bench.json,
 train.json, report.md, plot.png, and checkpoints/ while the student trains (removed at the end).
 The student's int8 export (``int8``, on unless ``--no-int8``) is scored and measured beside it
 (metrics.json "others", bench.json models "student-<format>") and kept in exports/: the verdict

@@ -1,6 +1,6 @@
 """A run folder -> ``report.md`` + ``plot.png`` (main metric against latency).
 
-A run folder holds ``config.yaml``, ``metrics.json`` and ``bench.json`` (DESIGN.md), and maybe
+A run folder holds ``config.yaml``, ``metrics.json`` and ``bench.json`` (docs/architecture.md), and maybe
 ``train.json`` (training times and notes). The report puts every model of the run in one table
 (teacher, student, any other variant measured), states the verdict the numbers support, and on
 SST-2 places the student among the reference points a user can already get without distillery's

@@ -6,7 +6,7 @@ run, so that a load spike or thermal drift on a shared machine lands on all mode
 of on whichever happened to be measured last. Speed-ups are only ever computed between models of
 one such measurement.
 
-``benchmark()`` returns the ``bench.json`` record of DESIGN.md::
+``benchmark()`` returns the ``bench.json`` record (docs/architecture.md, the run folder contract)::
 
     {"hardware": {"cpu", "cores", "threads", "torch", "gpu", ...},
      "models": {name: {"params", "effective_params", "flops_per_token",
