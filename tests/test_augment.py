@@ -31,6 +31,23 @@ def sources(tiny_bert):
             "mlm": WordSource("mlm", tokenizer, mlm.get_input_embeddings().weight, mlm)}
 
 
+def test_a_word_on_both_sides_of_a_pair_is_replaced_the_same_way(sources):
+    """A paraphrase or entailment pair rests on the words its sides share: one draw per distinct word."""
+    from distillery.data.augment import augment_pairs
+
+    pairs = augment_pairs(["The movie was good", "a great film"], ["The movie was not good", "the FILM is great"],
+                          sources["neighbours"], 8, np.random.default_rng(0))
+    for (a0, b0), versions in zip([("The movie was good", "The movie was not good"), ("a great film", "the FILM is great")],
+                                  pairs):
+        assert len(versions) == 8 and any(v != (a0, b0) for v in versions)
+        for a, b in versions:
+            wa, wb = augment_module.WORD.findall(a), augment_module.WORD.findall(b)
+            ka, kb = augment_module.WORD.findall(a0), augment_module.WORD.findall(b0)
+            new_a = {x.lower(): y.lower() for x, y in zip(ka, wa)}
+            new_b = {x.lower(): y.lower() for x, y in zip(kb, wb)}
+            assert all(new_a[w] == new_b[w] for w in new_a.keys() & new_b.keys()), (a, b)
+
+
 @pytest.mark.parametrize("kind", ["neighbours", "mlm"])
 def test_augmentation_is_deterministic_and_replaces_words_by_other_whole_words(kind, sources):
     source = sources[kind]
