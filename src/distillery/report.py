@@ -2,9 +2,10 @@
 
 A run folder holds ``config.yaml``, ``metrics.json`` and ``bench.json`` (docs/architecture.md), and maybe
 ``train.json`` (training times and notes). The report puts every model of the run in one table
-(teacher, student, any other variant measured), states the verdict the numbers support, and on
-SST-2 places the student among the reference points a user can already get without distillery's
-methods. ``merge_runs`` does the same across the run folders of several methods on one task.
+(teacher, student, any other variant measured), states the verdict the numbers support, and places
+the student beside the free baselines measured live in the same run (the teacher's int8 copy, static
+embeddings distilled from it), naming what to deploy. ``merge_runs`` does the same across the run
+folders of several methods on one task.
 """
 
 from __future__ import annotations
