@@ -7,9 +7,11 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from distillery.auto_pretrained import candidate_name
 from distillery.errors import DistilleryError
 from tests.families import CELL, compress
 from tests.helpers import write_squad
@@ -302,8 +304,9 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
                 "method_options.student": student, "method_options.kd_weight": 0.7}
     candidates, skipped, _, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings})
     by_name = {c.name: c for c in candidates}
-    assert "pretrained-tiny-roberta0" in by_name, list(by_name)
-    mine = by_name["pretrained-tiny-roberta0"]
+    name = candidate_name(str(student))  # the fixture's folder is numbered by the tests before it
+    assert name == f"pretrained-{Path(student).name}" and name in by_name, list(by_name)
+    mine = by_name[name]
     assert mine.method == "distill" and mine.options == {"kd_weight": 0.7, "student": student}
     assert WHY in mine.why
     # the distill candidates built from teacher layers stay so: the student is not every distill candidate's
@@ -347,11 +350,12 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
            tiny_family("bert", 4), "--student", student, "--data-dir", str(glue_dir), "--out", str(out),
            "--config", str(settings))
     summary = json.loads((out / "auto.json").read_text())
-    assert [c["name"] for c in summary["candidates"]] == ["pretrained-tiny-roberta0"]
-    assert summary["chosen"]["candidate"] == "pretrained-tiny-roberta0", summary["why"]
+    name = candidate_name(str(student))
+    assert [c["name"] for c in summary["candidates"]] == [name]
+    assert summary["chosen"]["candidate"] == name, summary["why"]
     report = (out / "report.md").read_text()
     assert WHY in report
-    chosen_config = yaml.safe_load((out / "candidates" / "pretrained-tiny-roberta0" / "config.yaml").read_text())
+    chosen_config = yaml.safe_load((out / "candidates" / name / "config.yaml").read_text())
     assert chosen_config["method_options"]["student"] == student
 
 
