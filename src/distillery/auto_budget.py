@@ -79,12 +79,13 @@ def not_fitting(estimate: float, spent: float, budget_s: float) -> str:
 
 def split_lines(teacher: Mapping[str, Any] | None, entries: Sequence[Mapping[str, Any]],
                 runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The report's lines on where the time went: the teacher, then each candidate's student training and
-    the rest of its run (scoring, exports, the free baselines, the benchmark)."""
+    """The report's lines on where the time went: the teacher (its ``spent_seconds`` in this call), then each
+    candidate's student training and the rest of its run (scoring, exports, the free baselines, the benchmark)
+    beside its estimate."""
     lines = []
     if teacher:
         how = "read from the cache" if teacher.get("cached") else "fine-tuned in this call"
-        lines.append(f"  - teacher: {fmt_seconds(teacher.get('seconds') or 0.0)} ({how})")
+        lines.append(f"  - teacher: {fmt_seconds(teacher.get('spent_seconds') or 0.0)} ({how})")
     for entry in entries:
         run = runs.get(entry["name"])
         if run is None:

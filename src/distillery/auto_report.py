@@ -61,8 +61,7 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
              f"- time budget: {fmt_seconds(budget) if budget else 'none'}; the teacher and the candidates took "
              f"{fmt_seconds(summary['seconds'])} ({fmt_seconds(summary['seconds_this_call'])} in this call; a finished "
              "candidate is reused, not retrained):"]
-    lines += split_lines(summary.get("teacher") and {**summary["teacher"], "seconds": summary["teacher"].get("spent_seconds")},
-                         summary["candidates"], runs)
+    lines += split_lines(summary.get("teacher"), summary["candidates"], runs)
     if summary.get("teacher_ms"):
         lines.append(f"- the teacher took {fmt_ms(summary['teacher_ms'])} ms here when planning, so the target is a "
                      f"{fmt_x(summary['plan_speedup'])} speed-up")
@@ -80,8 +79,8 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
     for c in summary["candidates"]:
         if c["name"] in skipped:  # listed below, with the reason
             continue
-        estimate = f"; estimated {fmt_seconds(c['estimated_seconds'])}" if c.get("estimated_seconds") else ""
-        lines.append(f"- {md(c['name'], code=True)} ({md(c['method'])}: {md(c['why'])}), {c['status']}{estimate}")
+        # its estimate is beside its measured time in the budget's split above
+        lines.append(f"- {md(c['name'], code=True)} ({md(c['method'])}: {md(c['why'])}), {c['status']}")
         lines += [_point_line(p, main) for p in c.get("points", [])]
     free = summary.get("free_int8")
     if free:

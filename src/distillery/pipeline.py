@@ -319,8 +319,8 @@ def prepare_teacher(config: RunConfig) -> dict[str, Any]:
     check_teacher(config.teacher.name, teacher_config(config.teacher.name), config.data)
     _, _, task_data, info = _teacher(config, task)
     whole = len(load_raw(task, "train", replace(config.data, train_limit=None)))
-    return {key: info.get(key) for key in ("seconds", "cached", "train_examples", "path")} | {
-        "train_examples": info.get("train_examples") or len(task_data.train), "whole_split": whole}
+    return {"seconds": info.get("seconds"), "cached": info.get("cached"), "path": info.get("path"),
+            "train_examples": info.get("train_examples") or len(task_data.train), "whole_split": whole}
 
 
 def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, teacher_info: dict):
