@@ -53,7 +53,19 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
         "notes": train.get("notes", []),
         "run": str(run_dir),
         **bench,
+        **teacher_and_student_names(run_dir),
     }
+
+
+def teacher_and_student_names(run_dir: Path) -> dict:
+    """Who taught whom, from the run's settings: the teacher as the run named it, and the student's origin (a
+    pretrained encoder given with ``--student``, else the method built it from the teacher)."""
+    import yaml
+
+    config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    student = (config.get("method_options") or {}).get("student")
+    return {"teacher_name": config["teacher"]["name"],
+            "student_origin": student or f"built from the teacher by method {config['method']}"}
 
 
 def teacher_and_student(run_dir: Path) -> dict:

@@ -448,6 +448,37 @@ def test_pretrained_student_on_a_regression_task(tiny_family, glue_dir, tmp_path
     assert len(config["id2label"]) == 1 and config["problem_type"] == "regression"
 
 
+def test_a_pretrained_student_learns_from_augmented_and_unlabeled_pairs_in_its_own_encoding(tiny_family, glue_dir,
+                                                                                           tmp_path):
+    """The new rows are made once from the raw text, the teacher labels its own encoding of them, and the student
+    reads its own encoding of the same rows: every row of each side has a partner in the other's order."""
+    import distillery
+
+    unlabeled = tmp_path / "more.jsonl"
+    unlabeled.write_text('{"text": "a cat sat", "text_pair": "a cat sat down"}\n'
+                         '{"text": "the film was long", "text_pair": "the show was short"}\n')
+    run = distillery.compress(method="distill", task="stsb", teacher=tiny_family("mpnet", 4), data_dir=str(glue_dir),
+                              out=str(tmp_path / "run"),
+                              overrides={**CELL, "method_options.student": tiny_family("roberta", 2),
+                                         "method_options.augment": 2, "data.unlabeled_file": str(unlabeled)})
+    text = json.loads((run / "train.json").read_text())["student_text"]
+    assert text["augmented"] == 2 * text["labelled"] and text["unlabeled"] == 2
+    assert "embeddings" in text["augment_source"]
+    train = json.loads((run / "train.json").read_text())
+    assert train["train_examples"] == text["labelled"] + text["augmented"] + text["unlabeled"]
+
+
+def test_augmenting_squad_for_a_pretrained_student_is_refused_before_training(tiny_family, tmp_path):
+    import distillery
+
+    write_squad(tmp_path / "data")
+    with pytest.raises(DistilleryError, match="SQuAD"):
+        distillery.compress(method="distill", task="squad", teacher=tiny_family("bert", 2), data_dir=str(tmp_path / "data"),
+                            out=str(tmp_path / "run"),
+                            overrides={**CELL, "method_options.student": tiny_family("roberta", 2),
+                                       "method_options.augment": 2})
+
+
 def test_the_teachers_sentence_vectors_are_cached_beside_its_logits(tiny_family, glue_dir, tmp_path, monkeypatch):
     import os
 

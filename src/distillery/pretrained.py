@@ -248,7 +248,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     ctx.teacher.eval()
     whole = opts.train_examples == "all"
     train = squad_distillation_train(ctx, whole, opts.temperature) if task.kind == "qa" \
-        else ctx.student_distillation_train(whole)
+        else ctx.student_distillation_train(whole, opts.augment)
     matched = same_tokenizer(ctx.tokenizer, tokenizer)
     layer_map, projection, hidden = None, None, ""
     if opts.hidden_weight:

@@ -123,38 +123,55 @@ class MethodContext:
         method whose loss runs the teacher itself) skips the labelling pass when there are no new rows.
         What the student saw is recorded in ``student_text`` for the report."""
         task_data = self.whole_split() if whole_split else self.task_data
-        originals = len(task_data.train)
+        new = self._new_rows(task_data, augment)
+        if new is None:
+            return self.train_with_teacher_logits(task_data) if logits else task_data.train
+        return self._labelled_with_new_rows(task_data, new)
+
+    def student_distillation_train(self, whole_split: bool, augment: int = 0):
+        """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
+        own encoding of the same examples (and of the same new rows), each with the teacher's logits computed
+        on the teacher's encoding of that example (cached as :meth:`train_with_teacher_logits`). Targets are
+        aligned by example, never by token ids: both encodings come from the same raw rows in the same order,
+        checked by their labels."""
+        import numpy as np
+
+        teacher_data = self.whole_split() if whole_split else self.task_data
+        student_data = self.whole_split(self.student_data) if whole_split else self.student_data
+        new = self._new_rows(teacher_data, augment)
+        if new is None:
+            labelled, student_train = self.train_with_teacher_logits(teacher_data), student_data.train
+        else:
+            labelled = self._labelled_with_new_rows(teacher_data, new)
+            student_train = _joined(student_data, new)
+        same = len(labelled) == len(student_train) and np.allclose(
+            np.asarray(labelled["labels"], dtype=np.float64)[: len(teacher_data.train)],
+            np.asarray(student_train["labels"], dtype=np.float64)[: len(teacher_data.train)])
+        if not same:  # never expected: one loader reads the rows for both tokenizers
+            raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
+                                  f"line up with the teacher's ({len(labelled)} rows).")
+        student_train = student_train.remove_columns("labels").add_column("labels", labelled["labels"])
+        return student_train.cast_column("labels", labelled.features["labels"]) \
+            .add_column("teacher_logits", labelled["teacher_logits"])
+
+    def _new_rows(self, task_data: TaskData, augment: int):
+        """The raw new rows (augmented, unlabeled) beside ``task_data``'s train split, or None; records what
+        the student's text holds in ``student_text``."""
         new, facts = extra_rows(self, task_data, int(augment))
         # a second call in a run (autotinybert's further training after its super-net) reads the logits the
         # first computed: the run's labelling time is the sum
         spent = (self.student_text or {}).get("labelling_seconds", 0.0)
-        self.student_text = {"labelled": originals, **facts, "labelling_seconds": spent}
+        self.student_text = {"labelled": len(task_data.train), **facts, "labelling_seconds": spent}
         self.notes[:] = list(dict.fromkeys(self.notes))  # a second call says the same of the same text
-        if new is None:
-            return self.train_with_teacher_logits(task_data) if logits else task_data.train
-        import datasets
+        return new
+
+    def _labelled_with_new_rows(self, task_data: TaskData, new):
+        """``task_data``'s train split and the raw ``new`` rows encoded beside it, all with the teacher's
+        logits, the new rows labelled by the teacher (:func:`label_new_rows`)."""
         from dataclasses import replace
 
-        combined = datasets.concatenate_datasets([task_data.train, new.select_columns(task_data.train.column_names)])
-        labelled = self.train_with_teacher_logits(replace(task_data, train=combined))
-        return label_new_rows(labelled, originals, task_data.task.kind)
-
-    def student_distillation_train(self, whole_split: bool):
-        """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
-        own encoding of the same examples, each with the teacher's logits computed on the teacher's encoding
-        of that example (cached as :meth:`train_with_teacher_logits`). Targets are aligned by example, never
-        by token ids: both encodings come from the same raw rows in the same order, checked by their labels."""
-        import numpy as np
-
-        teacher_data = self.whole_split() if whole_split else self.task_data
-        student_train = (self.whole_split(self.student_data) if whole_split else self.student_data).train
-        labelled = self.train_with_teacher_logits(teacher_data)
-        same = len(labelled) == len(student_train) and np.allclose(
-            np.asarray(labelled["labels"], dtype=np.float64), np.asarray(student_train["labels"], dtype=np.float64))
-        if not same:  # never expected: one loader reads the rows for both tokenizers
-            raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
-                                  f"line up with the teacher's ({len(labelled)} rows).")
-        return student_train.add_column("teacher_logits", labelled["teacher_logits"])
+        labelled = self.train_with_teacher_logits(replace(task_data, train=_joined(task_data, new)))
+        return label_new_rows(labelled, len(task_data.train), task_data.task.kind)
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
@@ -228,13 +245,12 @@ AUGMENT_MAX_ROWS = 200_000
 
 
 def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
-    """The student's new rows besides ``task_data``'s train split, encoded with placeholder labels, or None;
-    and what they are (counts and the augmentation source) for the report."""
+    """The student's new rows besides ``task_data``'s train split, raw (``text``, ``text_pair``) with placeholder
+    labels, or None; and what they are (counts and the augmentation source) for the report."""
     import datasets
 
     from distillery.config import cache_root
     from distillery.data.augment import augmented_rows
-    from distillery.data.encode import encode_rows
     from distillery.data.loading import column_values, load_raw, load_unlabeled
 
     task, data = task_data.task, ctx.config.data
@@ -268,10 +284,20 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
     if not parts:
         return None, facts
     raw = datasets.concatenate_datasets(parts)
-    raw = raw.add_column("label", [0.0 if task.kind == "regression" else 0] * len(raw))
-    # encoded as the rows they join are (a DiffCat student's split holds each side on its own)
+    return raw.add_column("label", [0.0 if task.kind == "regression" else 0] * len(raw)), facts
+
+
+def _joined(task_data: TaskData, new):
+    """``task_data``'s train split followed by the raw ``new`` rows, encoded with its tokenizer as the rows
+    they join are (a DiffCat student's split holds each side on its own)."""
+    import datasets
+
+    from distillery.data.encode import encode_rows
+
     pair_mode = "separate" if "input_ids_b" in task_data.train.column_names else "joint"
-    return encode_rows(task, raw, task_data.tokenizer, data.max_length, pair_mode, "new"), facts
+    encoded = encode_rows(task_data.task, new, task_data.tokenizer, task_data.data_config.max_length, pair_mode,
+                          "new")
+    return datasets.concatenate_datasets([task_data.train, encoded.select_columns(task_data.train.column_names)])
 
 
 def augment_source(ctx: MethodContext):
