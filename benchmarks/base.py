@@ -223,7 +223,8 @@ def speed_models(args) -> tuple[dict, dict]:
     from distillery.export import build_variants, prepare_export_data
     from distillery.runtime import load_model
 
-    finished = [label for label in ROWS if (run_dir(args, label) / "student").is_dir()]
+    finished = [label for label in ROWS if (run_dir(args, label) / "student").is_dir()
+                and (not args.rows or label in args.rows)]
     if not finished:
         raise SystemExit("No finished base-size run under runs/: run the quality phase first.")
     first = run_dir(args, finished[0])
@@ -250,6 +251,11 @@ def speed_models(args) -> tuple[dict, dict]:
     return {**fp32, **int8}, scored
 
 
+# ``--only speed --rows ...``: rows finished after the speed phase, timed beside the teacher in a process of their
+# own; the tables take each such row's speed-ups from here (a ratio to the same fp32 teacher architecture).
+ADDED_SPEED = "base-speed-added"
+
+
 def run_speed(args) -> None:
     from distillery.bench import benchmark, format_bench_table
 
@@ -262,7 +268,30 @@ def run_speed(args) -> None:
         bench["source"] = "converted (one optimizer step)" if args.converted else "trained (the quality runs)"
         bench["int8_scores"] = int8_scores
         benches.append(bench)
-        save("base-speed", benches)
+        save(ADDED_SPEED if args.rows else "base-speed", benches)
+
+
+def with_added(benches: list[dict], added: list[dict]) -> list[dict]:
+    """``benches`` with the rows timed later (:data:`ADDED_SPEED`) at the same thread count: a row the main speed
+    phase timed keeps its own numbers."""
+    by_threads = {b["hardware"]["threads"]: b for b in added}
+    merged = []
+    for bench in benches:
+        extra = by_threads.get(bench["hardware"]["threads"])
+        if extra:
+            bench = {**bench, "models": {**extra["models"], **bench["models"]},
+                     "speedups": {**extra["speedups"], **bench["speedups"]},
+                     "int8_scores": {**extra.get("int8_scores", {}), **bench.get("int8_scores", {})}}
+        merged.append(bench)
+    return merged
+
+
+def added_line(added: list[dict]) -> list[str]:
+    if not added:
+        return []
+    names = [k for k in added[0]["models"] if k != "teacher" and not k.endswith("int8")]
+    return [f"- Timed later, beside the same teacher architecture in a process of their own "
+            f"(`--only speed --rows`, {ADDED_SPEED}.json): {', '.join(names)}."]
 
 
 def run_dispatch(args) -> None:
@@ -289,7 +318,9 @@ def _speed_cells(bench: dict, name: str) -> str:
 
 def _int8_key(bench: dict, name: str) -> str | None:
     """The key of ``name``'s int8 export among a bench's speed-ups (``distill-onnx-int8``), None without one."""
-    return next((k for k in bench["speedups"] if k.startswith(f"{name}-") and "int8" in k), None)
+    import re
+
+    return next((k for k in bench["speedups"] if re.fullmatch(rf"{re.escape(name)}-[a-z]+-int8", k)), None)
 
 
 def _verdict(ok: bool) -> str:
@@ -352,6 +383,12 @@ def quality_checks(quality: list[dict], benches: list[dict]) -> list[str]:
         a, d = acc["autotinybert-4x"], acc["distill-3layers"]
         lines.append(f"- AutoTinyBERT 4× {a:.4f} against the layer-drop student of its speed (distill-3layers) "
                      f"{d:.4f}: {100 * (a - d):+.1f} points.")
+    own = [k for k in OWN_TOKENIZER if k in acc]
+    if own:
+        fours = ", ".join(f"{k} {acc[k]:.4f}" for k in ("distill-3layers", "autotinybert-4x") if k in acc)
+        lines.append("- The pretrained MiniLM as student (its own tokenizer): " + ", ".join(
+            f"{k} {acc[k]:.4f} ({100 * (teacher - acc[k]):.1f} points under the teacher)" for k in own)
+            + (f"; distillery's own 4× students: {fours}." if fours else "."))
     if "moebert" in acc:
         lines.append(f"- MoEBERT {acc['moebert']:.4f}: {100 * (teacher - acc['moebert']):.1f} points under the teacher "
                      f"(≤ 1 asked: {_verdict(teacher - acc['moebert'] <= 0.01)}).")
@@ -399,7 +436,7 @@ def base_table(quality: list[dict], benches: list[dict]) -> str:
         lines += ["", f"Models timed: {source}. Speed-ups against the fp32 teacher (1×128 latency {teacher['latency_ms']['median']:.0f} ms at 2 threads), "
                   f"all models in one interleaved process per thread count, on {hw.get('cpu')} ({hw.get('cores')} cores), "
                   f"torch {hw.get('torch')}.", "", *speed_checks(by_threads), *quality_checks(quality, benches),
-                  *longer_lines(quality, SITTING_VARIANTS)]
+                  *longer_lines(quality, SITTING_VARIANTS), *added_line(load(ADDED_SPEED))]
     return "\n".join(lines)
 
 
@@ -437,7 +474,8 @@ def longer_lines(quality: list[dict], variants: dict) -> list[str]:
 
 
 def write_docs() -> None:
-    quality, benches = load("base-quality"), load("base-speed")
+    added = load(ADDED_SPEED)
+    quality, benches = load("base-quality"), with_added(load("base-speed"), added)
     dispatch = load("base-dispatch")
     table = base_table(quality, benches)
     gpu_quality = load("base-quality-gpu")

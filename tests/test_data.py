@@ -279,6 +279,26 @@ def test_custom_csv_with_quoted_commas(tmp_path):
     assert ds["text"] == ["good, really good", "bad", 'a "fun" film'] and ds["label"] == [1, 0, 1]
 
 
+def test_a_custom_file_is_parsed_once_per_version(tmp_path, monkeypatch):
+    """The task's labels, its train split and the whole split read one parse of the file; an edited file is read again."""
+    import os
+
+    import distillery.data.files as files
+
+    train = tmp_path / "train.csv"
+    train.write_text("review,stars\ngood,pos\nbad,neg\n")
+    parses = []
+    real = files._table_records
+    monkeypatch.setattr(files, "_table_records", lambda *a, **k: (parses.append(1), real(*a, **k))[1])
+    task = custom_task(custom_cfg(tmp_path, train))
+    assert len(load_raw(task, "train", custom_cfg(tmp_path, train))) == 2
+    assert len(load_raw(task, "train", custom_cfg(tmp_path, train))) == 2
+    assert len(parses) == 1
+    train.write_text("review,stars\ngood,pos\nbad,neg\nfine,pos\n")
+    os.utime(train, ns=(1, 1))  # a new version even within the file system's time resolution
+    assert len(load_raw(task, "train", custom_cfg(tmp_path, train))) == 3 and len(parses) == 2
+
+
 def test_custom_tsv_and_jsonl_pair(tmp_path):
     tsv = write(tmp_path / "train.tsv", 'review\tother\tstars\na "b\tc\t10\nd\te\t2\n')
     task = custom_task(cfg(task="custom", train_file=str(tsv), text_column="review", text_pair_column="other",

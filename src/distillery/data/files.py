@@ -5,10 +5,12 @@ shifted columns, Python reprs or empty texts. :mod:`distillery.data.loading` bui
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import logging
 from pathlib import Path
-from typing import Iterable, Iterator
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping
 
 from distillery.errors import DistilleryError
 
@@ -70,18 +72,25 @@ def _as_text(value) -> str | None:
     return str(value)
 
 
-def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tuple[int, dict[str, str]]]:
+def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tuple[int, Mapping[str, str]]]:
     """Rows of your CSV/TSV/JSONL file as (line number, {column: text}) for the named columns.
 
     ``.csv``: the csv module, quoting on. ``.tsv``: a header row, then plain split on tabs.
     ``.jsonl`` / ``.json``: one JSON object per line (a single JSON list of objects works too).
     """
     path = regular_file(path, "Data file")
-    wanted = [c for c in columns if c is not None]
+    stat = path.stat()
+    # A run reads its custom file for the task's labels, its train split and the whole split: parsed once
+    # per version of the file (its size and modification time), shared by every reader in the process.
+    return list(_parsed_rows(path, stat.st_size, stat.st_mtime_ns, tuple(c for c in columns if c is not None)))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_rows(path: Path, size: int, mtime_ns: int, wanted: tuple[str, ...]) -> tuple[tuple[int, Mapping[str, str]], ...]:
     suffix = path.suffix.lower()
     if suffix not in CUSTOM_EXTENSIONS:
         raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
-    if path.stat().st_size == 0:
+    if size == 0:
         raise DistilleryError(f"{path} is empty.")
     if suffix in (".jsonl", ".json"):
         records = list(_json_records(path))
@@ -109,8 +118,8 @@ def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tu
             if value is None:
                 raise DistilleryError(f"{path}, line {number}: no value in column {c!r}.")
             row[c] = value.strip()
-        rows.append((number, row))
-    return rows
+        rows.append((number, MappingProxyType(row)))
+    return tuple(rows)
 
 
 def _json_records(path: Path) -> Iterator[tuple[int, dict]]:
