@@ -325,3 +325,24 @@ def test_eval_of_the_saved_student_equals_metrics_json_exactly(tiny_bert, glue_d
     shown = subprocess.run([sys.executable, "-c", code, str(out), str(glue_dir)], capture_output=True, text=True,
                            check=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}).stdout
     assert json.loads(shown.strip().splitlines()[-1]) == recorded
+
+
+def test_settings_are_resolved_in_one_order_defaults_budget_preset_file_flags_candidate():
+    from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK
+    from distillery.pipeline import build_run_config, resolve_settings
+
+    plain = resolve_settings()
+    assert (plain.method, plain.data.task, plain.budget, plain.teacher.name) == \
+        (DEFAULT_METHOD, DEFAULT_TASK, DEFAULT_BUDGET, BUILTIN_TEACHER)
+    assert plain.data.max_length == 64  # the quick budget's for a single-sentence task
+    file = {"data.task": "mrpc", "student.lr": 1e-3, "data.max_length": 96}
+    flags = {"student.lr": 2e-3, "teacher.name": None}  # None: not given, the file's or the default stands
+    candidate = {"method": "moebert", "method_options.num_experts": 2}
+    config = resolve_settings(file, flags, candidate, preset=None)
+    assert (config.method, config.data.task, config.student.lr, config.data.max_length) == ("moebert", "mrpc", 2e-3, 96)
+    assert config.method_options == {"num_experts": 2} and config.teacher.name == BUILTIN_TEACHER
+    paper = resolve_settings({"method": "moebert", "data.task": "sst2"}, {"student.lr": 5e-4}, preset="paper")
+    preset_only = resolve_settings({"method": "moebert", "data.task": "sst2"}, preset="paper")
+    assert paper.student.lr == 5e-4 and preset_only.student.lr != 5e-4  # the flags win over the preset
+    assert build_run_config(task="mrpc", overrides={"student.lr": 2e-3}) == resolve_settings(
+        {"data.task": "mrpc", "student.lr": 2e-3})

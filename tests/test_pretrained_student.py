@@ -302,7 +302,7 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
     student = tiny_family("roberta", 2)
     settings = {"teacher.name": tiny_family("bert", 4), "bench.latency_shape": [1, 16], "bench.latency_runs": 3,
                 "method_options.student": student, "method_options.kd_weight": 0.7}
-    candidates, skipped, _, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings})
+    candidates, skipped, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings})
     by_name = {c.name: c for c in candidates}
     name = candidate_name(str(student))  # the fixture's folder is numbered by the tests before it
     assert name == f"pretrained-{Path(student).name}" and name in by_name, list(by_name)

@@ -30,7 +30,7 @@ from distillery.auto_budget import (EXPECTED_RETENTION, calibration, estimate_se
                                     up_front)
 from distillery.auto_choice import Target, choose, make_target, write_json  # noqa: F401 (auto's API)
 from distillery.auto_report import finish
-from distillery.config import parse_time_budget, run_inputs
+from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, parse_time_budget, run_inputs
 from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
@@ -42,10 +42,6 @@ AUTO = "auto"
 KIND = "auto"  # the marker kind of an auto folder
 # Options auto sets per candidate: given by the user they would contradict the plan.
 PLANNED_OPTIONS = ("student_layers", "budget_ms")
-# The run settings that are build_run_config's own arguments, not overrides.
-NAMED = {"data.task": "task", "budget": "budget", "teacher.name": "teacher", "data.data_dir": "data_dir"}
-DEFAULT_NAMED = {"task": "sst2", "budget": "quick", "teacher": "minilm", "data_dir": None}
-
 # Rough training cost of each method, in passes of the teacher over the training data (a forward is
 # one, a backward two): times the teacher's measured seconds a pass, what a time budget expects it to take.
 #   distill with k of L layers: the teacher's forward for the KD targets + the student's forward/backward.
@@ -212,31 +208,29 @@ def teacher_latency_ms(teacher_config, shape: Sequence[int], runs: int) -> float
 # Running the candidates
 
 
-def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Dotted settings (flags over a --config file) as build_run_config's named arguments, the
-    overrides every candidate shares, and the method options to deal out (:func:`route_options`)."""
-    named, overrides, options = dict(DEFAULT_NAMED), {}, {}
+def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Dotted settings (flags over a --config file) as the settings every candidate shares and the method
+    options to deal out (:func:`route_options`)."""
+    shared, options = {}, {}
     for key, value in settings.items():
         if value is None or key in ("method", "out"):
             continue
-        if key in NAMED:
-            named[NAMED[key]] = value
-        elif key.startswith("method_options."):
+        if key.startswith("method_options."):
             options[key[len("method_options."):]] = value
         else:
-            overrides[key] = value
-    return named, overrides, options
+            shared[key] = value
+    return shared, options
 
 
-def candidate_config(candidate: Candidate, named: Mapping[str, Any], overrides: Mapping[str, Any], out: Path):
-    """The candidate's compress config: the shared settings, its own options, and the int8 export
-    measured beside its student (every candidate point has its int8 twin)."""
-    from distillery.pipeline import build_run_config
+def candidate_config(candidate: Candidate, shared: Mapping[str, Any], out: Path):
+    """The candidate's compress config: the shared settings, then its own method, folder and options, and the
+    int8 export measured beside its student (every candidate point has its int8 twin)."""
+    from distillery.pipeline import resolve_settings
 
-    export = list(dict.fromkeys([*(overrides.get("export") or []), "int8"]))
-    return build_run_config(method=candidate.method, out=str(out / "candidates" / candidate.name), **named,
-                            overrides={**overrides, "export": export,
-                                       **{f"method_options.{k}": v for k, v in candidate.options.items()}})
+    export = list(dict.fromkeys([*(shared.get("export") or []), "int8"]))
+    return resolve_settings(shared, {"method": candidate.method, "out": str(out / "candidates" / candidate.name),
+                                     "export": export,
+                                     **{f"method_options.{k}": v for k, v in candidate.options.items()}})
 
 
 def finished(folder: Path) -> bool:
@@ -324,7 +318,7 @@ def resumed_state(out: Path, settings: Mapping[str, Any], target: Target | None,
 
 
 def default_out(settings: Mapping[str, Any]) -> Path:
-    task = settings.get("data.task") or DEFAULT_NAMED["task"]
+    task = settings.get("data.task") or DEFAULT_TASK
     return Path(settings.get("out") or Path("runs") / f"{task}-auto-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
@@ -335,15 +329,16 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
 
     from distillery.auto_pretrained import pretrained_candidates
 
-    named, overrides, given = split_settings(state["settings"])
+    shared, given = split_settings(state["settings"])
     students = given.pop("student", None)  # each one its own candidate, not an option of every distill one
     options = route_options(given)
-    model_config = teacher_config(named["teacher"])
-    shape = tuple(overrides.get("bench.latency_shape") or (1, 128))
+    teacher = shared.get("teacher.name") or BUILTIN_TEACHER
+    model_config = teacher_config(teacher)
+    shape = tuple(shared.get("bench.latency_shape") or (1, 128))
     target = Target(**state["target"])
     if target.latency_ms is not None:
         if state.get("teacher_ms") is None:
-            state["teacher_ms"] = teacher_latency_ms(model_config, shape, overrides.get("bench.latency_runs") or 20)
+            state["teacher_ms"] = teacher_latency_ms(model_config, shape, shared.get("bench.latency_runs") or 20)
         state["plan_speedup"] = state["teacher_ms"] / target.latency_ms
         if state["plan_speedup"] <= 1:
             raise DistilleryError(f"The teacher itself takes {fmt_ms(state['teacher_ms'])} ms here, within "
@@ -354,11 +349,11 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
         options["autotinybert"]["speedup"] = target.speedup
     check_reachable(model_config, state["plan_speedup"], int(shape[1]), options)
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options)
-    more, left = pretrained_candidates(students, named["teacher"], model_config, state["plan_speedup"], shape,
-                                       overrides.get("bench.latency_runs") or 20, options["distill"])
+    more, left = pretrained_candidates(students, teacher, model_config, state["plan_speedup"], shape,
+                                       shared.get("bench.latency_runs") or 20, options["distill"])
     # the plan's order: what each is expected to keep first, the cheaper on a tie
     ordered = sorted(candidates + [Candidate(**c) for c in more], key=lambda c: (-c.expected, c.cost))
-    return ordered, skipped + left, named, overrides
+    return ordered, skipped + left, shared
 
 
 def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, latency_ms: float | None = None,
@@ -379,9 +374,9 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     else:
         state = {"target": asdict(given_target), "time_budget_s": budget_s, "teacher_ms": None, "plan_speedup": None,
                  "settings": _normal({k: v for k, v in settings.items() if v is not None and k not in ("out", "method")})}
-    candidates, skipped, named, overrides = plan_for(state)
+    candidates, skipped, shared = plan_for(state)
     # every candidate's settings are checked before the folder is touched
-    configs = {c.name: candidate_config(c, named, overrides, out) for c in candidates}
+    configs = {c.name: candidate_config(c, shared, out) for c in candidates}
     inputs = run_inputs(next(iter(configs.values())))
     with locked(out, wait=False):
         claim(out, KIND, overwrite=overwrite, resume=resume, inputs=inputs)

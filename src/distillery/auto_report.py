@@ -11,13 +11,12 @@ from typing import Any, Mapping, Sequence
 from distillery.auto_budget import split_lines
 from distillery.auto_choice import (FREE_INT8, Target, candidate_points, choose, free_int8_point, point_record,
                                     reference_rows, write_json)
+from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.markdown import fmt_metric, fmt_ms, fmt_seconds, fmt_x, md
 
 logger = logging.getLogger("distillery")
-
-DEFAULT_TEACHER, DEFAULT_BUDGET = "minilm", "quick"
 
 
 def chosen_baselines(run: Mapping[str, Any], model: str, folder: str | None = None) -> str:
@@ -56,7 +55,7 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
     target = Target(**summary["target"]).for_choice(summary.get("plan_speedup"))
     budget = summary["time_budget_s"]
     lines = [f"# auto on {md(summary['task'])}: the most accurate model at {target.words()}", "",
-             f"- teacher: {md(settings.get('teacher.name', DEFAULT_TEACHER), code=True)}; budget "
+             f"- teacher: {md(settings.get('teacher.name', BUILTIN_TEACHER), code=True)}; budget "
              f"{md(settings.get('budget', DEFAULT_BUDGET), code=True)}",
              f"- time budget: {fmt_seconds(budget) if budget else 'none'}; the teacher and the candidates took "
              f"{fmt_seconds(summary['seconds'])} ({fmt_seconds(summary['seconds_this_call'])} in this call; a finished "
@@ -197,7 +196,7 @@ def finish(out: Path, state: dict[str, Any], candidates: Sequence[Any], ran: Seq
                "chosen": point_record(chosen, target, out) if chosen else None, "why": why,
                "baselines": [{"model": r["model"], "score": r["main"], "latency_ms": r["latency_ms"],
                               "speedup": r["latency_speedup"], "measured_in": ref} for r in baselines]}
-    summary["task"] = summary["task"] or state["settings"].get("data.task", "sst2")
+    summary["task"] = summary["task"] or state["settings"].get("data.task", DEFAULT_TASK)
     if chosen:
         write_chosen_card(out, summary, runs)
     write_json(out / "auto.json", summary)

@@ -22,6 +22,9 @@ import yaml
 from distillery.errors import DistilleryError
 
 BUDGETS = ("quick", "full")
+# What a run is when nothing says otherwise (the teacher's: BUILTIN_TEACHER): written here only, read by the
+# dataclasses below, the settings' resolution (pipeline.resolve_settings), the command line and auto.
+DEFAULT_METHOD, DEFAULT_TASK, DEFAULT_BUDGET = "distill", "sst2", "quick"
 # distillery.export's formats; "int8" is whichever int8 backend was faster where we measured.
 EXPORT_FORMATS = ("onnx", "onnx-int8", "torch-int8", "int8")
 DEFAULT_DATA_ENV = "DISTILLERY_DATA"
@@ -287,7 +290,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
 class DataConfig:
     """Which task and data, and how to encode it."""
 
-    task: str = "sst2"
+    task: str = DEFAULT_TASK
     data_dir: str | None = None  # standard GLUE/SQuAD layout; None: $DISTILLERY_DATA, then the Hub
     max_length: int = 128
     train_limit: int | None = None  # subsample the train split (seeded) to this many examples
@@ -415,8 +418,8 @@ class TeacherConfig:
 class RunConfig:
     """Everything ``distillery compress`` needs; written to the run folder as config.yaml."""
 
-    method: str = "distill"
-    budget: str = "quick"
+    method: str = DEFAULT_METHOD
+    budget: str = DEFAULT_BUDGET
     out: str | None = None
     data: DataConfig = field(default_factory=DataConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)

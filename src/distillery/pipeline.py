@@ -17,12 +17,13 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.card import write_card
-from distillery.config import RunConfig, nested_settings, run_inputs, setting
+from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
+                               run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
 from distillery.data.loading import load_unlabeled, task_for
 from distillery.data.tasks import get_task
@@ -70,35 +71,38 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
             **{f"student.{k}": v for k, v in student.items()}}
 
 
-def build_run_config(
-    method: str = "distill",
-    task: str = "sst2",
-    budget: str = "quick",
-    teacher: str = "minilm",
-    data_dir: str | None = None,
-    out: str | None = None,
-    overrides: dict[str, Any] | None = None,
-    preset: str | None = None,
-) -> RunConfig:
-    """A RunConfig from the budget's defaults and the user's explicit settings.
-
-    ``overrides`` uses dotted keys (``"student.lr"``, ``"data.max_length"``, ``"teacher.train.epochs"``,
-    ``"method_options.student_layers"``); values that are None are ignored. ``preset`` names a
-    method's preset (moebert: ``paper``, Table 7) applied under the explicit overrides. The method's
-    options are checked by its specs in :func:`compress` (``Method.check``), before the run folder is touched.
-    """
+def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = None) -> RunConfig:
+    """The one place a run's settings are resolved into a RunConfig. Lowest first: the defaults (config.py), the
+    budget's for the task and the method's for the budget, the method's ``preset`` (moebert: ``paper``, Table 7),
+    then each of ``layers`` in order (dotted keys, ``"student.lr"``; a value None is not given; a later layer
+    wins): a ``--config`` file, the flags, auto's settings of one candidate. The method's options are checked
+    by its specs in :func:`compress` (``Method.check``), before the run folder is touched."""
+    given: dict[str, Any] = {}
+    for layer in layers:
+        given.update({k: v for k, v in (layer or {}).items() if v is not None})
+    method, task = given.get("method", DEFAULT_METHOD), given.get("data.task", DEFAULT_TASK)
+    budget = given.get("budget", DEFAULT_BUDGET)
     chosen = get_method(method)
     if task != "custom":
         get_task(task)  # an unknown task fails here, before anything is loaded
-    if budget not in ("quick", "full"):
-        raise DistilleryError(f"Unknown budget {budget!r}; choose quick or full.")
+    if budget not in BUDGETS:
+        raise DistilleryError(f"Unknown budget {budget!r}; choose {' or '.join(BUDGETS)}.")
     settings = {**budget_defaults(budget, task), **chosen.budget_overrides(budget),
-                "method": method, "budget": budget, "out": out, "data.task": task, "data.data_dir": data_dir,
-                "teacher.name": teacher}
+                "method": method, "budget": budget, "data.task": task}
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
-    settings.update(_epochs_everywhere({k: v for k, v in (overrides or {}).items() if v is not None}))
+    settings.update(_epochs_everywhere(given))
     return RunConfig.from_dict(nested_settings(settings))
+
+
+def build_run_config(method: str | None = None, task: str | None = None, budget: str | None = None,
+                     teacher: str | None = None, data_dir: str | None = None, out: str | None = None,
+                     overrides: Mapping[str, Any] | None = None, preset: str | None = None) -> RunConfig:
+    """:func:`resolve_settings` with the common settings named (None: the default) and ``overrides`` in dotted
+    keys (``"data.max_length"``, ``"method_options.student_layers"``) over them."""
+    named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher,
+             "data.data_dir": data_dir, "out": out}
+    return resolve_settings(named, overrides, preset=preset)
 
 
 def _epochs_everywhere(settings: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import typer
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
 from distillery.cli.options import preset_help, with_option_flags
+from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
 from distillery.errors import DistilleryError
 from distillery.method import METHODS
 
@@ -153,20 +154,15 @@ def _compress_config(named: dict, flags: dict, preset: str | None, config_file: 
     settings given explicitly (dotted keys: a --resume must not change them)."""
     from distillery.config import dotted_settings, read_yaml_mapping
     from distillery.method import get_method
-    from distillery.pipeline import build_run_config
+    from distillery.pipeline import resolve_settings
 
     file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
-    named = {key: value or file.pop(key, None) for key, value in named.items()}
-    for key in named:
-        file.pop(key, None)
     overrides = {**file, **{k: v for k, v in flags.items() if v is not None}}
     try:
-        config = build_run_config(method=named["method"] or "distill", task=named["data.task"] or "sst2",
-                                  budget=named["budget"] or "quick", teacher=named["teacher.name"] or "minilm",
-                                  data_dir=named["data.data_dir"], out=named["out"], overrides=overrides, preset=preset)
+        config = resolve_settings(file, named, flags, preset=preset)
     except DistilleryError as e:
         raise DistilleryError(f"{e} (settings from the command line and {config_file})" if config_file else str(e)) from None
-    given = {**overrides, **{k: v for k, v in named.items() if k != "out"}}
+    given = {**overrides, **{k: v for k, v in named.items() if k != "out" and v is not None}}
     if preset:  # a preset's settings count as given
         given.update(get_method(config.method).preset(preset, config.data.task))
     return config, given
@@ -174,10 +170,10 @@ def _compress_config(named: dict, flags: dict, preset: str | None, config_file: 
 
 @app.command("teacher")
 def teacher_cmd(
-    task: str = typer.Option("sst2"),
-    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    task: str = typer.Option(DEFAULT_TASK),
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="minilm (built in), a local model folder or a Hub id."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
-    budget: str = typer.Option("quick"),
+    budget: str = typer.Option(DEFAULT_BUDGET),
     out: Optional[str] = typer.Option(None, help="Also save the fine-tuned teacher here."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out folder written by distillery."),
     epochs: Optional[float] = typer.Option(None),
@@ -219,7 +215,7 @@ def teacher_cmd(
 @app.command("eval")
 def eval_cmd(
     model: str = typer.Argument(..., help="A saved model folder or a run folder."),
-    task: str = typer.Option("sst2"),
+    task: str = typer.Option(DEFAULT_TASK),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     split: str = typer.Option("dev", help="The dev split to score: dev, or one of the task's (MNLI: dev_matched, dev_mismatched)."),
     max_length: int = typer.Option(128),
