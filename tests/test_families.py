@@ -76,7 +76,7 @@ def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_eve
     from transformers import AutoModelForSequenceClassification
 
     from distillery.baseline import build_student
-    from distillery.distill.losses import distillation_loss
+    from distillery.training.losses import distillation_loss
 
     folder = tiny_family(family)
     teacher = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).eval()

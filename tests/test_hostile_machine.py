@@ -208,7 +208,7 @@ def compress_args(teacher, data, out, *more):
 
 
 def test_full_disk_under_out_is_a_sentence_and_resume_finishes(monkeypatch, capsys, tiny_bert, data, cache, tmp_path):
-    import distillery.distill.checkpoint as checkpoint
+    import distillery.training.checkpoint as checkpoint
 
     out = tmp_path / "run"
     with monkeypatch.context() as patched:

@@ -295,7 +295,7 @@ def test_the_quick_budget_makes_one_pass_over_a_whole_split_unless_epochs_are_gi
 
 
 def test_whole_split_epochs_apply_only_to_a_split_larger_than_the_runs(tiny_bert4, glue_dir, tmp_path, monkeypatch):
-    from distillery.distill import trainer
+    from distillery.training import trainer
 
     epochs, init = [], trainer.Trainer.__init__
     monkeypatch.setattr(trainer.Trainer, "__init__",

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.distill.losses import distillation_loss
+from distillery.training.losses import distillation_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.method import Method

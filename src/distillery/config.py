@@ -348,7 +348,7 @@ def check_seed(seed: int) -> None:
 
 @dataclass
 class TrainConfig:
-    """Settings of the one training loop (``distillery.distill.trainer``)."""
+    """Settings of the one training loop (``distillery.training.trainer``)."""
 
     epochs: float = 1.0
     # passes when a student learns from the whole train split past the budget's limit (train_examples=all);

@@ -158,7 +158,7 @@ def check_smaller(teacher, student, name: str, shape: Sequence[int], runs: int =
 
 def squad_distillation_train(ctx, whole: bool, temperature: float):
     """The student's own SQuAD training windows, each with the teacher's start and end distributions (at
-    ``temperature``) carried onto its positions through character offsets (:mod:`distillery.distill.span_carry`):
+    ``temperature``) carried onto its positions through character offsets (:mod:`distillery.training.span_carry`):
     the teacher's outputs are computed on its own windows of the same examples (and cached)."""
     from dataclasses import replace
 
@@ -166,7 +166,7 @@ def squad_distillation_train(ctx, whole: bool, temperature: float):
 
     from distillery.data.encode import squad_window_offsets
     from distillery.data.loading import load_raw
-    from distillery.distill.span_carry import carry
+    from distillery.training.span_carry import carry
 
     teacher_data = ctx.whole_split() if whole else ctx.task_data
     student_data = ctx.whole_split(ctx.student_data) if whole else ctx.student_data
@@ -214,7 +214,7 @@ def _pooled_pass(ctx, task_data):
     from torch.utils.data import DataLoader
 
     from distillery.data.encode import model_device, model_inputs
-    from distillery.distill.losses import mean_pooled
+    from distillery.training.losses import mean_pooled
 
     loader = DataLoader(task_data.train, batch_size=ctx.config.student.eval_batch_size, collate_fn=task_data.collate)
     rows = []
@@ -237,7 +237,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     tokenizers match, else sentence vectors) through a learned projection onto the teacher's width. ``measured``:
     :func:`check_student` already compared its size and speed with the teacher's."""
     from distillery.data.encode import prepare_task_data
-    from distillery.distill.losses import HiddenProjection, pretrained_distillation_loss
+    from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
 
     task = ctx.task_data.task
     student, tokenizer = load_student(opts.student, task)

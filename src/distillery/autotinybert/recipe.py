@@ -102,7 +102,7 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
     from dataclasses import replace
 
     from distillery.autotinybert.oneshot import one_shot_loss, save_supernet
-    from distillery.distill.trainer import Trainer
+    from distillery.training.trainer import Trainer
 
     facts = {**facts, "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
@@ -210,8 +210,8 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import dataclasses
     import tempfile
 
-    from distillery.distill.losses import distillation_loss
-    from distillery.distill.trainer import Trainer
+    from distillery.training.losses import distillation_loss
+    from distillery.training.trainer import Trainer
     from distillery.evaluation import score
 
     task = ctx.task_data.task
@@ -486,7 +486,7 @@ class AutoTinyBert(Method):
                                   "launcher of several processes, or use evaluator=probe (the default) or proxy.")
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
-        from distillery.distill.losses import distillation_loss
+        from distillery.training.losses import distillation_loss
 
         opts = self.options(ctx.config)
         ctx.teacher.eval()

@@ -45,7 +45,7 @@ from transformers import initialization as init
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_outputs import ModelOutput
 
-from distillery.distill.losses import soft_cross_entropy_to
+from distillery.training.losses import soft_cross_entropy_to
 from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec, wants_dict
 

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
 from distillery.data.encode import model_inputs
-from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
+from distillery.training.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.folders import record, write_file

@@ -1,6 +1,6 @@
 """Distillation building blocks shared by every method: the KD losses and the one training loop."""
 
-from distillery.distill.losses import (
+from distillery.training.losses import (
     HiddenProjection,
     hidden_mse,
     kl_divergence,
@@ -10,8 +10,8 @@ from distillery.distill.losses import (
     symmetric_kl,
     task_loss,
 )
-from distillery.distill.checkpoint import find_checkpoint
-from distillery.distill.trainer import TrainResult, Trainer
+from distillery.training.checkpoint import find_checkpoint
+from distillery.training.trainer import TrainResult, Trainer
 
 __all__ = [
     "HiddenProjection",
