@@ -175,7 +175,7 @@ LOGITS = {
 
 @pytest.mark.parametrize("damage", list(LOGITS))
 def test_damaged_logits_cache_entry_is_rebuilt_never_unpickled(damage, tmp_path, caplog):
-    from distillery.recipe import read_logits_cache
+    from distillery.method_context import read_logits_cache
 
     path = tmp_path / "sst2-0123.npy"
     np.save(path, np.ones((4, 2), dtype=np.float32))

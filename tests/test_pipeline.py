@@ -230,7 +230,7 @@ def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(ti
 
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import get_task
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
     from distillery.teacher import teacher_tokenizer
 
     config = tiny_config(tiny_bert, glue_dir, tmp_path / "run", **{"data.train_limit": limit})

@@ -231,7 +231,7 @@ def test_squad_targets_with_the_teachers_own_tokenizer_are_its_distribution(tiny
     from distillery.evaluation import predict
     from distillery.pipeline import build_run_config
     from distillery.pretrained import squad_distillation_train
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
 
     source = tiny_family("bert", 2)
     data = write_squad(tmp_path / "data")

@@ -43,7 +43,7 @@ def candidate_name(student: str) -> str:
 def _available(name: str) -> bool:
     """A packaged encoder that is here without a download: MiniLM's package installed, mpnet-base fetched."""
     if name == BASE_TEACHER:
-        from distillery.base_teacher import folder
+        from distillery.mpnet_download import folder
 
         return (folder() / "config.json").is_file()
     from importlib.util import find_spec

@@ -18,7 +18,7 @@ from distillery.training.losses import distillation_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 

@@ -82,7 +82,7 @@ def teacher_card(teacher: str) -> dict[str, Any]:
     if teacher == BUILTIN_TEACHER:
         folder = Path(resolve_teacher(teacher))
     elif teacher == BASE_TEACHER:
-        from distillery.base_teacher import folder as base_folder
+        from distillery.mpnet_download import folder as base_folder
 
         folder = base_folder()  # never fetched for a card
     else:

@@ -396,7 +396,7 @@ class TrainConfig:
 
 # The built-in teachers' names (distillery.teacher resolves them); here, below every module that names them.
 BUILTIN_TEACHER = "minilm"
-BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
+BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.mpnet_download)
 
 
 @dataclass

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from distillery.config import RunConfig
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
 
 
 # -- specs: what a value of an option may be ---------------------------------------------------------

@@ -50,7 +50,7 @@ def resolve_teacher(name: str, role: str = "Teacher") -> str:
     """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id.
     ``role`` names the model in a refusal (``Student`` for distill's pretrained student)."""
     if name == BASE_TEACHER:
-        from distillery.base_teacher import fetch
+        from distillery.mpnet_download import fetch
 
         return str(fetch())
     if name == BUILTIN_TEACHER:

@@ -36,7 +36,7 @@ from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
 from distillery.folders import record, write_file
 from distillery.method import Method
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 

@@ -24,7 +24,7 @@ from distillery.training.losses import kd_mix, prediction_distillation, soft_cro
 from distillery.errors import DistilleryError
 from distillery.method import Method
 from distillery.methods.cmow import CMOWOptions
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 

@@ -41,7 +41,7 @@ from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.method import Method
 from distillery.methods.moebert import MoEBertOptions
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 
