@@ -543,7 +543,7 @@ def test_rewired_slice_keeps_the_most_important_units():
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baseline_student(strategy):
-    from distillery.baseline import build_student, select_layers
+    from distillery.distill.recipe import build_student, select_layers
 
     teacher = tiny_teacher(num_hidden_layers=4)
     net = SuperNet.from_teacher(teacher, strategy).eval()

@@ -65,7 +65,7 @@ def test_unknown_method_and_task():
 def test_interrupted_student_training_resumes_to_the_same_student(tiny_bert4, glue_dir, tmp_path, monkeypatch):
     full = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "full"))
 
-    import distillery.baseline as baseline
+    import distillery.distill.recipe as baseline
 
     original = baseline.distillation_loss
 

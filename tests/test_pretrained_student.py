@@ -164,7 +164,7 @@ def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from distillery.data.tasks import get_task
-    from distillery.pretrained import load_student
+    from distillery.distill.pretrained import load_student
 
     source = tiny_family("bert", 2)
     with caplog.at_level(logging.INFO, logger="distillery"):
@@ -211,7 +211,7 @@ def test_student_no_smaller_than_teacher_is_refused(tiny_family, glue_dir, tmp_p
 
 def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     import distillery.bench as bench
-    from distillery.pretrained import check_smaller
+    from distillery.distill.pretrained import check_smaller
     from transformers import AutoModel
 
     teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
@@ -230,7 +230,7 @@ def test_squad_targets_with_the_teachers_own_tokenizer_are_its_distribution(tiny
     from distillery.data.loading import load_raw
     from distillery.evaluation import predict
     from distillery.pipeline import build_run_config
-    from distillery.pretrained import squad_distillation_train
+    from distillery.distill.pretrained import squad_distillation_train
     from distillery.method_context import MethodContext
 
     source = tiny_family("bert", 2)
@@ -360,7 +360,7 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
 
 
 def test_layer_maps_spread_evenly_or_as_given():
-    from distillery.pretrained import layer_map_for
+    from distillery.distill.pretrained import layer_map_for
 
     assert layer_map_for(2, 4, None) == [1, 3] and layer_map_for(3, 12, None) == [3, 7, 11]
     assert layer_map_for(2, 4, [0, 2]) == [0, 2]
@@ -396,7 +396,7 @@ def test_layer_map_without_a_pretrained_student_is_one_sentence():
 def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_family):
     from transformers import AutoTokenizer
 
-    from distillery.pretrained import same_tokenizer
+    from distillery.distill.pretrained import same_tokenizer
 
     bert, other_bert = (AutoTokenizer.from_pretrained(tiny_family("bert", n)) for n in (4, 2))
     other_bert("some words", truncation=True, max_length=8, padding="max_length")  # leaves call state behind
@@ -487,7 +487,7 @@ def test_the_teachers_sentence_vectors_are_cached_beside_its_logits(tiny_family,
     compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "a", **options)
     entries = sorted(os.listdir(tmp_path / "cache" / "logits"))
     assert len(entries) == 2 and sum("-pooled-" in e for e in entries) == 1, entries
-    import distillery.pretrained as pretrained
+    import distillery.distill.pretrained as pretrained
 
     monkeypatch.setattr(pretrained, "_pooled_pass", lambda *a: pytest.fail("the cached vectors were computed again"))
     compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "b", **options)

@@ -1,11 +1,11 @@
-"""SQuAD start/end distributions carried across tokenizers through character offsets (training.span_carry)."""
+"""SQuAD start/end distributions carried across tokenizers through character offsets (distill.span_carry)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from distillery.training.span_carry import carry, carry_reference
+from distillery.distill.span_carry import carry, carry_reference
 
 
 def _tokenize(rng, length: int) -> list[tuple[int, int]]:

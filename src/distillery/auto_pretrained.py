@@ -57,7 +57,7 @@ def _packaged_candidate(name: str, teacher_config, speedup: float, shape: Sequen
     ``speedup``), and the words why (or why not); None when it is no smaller than the teacher (no candidate at
     all, so not reported as one left out). Models of each architecture are timed, not their weights: those do
     not change the time."""
-    from distillery.pretrained import from_config, measure, student_config
+    from distillery.distill.pretrained import from_config, measure, student_config
 
     t_params, s_params, ms = measure(from_config(teacher_config), from_config(student_config(name)), shape, runs)
     if s_params >= t_params:

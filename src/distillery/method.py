@@ -285,7 +285,7 @@ class Method:
 # name -> the Method subclass ("module:class"). Imported only when the method runs, so that its
 # dependencies load only then; its options live in distillery.methods.<name>, light for the command line.
 METHODS: dict[str, str] = {
-    "distill": "distillery.baseline:Distill",
+    "distill": "distillery.distill.recipe:Distill",
     "moebert": "distillery.moebert.recipe:MoEBert",
     "cmow": "distillery.cmow.recipe:CMOW",
     "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",

@@ -369,7 +369,7 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
     """The search over ``searched`` (within the super-net's ``space``) with the chosen backend (Optuna or the paper's evolutionary search),
     its log written to ``search.json``; returns the search's result (best and evaluated candidates)."""
     from distillery.autotinybert.search import evolutionary_search
-    from distillery.baseline import select_layers
+    from distillery.distill.recipe import select_layers
 
     seed, floor = ctx.config.student.seed, float(opts.budget_floor) * budget
     if opts.search_backend == "optuna":

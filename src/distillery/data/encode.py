@@ -35,7 +35,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", 
 # sentence vector, which a pretrained student with another tokenizer aligns its own with
 TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits", "teacher_pooled")
 # a pretrained student's SQuAD targets: the teacher's start/end distributions carried onto its own windows
-# (one probability per position, so padded with 0 like the inputs; :mod:`distillery.training.span_carry`)
+# (one probability per position, so padded with 0 like the inputs; :mod:`distillery.distill.span_carry`)
 SPAN_TARGETS = ("teacher_start", "teacher_end")
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
@@ -423,7 +423,7 @@ def squad_window_offsets(raw: datasets.Dataset, tokenizer, max_length: int, doc_
     context (-1 outside it: question, special tokens, padding), ``lengths`` (positions of each window),
     ``cls`` (the [CLS] position) and
     ``context_lengths`` per example: what carries a distribution from one tokenizer's windows to another's
-    (:mod:`distillery.training.span_carry`)."""
+    (:mod:`distillery.distill.span_carry`)."""
     samples, spans, cls = [], [], []
     for start in range(0, len(raw), MAP_BATCH):
         batch = raw[start:start + MAP_BATCH]

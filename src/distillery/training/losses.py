@@ -274,7 +274,7 @@ def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> 
 def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], temperature: float = 1.0) -> Tensor:
     """SQuAD distillation against start/end distributions given per student position (``teacher_start`` and
     ``teacher_end``, already softened at ``temperature``: a teacher with another tokenizer, carried through
-    character offsets by :mod:`distillery.training.span_carry`).
+    character offsets by :mod:`distillery.distill.span_carry`).
 
     ``T² · ½ (H(p_start, softmax(s_start / T)) + H(p_end, softmax(s_end / T)))``, padding left out of the softmax.
     """

@@ -158,7 +158,7 @@ def check_smaller(teacher, student, name: str, shape: Sequence[int], runs: int =
 
 def squad_distillation_train(ctx, whole: bool, temperature: float):
     """The student's own SQuAD training windows, each with the teacher's start and end distributions (at
-    ``temperature``) carried onto its positions through character offsets (:mod:`distillery.training.span_carry`):
+    ``temperature``) carried onto its positions through character offsets (:mod:`distillery.distill.span_carry`):
     the teacher's outputs are computed on its own windows of the same examples (and cached)."""
     from dataclasses import replace
 
@@ -166,7 +166,7 @@ def squad_distillation_train(ctx, whole: bool, temperature: float):
 
     from distillery.data.encode import squad_window_offsets
     from distillery.data.loading import load_raw
-    from distillery.training.span_carry import carry
+    from distillery.distill.span_carry import carry
 
     teacher_data = ctx.whole_split() if whole else ctx.task_data
     student_data = ctx.whole_split(ctx.student_data) if whole else ctx.student_data

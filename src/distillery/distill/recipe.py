@@ -83,7 +83,7 @@ class Distill(Method):
             if config.data.task in ("squad", "squad_v2") and (opts.augment or config.data.unlabeled_file):
                 raise DistilleryError("Augmentation and --unlabeled-file make sentence rows for the teacher to label; "
                                       "a SQuAD example's answer span cannot be carried to new text. Drop them for SQuAD.")
-            from distillery.pretrained import check_student, latency_shape
+            from distillery.distill.pretrained import check_student, latency_shape
             from distillery.teacher import teacher_tokenizer
 
             self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config),
@@ -95,7 +95,7 @@ class Distill(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
         if opts.student is not None:
-            from distillery.pretrained import run_pretrained
+            from distillery.distill.pretrained import run_pretrained
 
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
