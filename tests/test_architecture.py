@@ -19,7 +19,7 @@ LAYERS = [
                   "distillery.data", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download")),
-    ("methods and export", ("distillery.method", "distillery.methods", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
+    ("methods and export", ("distillery.method", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
     ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.auto_pretrained", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
     ("cli", ("distillery.cli",)),
@@ -33,7 +33,13 @@ def import_graph():
     return module
 
 
+# A method package's step commands (``distillery.<method>.steps``) are its command-line face: the cli layer's.
+STEPS = "steps"
+
+
 def layer_of(module: str) -> int | None:
+    if module.count(".") == 2 and module.endswith("." + STEPS):
+        return len(LAYERS) - 1
     for i, (_, prefixes) in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return i

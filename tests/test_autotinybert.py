@@ -185,7 +185,7 @@ def test_search_never_leaves_the_budget_and_is_seeded(tmp_path):
 def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
     import random
 
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.autotinybert.recipe import search_space
 
     space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
@@ -200,7 +200,7 @@ def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
 
 
 def test_further_training_rate_grows_with_the_speedup_unless_given():
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.autotinybert.recipe import further_lr
 
     opts = AutoTinyBertOptions.read({})

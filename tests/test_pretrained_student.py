@@ -385,7 +385,7 @@ def test_hidden_states_distil_per_layer_when_tokenizers_match_else_as_sentence_v
 
 
 def test_layer_map_without_a_pretrained_student_is_one_sentence():
-    from distillery.methods.distill import DistillOptions
+    from distillery.distill.options import DistillOptions
 
     with pytest.raises(DistilleryError, match="layer_map maps a pretrained student"):
         DistillOptions.read({"layer_map": [0, 1], "hidden_weight": 1.0})

@@ -1,17 +1,20 @@
 """The method contract: a :class:`Method` object per compression method, its options as specs, and the registry.
 
-A method is two things. Its *spec* (``distillery.methods.<name>``: a :class:`MethodOptions` dataclass whose
-fields carry their type, default, range, help and the paper's name, and ``distillery/methods/<name>.yaml``:
-its budget overrides and presets, in dotted keys) is plain data, light to import: the command line builds
-its flags, the step commands' flags, ``--option`` checks and the docs' option tables from it. Its
-*recipe* (a :class:`Method` subclass in the method's package) holds the typed hooks the pipeline calls:
-:meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student.
-This module imports neither torch nor transformers, so that the command line starts at once.
+Every method is a package, registered here by one line (:data:`METHODS`). Its *spec* (``<package>.options``: a
+:class:`MethodOptions` dataclass whose fields carry their type, default, range, help and the paper's name, and
+``<package>/presets.yaml``: its budget overrides and presets, in dotted keys) is plain data, light to import: the
+command line builds its flags, the step commands' flags, ``--option`` checks and the docs' option tables from it.
+Its *recipe* (a :class:`Method` subclass, ``<package>.recipe``) holds the typed hooks the pipeline calls:
+:meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student. A
+package may add ``steps.py`` (``app``: its step commands, ``distillery <method> <step>``) and ``auto.py`` (what
+``--method auto`` needs to know of it: :func:`method_auto`). This module imports neither torch nor transformers,
+and a method package's ``__init__`` imports nothing, so that the command line starts at once.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -248,8 +251,8 @@ class MethodOptions:
 
 class Method:
     """One compression method. Subclasses set ``name`` and implement :meth:`run` (and :meth:`check`
-    where the teacher's config rules options out). Its options are ``distillery.methods.<name>.Options``;
-    its budgets and presets are data in ``distillery/methods/<name>.yaml``, in dotted keys as
+    where the teacher's config rules options out). Its options are ``<package>.options.Options``;
+    its budgets and presets are data in ``<package>/presets.yaml``, in dotted keys as
     ``--config``'s settings once flattened (``student.lr``, ``method_options.lambda``)."""
 
     name: ClassVar[str]
@@ -282,8 +285,8 @@ class Method:
 
 # -- the registry -----------------------------------------------------------------------------------
 
-# name -> the Method subclass ("module:class"). Imported only when the method runs, so that its
-# dependencies load only then; its options live in distillery.methods.<name>, light for the command line.
+# name -> the Method subclass ("<package>.recipe:<class>"). The recipe is imported only when the method runs, so
+# that its dependencies load only then; everything else is read from the package's light modules and files.
 METHODS: dict[str, str] = {
     "distill": "distillery.distill.recipe:Distill",
     "moebert": "distillery.moebert.recipe:MoEBert",
@@ -291,12 +294,16 @@ METHODS: dict[str, str] = {
     "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",
 }
 
-SPECS_DIR = Path(__file__).parent / "methods"
-
 
 def _known(name: str) -> None:
     if name not in METHODS:
         raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
+
+
+def method_package(name: str) -> str:
+    """The method's package: the one that holds its recipe module."""
+    _known(name)
+    return METHODS[name].split(":")[0].rpartition(".")[0]
 
 
 def get_method(name: str) -> Method:
@@ -307,17 +314,22 @@ def get_method(name: str) -> Method:
 
 
 def method_options(name: str) -> type[MethodOptions]:
-    """The method's options dataclass, from its light spec module."""
-    _known(name)
-    return importlib.import_module(f"distillery.methods.{name}").Options
+    """The method's options dataclass, from its light ``options`` module."""
+    return importlib.import_module(f"{method_package(name)}.options").Options
+
+
+def method_module(name: str, module: str) -> Any:
+    """The method package's optional light module ``module`` (``steps``, ``auto``), or None where it has none."""
+    full = f"{method_package(name)}.{module}"
+    return importlib.import_module(full) if importlib.util.find_spec(full) is not None else None
 
 
 @cache
 def method_data(name: str) -> dict[str, Any]:
-    """The method's budgets and presets (``distillery/methods/<name>.yaml``)."""
+    """The method's budgets and presets (``<package>/presets.yaml``)."""
     from distillery.config import load_yaml
 
-    path = SPECS_DIR / f"{name}.yaml"
+    path = Path(importlib.import_module(method_package(name)).__file__).parent / "presets.yaml"
     return load_yaml(path.read_text()) or {} if path.is_file() else {}
 
 

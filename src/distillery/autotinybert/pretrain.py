@@ -60,7 +60,7 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     from distillery.data.encode import make_collate
     from distillery.training.trainer import Trainer
     from distillery.folders import claim
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.modeling import load_checked, load_tokenizer
     from distillery.teacher import resolve_teacher
 

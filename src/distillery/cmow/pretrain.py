@@ -148,7 +148,7 @@ def pretrain(
 def _check_settings(teacher: str, kd_weight: float, temperature: float, hidden_loss: str,
                     model_options: dict[str, Any] | None) -> None:
     """Refuse bad :func:`pretrain` settings before anything is written."""
-    from distillery.methods.cmow import CMOWOptions
+    from distillery.cmow.options import CMOWOptions
     from distillery.teacher import teacher_config
 
     CMOWOptions.check_value("kd_weight", kd_weight)

@@ -4,7 +4,7 @@ A shallower copy of the teacher, initialised from a subset of its layers (Distil
 layer), trained with (1 − w)·CE(y) + w·KD(teacher, T), optionally plus β·MSE between the hidden
 states of each student layer and the teacher layer it was copied from (Patient KD).
 
-Options (``RunConfig.method_options``): :class:`~distillery.methods.distill.DistillOptions`.
+Options (``RunConfig.method_options``): :class:`~distillery.distill.options.DistillOptions`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.method import Method
-from distillery.methods.moebert import MoEBertOptions
+from distillery.moebert.options import MoEBertOptions
 from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
