@@ -18,10 +18,11 @@ LAYERS = [
     ("services", ("distillery.errors", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.ownership", "distillery.distributed",
                   "distillery.data", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
-                  "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download")),
+                  "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",
+                  "distillery.markdown")),
     ("methods and export", ("distillery.method", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.auto_pretrained", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
+    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot")),
     ("cli", ("distillery.cli",)),
 ]
 

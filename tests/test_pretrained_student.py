@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.auto_pretrained import candidate_name
+from distillery.distill.auto import candidate_name
 from distillery.errors import DistilleryError
 from tests.families import CELL, compress
 from tests.helpers import write_squad
@@ -297,7 +297,7 @@ def test_card_base_model_is_the_students_hub_origin(tmp_path):
 
 def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
     from distillery.auto import plan_for
-    from distillery.auto_pretrained import WHY
+    from distillery.distill.auto import WHY
 
     student = tiny_family("roberta", 2)
     settings = {"teacher.name": tiny_family("bert", 4), "bench.latency_shape": [1, 16], "bench.latency_runs": 3,
@@ -316,17 +316,18 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
 
 
 def test_a_packaged_encoder_smaller_and_faster_than_the_teacher_is_a_default_candidate(monkeypatch):
-    import distillery.auto_pretrained as ap
+    import distillery.distill.auto as ap
+    from distillery.method import AutoAsk
     from transformers import BertConfig
 
     monkeypatch.setattr(ap, "_available", lambda name: name == "minilm")
     base = BertConfig(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
     monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 60.0, "student": 10.0})
-    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert [c["name"] for c in found] == ["pretrained-minilm"] and not left
     assert found[0]["options"] == {"student": "minilm"} and "6.00× faster" in found[0]["why"]
     monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 30.0, "student": 10.0})
-    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert not found and "below the 4.00× needed" in left[0]["reason"]
 
 
@@ -335,12 +336,13 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
     are tested in test_auto.py): it is listed as a pretrained student and, meeting the target, chosen."""
     import yaml
 
-    import distillery.auto
-    from distillery.auto_pretrained import WHY
+    from distillery.distill.auto import WHY
     from distillery.config import nested_settings
     from tests.helpers import TINY_RUN, run_ok
 
-    monkeypatch.setattr(distillery.auto, "plan", lambda *args: ([], []))
+    for planned in ("distillery.distill.auto.layer_candidates", "distillery.moebert.auto.candidates",
+                    "distillery.cmow.auto.candidates", "distillery.autotinybert.auto.candidates"):
+        monkeypatch.setattr(planned, lambda ask: ([], []))
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0,
                                                         "bench.latency_runs": 9})))

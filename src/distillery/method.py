@@ -7,7 +7,7 @@ command line builds its flags, the step commands' flags, ``--option`` checks and
 Its *recipe* (a :class:`Method` subclass, ``<package>.recipe``) holds the typed hooks the pipeline calls:
 :meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student. A
 package may add ``steps.py`` (``app``: its step commands, ``distillery <method> <step>``) and ``auto.py`` (what
-``--method auto`` needs to know of it: :func:`method_auto`). This module imports neither torch nor transformers,
+``--method auto`` needs to know of it: ``reach`` and ``candidates``, each given an :class:`AutoAsk`). This module imports neither torch nor transformers,
 and a method package's ``__init__`` imports nothing, so that the command line starts at once.
 """
 
@@ -281,6 +281,28 @@ class Method:
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         """Build the student from ``ctx.teacher`` and train it with the one trainer (``ctx.train``)."""
         raise NotImplementedError
+
+
+# -- what --method auto asks a method ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AutoAsk:
+    """What ``--method auto`` tells a method package's ``auto`` module, which answers with ``reach(ask)`` (its
+    FLOP-ideal speed-up at best on this teacher, an upper bound; a DistilleryError where it cannot compress it)
+    and ``candidates(ask)`` (the candidates that can meet ``speedup`` as ``distillery.auto.Candidate``'s fields:
+    name, method, options, cost in passes of the teacher over the training data, why, expected share of the
+    teacher's score kept; and those left out: name, method, reason)."""
+
+    teacher_config: Any
+    speedup: float  # the speed-up a candidate must reach (a latency target over the teacher's latency here)
+    seq: int  # the tokens a sentence of the latency measurement
+    options: Mapping[str, Any]  # the method's options as given to auto
+    teacher: str | None = None  # the teacher's name, folder or Hub id
+    shape: tuple[int, ...] = (1, 128)  # the latency measurement's batch and tokens
+    runs: int = 20  # timed runs of a latency measured while planning
+    latency_ms: float | None = None  # the latency target, where it is one
+    students: Any = None  # the pretrained students given (``--student``), each a candidate of its own
 
 
 # -- the registry -----------------------------------------------------------------------------------

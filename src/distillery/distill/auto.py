@@ -1,26 +1,64 @@
-"""``--method auto``'s pretrained-student candidates: each ``--student`` given, and the packaged pretrained
-encoders that are smaller than the teacher and measured fast enough here to reach the target (MiniLM for an
-mpnet-base teacher). Each is method ``distill`` with that ``student``, named in the report as a "pretrained
-student distilled from the teacher". Candidates are returned as ``distillery.auto.Candidate``'s fields (this
-module sits beside auto and does not import it)."""
+"""What ``--method auto`` knows of method ``distill`` (:class:`~distillery.method.AutoAsk`): the depths of the
+layer-drop students that can meet the target, and the pretrained-student candidates: each ``--student`` given,
+and the packaged pretrained encoders that are smaller than the teacher and measured fast enough here to reach the
+target (MiniLM for an mpnet-base teacher), each method ``distill`` with that ``student``, named in the report as a
+"pretrained student distilled from the teacher"."""
 
 from __future__ import annotations
 
 import logging
+import math
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from distillery.auto_budget import EXPECTED_RETENTION
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.markdown import fmt_x
+from distillery.method import AutoAsk
 
 logger = logging.getLogger("distillery")
 
 WHY = "pretrained student distilled from the teacher"
-# The teacher labels the train split once (cached), then a small student trains: about a 2-layer distill run.
-COST = 1.5
+# Training cost in passes of the teacher over the training data. A student of k of L layers: the teacher's forward
+# for the KD targets and the student's forward and backward (1 + 3k/L). A pretrained student: the teacher labels
+# the train split once (cached), then a small student trains: about a 2-layer layer-drop run.
+PRETRAINED_COST = 1.5
+# The share of the teacher's main metric each is expected to keep (distillery.auto_budget says how these compare
+# across methods): the deepest layer-drop student that meets the target, one layer fewer, a pretrained student
+# (6 points under a base-size teacher, level with the layer-drop student of its speed).
+EXPECTED, EXPECTED_SHALLOWER, EXPECTED_PRETRAINED = 0.99, 0.95, 0.96
 PACKAGED = (BUILTIN_TEACHER, BASE_TEACHER)
+
+
+def depths(num_layers: int, speedup: float) -> list[int]:
+    """Depths of the layer-drop candidates: the deepest whose FLOP-ideal speed-up L/k meets S, and one
+    shallower, since the embeddings and the head, which no layer-drop removes, keep the measured
+    speed-up below L/k."""
+    k = max(1, min(num_layers - 1, math.floor(num_layers / speedup + 1e-9)))
+    return [k] + ([k - 1] if k > 1 else [])
+
+
+def reach(ask: AutoAsk) -> float:
+    """Keeping one of the teacher's layers."""
+    return float(ask.teacher_config.num_hidden_layers)
+
+
+def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The layer-drop students that can meet the target, then the pretrained ones."""
+    layered, skipped = layer_candidates(ask)
+    pretrained, left = pretrained_candidates(ask)
+    return layered + pretrained, skipped + left
+
+
+def layer_candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    layers = int(getattr(ask.teacher_config, "num_hidden_layers", 0) or 0)
+    if layers <= 1:
+        return [], [{"name": "distill", "method": "distill",
+                     "reason": "the teacher has a single layer, so dropping layers leaves nothing"}]
+    return [{"name": f"distill-{k}l", "method": "distill", "options": {**ask.options, "student_layers": k},
+             "cost": 1 + 3 * k / layers, "why": f"{k} of the teacher's {layers} layers (FLOP-ideal {layers / k:.2f}×)",
+             "expected": EXPECTED if i == 0 else EXPECTED_SHALLOWER}
+            for i, k in enumerate(depths(layers, ask.speedup))], []
 
 
 def given_students(value: Any) -> list[str]:
@@ -68,23 +106,22 @@ def _packaged_candidate(name: str, teacher_config, speedup: float, shape: Sequen
     return True, f"measured here {fmt_x(measured)} faster than the teacher"
 
 
-def pretrained_candidates(students: Any, teacher_name: str, teacher_config, speedup: float, shape: Sequence[int],
-                          runs: int, distill_options: Mapping[str, Any]) -> tuple[list[dict], list[dict[str, str]]]:
+def pretrained_candidates(ask: AutoAsk) -> tuple[list[dict], list[dict[str, str]]]:
     """The candidates of every ``--student`` given (the run itself refuses one no smaller or faster than the
     teacher) and of each packaged encoder that qualifies (:func:`_packaged_candidate`), with those left out."""
-    names = given_students(students)
+    names = given_students(ask.students)
 
     def candidate(name: str, why: str) -> dict[str, Any]:
-        return {"name": candidate_name(name), "method": "distill", "options": {**distill_options, "student": name},
-                "cost": COST, "why": why, "expected": EXPECTED_RETENTION["pretrained"]}
+        return {"name": candidate_name(name), "method": "distill", "options": {**ask.options, "student": name},
+                "cost": PRETRAINED_COST, "why": why, "expected": EXPECTED_PRETRAINED}
 
     candidates = [candidate(n, f"{WHY} ({n})") for n in names]
     skipped = []
     for name in PACKAGED:
-        if name in names or name == teacher_name or not _available(name):
+        if name in names or name == ask.teacher or not _available(name):
             continue
         try:
-            ok, words = _packaged_candidate(name, teacher_config, speedup, shape, runs)
+            ok, words = _packaged_candidate(name, ask.teacher_config, ask.speedup, ask.shape, ask.runs)
         except DistilleryError as e:
             ok, words = False, str(e)
         if ok is None:
