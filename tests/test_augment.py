@@ -157,7 +157,7 @@ def test_unlabeled_file_must_be_a_regular_file(tmp_path):
 
 def test_a_run_trains_on_augmented_and_unlabeled_rows_labelled_by_the_teacher(tiny_bert, glue_dir, tmp_path,
                                                                                 monkeypatch):
-    from distillery import recipe
+    from distillery import method_context as recipe
 
     unlabeled = tmp_path / "u.csv"
     unlabeled.write_text("text\nthe plot was fun\nawful actor\nthe film\n")

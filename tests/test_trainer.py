@@ -501,7 +501,8 @@ def test_an_empty_dataset_is_refused(tmp_path):
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     from tests._ddp_train import run
 
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     # accelerate runs several CPU processes through torch.distributed.run when asked for
     # "multi_gpu" on a machine without one; they then train on CPU with gloo
     cmd = [

@@ -39,8 +39,6 @@ logger = logging.getLogger("distillery")
 
 AUTO = "auto"
 KIND = "auto"  # the marker kind of an auto folder
-# Options auto sets per candidate: given by the user they would contradict the plan.
-PLANNED_OPTIONS = ("student_layers", "budget_ms")
 # The run settings that are build_run_config's own arguments, not overrides.
 NAMED = {"data.task": "task", "budget": "budget", "teacher.name": "teacher", "data.data_dir": "data_dir"}
 DEFAULT_NAMED = {"task": "sst2", "budget": "quick", "teacher": "minilm", "data_dir": None}
@@ -111,7 +109,8 @@ def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping
 def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The given method options dealt to the methods that have them (``kd_weight`` to all four); an
     option no method has, or one auto sets itself, is refused with a sentence."""
-    planned = [k for k in given if k in PLANNED_OPTIONS]
+    # options a method's auto module sets per candidate (its PLANNED): given by the user they would contradict the plan
+    planned = [k for k in given if any(k in getattr(module, "PLANNED", ()) for module in auto_modules().values())]
     if planned:
         raise DistilleryError(f"--method auto chooses {', '.join(planned)} itself for its candidates; drop "
                               f"{'it' if len(planned) == 1 else 'them'}, or run that method alone.")

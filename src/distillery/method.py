@@ -292,7 +292,8 @@ class AutoAsk:
     FLOP-ideal speed-up at best on this teacher, an upper bound; a DistilleryError where it cannot compress it)
     and ``candidates(ask)`` (the candidates that can meet ``speedup`` as ``distillery.auto.Candidate``'s fields:
     name, method, options, cost in passes of the teacher over the training data, why, expected share of the
-    teacher's score kept; and those left out: name, method, reason)."""
+    teacher's score kept; and those left out: name, method, reason). The module's ``PLANNED``, where it has one,
+    names the options it sets per candidate itself, which auto refuses given."""
 
     teacher_config: Any
     speedup: float  # the speed-up a candidate must reach (a latency target over the teacher's latency here)

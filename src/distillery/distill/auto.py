@@ -28,6 +28,7 @@ PRETRAINED_COST = 1.5
 # (6 points under a base-size teacher, level with the layer-drop student of its speed).
 EXPECTED, EXPECTED_SHALLOWER, EXPECTED_PRETRAINED = 0.99, 0.95, 0.96
 PACKAGED = (BUILTIN_TEACHER, BASE_TEACHER)
+PLANNED = ("student_layers",)  # set per candidate: auto refuses it given
 
 
 def depths(num_layers: int, speedup: float) -> list[int]:
