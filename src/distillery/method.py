@@ -7,8 +7,9 @@ command line builds its flags, the step commands' flags, ``--option`` checks and
 Its *recipe* (a :class:`Method` subclass, ``<package>.recipe``) holds the typed hooks the pipeline calls:
 :meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student. A
 package may add ``steps.py`` (``app``: its step commands, ``distillery <method> <step>``) and ``auto.py`` (what
-``--method auto`` needs to know of it: ``reach`` and ``candidates``, each given an :class:`AutoAsk`). This module imports neither torch nor transformers,
-and a method package's ``__init__`` imports nothing, so that the command line starts at once.
+``--method auto`` needs to know of it: ``reach`` and ``candidates``, each given an :class:`AutoAsk`). This module
+imports neither torch nor transformers, and a method package's ``__init__`` imports nothing, so that the command
+line starts at once.
 """
 
 from __future__ import annotations
