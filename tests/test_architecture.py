@@ -16,12 +16,13 @@ MAX_FUNCTION_LINES = 80
 # Lowest first: a module may import from its own layer (without a cycle) and the layers below.
 LAYERS = [
     ("services", ("distillery.errors", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.ownership", "distillery.distributed",
-                  "distillery.data", "distillery.metrics", "distillery.distill", "distillery.modeling",
+                  "distillery.data", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
-                  "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.base_teacher")),
-    ("methods and export", ("distillery.method", "distillery.methods", "distillery.recipe", "distillery.baseline", "distillery.pretrained", "distillery.moebert", "distillery.cmow",
+                  "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",
+                  "distillery.markdown")),
+    ("methods and export", ("distillery.method", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.auto_pretrained", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot", "distillery.markdown")),
+    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot")),
     ("cli", ("distillery.cli",)),
 ]
 
@@ -33,7 +34,13 @@ def import_graph():
     return module
 
 
+# A method package's step commands (``distillery.<method>.steps``) are its command-line face: the cli layer's.
+STEPS = "steps"
+
+
 def layer_of(module: str) -> int | None:
+    if module.count(".") == 2 and module.endswith("." + STEPS):
+        return len(LAYERS) - 1
     for i, (_, prefixes) in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return i

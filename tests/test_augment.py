@@ -157,7 +157,7 @@ def test_unlabeled_file_must_be_a_regular_file(tmp_path):
 
 def test_a_run_trains_on_augmented_and_unlabeled_rows_labelled_by_the_teacher(tiny_bert, glue_dir, tmp_path,
                                                                                 monkeypatch):
-    from distillery import recipe
+    from distillery import method_context as recipe
 
     unlabeled = tmp_path / "u.csv"
     unlabeled.write_text("text\nthe plot was fun\nawful actor\nthe film\n")
@@ -222,7 +222,7 @@ def test_killed_during_augmentation_resumes_without_augmenting_again(tiny_bert, 
 
 
 def test_augment_and_unlabeled_file_refuse_squad(tiny_bert, tmp_path):
-    from distillery.recipe import extra_rows
+    from distillery.method_context import extra_rows
 
     class Ctx:
         config = build_run_config(task="squad")
@@ -237,7 +237,7 @@ def test_the_source_is_augment_model_else_the_teachers_mlm_head_else_its_embeddi
 
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-    from distillery.recipe import augment_source
+    from distillery.method_context import augment_source
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     mlm_folder = tmp_path / "mlm"
@@ -274,7 +274,7 @@ def test_auto_gives_augment_to_every_candidate_and_the_cli_has_the_flags(monkeyp
                       "method_options.proxy_examples": 16, "method_options.budget_floor": 0}),
 ])
 def test_cmow_and_autotinybert_train_on_the_augmented_text(method, options, tiny_bert, glue_dir, tmp_path, monkeypatch):
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
     from tests.helpers import flop_timed
 
     flop_timed(monkeypatch)

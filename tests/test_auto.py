@@ -7,8 +7,8 @@ import time
 import pytest
 import yaml
 
-from distillery.auto import (Candidate, choose, distill_depths, make_target, moebert_reach, parse_time_budget, plan,
-                             route_options, run_candidates, Target)
+from distillery.auto import (Candidate, choose, make_target, parse_time_budget, plan, route_options, run_candidates,
+                             Target)
 from distillery.config import nested_settings
 from distillery.errors import DistilleryError
 from tests.helpers import TINY_RUN, assert_one_line_error, flop_timed, run_cli, run_ok
@@ -34,10 +34,14 @@ def _bert(layers=12, hidden=768, ffn=3072):
     return BertConfig(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=ffn, num_attention_heads=12)
 
 
-def test_plan_keeps_the_candidates_that_can_meet_the_target_likely_best_first():
+def test_plan_keeps_the_candidates_that_can_meet_the_target_likely_best_first(monkeypatch):
+    from distillery.distill.auto import depths as distill_depths
+    from distillery.moebert.auto import speedup_bound
+
+    monkeypatch.setattr("distillery.distill.auto._available", lambda name: False)  # no packaged encoder timed here
     options = route_options({})
     # BERT-base at 128 tokens: MoEBERT with 4 experts of 768 neurons is at best (2·768+128+3072)/(2·768+128+768)
-    bound, how = moebert_reach(_bert(), 128, {})
+    bound, how = speedup_bound(_bert(), 128, {})
     assert bound == pytest.approx(4736 / 2432) and "3072" in how
     candidates, skipped = plan(_bert(), 2.0, 128, options)
     names = [c.name for c in candidates]

@@ -185,7 +185,7 @@ def test_search_never_leaves_the_budget_and_is_seeded(tmp_path):
 def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
     import random
 
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.autotinybert.recipe import search_space
 
     space = SearchSpace.from_supernet(6, 384, 1536, 12, "head-dims")
@@ -200,7 +200,7 @@ def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
 
 
 def test_further_training_rate_grows_with_the_speedup_unless_given():
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.autotinybert.recipe import further_lr
 
     opts = AutoTinyBertOptions.read({})
@@ -543,7 +543,7 @@ def test_rewired_slice_keeps_the_most_important_units():
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baseline_student(strategy):
-    from distillery.baseline import build_student, select_layers
+    from distillery.distill.recipe import build_student, select_layers
 
     teacher = tiny_teacher(num_hidden_layers=4)
     net = SuperNet.from_teacher(teacher, strategy).eval()

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from distillery.distill import trainer as trainer_module
+from distillery.training import trainer as trainer_module
 from tests.helpers import TINY_RUN, assert_one_line_error, flop_timed, make_tiny_bert, run_cli, write_corpus
 
 PRETRAIN = ("--steps", "4", "--batch-size", "4", "--max-length", "16", "--log-every", "2")

@@ -239,7 +239,7 @@ def test_cmow_bad_options_fail_before_training(tiny_bert, glue_dir, tmp_path):
 
 
 def test_early_stopping_stops_after_patience_evaluations():
-    from distillery.distill.trainer import Trainer
+    from distillery.training.trainer import Trainer
 
     from types import SimpleNamespace
 

@@ -179,7 +179,7 @@ def test_torch_int8_folder_holds_fp32_safetensors_and_reloads_exactly(bert_cls, 
 
 def test_int8_default_is_one_of_the_backends():
     assert ex.resolve_format("int8") == ex.DEFAULT_INT8 in ("onnx-int8", "torch-int8")
-    import distillery.cmow  # noqa: F401  (registers CMOW's faster int8 backend)
+    import distillery.cmow.modeling_cmow  # noqa: F401  (registers CMOW's faster int8 backend)
 
     assert ex.resolve_format("int8", "cmow") == "torch-int8" and ex.resolve_format("onnx-int8", "cmow") == "onnx-int8"
 

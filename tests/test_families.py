@@ -75,8 +75,8 @@ def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_eve
     KD's hidden-state MSE pairs student layer j with the teacher layer it came from (zero for that copy)."""
     from transformers import AutoModelForSequenceClassification
 
-    from distillery.baseline import build_student
-    from distillery.distill.losses import distillation_loss
+    from distillery.distill.recipe import build_student
+    from distillery.training.losses import distillation_loss
 
     folder = tiny_family(family)
     teacher = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).eval()

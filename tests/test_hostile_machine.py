@@ -175,7 +175,7 @@ LOGITS = {
 
 @pytest.mark.parametrize("damage", list(LOGITS))
 def test_damaged_logits_cache_entry_is_rebuilt_never_unpickled(damage, tmp_path, caplog):
-    from distillery.recipe import read_logits_cache
+    from distillery.method_context import read_logits_cache
 
     path = tmp_path / "sst2-0123.npy"
     np.save(path, np.ones((4, 2), dtype=np.float32))
@@ -208,7 +208,7 @@ def compress_args(teacher, data, out, *more):
 
 
 def test_full_disk_under_out_is_a_sentence_and_resume_finishes(monkeypatch, capsys, tiny_bert, data, cache, tmp_path):
-    import distillery.distill.checkpoint as checkpoint
+    import distillery.training.checkpoint as checkpoint
 
     out = tmp_path / "run"
     with monkeypatch.context() as patched:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
 
-from distillery.distill.losses import (
+from distillery.training.losses import (
     HiddenProjection,
     hidden_mse,
     kl_divergence,
@@ -250,7 +250,7 @@ def test_hidden_term_runs_the_teacher_even_when_the_batch_carries_cached_logits(
     # teacher's hidden states, so the loss runs the teacher itself (its logits equal the cached ones).
     from transformers import AutoModelForSequenceClassification
 
-    from distillery.distill.losses import distillation_loss
+    from distillery.training.losses import distillation_loss
 
     teacher = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), num_labels=2).eval()
     student = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), num_labels=2).eval()

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import distillery.methods.moebert as moebert_spec
+import distillery.moebert.options as moebert_spec
 from distillery.cli import app
 from distillery.cli.docs import DOCS, compress_table, method_table, render, stale
 from distillery.cli.options import option_flags
@@ -132,8 +132,17 @@ def test_the_pipeline_calls_typed_hooks():
 
 
 def test_the_command_line_loads_no_method_and_no_torch():
+    """It reads every method package's light face (its options, presets and step commands), never a recipe or a
+    student's modeling module."""
     code = ("import sys, typer; from distillery.cli import app; typer.main.get_command(app); "
-            "heavy = [m for m in ('torch', 'transformers', 'distillery.moebert', 'distillery.baseline') if m in sys.modules]; "
+            "from distillery.method import METHODS, method_data, method_options; "
+            "[(method_options(m), method_data(m)) for m in METHODS]; "
+            "light = [m + '.options' for m in ('distillery.distill', 'distillery.moebert', 'distillery.cmow', "
+            "'distillery.autotinybert')] + ['distillery.moebert.steps']; "
+            "assert all(m in sys.modules for m in light), light; "
+            "recipes = [r.split(':')[0] for r in METHODS.values()]; "
+            "heavy = [m for m in ('torch', 'transformers', *recipes) if m in sys.modules]; "
+            "heavy += [m for m in sys.modules if m.startswith('distillery.') and '.modeling_' in m]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -65,7 +65,7 @@ def test_unknown_method_and_task():
 def test_interrupted_student_training_resumes_to_the_same_student(tiny_bert4, glue_dir, tmp_path, monkeypatch):
     full = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "full"))
 
-    import distillery.baseline as baseline
+    import distillery.distill.recipe as baseline
 
     original = baseline.distillation_loss
 
@@ -230,7 +230,7 @@ def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(ti
 
     from distillery.data.encode import prepare_task_data
     from distillery.data.tasks import get_task
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
     from distillery.teacher import teacher_tokenizer
 
     config = tiny_config(tiny_bert, glue_dir, tmp_path / "run", **{"data.train_limit": limit})
@@ -295,7 +295,7 @@ def test_the_quick_budget_makes_one_pass_over_a_whole_split_unless_epochs_are_gi
 
 
 def test_whole_split_epochs_apply_only_to_a_split_larger_than_the_runs(tiny_bert4, glue_dir, tmp_path, monkeypatch):
-    from distillery.distill import trainer
+    from distillery.training import trainer
 
     epochs, init = [], trainer.Trainer.__init__
     monkeypatch.setattr(trainer.Trainer, "__init__",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distillery.auto_pretrained import candidate_name
+from distillery.distill.auto import candidate_name
 from distillery.errors import DistilleryError
 from tests.families import CELL, compress
 from tests.helpers import write_squad
@@ -164,7 +164,7 @@ def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from distillery.data.tasks import get_task
-    from distillery.pretrained import load_student
+    from distillery.distill.pretrained import load_student
 
     source = tiny_family("bert", 2)
     with caplog.at_level(logging.INFO, logger="distillery"):
@@ -211,7 +211,7 @@ def test_student_no_smaller_than_teacher_is_refused(tiny_family, glue_dir, tmp_p
 
 def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     import distillery.bench as bench
-    from distillery.pretrained import check_smaller
+    from distillery.distill.pretrained import check_smaller
     from transformers import AutoModel
 
     teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
@@ -230,8 +230,8 @@ def test_squad_targets_with_the_teachers_own_tokenizer_are_its_distribution(tiny
     from distillery.data.loading import load_raw
     from distillery.evaluation import predict
     from distillery.pipeline import build_run_config
-    from distillery.pretrained import squad_distillation_train
-    from distillery.recipe import MethodContext
+    from distillery.distill.pretrained import squad_distillation_train
+    from distillery.method_context import MethodContext
 
     source = tiny_family("bert", 2)
     data = write_squad(tmp_path / "data")
@@ -297,7 +297,7 @@ def test_card_base_model_is_the_students_hub_origin(tmp_path):
 
 def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
     from distillery.auto import plan_for
-    from distillery.auto_pretrained import WHY
+    from distillery.distill.auto import WHY
 
     student = tiny_family("roberta", 2)
     settings = {"teacher.name": tiny_family("bert", 4), "bench.latency_shape": [1, 16], "bench.latency_runs": 3,
@@ -316,17 +316,18 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
 
 
 def test_a_packaged_encoder_smaller_and_faster_than_the_teacher_is_a_default_candidate(monkeypatch):
-    import distillery.auto_pretrained as ap
+    import distillery.distill.auto as ap
+    from distillery.method import AutoAsk
     from transformers import BertConfig
 
     monkeypatch.setattr(ap, "_available", lambda name: name == "minilm")
     base = BertConfig(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
     monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 60.0, "student": 10.0})
-    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert [c["name"] for c in found] == ["pretrained-minilm"] and not left
     assert found[0]["options"] == {"student": "minilm"} and "6.00× faster" in found[0]["why"]
     monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 30.0, "student": 10.0})
-    found, left = ap.pretrained_candidates(None, "mpnet-base", base, 4.0, (1, 128), 3, {})
+    found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert not found and "below the 4.00× needed" in left[0]["reason"]
 
 
@@ -335,12 +336,13 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
     are tested in test_auto.py): it is listed as a pretrained student and, meeting the target, chosen."""
     import yaml
 
-    import distillery.auto
-    from distillery.auto_pretrained import WHY
+    from distillery.distill.auto import WHY
     from distillery.config import nested_settings
     from tests.helpers import TINY_RUN, run_ok
 
-    monkeypatch.setattr(distillery.auto, "plan", lambda *args: ([], []))
+    for planned in ("distillery.distill.auto.layer_candidates", "distillery.moebert.auto.candidates",
+                    "distillery.cmow.auto.candidates", "distillery.autotinybert.auto.candidates"):
+        monkeypatch.setattr(planned, lambda ask: ([], []))
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0,
                                                         "bench.latency_runs": 9})))
@@ -360,7 +362,7 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
 
 
 def test_layer_maps_spread_evenly_or_as_given():
-    from distillery.pretrained import layer_map_for
+    from distillery.distill.pretrained import layer_map_for
 
     assert layer_map_for(2, 4, None) == [1, 3] and layer_map_for(3, 12, None) == [3, 7, 11]
     assert layer_map_for(2, 4, [0, 2]) == [0, 2]
@@ -385,7 +387,7 @@ def test_hidden_states_distil_per_layer_when_tokenizers_match_else_as_sentence_v
 
 
 def test_layer_map_without_a_pretrained_student_is_one_sentence():
-    from distillery.methods.distill import DistillOptions
+    from distillery.distill.options import DistillOptions
 
     with pytest.raises(DistilleryError, match="layer_map maps a pretrained student"):
         DistillOptions.read({"layer_map": [0, 1], "hidden_weight": 1.0})
@@ -396,7 +398,7 @@ def test_layer_map_without_a_pretrained_student_is_one_sentence():
 def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_family):
     from transformers import AutoTokenizer
 
-    from distillery.pretrained import same_tokenizer
+    from distillery.distill.pretrained import same_tokenizer
 
     bert, other_bert = (AutoTokenizer.from_pretrained(tiny_family("bert", n)) for n in (4, 2))
     other_bert("some words", truncation=True, max_length=8, padding="max_length")  # leaves call state behind
@@ -487,7 +489,7 @@ def test_the_teachers_sentence_vectors_are_cached_beside_its_logits(tiny_family,
     compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "a", **options)
     entries = sorted(os.listdir(tmp_path / "cache" / "logits"))
     assert len(entries) == 2 and sum("-pooled-" in e for e in entries) == 1, entries
-    import distillery.pretrained as pretrained
+    import distillery.distill.pretrained as pretrained
 
     monkeypatch.setattr(pretrained, "_pooled_pass", lambda *a: pytest.fail("the cached vectors were computed again"))
     compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "b", **options)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from distillery.distill import trainer as trainer_module
+from distillery.training import trainer as trainer_module
 from distillery.folders import unrecorded
 from distillery.pipeline import compress
 from tests.helpers import flop_timed, tiny_config

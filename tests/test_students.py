@@ -48,7 +48,7 @@ def tiny_bert(head: str, layers: int = 2):
 
 
 def build_distill(head):
-    from distillery.baseline import build_student
+    from distillery.distill.recipe import build_student
 
     return build_student(tiny_bert(head, layers=4), [0, 2])
 

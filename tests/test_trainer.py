@@ -14,12 +14,12 @@ import datasets
 import torch
 from safetensors.torch import load_file, load_model
 
-import distillery.distill.checkpoint as checkpoint_module
+import distillery.training.checkpoint as checkpoint_module
 from distillery.config import TrainConfig
-from distillery.distill import HiddenProjection, Trainer, find_checkpoint, hidden_mse
-from distillery.distill.checkpoint import TrainerState
-from distillery.distill.data_order import EpochSampler
-from distillery.distill.optim import param_groups as _param_groups
+from distillery.training import HiddenProjection, Trainer, find_checkpoint, hidden_mse
+from distillery.training.checkpoint import TrainerState
+from distillery.training.data_order import EpochSampler
+from distillery.training.optim import param_groups as _param_groups
 from distillery.errors import DistilleryError
 from tests._ddp_train import collate, loss_fn, tiny_dataset, tiny_model
 from tests.helpers import tiny_bert_config
@@ -501,7 +501,8 @@ def test_an_empty_dataset_is_refused(tmp_path):
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     from tests._ddp_train import run
 
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     # accelerate runs several CPU processes through torch.distributed.run when asked for
     # "multi_gpu" on a machine without one; they then train on CPU with gloo
     cmd = [

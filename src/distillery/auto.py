@@ -20,13 +20,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from distillery.auto_budget import (EXPECTED_RETENTION, calibration, estimate_seconds, fits, not_fitting, pass_seconds,
+from distillery.auto_budget import (calibration, estimate_seconds, fits, not_fitting, pass_seconds,
                                     up_front)
 from distillery.auto_choice import Target, choose, make_target, write_json  # noqa: F401 (auto's API)
 from distillery.auto_report import finish
@@ -34,23 +33,12 @@ from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, parse_time_budget, 
 from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
-from distillery.method import METHODS, method_options
+from distillery.method import METHODS, AutoAsk, method_module, method_options
 
 logger = logging.getLogger("distillery")
 
 AUTO = "auto"
 KIND = "auto"  # the marker kind of an auto folder
-# Options auto sets per candidate: given by the user they would contradict the plan.
-PLANNED_OPTIONS = ("student_layers", "budget_ms")
-# Rough training cost of each method, in passes of the teacher over the training data (a forward is
-# one, a backward two): times the teacher's measured seconds a pass, what a time budget expects it to take.
-#   distill with k of L layers: the teacher's forward for the KD targets + the student's forward/backward.
-#   moebert: + an importance pass, and its student is nearly the teacher's size.
-#   cmow: the teacher labels the whole train split once; its student is a fraction of a layer.
-#   autotinybert: a one-shot super-net (several sub-networks a step), the latency fit, the search, then
-#   further training: the dearest by far.
-COST_MOEBERT, COST_CMOW, COST_AUTOTINYBERT = 5.0, 1.5, 8.0
-
 
 # --------------------------------------------------------------------------------------------
 # The plan
@@ -63,115 +51,63 @@ class Candidate:
     options: dict[str, Any]
     cost: float  # estimated, in passes of the teacher over the training data
     why: str
-    expected: float = 0.0  # the share of the teacher's score it is expected to keep (auto_budget.EXPECTED_RETENTION)
+    expected: float = 0.0  # the share of the teacher's score it is expected to keep (its method package's auto module)
     estimated_seconds: float | None = None  # its training time, from the teacher's measured speed
 
 
-def moebert_reach(teacher_config, seq: int, given: Mapping[str, Any]) -> tuple[float, str]:
-    """MoEBERT's FLOP-ideal speed-up at ``seq`` tokens, and how it was computed.
-
-    Per token and layer, attention costs 8d² (Q, K, V, output projections) + 4·seq·d (scores and
-    context) FLOPs and the FFN 4·d·d_h (6·d·d_h with a GLU); MoEBERT keeps the attention and runs one
-    expert of d_e neurons instead of the FFN, so at best it is
-    (2d + seq + g·d_h) / (2d + seq + g·d_e) times faster (g = 1.5 for a GLU FFN, else 1; embeddings
-    and head are left out, which only lowers the real figure)."""
-    from distillery.encoders import ffn_width, layout_of
-    from distillery.moebert.modeling_moebert import resolve_expert_shape
-
-    layout = layout_of(teacher_config)
-    d, d_h = int(teacher_config.hidden_size), ffn_width(layout, teacher_config)
-    opts = method_options("moebert").read(given)
-    _, d_e, _ = resolve_expert_shape(d_h, opts.experts, opts.expert_size, opts.shared)
-    g = 1.5 if layout.glu else 1.0
-    bound = (2 * d + seq + g * d_h) / (2 * d + seq + g * d_e)
-    how = (f"(2d + seq + d_h) / (2d + seq + d_e) = (2·{d} + {seq} + {d_h}) / (2·{d} + {seq} + {d_e}) "
-           f"= {bound:.2f}× ({opts.experts} experts of {d_e} of the {d_h} FFN neurons, attention unchanged)")
-    return bound, how
+def auto_modules() -> dict[str, Any]:
+    """Each method package's ``auto`` module (what auto needs to know of it), by method; one without is not tried."""
+    return {m: module for m in METHODS if (module := method_module(m, "auto")) is not None}
 
 
-def distill_depths(num_layers: int, speedup: float) -> list[int]:
-    """Depths of the distill candidates: the deepest whose FLOP-ideal speed-up L/k meets S, and one
-    shallower, since the embeddings and the head, which no layer-drop removes, keep the measured
-    speed-up below L/k."""
-    k = max(1, min(num_layers - 1, math.floor(num_layers / speedup + 1e-9)))
-    return [k] + ([k - 1] if k > 1 else [])
-
-
-def flop_reach(teacher_config, seq: int, options: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Each method's FLOP-ideal speed-up at best on this teacher, an upper bound (encoder multiply-adds a token
-    at ``seq`` tokens): distill keeping one layer, MoEBERT's reach, AutoTinyBERT's smallest sub-network, CMOW's
-    one d×d matrix product a token and direction."""
-    from distillery.autotinybert.latency import arch_flops
-    from distillery.autotinybert.space import SearchSpace
-    from distillery.encoders import ffn_width, layout_of
-
-    layout = layout_of(teacher_config)
-    layers, d = int(teacher_config.num_hidden_layers), int(teacher_config.hidden_size)
-    d_h, heads = ffn_width(layout, teacher_config), int(teacher_config.num_attention_heads)
-    glu = 1.5 if layout.glu else 1.0
-    teacher = layers * (4 * d * d + 2 * seq * d + glu * 2 * d * d_h)
-    reach = {"distill": float(layers)}
-    with contextlib.suppress(DistilleryError):  # MoEBERT cannot cut this teacher: plan() says why
-        reach["moebert"] = moebert_reach(teacher_config, seq, options["moebert"])[0]
-    atb = method_options("autotinybert").read(options["autotinybert"])
-    smallest = SearchSpace.from_supernet(layers, d, d_h, heads, atb.strategy).smallest()
-    reach["autotinybert"] = teacher / arch_flops(smallest, seq)
-    cmow = method_options("cmow").read(options["cmow"])
-    reach["cmow"] = teacher / (int(cmow.matrix_dim) ** 3 * (2 if cmow.bidirectional else 1))
+def flop_reach(asks: Mapping[str, AutoAsk]) -> dict[str, float]:
+    """Each method's FLOP-ideal speed-up at best on this teacher, an upper bound (its package's ``reach``); a
+    method that cannot compress this teacher is left out (plan() says why)."""
+    reach = {}
+    for method, module in auto_modules().items():
+        with contextlib.suppress(DistilleryError):
+            reach[method] = module.reach(asks[method])
     return reach
 
 
-def check_reachable(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]]) -> None:
+def check_reachable(asks: Mapping[str, AutoAsk]) -> None:
     """Refuse, before anything trains, a speed-up no candidate can reach even at its FLOP-ideal bound."""
-    reach = flop_reach(teacher_config, seq, options)
-    if speedup > max(reach.values()):
+    reach = flop_reach(asks)
+    ask = next(iter(asks.values()))
+    if ask.speedup > max(reach.values()):
         bounds = ", ".join(f"{name} {fmt_x(x)}" for name, x in sorted(reach.items(), key=lambda kv: kv[1]))
-        raise DistilleryError(f"No candidate can reach a {speedup:g}× speed-up over this teacher: their "
-                              f"FLOP-ideal speed-ups at {seq} tokens are at most {bounds}, before any overhead. "
+        raise DistilleryError(f"No candidate can reach a {ask.speedup:g}× speed-up over this teacher: their "
+                              f"FLOP-ideal speed-ups at {ask.seq} tokens are at most {bounds}, before any overhead. "
                               f"Ask for less (--speedup, --latency-ms).")
 
 
-def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]]
+def method_asks(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]],
+                **more: Any) -> dict[str, AutoAsk]:
+    """What auto tells each method's package: the teacher, the target, its options (and ``more`` of AutoAsk's)."""
+    return {m: AutoAsk(teacher_config, speedup, seq, dict(options[m]), **more) for m in auto_modules()}
+
+
+def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]], **more: Any
          ) -> tuple[list[Candidate], list[dict[str, str]]]:
     """The candidates that can meet a speed-up of ``speedup`` (the target itself, or the latency target
-    over the teacher's latency measured here), the likely most accurate first, and the methods left out
-    with the reason."""
-    layers = int(getattr(teacher_config, "num_hidden_layers", 0) or 0)
+    over the teacher's latency measured here), each method's package's, the likely most accurate first (the
+    cheaper on a tie, so that a time budget runs the likely best), and the methods left out with the reason.
+    ``more``: the rest of :class:`~distillery.method.AutoAsk` (the teacher's name, a latency target, the
+    pretrained students given)."""
+    asks = method_asks(teacher_config, speedup, seq, options, **more)
     candidates, skipped = [], []
-    if layers > 1:
-        for i, k in enumerate(distill_depths(layers, speedup)):
-            candidates.append(Candidate(f"distill-{k}l", "distill", {**options["distill"], "student_layers": k},
-                                        1 + 3 * k / layers, f"{k} of the teacher's {layers} layers "
-                                        f"(FLOP-ideal {layers / k:.2f}×)",
-                                        EXPECTED_RETENTION["distill" if i == 0 else "distill-shallower"]))
-    else:
-        skipped.append({"name": "distill", "method": "distill",
-                        "reason": "the teacher has a single layer, so dropping layers leaves nothing"})
-    try:
-        reach, how = moebert_reach(teacher_config, seq, options["moebert"])
-    except DistilleryError as e:
-        skipped.append({"name": "moebert", "method": "moebert", "reason": str(e)})
-    else:
-        if speedup > reach:
-            skipped.append({"name": "moebert", "method": "moebert", "reason": f"its FLOP-ideal speed-up is at most "
-                            f"{how}, below the {speedup:.2f}× needed"})
-        else:
-            candidates.append(Candidate("moebert", "moebert", dict(options["moebert"]), COST_MOEBERT,
-                                        f"FLOP-ideal speed-up {how}", EXPECTED_RETENTION["moebert"]))
-    candidates.append(Candidate("cmow", "cmow", dict(options["cmow"]), COST_CMOW,
-                                "no attention: its speed does not depend on the teacher's depth",
-                                EXPECTED_RETENTION["cmow"]))
-    candidates.append(Candidate("autotinybert", "autotinybert", dict(options["autotinybert"]), COST_AUTOTINYBERT,
-                                "a sub-network searched under the latency budget on this machine",
-                                EXPECTED_RETENTION["autotinybert"]))
-    # what each is expected to give first (a time budget then runs the likely best), the cheaper on a tie
+    for method, module in auto_modules().items():
+        found, left = module.candidates(asks[method])
+        candidates += [Candidate(**c) for c in found]
+        skipped += left
     return sorted(candidates, key=lambda c: (-c.expected, c.cost)), skipped
 
 
 def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The given method options dealt to the methods that have them (``kd_weight`` to all four); an
     option no method has, or one auto sets itself, is refused with a sentence."""
-    planned = [k for k in given if k in PLANNED_OPTIONS]
+    # options a method's auto module sets per candidate (its PLANNED): given by the user they would contradict the plan
+    planned = [k for k in given if any(k in getattr(module, "PLANNED", ()) for module in auto_modules().values())]
     if planned:
         raise DistilleryError(f"--method auto chooses {', '.join(planned)} itself for its candidates; drop "
                               f"{'it' if len(planned) == 1 else 'them'}, or run that method alone.")
@@ -322,12 +258,10 @@ def default_out(settings: Mapping[str, Any]) -> Path:
     return Path(settings.get("out") or Path("runs") / f"{task}-auto-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str]], dict[str, Any], dict[str, Any]]:
+def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str]], dict[str, Any]]:
     """The candidates of the run ``state`` describes (the teacher's latency measured here when the
     target is one), with the settings they share."""
     from distillery.teacher import teacher_config
-
-    from distillery.auto_pretrained import pretrained_candidates
 
     shared, given = split_settings(state["settings"])
     students = given.pop("student", None)  # each one its own candidate, not an option of every distill one
@@ -335,25 +269,22 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
     teacher = shared.get("teacher.name") or BUILTIN_TEACHER
     model_config = teacher_config(teacher)
     shape = tuple(shared.get("bench.latency_shape") or (1, 128))
+    runs = shared.get("bench.latency_runs") or 20
     target = Target(**state["target"])
     if target.latency_ms is not None:
         if state.get("teacher_ms") is None:
-            state["teacher_ms"] = teacher_latency_ms(model_config, shape, shared.get("bench.latency_runs") or 20)
+            state["teacher_ms"] = teacher_latency_ms(model_config, shape, runs)
         state["plan_speedup"] = state["teacher_ms"] / target.latency_ms
         if state["plan_speedup"] <= 1:
             raise DistilleryError(f"The teacher itself takes {fmt_ms(state['teacher_ms'])} ms here, within "
                                   f"--latency-ms {target.latency_ms:g}: it already meets the target.")
-        options["autotinybert"]["budget_ms"] = target.latency_ms
     else:
         state["plan_speedup"] = target.speedup
-        options["autotinybert"]["speedup"] = target.speedup
-    check_reachable(model_config, state["plan_speedup"], int(shape[1]), options)
-    candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options)
-    more, left = pretrained_candidates(students, teacher, model_config, state["plan_speedup"], shape,
-                                       shared.get("bench.latency_runs") or 20, options["distill"])
-    # the plan's order: what each is expected to keep first, the cheaper on a tie
-    ordered = sorted(candidates + [Candidate(**c) for c in more], key=lambda c: (-c.expected, c.cost))
-    return ordered, skipped + left, shared
+    more = {"teacher": teacher, "shape": shape, "runs": runs, "latency_ms": target.latency_ms,
+            "students": students}
+    check_reachable(method_asks(model_config, state["plan_speedup"], int(shape[1]), options, **more))
+    candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options, **more)
+    return candidates, skipped, shared
 
 
 def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, latency_ms: float | None = None,

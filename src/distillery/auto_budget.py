@@ -20,14 +20,13 @@ from distillery.markdown import fmt_seconds
 # A passes' worth of training is a forward and a backward: three forward passes.
 PASSES_PER_STEP = 3.0
 
-# What each method is expected to keep of the teacher's main metric at the speed-up auto plans it for,
-# from distillery's own measured students (docs/results.md, built-in teacher, quick budget): layer-drop at
-# the deepest depth that meets the target and MoEBERT near the teacher; AutoTinyBERT's searched
-# sub-network next; a pretrained encoder distilled from the teacher (6 points under a base-size teacher, level
-# with the layer-drop student of its speed) and one layer fewer than needed lose more; CMOW, with no attention,
-# the least. Only the order matters: it decides which candidates a time budget runs first.
-EXPECTED_RETENTION = {"distill": 0.99, "moebert": 0.98, "autotinybert": 0.97, "pretrained": 0.96,
-                      "distill-shallower": 0.95, "cmow": 0.92}
+# What a candidate is expected to keep of the teacher's main metric at the speed-up auto plans it for (its
+# ``expected``) is said by its method's package (``<method>/auto.py``), on one scale from distillery's own measured
+# students (docs/results.md, built-in teacher, quick budget): layer-drop at the deepest depth that meets the
+# target (0.99) and MoEBERT (0.98) near the teacher; AutoTinyBERT's searched sub-network next (0.97); a pretrained
+# encoder distilled from the teacher (0.96: 6 points under a base-size teacher, level with the layer-drop student
+# of its speed) and one layer fewer than needed (0.95) lose more; CMOW, with no attention, the least (0.92). Only
+# the order matters: it decides which candidates a time budget runs first.
 
 
 def pass_seconds(teacher_info: Mapping[str, Any], teacher_epochs: float) -> float | None:

@@ -26,7 +26,7 @@ from distillery.folders import MARKER, atomic_file
 from distillery.markdown import md
 from distillery.config import setting
 from distillery.teacher import TEACHER_HUB_IDS
-from distillery.pretrained import origin as student_origin
+from distillery.distill.pretrained import origin as student_origin
 from distillery.report import (config_lines, main_metric, shape_text, student_name, task_name, teacher_name, load_run,
                                model_metrics, rows_table, run_rows, verdict_paragraphs)
 
@@ -82,7 +82,7 @@ def teacher_card(teacher: str) -> dict[str, Any]:
     if teacher == BUILTIN_TEACHER:
         folder = Path(resolve_teacher(teacher))
     elif teacher == BASE_TEACHER:
-        from distillery.base_teacher import folder as base_folder
+        from distillery.mpnet_download import folder as base_folder
 
         folder = base_folder()  # never fetched for a card
     else:

@@ -351,7 +351,7 @@ def check_seed(seed: int) -> None:
 
 @dataclass
 class TrainConfig:
-    """Settings of the one training loop (``distillery.distill.trainer``)."""
+    """Settings of the one training loop (``distillery.training.trainer``)."""
 
     epochs: float = 1.0
     # passes when a student learns from the whole train split past the budget's limit (train_examples=all);
@@ -399,7 +399,7 @@ class TrainConfig:
 
 # The built-in teachers' names (distillery.teacher resolves them); here, below every module that names them.
 BUILTIN_TEACHER = "minilm"
-BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.base_teacher)
+BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.mpnet_download)
 
 
 @dataclass

@@ -227,6 +227,16 @@ def ffn_width(layout: EncoderLayout, config) -> int:
     return int(getattr(config, layout.ffn_width_key))
 
 
+def encoder_flops(config, seq: int) -> float:
+    """Multiply-adds a token of ``config``'s encoder at ``seq`` tokens: per layer the Q, K, V and output
+    projections, attention scores and mixing, and the FFN (1.5× for a GLU); what ``--method auto``'s FLOP-ideal
+    speed-ups divide."""
+    layout = layout_of(config)
+    layers, d = int(config.num_hidden_layers), int(config.hidden_size)
+    glu = 1.5 if layout.glu else 1.0
+    return float(layers * (4 * d * d + 2 * seq * d + glu * 2 * d * ffn_width(layout, config)))
+
+
 def is_distillery_student(config) -> bool:
     """Whether ``config`` is one of distillery's own student types (registered by its method packages)."""
     return type(config).__module__.startswith("distillery.")

@@ -63,7 +63,7 @@ from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
 from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
-from distillery.distill.losses import task_loss
+from distillery.training.losses import task_loss
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of
 from distillery.errors import DistilleryError
 

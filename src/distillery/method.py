@@ -1,17 +1,21 @@
 """The method contract: a :class:`Method` object per compression method, its options as specs, and the registry.
 
-A method is two things. Its *spec* (``distillery.methods.<name>``: a :class:`MethodOptions` dataclass whose
-fields carry their type, default, range, help and the paper's name, and ``distillery/methods/<name>.yaml``:
-its budget overrides and presets, in dotted keys) is plain data, light to import: the command line builds
-its flags, the step commands' flags, ``--option`` checks and the docs' option tables from it. Its
-*recipe* (a :class:`Method` subclass in the method's package) holds the typed hooks the pipeline calls:
-:meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student.
-This module imports neither torch nor transformers, so that the command line starts at once.
+Every method is a package, registered here by one line (:data:`METHODS`). Its *spec* (``<package>.options``: a
+:class:`MethodOptions` dataclass whose fields carry their type, default, range, help and the paper's name, and
+``<package>/presets.yaml``: its budget overrides and presets, in dotted keys) is plain data, light to import: the
+command line builds its flags, the step commands' flags, ``--option`` checks and the docs' option tables from it.
+Its *recipe* (a :class:`Method` subclass, ``<package>.recipe``) holds the typed hooks the pipeline calls:
+:meth:`Method.check` before the teacher is fine-tuned, :meth:`Method.run` to build and train the student. A
+package may add ``steps.py`` (``app``: its step commands, ``distillery <method> <step>``) and ``auto.py`` (what
+``--method auto`` needs to know of it: ``reach`` and ``candidates``, each given an :class:`AutoAsk`). This module
+imports neither torch nor transformers, and a method package's ``__init__`` imports nothing, so that the command
+line starts at once.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from distillery.config import RunConfig
-    from distillery.recipe import MethodContext
+    from distillery.method_context import MethodContext
 
 
 # -- specs: what a value of an option may be ---------------------------------------------------------
@@ -248,8 +252,8 @@ class MethodOptions:
 
 class Method:
     """One compression method. Subclasses set ``name`` and implement :meth:`run` (and :meth:`check`
-    where the teacher's config rules options out). Its options are ``distillery.methods.<name>.Options``;
-    its budgets and presets are data in ``distillery/methods/<name>.yaml``, in dotted keys as
+    where the teacher's config rules options out). Its options are ``<package>.options.Options``;
+    its budgets and presets are data in ``<package>/presets.yaml``, in dotted keys as
     ``--config``'s settings once flattened (``student.lr``, ``method_options.lambda``)."""
 
     name: ClassVar[str]
@@ -280,23 +284,50 @@ class Method:
         raise NotImplementedError
 
 
+# -- what --method auto asks a method ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AutoAsk:
+    """What ``--method auto`` tells a method package's ``auto`` module, which answers with ``reach(ask)`` (its
+    FLOP-ideal speed-up at best on this teacher, an upper bound; a DistilleryError where it cannot compress it)
+    and ``candidates(ask)`` (the candidates that can meet ``speedup`` as ``distillery.auto.Candidate``'s fields:
+    name, method, options, cost in passes of the teacher over the training data, why, expected share of the
+    teacher's score kept; and those left out: name, method, reason). The module's ``PLANNED``, where it has one,
+    names the options it sets per candidate itself, which auto refuses given."""
+
+    teacher_config: Any
+    speedup: float  # the speed-up a candidate must reach (a latency target over the teacher's latency here)
+    seq: int  # the tokens a sentence of the latency measurement
+    options: Mapping[str, Any]  # the method's options as given to auto
+    teacher: str | None = None  # the teacher's name, folder or Hub id
+    shape: tuple[int, ...] = (1, 128)  # the latency measurement's batch and tokens
+    runs: int = 20  # timed runs of a latency measured while planning
+    latency_ms: float | None = None  # the latency target, where it is one
+    students: Any = None  # the pretrained students given (``--student``), each a candidate of its own
+
+
 # -- the registry -----------------------------------------------------------------------------------
 
-# name -> the Method subclass ("module:class"). Imported only when the method runs, so that its
-# dependencies load only then; its options live in distillery.methods.<name>, light for the command line.
+# name -> the Method subclass ("<package>.recipe:<class>"). The recipe is imported only when the method runs, so
+# that its dependencies load only then; everything else is read from the package's light modules and files.
 METHODS: dict[str, str] = {
-    "distill": "distillery.baseline:Distill",
+    "distill": "distillery.distill.recipe:Distill",
     "moebert": "distillery.moebert.recipe:MoEBert",
     "cmow": "distillery.cmow.recipe:CMOW",
     "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",
 }
 
-SPECS_DIR = Path(__file__).parent / "methods"
-
 
 def _known(name: str) -> None:
     if name not in METHODS:
         raise DistilleryError(f"Unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}.")
+
+
+def method_package(name: str) -> str:
+    """The method's package: the one that holds its recipe module."""
+    _known(name)
+    return METHODS[name].split(":")[0].rpartition(".")[0]
 
 
 def get_method(name: str) -> Method:
@@ -307,17 +338,22 @@ def get_method(name: str) -> Method:
 
 
 def method_options(name: str) -> type[MethodOptions]:
-    """The method's options dataclass, from its light spec module."""
-    _known(name)
-    return importlib.import_module(f"distillery.methods.{name}").Options
+    """The method's options dataclass, from its light ``options`` module."""
+    return importlib.import_module(f"{method_package(name)}.options").Options
+
+
+def method_module(name: str, module: str) -> Any:
+    """The method package's optional light module ``module`` (``steps``, ``auto``), or None where it has none."""
+    full = f"{method_package(name)}.{module}"
+    return importlib.import_module(full) if importlib.util.find_spec(full) is not None else None
 
 
 @cache
 def method_data(name: str) -> dict[str, Any]:
-    """The method's budgets and presets (``distillery/methods/<name>.yaml``)."""
+    """The method's budgets and presets (``<package>/presets.yaml``)."""
     from distillery.config import load_yaml
 
-    path = SPECS_DIR / f"{name}.yaml"
+    path = Path(importlib.import_module(method_package(name)).__file__).parent / "presets.yaml"
     return load_yaml(path.read_text()) or {} if path.is_file() else {}
 
 

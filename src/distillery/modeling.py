@@ -30,20 +30,22 @@ from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, mark
 from distillery.weights import record_weights
 
-# Packages whose import registers a student type (its config and heads) with the Auto classes.
-MODEL_PACKAGES = ("distillery.moebert", "distillery.cmow", "distillery.autotinybert")
+# Modules whose import registers a student type (its config and heads) with the Auto classes. The method
+# packages themselves import nothing (the command line reads their options without torch).
+MODEL_MODULES = ("distillery.moebert.modeling_moebert", "distillery.cmow.modeling_cmow",
+                 "distillery.autotinybert.modeling_autotinybert")
 
 
 def register_models() -> None:
     """Register every distillery student type with AutoConfig / AutoModel*.
 
     Done on first load rather than on ``import distillery``, which stays instant (the CLI's startup
-    would otherwise pay for importing torch and transformers); call it, or import the method
-    package, before using the Auto classes directly on a distillery student.
+    would otherwise pay for importing torch and transformers); call it, or import the student's
+    ``modeling_*`` module, before using the Auto classes directly on a distillery student.
     """
     import importlib
 
-    for name in MODEL_PACKAGES:
+    for name in MODEL_MODULES:
         importlib.import_module(name)
 
 

@@ -33,7 +33,7 @@ from distillery.folders import (RUN_TEACHER, WriteRefused, atomic_file, check_ta
                                 write_file, writing)
 from distillery.modeling import save_model
 from distillery.method import Method, get_method
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 from distillery.report import write_report
 from distillery.runtime import is_export, load_model
 from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,

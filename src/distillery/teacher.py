@@ -30,8 +30,8 @@ import distillery.encoders as encoders
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, DataConfig, TeacherConfig, cache_root, load_yaml
 from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
-from distillery.distill.losses import task_loss
-from distillery.distill.trainer import Trainer
+from distillery.training.losses import task_loss
+from distillery.training.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
@@ -50,7 +50,7 @@ def resolve_teacher(name: str, role: str = "Teacher") -> str:
     """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id.
     ``role`` names the model in a refusal (``Student`` for distill's pretrained student)."""
     if name == BASE_TEACHER:
-        from distillery.base_teacher import fetch
+        from distillery.mpnet_download import fetch
 
         return str(fetch())
     if name == BUILTIN_TEACHER:

@@ -1,9 +1,5 @@
-"""AutoTinyBERT (Yin et al., ACL 2021): sub-architectures of a one-shot super-network. Importing
-registers the standalone models with the Auto classes."""
-
-from distillery.autotinybert.modeling_autotinybert import (  # noqa: F401
-    AutoTinyBertConfig,
-    AutoTinyBertForQuestionAnswering,
-    AutoTinyBertForSequenceClassification,
-    AutoTinyBertModel,
-)
+"""AutoTinyBERT (Yin et al., ACL 2021): sub-architectures of a one-shot super-network. The method's face: its
+options (:mod:`.options`), presets (``presets.yaml``), recipe (:mod:`.recipe`), step commands (:mod:`.steps`) and
+what ``--method auto`` knows of it (:mod:`.auto`). Nothing is imported here, so that the command line reads the
+options without torch; the standalone models register with the Auto classes through
+:func:`distillery.register_models`."""

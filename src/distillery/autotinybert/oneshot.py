@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
 from distillery.data.encode import model_inputs
-from distillery.distill.losses import prediction_distillation
+from distillery.training.losses import prediction_distillation
 from distillery.errors import DistilleryError
 
 

@@ -58,9 +58,9 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     from distillery.config import TrainConfig
     from distillery.data.corpus import mlm_dataset, read_corpus
     from distillery.data.encode import make_collate
-    from distillery.distill.trainer import Trainer
+    from distillery.training.trainer import Trainer
     from distillery.folders import claim
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
     from distillery.modeling import load_checked, load_tokenizer
     from distillery.teacher import resolve_teacher
 

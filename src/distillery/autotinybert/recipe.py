@@ -36,7 +36,7 @@ from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.errors import DistilleryError
 from distillery.folders import record, write_file
 from distillery.method import Method
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 
@@ -102,7 +102,7 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
     from dataclasses import replace
 
     from distillery.autotinybert.oneshot import one_shot_loss, save_supernet
-    from distillery.distill.trainer import Trainer
+    from distillery.training.trainer import Trainer
 
     facts = {**facts, "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
@@ -210,8 +210,8 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import dataclasses
     import tempfile
 
-    from distillery.distill.losses import distillation_loss
-    from distillery.distill.trainer import Trainer
+    from distillery.training.losses import distillation_loss
+    from distillery.training.trainer import Trainer
     from distillery.evaluation import score
 
     task = ctx.task_data.task
@@ -369,7 +369,7 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
     """The search over ``searched`` (within the super-net's ``space``) with the chosen backend (Optuna or the paper's evolutionary search),
     its log written to ``search.json``; returns the search's result (best and evaluated candidates)."""
     from distillery.autotinybert.search import evolutionary_search
-    from distillery.baseline import select_layers
+    from distillery.distill.recipe import select_layers
 
     seed, floor = ctx.config.student.seed, float(opts.budget_floor) * budget
     if opts.search_backend == "optuna":
@@ -486,7 +486,7 @@ class AutoTinyBert(Method):
                                   "launcher of several processes, or use evaluator=probe (the default) or proxy.")
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
-        from distillery.distill.losses import distillation_loss
+        from distillery.training.losses import distillation_loss
 
         opts = self.options(ctx.config)
         ctx.teacher.eval()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, replace
 
-from distillery.methods.autotinybert import STRATEGIES
+from distillery.autotinybert.options import STRATEGIES
 
 
 @dataclass(frozen=True)

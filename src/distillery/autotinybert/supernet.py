@@ -42,7 +42,7 @@ from distillery.autotinybert.modeling_autotinybert import (
     split_heads,
 )
 from distillery.autotinybert.space import Arch, SearchSpace
-from distillery.baseline import select_layers
+from distillery.distill.recipe import select_layers
 from distillery.errors import DistilleryError
 
 
@@ -53,7 +53,7 @@ def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
 
 def sub_layers(arch_layers: int, num_layers: int) -> list[int]:
     """Indices of the super-net layers a sub-network of ``arch_layers`` layers runs, spread as the
-    ``distill`` baseline spreads them (:func:`distillery.baseline.select_layers`)."""
+    ``distill`` baseline spreads them (:func:`distillery.distill.recipe.select_layers`)."""
     return select_layers(num_layers, arch_layers)
 
 

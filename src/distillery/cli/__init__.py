@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import signal
@@ -19,7 +17,7 @@ from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, 
 from distillery.cli.options import preset_help, with_option_flags
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
 from distillery.errors import DistilleryError
-from distillery.method import METHODS
+from distillery.method import METHODS, method_module
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
 
@@ -31,10 +29,11 @@ DTYPE_HELP = "Benchmark: CUDA precision fp32 (default), fp16 or bf16, or a comma
 
 
 def add_step_commands() -> None:
-    """`distillery <method> <step>`: the step commands of every method that has them (distillery.cli.steps.<method>)."""
+    """`distillery <method> <step>`: the step commands of every method whose package has them (its ``steps.app``)."""
     for method in METHODS:
-        if importlib.util.find_spec(f"distillery.cli.steps.{method}") is not None:
-            app.add_typer(importlib.import_module(f"distillery.cli.steps.{method}").app, name=method)
+        steps = method_module(method, "steps")
+        if steps is not None:
+            app.add_typer(steps.app, name=method)
 
 
 add_step_commands()

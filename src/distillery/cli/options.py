@@ -1,4 +1,4 @@
-"""The methods' option flags, generated from their specs (:mod:`distillery.methods`).
+"""The methods' option flags, generated from their specs (each method package's ``options``).
 
 ``compress`` has a flag for every option a method marks ``flag`` (one flag per name, shared by the
 methods that have the option); a step command (``distillery moebert convert``) has a flag for every

@@ -1,9 +1,4 @@
-"""CMOW/CBOW-Hybrid students (bidirectional CMOW, cross-architecture distillation). Importing
-registers the model with the Auto classes."""
-
-from distillery.cmow.modeling_cmow import (  # noqa: F401
-    CMOWConfig,
-    CMOWForMaskedLM,
-    CMOWForSequenceClassification,
-    CMOWModel,
-)
+"""CMOW/CBOW-Hybrid students (bidirectional CMOW, cross-architecture distillation). The method's face: its options
+(:mod:`.options`), presets (``presets.yaml``), recipe (:mod:`.recipe`), step commands (:mod:`.steps`) and what
+``--method auto`` knows of it (:mod:`.auto`). Nothing is imported here, so that the command line reads the options
+without torch; the model classes register with the Auto classes through :func:`distillery.register_models`."""

@@ -45,11 +45,11 @@ from transformers import initialization as init
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_outputs import ModelOutput
 
-from distillery.distill.losses import soft_cross_entropy_to
+from distillery.training.losses import soft_cross_entropy_to
 from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec, wants_dict
 
-from distillery.methods.cmow import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
+from distillery.cmow.options import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
 from distillery.cmow.products import (  # noqa: F401 (re-exported)
     EXPORT_CHUNK,
     EXPORT_MAX_LENGTH,

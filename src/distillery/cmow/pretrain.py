@@ -61,7 +61,7 @@ def load_mlm_teacher(name: str):
 def general_distillation_loss(teacher, teacher_head, kd_weight: float, temperature: float, projection: nn.Module | None,
                               hidden_loss: str = "mse"):
     """loss_fn for the trainer (batches from :func:`distillery.data.corpus.mlm_collator`)."""
-    from distillery.distill.losses import kd_mix, soft_cross_entropy
+    from distillery.training.losses import kd_mix, soft_cross_entropy
 
     def loss_fn(model, batch):
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
@@ -104,7 +104,7 @@ def pretrain(
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
     from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
-    from distillery.distill.trainer import Trainer
+    from distillery.training.trainer import Trainer
     import distillery.distributed as distributed
     from distillery.folders import claim
 
@@ -148,7 +148,7 @@ def pretrain(
 def _check_settings(teacher: str, kd_weight: float, temperature: float, hidden_loss: str,
                     model_options: dict[str, Any] | None) -> None:
     """Refuse bad :func:`pretrain` settings before anything is written."""
-    from distillery.methods.cmow import CMOWOptions
+    from distillery.cmow.options import CMOWOptions
     from distillery.teacher import teacher_config
 
     CMOWOptions.check_value("kd_weight", kd_weight)

@@ -20,11 +20,11 @@ from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot)
 from distillery.data.encode import model_inputs
-from distillery.distill.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
+from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.methods.cmow import CMOWOptions
-from distillery.recipe import MethodContext
+from distillery.cmow.options import CMOWOptions
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 

@@ -1,28 +1,3 @@
-"""Distillation building blocks shared by every method: the KD losses and the one training loop."""
-
-from distillery.distill.losses import (
-    HiddenProjection,
-    hidden_mse,
-    kl_divergence,
-    mse,
-    prediction_distillation,
-    soft_cross_entropy,
-    symmetric_kl,
-    task_loss,
-)
-from distillery.distill.checkpoint import find_checkpoint
-from distillery.distill.trainer import TrainResult, Trainer
-
-__all__ = [
-    "HiddenProjection",
-    "TrainResult",
-    "Trainer",
-    "find_checkpoint",
-    "hidden_mse",
-    "kl_divergence",
-    "mse",
-    "prediction_distillation",
-    "soft_cross_entropy",
-    "symmetric_kl",
-    "task_loss",
-]
+"""Method ``distill``: a shallower copy of the teacher (:mod:`.recipe`), or a pretrained encoder given as
+``--student`` (:mod:`.pretrained`, with :mod:`.span_carry` for SQuAD across tokenizers), trained on the
+teacher's outputs. Nothing is imported here, so that the command line reads the options without torch."""

@@ -1,7 +1,7 @@
 """Quantization recovery: when int8 loses more than ``RECOVER_THRESHOLD`` points on dev, a short
 distillation pass with fake-quantized Linear layers (``torch.ao`` FakeQuantize modules reproducing
 quantize_dynamic's rounding, straight-through gradients), the fp32 teacher's logits as targets,
-through the one Trainer and the losses of ``distill/losses.py``.
+through the one Trainer and the losses of ``training/losses.py``.
 """
 
 from __future__ import annotations
@@ -110,15 +110,15 @@ def recover_int8(
     """A short distillation pass with fake-quantized Linears, to win back what int8 loses.
 
     Loss ``(1 − kd_weight)·task loss + kd_weight·KD(T)`` against the fp32 ``teacher``
-    (:func:`distillery.distill.losses.distillation_loss`), trained by the one Trainer. The fake quantization follows
+    (:func:`distillery.training.losses.distillation_loss`), trained by the one Trainer. The fake quantization follows
     ``backend``: torch's 7-bit activations on its x86/fbgemm engine, ONNX Runtime's 8-bit ones.
     Weights are selected by dev score: of the real torch int8 model (quantize_dynamic of the
     stripped weights) for torch-int8, of the fake-quantized model (ORT's rounding, simulated) for
     onnx-int8, where exporting at every evaluation would cost more than the pass. Returns the fp32
     model (plain Linears) to quantize, and the settings and selection metrics of the pass.
     """
-    from distillery.distill.losses import distillation_loss
-    from distillery.distill.trainer import Trainer
+    from distillery.training.losses import distillation_loss
+    from distillery.training.trainer import Trainer
 
     backend = _checked_backend(backend, model, teacher, task_data)
     kind, main = task_data.task.kind, task_data.task.main_metric

@@ -38,7 +38,7 @@ from distillery.moebert.modeling_moebert import (
 STUDENT_CLASSES = {cls.FAMILY_HEAD: cls for cls in (MoEBertForSequenceClassification, MoEBertForQuestionAnswering,
                                                     MoEBertModel)}
 
-from distillery.methods.moebert import SPLITS
+from distillery.moebert.options import SPLITS
 
 
 def neuron_ranking(importance: Tensor, split: str = "import", seed: int = 0) -> Tensor:

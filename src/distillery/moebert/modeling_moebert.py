@@ -89,7 +89,7 @@ from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     plan_dispatch,
 )
 
-from distillery.methods.moebert import GATE_SCALES, ROUTINGS, SHARED_MODES  # the options' choices
+from distillery.moebert.options import GATE_SCALES, ROUTINGS, SHARED_MODES  # the options' choices
 # The family model reads these from encoder_config: set on a MoEBERT config, they are set there too.
 _TASK_FIELDS = ("id2label", "label2id", "problem_type", "output_hidden_states", "output_attentions")
 

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
 from distillery.data.encode import model_inputs
-from distillery.distill.losses import hidden_mse, prediction_distillation, task_loss
+from distillery.training.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.folders import record, write_file
@@ -40,8 +40,8 @@ from distillery.importance import ffn_importance, sample_loader
 from distillery.moebert.refit import refit_outputs
 from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.method import Method
-from distillery.methods.moebert import MoEBertOptions
-from distillery.recipe import MethodContext
+from distillery.moebert.options import MoEBertOptions
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 

@@ -26,7 +26,7 @@ On by default except for QA, where it lost on SQuAD (``--no-refit`` gives the pa
 ``--refit`` forces it). On SST-2 it takes ~9 s on 2 cores and
 lifts the untrained student to 0.866 (last hidden state's MSE 0.24 → 0.06); after the quick
 budget's training at lr 2e-4, seven seeds end 0.29 points under the teacher on average, against
-0.67 for the paper's conversion at its best rate (the quick budget of ``distillery/methods/moebert.yaml``).
+0.67 for the paper's conversion at its best rate (the quick budget of ``distillery/moebert/presets.yaml``).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class MethodContext:
         # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
         from dataclasses import replace
 
-        from distillery.distill.trainer import Trainer
+        from distillery.training.trainer import Trainer
         from distillery.evaluation import score
         from distillery.runtime import on_device
 

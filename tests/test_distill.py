@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from distillery.baseline import build_student, select_layers
+from distillery.distill.recipe import build_student, select_layers
 from distillery.modeling import find_encoder_layers
 from distillery.errors import DistilleryError
 

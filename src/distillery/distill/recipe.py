@@ -4,7 +4,7 @@ A shallower copy of the teacher, initialised from a subset of its layers (Distil
 layer), trained with (1 − w)·CE(y) + w·KD(teacher, T), optionally plus β·MSE between the hidden
 states of each student layer and the teacher layer it was copied from (Patient KD).
 
-Options (``RunConfig.method_options``): :class:`~distillery.methods.distill.DistillOptions`.
+Options (``RunConfig.method_options``): :class:`~distillery.distill.options.DistillOptions`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.distill.losses import distillation_loss
+from distillery.training.losses import distillation_loss
 import distillery.encoders as encoders
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.recipe import MethodContext
+from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 
@@ -83,7 +83,7 @@ class Distill(Method):
             if config.data.task in ("squad", "squad_v2") and (opts.augment or config.data.unlabeled_file):
                 raise DistilleryError("Augmentation and --unlabeled-file make sentence rows for the teacher to label; "
                                       "a SQuAD example's answer span cannot be carried to new text. Drop them for SQuAD.")
-            from distillery.pretrained import check_student, latency_shape
+            from distillery.distill.pretrained import check_student, latency_shape
             from distillery.teacher import teacher_tokenizer
 
             self.measured = check_student(opts.student, config.data, teacher_config, latency_shape(config),
@@ -95,7 +95,7 @@ class Distill(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
         if opts.student is not None:
-            from distillery.pretrained import run_pretrained
+            from distillery.distill.pretrained import run_pretrained
 
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind

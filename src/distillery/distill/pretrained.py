@@ -214,7 +214,7 @@ def _pooled_pass(ctx, task_data):
     from torch.utils.data import DataLoader
 
     from distillery.data.encode import model_device, model_inputs
-    from distillery.distill.losses import mean_pooled
+    from distillery.training.losses import mean_pooled
 
     loader = DataLoader(task_data.train, batch_size=ctx.config.student.eval_batch_size, collate_fn=task_data.collate)
     rows = []
@@ -237,7 +237,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     tokenizers match, else sentence vectors) through a learned projection onto the teacher's width. ``measured``:
     :func:`check_student` already compared its size and speed with the teacher's."""
     from distillery.data.encode import prepare_task_data
-    from distillery.distill.losses import HiddenProjection, pretrained_distillation_loss
+    from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
 
     task = ctx.task_data.task
     student, tokenizer = load_student(opts.student, task)

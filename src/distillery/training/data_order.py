@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 
 from distillery.config import TrainConfig
 from distillery.data.encode import example_lengths
-from distillery.distill.checkpoint import preserved_rng
+from distillery.training.checkpoint import preserved_rng
 
 
 def train_loader(dataset: Any, collate_fn: Callable[[list], Any] | None, config: TrainConfig

@@ -37,7 +37,7 @@ def cmow_pretrain(
     setup_logging(verbose)
     from distillery.cmow.pretrain import pretrain
     from distillery.config import TrainConfig
-    from distillery.methods.cmow import CMOWOptions
+    from distillery.cmow.options import CMOWOptions
 
     distillation = CMOWOptions.read(method_options)
     train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, weight_decay=0.0,

@@ -39,7 +39,7 @@ def atb_pretrain(
     setup_logging(verbose)
     from distillery.autotinybert.pretrain import pretrain_supernet
     from distillery.config import TrainConfig
-    from distillery.methods.autotinybert import AutoTinyBertOptions
+    from distillery.autotinybert.options import AutoTinyBertOptions
 
     opts = AutoTinyBertOptions.read(method_options)
     train = TrainConfig(epochs=epochs, max_steps=steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,

@@ -1,4 +1,4 @@
-"""Options of method ``autotinybert`` (:mod:`distillery.autotinybert.recipe`); ``autotinybert.yaml``
+"""Options of method ``autotinybert`` (:mod:`distillery.autotinybert.recipe`); ``presets.yaml``
 sizes the full budget (these defaults are the quick one's)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def _steps(low: int = 1):
 
 @dataclass
 class AutoTinyBertOptions(MethodOptions):
-    """Defaults are the quick budget's; ``autotinybert.yaml`` sizes the full one."""
+    """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "autotinybert"
     speedup: float = option(2.0, number(above=0), "latency budget as a speed-up over the teacher measured here "

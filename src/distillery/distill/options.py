@@ -1,4 +1,4 @@
-"""Options of method ``distill`` (the layer-drop baseline, :mod:`distillery.baseline`)."""
+"""Options of method ``distill`` (the layer-drop baseline, :mod:`distillery.distill.recipe`)."""
 
 from __future__ import annotations
 

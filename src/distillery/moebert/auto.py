@@ -1,0 +1,54 @@
+"""What ``--method auto`` knows of MoEBERT (:class:`~distillery.method.AutoAsk`): its FLOP-ideal speed-up on a
+teacher, its cost and what it is expected to keep."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from distillery.errors import DistilleryError
+from distillery.method import AutoAsk, method_options
+
+# Training cost in passes of the teacher over the training data: distill's, plus an importance pass, with a
+# student nearly the teacher's size.
+COST = 5.0
+# The share of the teacher's main metric it is expected to keep at the speed-up auto plans it for
+# (distillery.auto_budget says how these compare across methods).
+EXPECTED = 0.98
+
+
+def speedup_bound(teacher_config, seq: int, given: Mapping[str, Any]) -> tuple[float, str]:
+    """MoEBERT's FLOP-ideal speed-up at ``seq`` tokens, and how it was computed.
+
+    Per token and layer, attention costs 8d² (Q, K, V, output projections) + 4·seq·d (scores and
+    context) FLOPs and the FFN 4·d·d_h (6·d·d_h with a GLU); MoEBERT keeps the attention and runs one
+    expert of d_e neurons instead of the FFN, so at best it is
+    (2d + seq + g·d_h) / (2d + seq + g·d_e) times faster (g = 1.5 for a GLU FFN, else 1; embeddings
+    and head are left out, which only lowers the real figure)."""
+    from distillery.encoders import ffn_width, layout_of
+    from distillery.moebert.modeling_moebert import resolve_expert_shape
+
+    layout = layout_of(teacher_config)
+    d, d_h = int(teacher_config.hidden_size), ffn_width(layout, teacher_config)
+    opts = method_options("moebert").read(given)
+    _, d_e, _ = resolve_expert_shape(d_h, opts.experts, opts.expert_size, opts.shared)
+    g = 1.5 if layout.glu else 1.0
+    bound = (2 * d + seq + g * d_h) / (2 * d + seq + g * d_e)
+    how = (f"(2d + seq + d_h) / (2d + seq + d_e) = (2·{d} + {seq} + {d_h}) / (2·{d} + {seq} + {d_e}) "
+           f"= {bound:.2f}× ({opts.experts} experts of {d_e} of the {d_h} FFN neurons, attention unchanged)")
+    return bound, how
+
+
+def reach(ask: AutoAsk) -> float:
+    return speedup_bound(ask.teacher_config, ask.seq, ask.options)[0]
+
+
+def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    try:
+        bound, how = speedup_bound(ask.teacher_config, ask.seq, ask.options)
+    except DistilleryError as e:
+        return [], [{"name": "moebert", "method": "moebert", "reason": str(e)}]
+    if ask.speedup > bound:
+        return [], [{"name": "moebert", "method": "moebert", "reason": f"its FLOP-ideal speed-up is at most {how}, "
+                     f"below the {ask.speedup:.2f}× needed"}]
+    return [{"name": "moebert", "method": "moebert", "options": dict(ask.options), "cost": COST,
+             "why": f"FLOP-ideal speed-up {how}", "expected": EXPECTED}], []
