@@ -19,7 +19,7 @@ from huggingface_hub import ModelCard, metadata_load
 import distillery
 from distillery.bench import format_hardware
 from distillery.card import base_model, check_push, push_student, write_card
-from distillery.teacher import TEACHER_HUB_IDS
+from distillery.config import TEACHER_HUB_IDS
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, marker_kind
 from distillery.markdown import md
