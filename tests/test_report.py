@@ -357,3 +357,52 @@ def test_a_score_that_is_not_a_finite_number_is_an_error_not_a_verdict(bad):
 def test_verdict_without_baselines_says_so():
     bench, metrics = _record({"teacher": 10.0, "student": 4.0}, {"teacher": 0.9, "student": 0.8})
     assert "No live baseline" in rp.baseline_verdict(bench, metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# The run record: one home for the run folder's files
+
+
+def test_a_new_metrics_field_shows_in_the_report_the_card_and_a_merged_report(tmp_path, monkeypatch, tiny_bert):
+    """Issue 42: a key of metrics.json is declared once, in run_record.METRICS_FIELDS; the report, the model
+    card and a merged report show it with no other edit, and its type is checked like any other field."""
+    import shutil
+
+    from distillery import run_record
+    from distillery.card import write_card
+
+    field = run_record.Field("calibration_error", run_record.NUMBER, title="expected calibration error")
+    monkeypatch.setattr(run_record, "METRICS_FIELDS", [*run_record.METRICS_FIELDS, field])
+    runs = [make_run(tmp_path / name) for name in ("a", "b")]
+    for run in runs:
+        metrics = run_record.read_metrics(run)
+        metrics.extra["calibration_error"] = 0.0421
+        run_record.save(run, metrics)
+    shutil.copytree(tiny_bert, runs[0] / "student")
+    assert "- expected calibration error: 0.042\n" in write_report(runs[0]).read_text()
+    assert "- expected calibration error: 0.042\n" in write_card(runs[0]).read_text()
+    merged = merge_runs(runs, tmp_path / "merged").read_text()
+    assert merged.count("; expected calibration error: 0.042;") == 2
+    metrics = json.loads((runs[1] / "metrics.json").read_text())
+    (runs[1] / "metrics.json").write_text(json.dumps({**metrics, "calibration_error": "low"}))
+    with pytest.raises(DistilleryError, match="calibration_error holds the string 'low'"):
+        write_report(runs[1])
+
+
+def test_the_records_write_the_files_as_the_pipeline_always_wrote_them(tmp_path):
+    """Existing run folders read back, and a record writes its keys in the order (and the nulls) of before."""
+    from distillery.run_record import Bench, Metrics, Train, load_run, save
+
+    run = load_run(make_run(tmp_path / "run"))
+    for name, record in (("metrics.json", run.metrics), ("bench.json", run.bench)):
+        assert json.dumps(record.to_dict()) == (run.dir / name).read_text()
+    metrics = Metrics(task="rte", split="validation", main_metric="accuracy", teacher={"accuracy": 0.0},
+                      student={"accuracy": 0.0}, baseline_notes=["none"], extra={"later": 1})
+    assert list(metrics.to_dict()) == ["task", "split", "main_metric", "teacher", "student", "retention",
+                                       "baseline_notes", "later"]
+    assert list(Train(notes=["n"]).to_dict()) == ["teacher_seconds", "teacher_cached", "teacher_path",
+                                                  "student_seconds", "train_examples", "teacher_train_examples",
+                                                  "student_text", "total_seconds", "notes"]
+    path = save(tmp_path, metrics)
+    assert path.read_text() == json.dumps(metrics.to_dict(), indent=2) and '"retention": null' in path.read_text()
+    assert save(tmp_path, Bench({"models": {}})).name == "bench.json"
