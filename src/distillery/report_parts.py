@@ -13,6 +13,10 @@ from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_secon
 from distillery.metrics import is_finite_number
 from distillery.run_record import BASELINE_NAMES, Bench, Metrics, Run, Train, is_student, student_name, teacher_name
 
+# --------------------------------------------------------------------------------------------
+# The table and the verdict
+
+
 def shape_text(rows: Sequence[Mapping[str, Any]], key: str, default: str) -> str:
     for row in rows:
         batch, seq = row[key]
@@ -196,7 +200,7 @@ def student_text_lines(train: Train) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# The report's rows and verdict (the records in, rows and sentences out)
+# The student against the free baselines (the records in, rows and sentences out)
 
 
 def student_names(bench: Bench) -> list[str]:

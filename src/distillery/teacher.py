@@ -42,6 +42,7 @@ from distillery.weights import check_against_config, file_digest, record_weights
 
 logger = logging.getLogger("distillery")
 
+
 def resolve_teacher(name: str, role: str = "Teacher") -> str:
     """A folder or Hub id that transformers can load: ``minilm``, ``mpnet-base``, a local folder or a Hub id.
     ``role`` names the model in a refusal (``Student`` for distill's pretrained student)."""
