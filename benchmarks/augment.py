@@ -92,7 +92,7 @@ def overrides(method: str, variant: str, seed: int, args) -> dict:
 
 def points(out: Path) -> list[dict]:
     """The student and its exports as measured in the run (speed-ups over the teacher of the same process)."""
-    from distillery.report import load_run, run_rows
+    from distillery.run_record import load_run, run_rows
 
     return [{"model": r["model"], "score": r["main"], "speedup": r["latency_speedup"]}
             for r in run_rows(load_run(out)) if r["model"] == "student" or r["model"].startswith("student-")]

@@ -19,10 +19,10 @@ LAYERS = [
                   "distillery.data", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",
-                  "distillery.markdown")),
+                  "distillery.markdown", "distillery.run_record")),
     ("methods and export", ("distillery.method", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
                             "distillery.autotinybert", "distillery.export")),
-    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.run_files", "distillery.card", "distillery.live_baselines", "distillery.plot")),
+    ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.report_parts", "distillery.card", "distillery.live_baselines", "distillery.plot")),
     ("cli", ("distillery.cli",)),
 ]
 
@@ -117,3 +117,16 @@ def test_batches_become_model_inputs_in_one_place():
              if p != home and not p.name.startswith("modeling_")
              for i, line in enumerate(p.read_text().splitlines(), 1) if by_hand.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_the_report_tower_imports_no_torch():
+    """The report, the model card and auto read a run's records without torch or transformers (which loads
+    torch): ``distillery report`` and a plan start fast, and a model builder never sneaks under them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import distillery.report, distillery.card, distillery.auto; "
+            "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

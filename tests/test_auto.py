@@ -3,6 +3,7 @@ budget, plain sentences for bad input, and the whole thing end to end on the tin
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -101,21 +102,24 @@ def test_a_target_missed_by_less_than_the_timing_noise_is_met_and_said_so():
     assert chosen["point"] == "near" and "within its timing's 3 % noise" in why and "`far`" in why
     assert Target(speedup=2.0).met_within_noise(near) and not Target(speedup=2.0).met_by(far)
     assert not Target(speedup=2.0).met_by({**near, "noise": 0.0})
-    bench = {"noise": {"spread": {"teacher": 0.02, "student": 0.3}}}
+    from distillery.run_record import Bench
+
+    bench = Bench({"noise": {"spread": {"teacher": 0.02, "student": 0.3}}})
     assert timing_noise(bench, "student") == MAX_NOISE_ALLOWANCE and timing_noise(bench, "student-onnx-int8") == 0.02
-    assert timing_noise({}, "student") == 0.0
+    assert timing_noise(Bench({}), "student") == 0.0
 
 
 def test_the_free_int8_teacher_is_a_candidate_and_chosen_when_it_is_the_best_point():
     """Issue 41: the int8 teacher met 2× and was the most accurate point, yet auto chose a student."""
     from distillery.auto_choice import free_int8_point
+    from distillery.run_record import Bench, Metrics, Run
 
     def run(name, teacher_ms, int8_ms):
-        return {"metrics": {"main_metric": "accuracy", "teacher": {"accuracy": 0.84},
-                            "baselines": {"teacher-int8": {"accuracy": 0.836}}},
-                "bench": {"models": {m: {"latency_ms": {"median": ms}, "throughput": {"sentences_per_s": 1000 / ms}}
-                                     for m, ms in (("teacher", teacher_ms), ("teacher-int8", int8_ms))}},
-                "config": {}, "train": {}}
+        return Run(dir=Path(name), config={},
+                   metrics=Metrics(main_metric="accuracy", teacher={"accuracy": 0.84},
+                                   baselines={"teacher-int8": {"accuracy": 0.836}}),
+                   bench=Bench({"models": {m: {"latency_ms": {"median": ms}, "throughput": {"sentences_per_s": 1000 / ms}}
+                                           for m, ms in (("teacher", teacher_ms), ("teacher-int8", int8_ms))}}))
 
     # timed in three processes: the median speed-up's run gives the point, not the one burst of load
     runs = {"a": run("a", 20.0, 7.0), "b": run("b", 340.0, 7.0), "c": run("c", 20.0, 8.0)}
@@ -129,13 +133,17 @@ def test_the_free_int8_teacher_is_a_candidate_and_chosen_when_it_is_the_best_poi
 def test_a_student_that_learned_too_little_is_not_chosen():
     """Issue 41: a 2-of-6-layer pair-task student reached 0.622 against a teacher of 0.844 and a majority
     class of 0.564; auto recognises such a failed candidate."""
-    from distillery.auto_choice import learned_too_little
+    import dataclasses
 
-    metrics = {"main_metric": "accuracy", "teacher": {"accuracy": 0.844},
-               "chance": {"main": 0.564, "margin": 0.02, "predictor": "majority"}}
+    from distillery.auto_choice import learned_too_little
+    from distillery.run_record import Metrics
+
+    metrics = Metrics(main_metric="accuracy", teacher={"accuracy": 0.844},
+                      chance={"main": 0.564, "margin": 0.02, "predictor": "majority"})
     assert "closes 21 % of the gap" in learned_too_little(0.622, metrics)
     assert learned_too_little(0.834, metrics) is None
-    assert learned_too_little(0.5, {**metrics, "teacher": {"accuracy": 0.57}}) is None  # the teacher is at chance
+    at_chance = dataclasses.replace(metrics, teacher={"accuracy": 0.57})
+    assert learned_too_little(0.5, at_chance) is None  # the teacher is at chance
     failed = {**_point("distill-2l", 0.622, 2.0, 3.0), "failed": learned_too_little(0.622, metrics)}
     chosen, _ = choose([failed, _point("distill-3l", 0.60, 3.0, 2.1)], Target(speedup=2.0), "accuracy")
     assert chosen["point"] == "distill-3l"

@@ -18,6 +18,7 @@ from distillery.bench import bench_flags, benchmark, format_sweep, measured_sett
 from distillery.errors import DistilleryError
 from distillery.live_baselines import StaticEmbeddingConfig, StaticEmbeddingModel
 from distillery.report import speed_by_setting, write_report
+from distillery.run_record import read_bench
 from distillery.runtime import quantize_torch
 from tests.helpers import assert_one_line_error, make_run, run_cli, run_ok, tiny_bert_config
 
@@ -256,7 +257,7 @@ def test_report_states_speedups_per_setting(tmp_path):
 
 def test_report_of_one_setting_has_no_sweep_table(tmp_path):
     run = make_run(tmp_path / "run")
-    assert speed_by_setting(json.loads((run / "bench.json").read_text())) == []
+    assert speed_by_setting(read_bench(run)) == []
     assert "Speed by setting" not in write_report(run).read_text()
 
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from distillery import bench
 from distillery.bench import noise
+from distillery.run_record import noise_warning
 
 
 class Tiny(nn.Module):
@@ -39,7 +40,7 @@ def test_a_steady_timer_on_a_quiet_machine_is_stable_in_one_round(monkeypatch):
     monkeypatch.setattr(noise, "machine_load", lambda: 0.5)
     record = bench.benchmark({"teacher": Tiny(), "student": Tiny()}, **SETTINGS)
     assert record["noise"]["stable"] and record["noise"]["rounds"] == 1 and not record["noise"]["reasons"]
-    assert noise.noise_warning(record) is None
+    assert noise_warning(record) is None
 
 
 def test_a_spiking_timer_is_timed_again_then_flagged(monkeypatch):
@@ -52,7 +53,7 @@ def test_a_spiking_timer_is_timed_again_then_flagged(monkeypatch):
     assert record["noise"]["rounds"] == noise.ROUNDS and not record["noise"]["stable"]
     assert calls.count((1, 8)) == noise.ROUNDS and calls.count((2, 8)) == 1  # latency again, throughput once
     assert record["noise"]["spread"]["teacher"] > noise.MAX_SPREAD
-    assert "teacher's latency varied by" in noise.noise_warning(record)
+    assert "teacher's latency varied by" in noise_warning(record)
 
 
 def test_a_loaded_machine_is_flagged_even_with_steady_passes(monkeypatch):
@@ -60,12 +61,12 @@ def test_a_loaded_machine_is_flagged_even_with_steady_passes(monkeypatch):
     monkeypatch.setattr(noise, "machine_load", lambda: 64.0)
     record = bench.benchmark({"teacher": Tiny(), "student": Tiny()}, **SETTINGS)
     assert not record["noise"]["stable"] and record["noise"]["rounds"] == 1
-    assert "load average was above" in noise.noise_warning(record)
+    assert "load average was above" in noise_warning(record)
 
 
 @pytest.mark.parametrize("record", [{}, {"noise": "odd"}, {"noise": {"stable": True}}])
 def test_records_without_a_flag_give_no_warning(record):
-    assert noise.noise_warning(record) is None
+    assert noise_warning(record) is None
 
 
 def test_the_report_and_the_card_carry_the_flag(tiny_bert4, glue_dir, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from huggingface_hub import ModelCard, metadata_load
 import distillery
 from distillery.bench import format_hardware
 from distillery.card import base_model, check_push, push_student, write_card
-from distillery.teacher import TEACHER_HUB_IDS
+from distillery.config import TEACHER_HUB_IDS
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, marker_kind
 from distillery.markdown import md
@@ -325,10 +325,14 @@ def test_the_usage_snippet_passes_a_sentence_pair_where_the_task_reads_pairs():
     from transformers import BertConfig
 
     from distillery.card import _usage_section, is_pair_task
+    from distillery.run_record import Bench, Metrics, Run
 
-    assert is_pair_task({"config": {"data": {"task": "mrpc"}}, "metrics": {"task": "mrpc"}})
-    assert not is_pair_task({"config": {"data": {"task": "sst2"}}, "metrics": {"task": "sst2"}})
-    assert is_pair_task({"config": {"data": {"task": "custom", "text_pair_column": "b"}}, "metrics": {"task": "custom"}})
+    def run(task, **data):
+        return Run(dir=Path("run"), config={"data": {"task": task, **data}}, metrics=Metrics(task=task), bench=Bench())
+
+    assert is_pair_task(run("mrpc"))
+    assert not is_pair_task(run("sst2"))
+    assert is_pair_task(run("custom", text_pair_column="b"))
     config = BertConfig(num_labels=2, architectures=["BertForSequenceClassification"])
     pair = "\n".join(_usage_section(config, None, pair=True))
     single = "\n".join(_usage_section(config, None))

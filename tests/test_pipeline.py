@@ -253,7 +253,8 @@ def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(ti
 @pytest.mark.live_baselines
 def test_every_run_measures_the_students_int8_export_and_names_what_to_deploy(tiny_bert4, glue_dir, tmp_path):
     from distillery.export import DEFAULT_INT8
-    from distillery.live_baselines import deploy_sentence
+    from distillery.report_parts import deploy_sentence
+    from distillery.run_record import load_run
 
     out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
     name = f"student-{DEFAULT_INT8}"
@@ -262,7 +263,8 @@ def test_every_run_measures_the_students_int8_export_and_names_what_to_deploy(ti
     assert name in metrics["others"] and name in bench["models"]
     assert (out / "exports" / name / "model.onnx").is_file() or any((out / "exports" / name).glob("*.onnx"))
     assert set(metrics["baselines"]) == {"teacher-int8", "static-embeddings"}
-    sentence = deploy_sentence(bench, metrics)
+    run = load_run(out)
+    sentence = deploy_sentence(run.bench, run.metrics)
     assert sentence.startswith(("Deploy `student`", f"Deploy `exports/{name}`", "Deploy the "))
     # the report's verdict and the model card say the same
     verdict = (out / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]

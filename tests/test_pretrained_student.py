@@ -279,7 +279,7 @@ def test_card_base_model_is_the_students_hub_origin(tmp_path):
     from transformers import BertConfig
 
     from distillery.card import card_data, card_text
-    from distillery.report import load_run
+    from distillery.run_record import load_run
     from tests.helpers import make_run
 
     run = make_run(tmp_path / "run", method="distill")

@@ -9,7 +9,9 @@ import yaml
 
 from distillery.errors import DistilleryError
 from distillery.plot import pareto_front, write_plot
-from distillery.report import REQUIRED_FILES, merge_runs, write_report
+from distillery.report import merge_runs, write_report
+from distillery import report_parts as rp
+from distillery.run_record import INT8_NAME, REQUIRED_FILES, STATIC_NAME, Bench, Metrics
 from tests.helpers import make_run, tiny_bert_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -227,7 +229,7 @@ def test_md_shows_any_text_as_it_is(value):
 def test_a_teacher_at_chance_is_flagged_first_and_no_retention_is_given(tmp_path):
     import json
 
-    from distillery.report import chance_warning
+    from distillery.run_record import Metrics
 
     run = make_run(tmp_path / "run")
     metrics = json.loads((run / "metrics.json").read_text())
@@ -241,8 +243,8 @@ def test_a_teacher_at_chance_is_flagged_first_and_no_retention_is_given(tmp_path
     assert "at chance" in verdict and "% of the teacher's" not in verdict
     # a teacher well above chance: no flag
     metrics["chance"]["main"] = teacher - 0.2
-    assert chance_warning(metrics) is None
-    assert chance_warning({"main_metric": "accuracy", "teacher": {"accuracy": 0.5}}) is None  # no record
+    assert Metrics.from_dict(metrics).chance_warning() is None
+    assert Metrics(main_metric="accuracy", teacher={"accuracy": 0.5}).chance_warning() is None  # no record
 
 
 def test_chance_is_the_majority_class_or_a_constant(tiny_bert, glue_dir):
@@ -268,8 +270,139 @@ def test_chance_is_the_majority_class_or_a_constant(tiny_bert, glue_dir):
 @pytest.mark.parametrize("teacher_n, student_n, limited", [(4500, 4500, False), (20000, 67349, False),
                                                           (20000, 20000, True)])
 def test_a_train_limit_is_named_only_where_it_limited_the_scores(teacher_n, student_n, limited):
-    from distillery.report import config_lines
+    from distillery.report_parts import config_lines
+    from distillery.run_record import Train
 
     config = {"method": "distill", "data": {"task": "mrpc", "train_limit": 20000}}
-    lines = config_lines(config, {"train_examples": student_n, "teacher_train_examples": teacher_n})
+    lines = config_lines(config, Train(train_examples=student_n, teacher_train_examples=teacher_n))
     assert any("limited to 20000 training examples" in line for line in lines) == limited
+
+
+# --------------------------------------------------------------------------------------------
+# The report's rows and verdict against the free baselines
+
+
+def _record(latency: dict, scores: dict):
+    models = {n: {"latency_ms": {"median": ms}, "throughput": {"sentences_per_s": 100.0 / ms}} for n, ms in latency.items()}
+    metrics = {"main_metric": "accuracy", "teacher": {"accuracy": scores.pop("teacher")},
+               "student": {"accuracy": scores.pop("student")}, "baselines": {n: {"accuracy": v} for n, v in scores.items()}}
+    return Bench({"models": models}), Metrics.from_dict(metrics)
+
+
+def test_verdict_reads_the_live_rows():
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, INT8_NAME: 5.0, STATIC_NAME: 0.1},
+                             {"teacher": 0.9, "student": 0.88, INT8_NAME: 0.87, STATIC_NAME: 0.7})
+    rows = rp.baseline_rows(bench, metrics)
+    assert [r["model"] for r in rows] == ["teacher", "student", INT8_NAME, STATIC_NAME]
+    assert rows[2]["latency_speedup"] == pytest.approx(2.0)
+    sentence = rp.baseline_verdict(bench, metrics)
+    assert "beats the teacher-int8 baseline on both" in sentence and "0.880 against 0.870" in sentence
+    assert "more accurate than the static-embeddings baseline" in sentence and "earns its place" in sentence
+
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, INT8_NAME: 3.0},
+                             {"teacher": 0.9, "student": 0.8, INT8_NAME: 0.85})
+    sentence = rp.baseline_verdict(bench, metrics)
+    assert "Deploy the teacher-int8 baseline instead" in sentence and "not worth its training" in sentence
+    assert "both faster (3.33× against 2.50× the teacher's speed) and more accurate (accuracy 0.850 against 0.800)" \
+        in sentence  # the baseline's own figures first: it is the subject
+    section = rp.baseline_section(bench, metrics, notes=["No static-embedding baseline on SQuAD."])
+    assert "| teacher-int8 | 0.850 |" in section and "- note: No static" in section
+
+
+def test_verdict_weighs_the_students_int8_export_and_names_what_to_deploy():
+    # the fp32 student is more accurate but slower than the int8 teacher; its export beats it on both
+    bench, metrics = _record({"teacher": 10.0, "student": 5.0, "student-onnx-int8": 2.5, INT8_NAME: 4.0,
+                              STATIC_NAME: 0.1},
+                             {"teacher": 0.9, "student": 0.89, INT8_NAME: 0.87, STATIC_NAME: 0.7})
+    metrics.others = {"student-onnx-int8": {"accuracy": 0.885}}
+    rows = rp.baseline_rows(bench, metrics)
+    assert [r["model"] for r in rows] == ["teacher", "student", "student-onnx-int8", INT8_NAME, STATIC_NAME]
+    assert rp.deploy_choice(rows)["model"] == "student-onnx-int8"
+    sentence = rp.baseline_verdict(bench, metrics)
+    assert "the student's export student-onnx-int8: it beats the teacher-int8 baseline on both" in sentence
+    assert "Deploy `exports/student-onnx-int8`: accuracy 0.885 at 4.00× the teacher's speed" in sentence
+    assert "earns its place" in sentence
+    # only the student, as auto weighs its chosen point, in the folder it names
+    sentence = rp.baseline_verdict(bench, metrics, students=("student",), paths={"student": "runs/x/chosen"})
+    assert "Deploy `runs/x/chosen`: accuracy 0.890 at 2.00×" in sentence
+
+
+def test_verdict_reads_a_tie_at_the_printed_precision_and_never_the_wrong_way_round():
+    # equal scores: "as accurate", not "less accurate (0.505 against 0.505)"
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.5051, INT8_NAME: 0.5049})
+    sentence = rp.baseline_verdict(bench, metrics)
+    assert "it is as accurate as the teacher-int8 baseline (accuracy 0.505 against 0.505) and faster" in sentence
+    assert "Deploy `student`" in sentence
+    # a tie in score and a slower student: the baseline is as good on both
+    bench, metrics = _record({"teacher": 10.0, "student": 6.0, INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.505, INT8_NAME: 0.505})
+    sentence = rp.baseline_verdict(bench, metrics)
+    assert "is both faster (2.00× against 1.67× the teacher's speed) and as accurate (accuracy 0.505 against 0.505)" \
+        in sentence and "Deploy the teacher-int8 baseline instead" in sentence
+    # a less accurate, slower student: the baseline's score is the higher one, and it comes first
+    bench, metrics = _record({"teacher": 10.0, "student": 6.0, INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": 0.51, INT8_NAME: 0.696})
+    assert "more accurate (accuracy 0.696 against 0.510)" in rp.baseline_verdict(bench, metrics)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.9"])
+def test_a_score_that_is_not_a_finite_number_is_an_error_not_a_verdict(bad):
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0, INT8_NAME: 5.0},
+                             {"teacher": 0.9, "student": bad, INT8_NAME: 0.87})
+    with pytest.raises(DistilleryError, match="metrics.json records accuracy .* for student, not a finite number"):
+        rp.baseline_verdict(bench, metrics)
+
+
+def test_verdict_without_baselines_says_so():
+    bench, metrics = _record({"teacher": 10.0, "student": 4.0}, {"teacher": 0.9, "student": 0.8})
+    assert "No live baseline" in rp.baseline_verdict(bench, metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# The run record: one home for the run folder's files
+
+
+def test_a_new_metrics_field_shows_in_the_report_the_card_and_a_merged_report(tmp_path, monkeypatch, tiny_bert):
+    """Issue 42: a key of metrics.json is declared once, in run_record.METRICS_FIELDS; the report, the model
+    card and a merged report show it with no other edit, and its type is checked like any other field."""
+    import shutil
+
+    from distillery import run_record
+    from distillery.card import write_card
+
+    field = run_record.Field("calibration_error", run_record.NUMBER, title="expected calibration error")
+    monkeypatch.setattr(run_record, "METRICS_FIELDS", [*run_record.METRICS_FIELDS, field])
+    runs = [make_run(tmp_path / name) for name in ("a", "b")]
+    for run in runs:
+        metrics = run_record.read_metrics(run)
+        metrics.extra["calibration_error"] = 0.0421
+        run_record.save(run, metrics)
+    shutil.copytree(tiny_bert, runs[0] / "student")
+    assert "- expected calibration error: 0.042\n" in write_report(runs[0]).read_text()
+    assert "- expected calibration error: 0.042\n" in write_card(runs[0]).read_text()
+    merged = merge_runs(runs, tmp_path / "merged").read_text()
+    assert merged.count("; expected calibration error: 0.042;") == 2
+    metrics = json.loads((runs[1] / "metrics.json").read_text())
+    (runs[1] / "metrics.json").write_text(json.dumps({**metrics, "calibration_error": "low"}))
+    with pytest.raises(DistilleryError, match="calibration_error holds the string 'low'"):
+        write_report(runs[1])
+
+
+def test_the_records_write_the_files_as_the_pipeline_always_wrote_them(tmp_path):
+    """Existing run folders read back, and a record writes its keys in the order (and the nulls) of before."""
+    from distillery.run_record import Bench, Metrics, Train, load_run, save
+
+    run = load_run(make_run(tmp_path / "run"))
+    for name, record in (("metrics.json", run.metrics), ("bench.json", run.bench)):
+        assert json.dumps(record.to_dict()) == (run.dir / name).read_text()
+    metrics = Metrics(task="rte", split="validation", main_metric="accuracy", teacher={"accuracy": 0.0},
+                      student={"accuracy": 0.0}, baseline_notes=["none"], extra={"later": 1})
+    assert list(metrics.to_dict()) == ["task", "split", "main_metric", "teacher", "student", "retention",
+                                       "baseline_notes", "later"]
+    assert list(Train(notes=["n"]).to_dict()) == ["teacher_seconds", "teacher_cached", "teacher_path",
+                                                  "student_seconds", "train_examples", "teacher_train_examples",
+                                                  "student_text", "total_seconds", "notes"]
+    path = save(tmp_path, metrics)
+    assert path.read_text() == json.dumps(metrics.to_dict(), indent=2) and '"retention": null' in path.read_text()
+    assert save(tmp_path, Bench({"models": {}})).name == "bench.json"

@@ -16,6 +16,7 @@ from statistics import median
 from typing import Any, Mapping, Sequence
 
 from distillery.markdown import fmt_seconds
+from distillery.run_record import Run
 
 # A passes' worth of training is a forward and a backward: three forward passes.
 PASSES_PER_STEP = 3.0
@@ -77,7 +78,7 @@ def not_fitting(estimate: float, spent: float, budget_s: float) -> str:
 
 
 def split_lines(teacher: Mapping[str, Any] | None, entries: Sequence[Mapping[str, Any]],
-                runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+                runs: Mapping[str, Run]) -> list[str]:
     """The report's lines on where the time went: the teacher (its ``spent_seconds`` in this call), then each
     candidate's student training and the rest of its run (scoring, exports, the free baselines, the benchmark)
     beside its estimate."""
@@ -89,11 +90,11 @@ def split_lines(teacher: Mapping[str, Any] | None, entries: Sequence[Mapping[str
         run = runs.get(entry["name"])
         if run is None:
             continue
-        train = run["train"]
-        student, total = train.get("student_seconds"), train.get("total_seconds")
+        train = run.train
+        student, total = train.student_seconds, train.total_seconds
         if not isinstance(student, (int, float)) or not isinstance(total, (int, float)):
             continue
-        teacher_part = train.get("teacher_seconds") if not train.get("teacher_cached") else 0.0
+        teacher_part = train.teacher_seconds if not train.teacher_cached else 0.0
         rest = max(total - student - (teacher_part or 0.0), 0.0)
         estimate = entry.get("estimated_seconds")
         guess = f"; estimated {fmt_seconds(estimate)}" if estimate else ""

@@ -18,8 +18,9 @@ from typing import Any, Mapping, Sequence
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.markdown import fmt_metric, fmt_ms, fmt_x, md
+from distillery.run_record import BASELINE_NAMES, INT8_NAME, Bench, Metrics, Run, is_student, run_rows
 
-FREE_INT8 = "teacher-int8"  # live_baselines.INT8_NAME: the point and the folder of the free int8 teacher
+FREE_INT8 = INT8_NAME  # the point and the folder of the free int8 teacher
 # A point may fall short of the target by its timing's own spread (p90 over median of its passes, or its
 # teacher's), at most this much: beyond it a user asking for 2× would not get it.
 MAX_NOISE_ALLOWANCE = 0.05
@@ -87,33 +88,28 @@ def make_target(speedup: float | None, latency_ms: float | None) -> Target:
 # The points
 
 
-def timing_noise(bench: Mapping[str, Any], model: str) -> float:
+def timing_noise(bench: Bench, model: str) -> float:
     """The relative noise of a model's speed-up in its bench record: the larger spread of its timing and its
     teacher's (bench.json ``noise.spread``), at most :data:`MAX_NOISE_ALLOWANCE`; 0 where nothing was judged."""
-    spread = (bench.get("noise") or {}).get("spread") or {}
-    values = [float(v) for v in (spread.get(model), spread.get("teacher")) if isinstance(v, (int, float))]
+    values = [v for v in (bench.noise_spread(model), bench.noise_spread("teacher")) if v is not None]
     return min(max(values, default=0.0), MAX_NOISE_ALLOWANCE)
 
 
-def learned_too_little(score: float, metrics: Mapping[str, Any]) -> str | None:
+def learned_too_little(score: float, metrics: Metrics) -> str | None:
     """A sentence when a model's ``score`` closes less than :data:`MIN_GAP_CLOSED` of the gap between chance
     (metrics.json ``chance``) and the teacher, else None (also where the teacher itself is near chance)."""
-    chance, main = metrics.get("chance"), metrics.get("main_metric")
-    teacher = (metrics.get("teacher") or {}).get(main)
-    if not isinstance(chance, Mapping) or not isinstance(teacher, (int, float)) or score is None:
+    chance, main = metrics.chance_level(), metrics.main_metric
+    teacher = (metrics.teacher or {}).get(main)
+    if chance is None or not isinstance(teacher, (int, float)) or score is None:
         return None
-    gap = teacher - chance["main"]
-    if gap <= chance.get("margin", 0.0):  # the teacher at chance is the report's own warning
+    gap = teacher - chance.main
+    if gap <= chance.margin:  # the teacher at chance is the report's own warning
         return None
-    closed = (score - chance["main"]) / gap
+    closed = (score - chance.main) / gap
     if closed >= MIN_GAP_CLOSED:
         return None
     return (f"it failed to learn: {main} {fmt_metric(score)} closes {100 * max(closed, 0.0):.0f} % of the gap between "
-            f"chance ({fmt_metric(chance['main'])}) and the teacher ({fmt_metric(teacher)})")
-
-
-def is_student_point(model: str) -> bool:
-    return model == "student" or model.startswith("student-")
+            f"chance ({fmt_metric(chance.main)}) and the teacher ({fmt_metric(teacher)})")
 
 
 def point_name(candidate: str, model: str) -> str:
@@ -121,31 +117,26 @@ def point_name(candidate: str, model: str) -> str:
     return candidate if model == "student" else f"{candidate}+{model[len('student-'):]}"
 
 
-def candidate_points(name: str, run: Mapping[str, Any]) -> list[dict[str, Any]]:
+def candidate_points(name: str, run: Run) -> list[dict[str, Any]]:
     """The student rows of a candidate's run (the student and its exports), as report rows with their
     timing noise and, for a student that learned too little, ``failed``."""
-    from distillery.report import run_rows
-
-    points = [r for r in run_rows(run) if is_student_point(r["model"])]
+    points = [r for r in run_rows(run) if is_student(r["model"])]
     for p in points:
         p["run"], p["point"], p["candidate"] = name, point_name(name, p["model"]), name
-        p["noise"] = timing_noise(run["bench"], p["model"])
-        p["failed"] = learned_too_little(p["main"], run["metrics"])
+        p["noise"] = timing_noise(run.bench, p["model"])
+        p["failed"] = learned_too_little(p["main"], run.metrics)
     return points
 
 
-def reference_rows(name: str, run: Mapping[str, Any]) -> list[dict[str, Any]]:
+def reference_rows(name: str, run: Run) -> list[dict[str, Any]]:
     """The teacher and the live baselines as measured in one candidate's run (beside its student)."""
-    from distillery.live_baselines import BASELINE_NAMES
-    from distillery.report import run_rows
-
     rows = [r for r in run_rows(run) if r["model"] in ("teacher", *BASELINE_NAMES)]
     for r in rows:
         r["run"], r["point"] = name, r["model"]
     return rows
 
 
-def free_int8_point(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def free_int8_point(runs: Mapping[str, Run]) -> dict[str, Any] | None:
     """The free int8 teacher as a candidate point: measured in every candidate's run beside its teacher, it
     is taken from the run of the median speed-up (one run's burst of load does not make it)."""
     rows = [(name, r) for name, run in runs.items() for r in reference_rows(name, run)
@@ -155,7 +146,7 @@ def free_int8_point(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | N
     rows.sort(key=lambda nr: nr[1]["latency_speedup"])
     name, row = rows[(len(rows) - 1) // 2]
     return {**row, "candidate": FREE_INT8, "point": FREE_INT8, "free": True, "measured_in": name,
-            "noise": timing_noise(runs[name]["bench"], FREE_INT8), "failed": None}
+            "noise": timing_noise(runs[name].bench, FREE_INT8), "failed": None}
 
 
 def _speed_words(p: Mapping[str, Any]) -> str:

@@ -15,23 +15,20 @@ from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.markdown import fmt_metric, fmt_ms, fmt_seconds, fmt_x, md
+from distillery.report_parts import baseline_section, rows_table
+from distillery.run_record import Run, load_run
 
 logger = logging.getLogger("distillery")
 
 
-def chosen_baselines(run: Mapping[str, Any], model: str, folder: str | None = None) -> str:
+def chosen_baselines(run: Run, model: str, folder: str | None = None) -> str:
     """The report's live-baseline section with the chosen point in the student's place: the baselines
     were timed in the same process as it (its candidate's bench). ``folder``: where the chosen point lies,
     named in the sentence on what to deploy."""
-    from distillery.live_baselines import baseline_section
-
-    metrics, bench = dict(run["metrics"]), dict(run["bench"])
     paths = {"student": folder} if folder else None
-    if model != "student":
-        scores = {**(metrics.get("others") or {}), **(metrics.get("baselines") or {})}
-        metrics["student"] = scores.get(model) or {}
-        bench["models"] = {**bench["models"], "student": bench["models"].get(model)}
-    return baseline_section(bench, metrics, metrics.get("baseline_notes") or (), students=("student",), paths=paths)
+    run = run.with_student_as(model)
+    return baseline_section(run.bench, run.metrics, run.metrics.baseline_notes or (), students=("student",),
+                            paths=paths)
 
 
 def _verdict(p: Mapping[str, Any]) -> str:
@@ -48,9 +45,6 @@ def _point_line(p: Mapping[str, Any], main: str) -> str:
 
 
 def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: Mapping[str, Any]) -> list[str]:
-    from distillery.bench import format_hardware
-    from distillery.report import rows_table
-
     main, chosen, settings = summary["main_metric"], summary["chosen"], summary["settings"]
     target = Target(**summary["target"]).for_choice(summary.get("plan_speedup"))
     budget = summary["time_budget_s"]
@@ -90,8 +84,8 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
         lines.append(f"- {md(s['name'], code=True)} ({md(s['method'])}) skipped: {md(s['reason'])}")
     if rows:
         lines += ["", rows_table(rows, main, with_run=True)]
-        hardware = next(iter(runs.values()))["bench"].get("hardware")
-        lines += [f"Hardware: {md(format_hardware(hardware))}.", ""] if hardware else []
+        hardware = next(iter(runs.values())).bench.hardware_line()
+        lines += [f"Hardware: {md(hardware)}.", ""] if hardware else []
     return lines
 
 
@@ -125,7 +119,7 @@ def write_report(out: Path, summary: Mapping[str, Any], rows: list[dict[str, Any
     return path
 
 
-def write_chosen_card(out: Path, summary: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> None:
+def write_chosen_card(out: Path, summary: Mapping[str, Any], runs: Mapping[str, Run]) -> None:
     """A model card beside the chosen model: a student already has its run's; an export gets one of its own;
     the free int8 teacher is first exported into ``<out>/teacher-int8`` from the fine-tuned teacher."""
     from distillery.card import write_export_card
@@ -140,7 +134,7 @@ def write_chosen_card(out: Path, summary: Mapping[str, Any], runs: Mapping[str, 
     write_export_card(folder, out / "candidates" / run_name, chosen["model"], summary["why"])
 
 
-def export_free_int8(run: Mapping[str, Any], folder: Path) -> None:
+def export_free_int8(run: Run, folder: Path) -> None:
     """The run's fine-tuned teacher (train.json ``teacher_path``) exported to int8 as its free baseline was:
     the backend the baseline used for this model type (dynamic quantization is deterministic, so this is
     the model that was measured)."""
@@ -149,7 +143,7 @@ def export_free_int8(run: Mapping[str, Any], folder: Path) -> None:
     from distillery.modeling import load_tokenizer
     from distillery.runtime import load_model
 
-    path = run["train"].get("teacher_path")
+    path = run.train.teacher_path
     if not path or not Path(path).is_dir():
         raise DistilleryError(f"The int8 teacher was chosen, but its fine-tuned teacher {path} is gone, so it cannot "
                               "be exported: run `distillery export` on the teacher, or --resume after fine-tuning it.")
@@ -162,33 +156,30 @@ def finish(out: Path, state: dict[str, Any], candidates: Sequence[Any], ran: Seq
            skipped: Sequence[Mapping[str, str]]) -> Path:
     """Read the finished candidates, choose, and write ``auto.json``, ``report.md`` and ``plot.png``; the chosen
     model carries a model card (the free int8 teacher is exported into ``<out>/teacher-int8`` first)."""
-    from distillery.bench.noise import noise_warning  # the bench package loads torch
-    from distillery.report import load_run, main_metric
-
     target = Target(**state["target"]).for_choice(state.get("plan_speedup"))
     folders = {c.name: out / "candidates" / c.name for c in candidates}
     runs = {name: load_run(folder) for name, folder in folders.items() if (folder / "report.md").is_file()}
     first = next(iter(runs.values()), None)
-    main = main_metric(first["metrics"]) if first else "score"
+    main = first.metrics.main() if first else "score"
     points = {name: candidate_points(name, run) for name, run in runs.items()}
     free = free_int8_point(runs)
     chosen, why = choose([p for ps in points.values() for p in ps] + ([free] if free else []), target, main)
     ref = (chosen.get("measured_in") or chosen["candidate"]) if chosen else next(iter(runs), None)
-    unstable = {name: warning for name, run in runs.items() if (warning := noise_warning(run["bench"]))}
+    unstable = {name: warning for name, run in runs.items() if (warning := run.bench.noise_warning())}
     if ref in unstable and chosen:  # the choice rests on this run's timings
         why += f" In its run: {unstable[ref]}"
     status = {r["name"]: r for r in ran}
     entries = []
     for c in candidates:
         # a reused candidate's time is its run's own record (train.json), not this call's
-        seconds = runs[c.name]["train"].get("total_seconds") if c.name in runs else status.get(c.name, {}).get("seconds")
+        seconds = runs[c.name].train.total_seconds if c.name in runs else status.get(c.name, {}).get("seconds")
         entries.append({**asdict(c), "status": status.get(c.name, {}).get("status", "skipped"), "seconds": seconds,
                         "folder": str(folders[c.name]),
                         "points": [point_record(p, target, out) for p in points.get(c.name, [])],
                         "timings_stable": c.name not in unstable if c.name in runs else None})
     baselines = reference_rows(ref, runs[ref]) if ref else []
     teacher_spent = (state.get("teacher") or {}).get("spent_seconds") or 0.0
-    summary = {**state, "status": "done", "main_metric": main, "task": first["metrics"].get("task") if first else None,
+    summary = {**state, "status": "done", "main_metric": main, "task": first.metrics.task if first else None,
                "seconds": round(sum(e["seconds"] or 0.0 for e in entries) + teacher_spent, 1),
                "seconds_this_call": round(sum(r.get("seconds") or 0.0 for r in ran) + teacher_spent, 1),
                "candidates": entries, "skipped": list(skipped),

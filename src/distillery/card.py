@@ -24,11 +24,9 @@ import yaml
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
 from distillery.markdown import md
-from distillery.config import setting
-from distillery.teacher import TEACHER_HUB_IDS
-from distillery.distill.pretrained import origin as student_origin
-from distillery.report import (config_lines, main_metric, shape_text, student_name, task_name, teacher_name, load_run,
-                               model_metrics, rows_table, run_rows, verdict_paragraphs)
+from distillery.config import TEACHER_HUB_IDS, setting
+from distillery.report_parts import config_lines, rows_table, shape_text, verdict_paragraphs
+from distillery.run_record import Metrics, Run, load_run, run_rows, student_name, teacher_name
 
 logger = logging.getLogger("distillery")
 
@@ -105,13 +103,13 @@ def teacher_card(teacher: str) -> dict[str, Any]:
     return known
 
 
-def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+def _dataset(task_name: str, metrics: Metrics, config: Mapping[str, Any]) -> dict[str, Any]:
     """The model-index dataset of the run's scores: the Hub dataset of a GLUE/SQuAD task (with its
     config and split), or the user's dev file of a custom task (``hub`` None)."""
     from distillery.data.tasks import get_task
 
-    split = str(metrics.get("split") or "dev")
-    dev_limit = metrics.get("dev_limit") or setting(config, "data.dev_limit")
+    split = str(metrics.split or "dev")
+    dev_limit = metrics.dev_limit or setting(config, "data.dev_limit")
     holdout = setting(config, "data.squad_holdout")
     # scores on part of the split say which part: the first N examples in datasets' slice syntax, a held-out share
     cut = f"[:{int(dev_limit)}]" if isinstance(dev_limit, int) and not isinstance(dev_limit, bool) else ""
@@ -129,20 +127,20 @@ def _dataset(task_name: str, metrics: Mapping[str, Any], config: Mapping[str, An
             "args": args}
 
 
-def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None, model: str = "student"):
-    """The card's front matter (``ModelCardData``) for a run loaded by :func:`distillery.report.load_run`;
+def card_data(run: Run, student_config, repo_id: str | None = None, model: str = "student"):
+    """The card's front matter (``ModelCardData``) for a run loaded by :func:`distillery.run_record.load_run`;
     ``model``: whose scores (the student, or an export or baseline of the run)."""
     from huggingface_hub import EvalResult, ModelCardData
 
     from distillery.modeling import head_of
 
-    config, metrics = run["config"], run["metrics"]
-    task, method = task_name(run), str(setting(config, "method", "distillation"))
+    config, metrics = run.config, run.metrics
+    task, method = run.task(), str(setting(config, "method", "distillation"))
     head = head_of(student_config).name
     pipeline_tag = head if head == "question-answering" else "text-classification" if head != "base" else None
     dataset = _dataset(task, metrics, config)
-    main = main_metric(metrics)
-    scores = model_metrics(metrics).get(model, {})
+    main = metrics.main()
+    scores = metrics.scores().get(model, {})
     results = [EvalResult(task_type=pipeline_tag or "feature-extraction", dataset_type=dataset["type"],
                           dataset_name=dataset["name"], dataset_config=dataset["config"], dataset_split=dataset["split"],
                           dataset_args=dataset["args"], metric_type=name, metric_name=name, metric_value=value)
@@ -154,21 +152,20 @@ def card_data(run: Mapping[str, Any], student_config, repo_id: str | None = None
     teacher = teacher_card(teacher_name(config))
     # the data's language where the task says it (GLUE, SQuAD: English), else the teacher's
     language = DATASET_LANGUAGES.get(dataset["hub"]) or teacher.get("language")
-    # base_model is the model these weights started from: a pretrained student's own origin, else the teacher
-    return ModelCardData(base_model=base_model(student_origin(student) if student else teacher_name(config)),
+    # base_model is the model these weights started from: a pretrained student's own origin (base_model names a
+    # packaged encoder by its Hub id), else the teacher
+    return ModelCardData(base_model=base_model(student or teacher_name(config)),
                          library_name="transformers",
                          license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-{model}"), eval_results=results or None)
 
 
-def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
+def _speed_section(run: Run, rows, main: str) -> list[str]:
     """The speed-ups against the teacher, with the hardware and shapes they were measured at."""
-    from distillery.bench import format_hardware
-
     lat_shape, tp_shape = shape_text(rows, "latency_shape", "1×128"), shape_text(rows, "throughput_shape", "256×64")
-    hardware = run["bench"].get("hardware") or {}
-    where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
+    hardware = run.bench.hardware_line()
+    where = f"on {md(hardware)}" if hardware else "on an unrecorded machine"
     return ["## Speed and accuracy", "", *verdict_paragraphs(run, rows, main, lat_shape, tp_shape),
             (f"Measured {where}, teacher and student side by side in one process (latency: median of single "
              f"forwards at {lat_shape}; throughput at {tp_shape}). Speed-ups depend on the hardware: measure on "
@@ -176,16 +173,16 @@ def _speed_section(run: Mapping[str, Any], rows, main: str) -> list[str]:
             rows_table(rows, main)]
 
 
-def _made_section(run: Mapping[str, Any]) -> list[str]:
+def _made_section(run: Run) -> list[str]:
     """How the student was made: the run's settings (config.yaml) and training record (train.json)."""
-    config = dict(run["config"])
+    config = dict(run.config)
     teacher = teacher_name(config)
     if base_model(teacher) is None and isinstance(config.get("teacher"), Mapping):
         # a card is meant to be published: a local teacher is named by its folder, not by a path of this machine
         config["teacher"] = {**config["teacher"], "name": Path(teacher).name or teacher}
     lines = ["## How it was made", "",
              "Made with distillery (`distillery compress`), whose run recorded these settings:", ""]
-    lines += config_lines(config, run["train"], run["metrics"])
+    lines += config_lines(config, run.train, run.metrics)
     student = setting(config, "student", {})
     if isinstance(student, Mapping):
         settings = ", ".join(md(f"{key}={student[key]}", code=True) for key in ("epochs", "lr", "batch_size", "seed")
@@ -198,13 +195,13 @@ def _made_section(run: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def is_pair_task(run: Mapping[str, Any]) -> bool:
+def is_pair_task(run: Run) -> bool:
     """Whether the run's task reads sentence pairs (MRPC, STS-B, ...; custom data with a text-pair column)."""
     from distillery.data.tasks import TASKS
 
-    task = task_name(run)
+    task = run.task()
     if task == "custom":
-        return bool(setting(run["config"], "data.text_pair_column"))
+        return bool(setting(run.config, "data.text_pair_column"))
     spec = TASKS.get(str(task))
     return bool(spec is not None and spec.is_pair)
 
@@ -245,26 +242,26 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> l
                     "checks the weights against the SHA-256 record in `distillery_weights.json`."), ""])
 
 
-def card_text(run: Mapping[str, Any], student_config, repo_id: str | None = None) -> str:
+def card_text(run: Run, student_config, repo_id: str | None = None) -> str:
     """The card's Markdown body; every user-named value goes through :func:`md`."""
-    config, metrics = run["config"], run["metrics"]
-    task, method, teacher = task_name(run), setting(config, "method", "distillation"), teacher_name(config)
+    config, metrics = run.config, run.metrics
+    task, method, teacher = run.task(), setting(config, "method", "distillation"), teacher_name(config)
     hub = base_model(teacher)
     origin = (f"the teacher [{md(hub)}](https://huggingface.co/{hub})" if hub else
               f"the teacher {md(Path(teacher).name or teacher, code=True)}, a local model folder (so this card names "
               "no `base_model`)")
     student = student_name(config)
     if student:
-        own = base_model(student_origin(student))
+        own = base_model(student)
         origin = (f"the pretrained encoder [{md(own)}](https://huggingface.co/{own})" if own else
                   f"the pretrained encoder {md(Path(student).name or student, code=True)}, a local model folder,") + \
             f" distilled from {origin}"
     lines = [f"# {md(_plain(method))} student on {md(_plain(task))}", "",
              f"A student of {origin}, compressed by distillery's {md(method, code=True)} method and "
-             f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.get('split') or 'dev')} split"
-             + (f" (its first {md(metrics['dev_limit'])} examples)" if metrics.get("dev_limit") else "")
+             f"fine-tuned for {md(task, code=True)}. Its scores on the {md(metrics.split or 'dev')} split"
+             + (f" (its first {md(metrics.dev_limit)} examples)" if metrics.dev_limit else "")
              + " are in this card's `model-index`, exactly as the run measured them (metrics.json).", ""]
-    main = main_metric(metrics)
+    main = metrics.main()
     lines += _speed_section(run, run_rows(run), main)
     lines += _made_section(run)
     lines += _usage_section(student_config, repo_id, is_pair_task(run))
@@ -299,20 +296,19 @@ def write_export_card(folder: str | os.PathLike, run_dir: str | os.PathLike, mod
     and speed-up exactly as the run measured them, with the hardware, and how to load it."""
     from huggingface_hub import ModelCard
 
-    from distillery.bench import format_hardware
     from distillery.markdown import fmt_metric, fmt_x
     from distillery.modeling import read_config
 
     folder = Path(folder)
     run = load_run(run_dir)
     config = read_config(folder)
-    main = main_metric(run["metrics"])
+    main = run.metrics.main()
     rows = {r["model"]: r for r in run_rows(run)}
     row, teacher = rows.get(model) or {}, rows.get("teacher") or {}
-    hardware = run["bench"].get("hardware")
-    where = f"on {md(format_hardware(hardware))}" if hardware else "on an unrecorded machine"
-    body = [f"# {md(model)}: {md(_plain(task_name(run)))}", "", md(chosen), "",
-            f"Its {md(main)} on the {md(run['metrics'].get('split') or 'dev')} split is {fmt_metric(row.get('main'))} "
+    hardware = run.bench.hardware_line()
+    where = f"on {md(hardware)}" if hardware else "on an unrecorded machine"
+    body = [f"# {md(model)}: {md(_plain(run.task()))}", "", md(chosen), "",
+            f"Its {md(main)} on the {md(run.metrics.split or 'dev')} split is {fmt_metric(row.get('main'))} "
             f"(the fp32 teacher: {fmt_metric(teacher.get('main'))}); its latency at 1×128 is "
             f"{fmt_x(row.get('latency_speedup'))} the teacher's speed, measured {where}, beside the teacher in one "
             "process (run folder: `" + md(Path(run_dir).name) + "`). Speed-ups depend on the hardware: measure on "

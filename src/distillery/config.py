@@ -400,6 +400,9 @@ class TrainConfig:
 # The built-in teachers' names (distillery.teacher resolves them); here, below every module that names them.
 BUILTIN_TEACHER = "minilm"
 BASE_TEACHER = "mpnet-base"  # all-mpnet-base-v2, fetched once into the cache (distillery.mpnet_download)
+# where the built-in teachers come from on the Hub (a model card's base_model)
+TEACHER_HUB_IDS = {BUILTIN_TEACHER: "sentence-transformers/all-MiniLM-L6-v2",
+                   BASE_TEACHER: "sentence-transformers/all-mpnet-base-v2"}
 
 
 @dataclass

@@ -13,7 +13,8 @@ the same bench process as teacher and student, so that no measured number needs 
   ``distill`` extra pins ``transformers<5.4`` (distillery runs on 5.x) and needs ``skeletoken``,
   and it reads only ``AutoModel`` teachers, not distillery's own students.
 
-SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to point at.
+SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to point at. This module only
+builds the models; the report weighs them against the student (:mod:`distillery.report_parts`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -31,13 +32,10 @@ from torch.utils.data import DataLoader
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from distillery.errors import DistilleryError
-from distillery.metrics import is_finite_number
+from distillery.run_record import INT8_NAME, STATIC_NAME
 
 logger = logging.getLogger("distillery")
 
-INT8_NAME = "teacher-int8"
-STATIC_NAME = "static-embeddings"
-BASELINE_NAMES = (INT8_NAME, STATIC_NAME)
 LOGIT_ABSENT = -1e4  # the logit of a class the train split never shows: never the argmax
 PROBE_TEXT = "a"  # one ordinary word: where its ids sit between the special tokens gives the template
 
@@ -410,180 +408,3 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
     out[STATIC_NAME] = (model, score(model, task_data))
     out.info[STATIC_NAME] = {**model.config.to_dict(), "seconds": round(time.time() - started, 1)}
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# The report's rows and verdict (pure: bench.json and metrics.json in, rows and a sentence out)
-
-
-def is_student(name: str) -> bool:
-    """The student or one of its exports (``student-onnx-int8``, ...): what a user could deploy."""
-    return name == "student" or name.startswith("student-")
-
-
-def student_names(bench: Mapping[str, Any]) -> list[str]:
-    """The student and its exports measured in a bench record."""
-    return [n for n in (bench.get("models") or {}) if is_student(n)]
-
-
-def deploy_path(name: str) -> str:
-    """Where a student variant lies in its run folder: ``student`` or ``exports/<name>``."""
-    return "student" if name == "student" else f"exports/{name}"
-
-
-def baseline_rows(bench: Mapping[str, Any], metrics: Mapping[str, Any],
-                  names: Sequence[str] = BASELINE_NAMES, students: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Teacher, the student variants (``students``, default the student and every export of it measured)
-    and every live baseline that was both scored and measured, as rows ``{"model", "main", "latency_ms",
-    "latency_speedup", "throughput_speedup"}`` (speed-ups against the teacher of the same bench record).
-    Scores are read from ``metrics["student"]``, ``metrics["others"]`` (exports) and ``metrics["baselines"]``.
-    A score that is not a finite number is an error: no verdict can rest on it."""
-    from distillery.bench import speedup_over
-
-    main = metrics["main_metric"]
-    models = bench.get("models") or {}
-    scored = {**(metrics.get("others") or {}), **(metrics.get("baselines") or {}),
-              "teacher": metrics.get("teacher") or {}, "student": metrics.get("student") or {}}
-    ref = models.get("teacher")
-    rows = []
-    for name in dict.fromkeys(("teacher", *(student_names(bench) if students is None else students), *names)):
-        rec, values = models.get(name), scored.get(name)
-        if rec is None or not values or values.get(main) is None:
-            continue
-        value = values[main]
-        if not is_finite_number(value):
-            raise DistilleryError(f"The run's metrics.json records {main} {value!r} for {name}, not a finite number: "
-                                  "no verdict can be drawn from it. Score the model again (distillery eval).")
-        speed = speedup_over(ref, rec) if ref is not None else {}
-        rows.append({"model": name, "main": float(value), "latency_ms": rec["latency_ms"]["median"],
-                     "latency_speedup": speed.get("latency"), "throughput_speedup": speed.get("throughput")})
-    return rows
-
-
-def compare_scores(a: float, b: float) -> int:
-    """1, 0 or -1 as score ``a`` is above, equal to or below ``b`` at the precision the report prints them
-    (three decimals): two scores that read the same are as accurate as each other."""
-    from distillery.markdown import fmt_metric
-
-    if fmt_metric(a) == fmt_metric(b):
-        return 0
-    return 1 if a > b else -1
-
-
-def at_least_as_good(base: Mapping[str, Any], student: Mapping[str, Any]) -> bool:
-    """``base`` is as accurate or more, and as fast or faster, than ``student``: nothing to gain from the student."""
-    return compare_scores(base["main"], student["main"]) >= 0 and base["latency_ms"] <= student["latency_ms"]
-
-
-def beats(student: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
-    """``student`` is as accurate or more than ``base``, and faster: the user loses nothing by taking it."""
-    return compare_scores(student["main"], base["main"]) >= 0 and student["latency_ms"] < base["latency_ms"]
-
-
-def _clause(student: Mapping[str, Any], base: Mapping[str, Any], main: str) -> str:
-    from distillery.markdown import fmt_metric, fmt_x
-
-    name = f"the {base['model']} baseline"
-    ours = f"{main} {fmt_metric(student['main'])} against {fmt_metric(base['main'])}"
-    theirs = f"{main} {fmt_metric(base['main'])} against {fmt_metric(student['main'])}"
-    speed = f"{fmt_x(student['latency_speedup'])} against {fmt_x(base['latency_speedup'])} the teacher's speed"
-    their_speed = f"{fmt_x(base['latency_speedup'])} against {fmt_x(student['latency_speedup'])} the teacher's speed"
-    order, faster = compare_scores(student["main"], base["main"]), student["latency_ms"] < base["latency_ms"]
-    if faster:
-        if order > 0:
-            return f"it beats {name} on both score ({ours}) and latency ({speed})"
-        if order == 0:
-            return f"it is as accurate as {name} ({ours}) and faster ({speed})"
-        return f"it is faster than {name} ({speed}) but less accurate ({ours})"
-    if order > 0:
-        return f"it is more accurate than {name} ({ours}) but slower ({speed})"
-    accurate = "as accurate" if order == 0 else "more accurate"
-    return f"{name} is both faster ({their_speed}) and {accurate} ({theirs})"
-
-
-def deploy_choice(rows: Sequence[Mapping[str, Any]], names: Sequence[str] = BASELINE_NAMES) -> dict[str, Any] | None:
-    """The student variant to deploy against the free baselines in ``rows`` (:func:`baseline_rows`), or None
-    without a student row. Among the variants that no baseline matches on both score and latency, the one
-    that beats the most baselines (as accurate or more, and faster), then the most accurate, then
-    the fastest; when a baseline is at least as good as every variant, the most accurate variant,
-    marked ``"dominated_by"`` with the baseline to use instead (the most accurate of those, then the fastest)."""
-    students = [r for r in rows if is_student(r["model"])]
-    bases = [r for r in rows if r["model"] in names]
-    if not students:
-        return None
-
-    def rank(r):
-        return (sum(beats(r, b) for b in bases), r["main"], -r["latency_ms"])
-
-    free = [s for s in students if not any(at_least_as_good(b, s) for b in bases)]
-    if free:
-        return {**max(free, key=rank), "dominated_by": None}
-    best = max(students, key=lambda r: (r["main"], -r["latency_ms"]))
-    winners = [b for b in bases if at_least_as_good(b, best)]
-    return {**best, "dominated_by": max(winners, key=lambda r: (r["main"], -r["latency_ms"]))}
-
-
-def deploy_sentence(bench: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str] = BASELINE_NAMES,
-                    students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str | None:
-    """What to deploy, in one sentence, from the run's own numbers: the student variant of
-    :func:`deploy_choice`, or the free baseline to use instead. None without a baseline measured beside it.
-    ``paths``: where a variant lies when not at :func:`deploy_path` (auto's chosen folder)."""
-    rows = baseline_rows(bench, metrics, names, students)
-    pick = deploy_choice(rows, names)
-    if pick is None or not any(r["model"] in names for r in rows):
-        return None
-    return _deploy_words(pick, metrics["main_metric"], paths)
-
-
-def _deploy_words(pick: Mapping[str, Any], main: str, paths: Mapping[str, str] | None) -> str:
-    """:func:`deploy_sentence` for a :func:`deploy_choice` already made."""
-    from distillery.markdown import fmt_metric, fmt_x
-
-    base, where = pick["dominated_by"], (paths or {}).get(pick["model"]) or deploy_path(pick["model"])
-    if base is None:
-        return (f"Deploy `{where}`: {main} {fmt_metric(pick['main'])} at "
-                f"{fmt_x(pick['latency_speedup'])} the teacher's speed; no free baseline is at least as good on both "
-                "score and latency, so the student earns its place.")
-    return (f"Deploy the {base['model']} baseline instead ({main} {fmt_metric(base['main'])} at "
-            f"{fmt_x(base['latency_speedup'])} the teacher's speed): it is at least as good on both score and latency "
-            f"as the best student variant, `{where}` ({fmt_metric(pick['main'])} at "
-            f"{fmt_x(pick['latency_speedup'])}), so the student is not worth its training on this task and machine.")
-
-
-def baseline_verdict(bench: Mapping[str, Any], metrics: Mapping[str, Any], names: Sequence[str] = BASELINE_NAMES,
-                     students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str:
-    """Sentences comparing the student variant to deploy (:func:`deploy_choice`) with each live baseline of
-    the same run, from its own numbers, ending with what to deploy."""
-    main = metrics["main_metric"]
-    rows = baseline_rows(bench, metrics, names, students)
-    pick = deploy_choice(rows, names)
-    bases = [r for r in rows if r["model"] in names]
-    if pick is None or not bases:
-        return "No live baseline was measured beside the student in this run, so the verdict rests on the teacher alone."
-    subject = "the student" if pick["model"] == "student" else f"the student's export {pick['model']}"
-    clauses = [_clause(pick, b, main) for b in bases]
-    return (f"Against the free baselines measured here, {subject}: " + "; ".join(clauses) + ". "
-            + _deploy_words(pick, main, paths))
-
-
-def baseline_section(bench: Mapping[str, Any], metrics: Mapping[str, Any], notes: Sequence[str] = (),
-                     students: Sequence[str] | None = None, paths: Mapping[str, str] | None = None) -> str:
-    """The report's "Against what you can get for free" section: the live rows and the verdict sentences
-    (``students``: the student variants weighed, default the student and its exports; ``paths``: see
-    :func:`deploy_sentence`)."""
-    from distillery.markdown import fmt_metric, fmt_ms, fmt_x, md
-
-    main = metrics["main_metric"]
-    intro = ("Measured live in this run: scored on the same dev set and timed in the same process, on the same "
-             "machine and shapes, as the teacher and the student. `teacher-int8` is the teacher's dynamic int8 "
-             "copy; `static-embeddings` averages token vectors distilled from the teacher and reads them with a "
-             "linear head fitted on the train split.")
-    lines = ["## Against what you can get for free", "", intro, "",
-             f"| model | {md(main)} | latency (ms) | latency speed-up | throughput speed-up |", "|---|---|---|---|---|"]
-    for r in baseline_rows(bench, metrics, students=students):
-        lines.append(f"| {md(r['model'])} | {fmt_metric(r['main'])} | {fmt_ms(r['latency_ms'])} | "
-                     f"{fmt_x(r['latency_speedup'])} | {fmt_x(r['throughput_speedup'])} |")
-    lines += ["", baseline_verdict(bench, metrics, students=students, paths=paths)]
-    if notes:
-        lines += [""] + [f"- note: {md(n)}" for n in notes]
-    return "\n".join(lines) + "\n"

@@ -65,3 +65,14 @@ def fmt_seconds(s: float) -> str:
     if s < 3600:
         return f"{s / 60:.1f} min"
     return f"{s / 3600:.2f} h"
+
+
+def format_count(n: float | int | None) -> str:
+    """22.7M, 1.5k, 812."""
+    if n is None:
+        return "—"
+    n = float(n)
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{suffix}"
+    return f"{n:.0f}"

@@ -12,11 +12,12 @@ import math
 import re
 import string
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from distillery.data.tasks import TaskSpec
+if TYPE_CHECKING:  # the run record reads is_finite_number without loading the data package (torch)
+    from distillery.data.tasks import TaskSpec
 
 
 def compute_metrics(task: TaskSpec, predictions, labels) -> dict[str, float]:
@@ -122,25 +123,6 @@ def squad_metrics(predictions: dict[str, str], examples: Iterable[dict], version
     return {k: float(v) for k, v in out.items()}
 
 
-# --- chance -------------------------------------------------------------------------------------
-
-
 def is_finite_number(v: Any) -> bool:
     """A real number read from a run's files: not a bool, a string, None, NaN or infinite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def chance_warning(metrics: Mapping[str, Any]) -> str | None:
-    """One sentence, plain text, when the teacher's dev score is within noise of a model that learned nothing
-    (metrics.json ``chance``, :func:`distillery.evaluation.chance_score`), else None."""
-    chance, main = metrics.get("chance"), metrics.get("main_metric")
-    teacher = (metrics.get("teacher") or {}).get(main)
-    if not isinstance(chance, Mapping) or not all(map(is_finite_number, (teacher, chance.get("main"),
-                                                                          chance.get("margin")))):
-        return None
-    if teacher > chance["main"] + chance["margin"]:
-        return None
-    return (f"The teacher scores at chance on this dev set: {main} {teacher:.3f} against "
-            f"{chance['main']:.3f} for {chance.get('predictor', 'a constant')}, within the "
-            f"±{chance['margin']:.3f} its size allows. The student's retention against it means nothing; "
-            "fine-tune the teacher longer or check the data.")

@@ -29,12 +29,13 @@ from distillery.data.loading import load_unlabeled, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
-from distillery.folders import (RUN_TEACHER, WriteRefused, atomic_file, check_target, claim, discard_unstarted, locked,
+from distillery.folders import (RUN_TEACHER, WriteRefused, check_target, claim, discard_unstarted, locked,
                                 write_file, writing)
 from distillery.modeling import save_model
 from distillery.method import Method, get_method
 from distillery.method_context import MethodContext
 from distillery.report import write_report
+from distillery.run_record import Bench, Metrics, Train, chain_link, save
 from distillery.runtime import is_export, load_model
 from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
                                 teacher_identity, teacher_tokenizer)
@@ -271,32 +272,25 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     student = load_model(out / "student").to(model_device(student))
 
     metrics, variants = _evaluate(config, out, task, ctx, student, teacher_info)
-    _write_result(out / "metrics.json", json.dumps(metrics, indent=2))
+    save(out, metrics)
 
     logger.info("[4/5] Benchmarking teacher and student%s in one process.", " and their variants" if variants else "")
-    bench = benchmark({"teacher": teacher.cpu(), "student": student.cpu(), **variants}, **config.bench)
-    _write_result(out / "bench.json", json.dumps(bench, indent=2))
+    bench = Bench(benchmark({"teacher": teacher.cpu(), "student": student.cpu(), **variants}, **config.bench))
+    save(out, bench)
 
     logger.info("[5/5] Writing the report.")
-    train_info = {
-        "teacher_seconds": teacher_info.get("seconds"),
-        "teacher_cached": teacher_info.get("cached"),
-        "teacher_path": teacher_info.get("path"),
-        "student_seconds": student_seconds,
-        "train_examples": ctx.student_examples or len(task_data.train),  # the student's: may exceed the budget's
-        "teacher_train_examples": len(task_data.train),
-        "student_text": ctx.student_text,  # labelled, augmented and unlabeled rows, and the teacher's labelling time
-        "total_seconds": time.time() - started,
-        "notes": ctx.notes,
-    }
-    _write_result(out / "train.json", json.dumps(train_info, indent=2))
+    save(out, Train(teacher_seconds=teacher_info.get("seconds"), teacher_cached=teacher_info.get("cached"),
+                    teacher_path=teacher_info.get("path"), student_seconds=student_seconds,
+                    train_examples=ctx.student_examples or len(task_data.train),
+                    teacher_train_examples=len(task_data.train), student_text=ctx.student_text,
+                    total_seconds=time.time() - started, notes=ctx.notes))
     with writing(out, "the report"):
         write_report(out)
         write_card(out)  # student/README.md, the model card, from the same files as the report
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     main = task.main_metric
     logger.info("Done: %s (student %s = %.4f, teacher %.4f, latency speed-up %.2fx).", out, main,
-                metrics["student"][main], metrics["teacher"][main], bench["speedup"]["latency"])
+                metrics.student[main], metrics.teacher[main], bench.student_latency_speedup())
     return out
 
 
@@ -339,20 +333,15 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     teacher_metrics = teacher_info.get("metrics") or score(teacher, task_data, batch_size=batch_size)
     student_metrics = score(student, student_data, batch_size=batch_size)
     main = task.main_metric
-    metrics = {
-        "task": task.name,
-        "split": task.dev_splits[0],
-        "main_metric": main,
-        "teacher": teacher_metrics,
-        "student": student_metrics,
-        "retention": student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None,
-    }
-    chance = chance_score(task_data)
-    if chance is not None:  # the report flags a teacher that scores no better than a model that learned nothing
-        metrics["chance"] = chance
+    metrics = Metrics(task=task.name, split=task.dev_splits[0], main_metric=main, teacher=teacher_metrics,
+                      student=student_metrics,
+                      retention=student_metrics[main] / teacher_metrics[main] if teacher_metrics[main] else None)
+    # the report flags a teacher that scores no better than a model that learned nothing
+    metrics.chance = chance_score(task_data)
     for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
         other = {id(tok): prepare_task_data(task, tok, config.data, splits=(split,)) for tok in (tokenizer, student_tokenizer)}
-        metrics.setdefault("other_splits", {})[split] = {
+        metrics.other_splits = metrics.other_splits or {}
+        metrics.other_splits[split] = {
             name: score(model, other[id(tok)], batch_size=batch_size)
             for name, model, tok in (("teacher", teacher, tokenizer), ("student", student, student_tokenizer))
         }
@@ -364,7 +353,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported. Each
         # is scored on its own tokenizer's encoding (a pretrained student's differs from the teacher's).
         models = {"teacher": (teacher, tokenizer, task_data)} if not is_export(teacher) else {}
-        metrics["others"] = {}
+        metrics.others = {}
         for name, (model, tok, data) in {**models, "student": (student, student_tokenizer, student_data)}.items():
             made, scores, _ = build_variants(
                 {name: (model, tok)}, config.export, task_data=data,
@@ -372,7 +361,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
                 save_dir=out / "exports", save=("student",),
                 sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
             variants.update(made)
-            metrics["others"].update(scores)
+            metrics.others.update(scores)
     if config.int8:
         try:
             exported, scores = student_int8(student, student_tokenizer, student_data, student_metrics, out, variants)
@@ -382,15 +371,14 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         else:
             variants.update(exported)
             if scores:
-                metrics.setdefault("others", {}).update(scores)
+                metrics.others = {**(metrics.others or {}), **scores}
     if config.baselines:
         variants.update(_baselines(config, ctx, metrics, variants))
     if config.data.dev_limit:
-        metrics["dev_limit"] = config.data.dev_limit
+        metrics.dev_limit = config.data.dev_limit
     chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
     if chain:
-        metrics["chain"] = chain + [{"model": str(out / "student"), "method": config.method, "task": task.name,
-                                     "metrics": student_metrics}]
+        metrics.chain = chain + [chain_link(str(out / "student"), config.method, task.name, student_metrics)]
     return metrics, variants
 
 
@@ -411,13 +399,13 @@ def student_int8(student, tokenizer, task_data, student_metrics: dict, out: Path
     return exported, scores
 
 
-def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict, variants: dict[str, Any]) -> dict[str, Any]:
+def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants: dict[str, Any]) -> dict[str, Any]:
     """The free baselines, measured live on this task and machine (the teacher's int8 copy, a static-embedding
-    model distilled from the teacher): their dev metrics go into ``metrics["baselines"]``, the models to the bench."""
+    model distilled from the teacher): their dev metrics go into ``metrics.baselines``, the models to the bench."""
     from distillery.live_baselines import live_baselines
 
     if is_export(ctx.teacher):
-        metrics["baseline_notes"] = ["No live baselines: the teacher is an export (its int8 copy or token vectors "
+        metrics.baseline_notes = ["No live baselines: the teacher is an export (its int8 copy or token vectors "
                                      "come from the PyTorch model it was exported from)."]
         return {}
     logger.info("[3/5] The free baselines: the teacher's int8 copy and static embeddings distilled from it.")
@@ -425,17 +413,10 @@ def _baselines(config: RunConfig, ctx: MethodContext, metrics: dict, variants: d
 
     # an --export int8 of the teacher is this baseline already: reuse it rather than export and score it again
     exported = f"teacher-{resolve_format('int8', ctx.teacher.config)}"
-    given = (variants[exported], metrics["others"][exported]) \
-        if exported in variants and exported in metrics.get("others", {}) else None
-    bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics["teacher"],
+    given = (variants[exported], metrics.others[exported]) \
+        if exported in variants and exported in (metrics.others or {}) else None
+    bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics.teacher,
                         teacher_int8=given, batch_size=max(config.student.eval_batch_size, 256))
-    metrics["baselines"] = {name: m for name, (_, m) in bl.items()}
-    metrics["baseline_notes"] = list(bl.notes)
+    metrics.baselines = {name: m for name, (_, m) in bl.items()}
+    metrics.baseline_notes = list(bl.notes)
     return {name: model for name, (model, _) in bl.items()}
-
-
-def _write_result(path: Path, text: str) -> None:
-    """A result file of the run folder, whole or not at all (a full disk is a sentence; --resume
-    writes it again)."""
-    with writing(path, "the run's results"), atomic_file(path, "w") as f:
-        f.write(text)

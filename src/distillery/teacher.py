@@ -36,14 +36,11 @@ from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
 from distillery.modeling import first_line, head_for_task, head_named, load_checked, load_tokenizer, register_models
+from distillery.run_record import CONFIG, METRICS, chain_link, read_metrics
 from distillery.runtime import load_export, on_device, read_manifest
 from distillery.weights import check_against_config, file_digest, record_weights, sha256_file
 
 logger = logging.getLogger("distillery")
-
-# where the built-in teachers come from on the Hub (a model card's base_model)
-TEACHER_HUB_IDS = {BUILTIN_TEACHER: "sentence-transformers/all-MiniLM-L6-v2",
-                   BASE_TEACHER: "sentence-transformers/all-mpnet-base-v2"}
 
 
 def resolve_teacher(name: str, role: str = "Teacher") -> str:
@@ -210,23 +207,22 @@ def teacher_chain(name: str) -> list[dict] | None:
     if manifest is not None:
         return _export_chain(folder, manifest)
     run = folder.parent
-    if not folder.is_dir() or folder.name != "student" or not (run / "metrics.json").is_file():
+    if not folder.is_dir() or folder.name != "student" or not (run / METRICS).is_file():
         return None
     try:
-        config = load_yaml((run / "config.yaml").read_text())
-        metrics = json.loads((run / "metrics.json").read_text())
-    except (OSError, ValueError, yaml.YAMLError) as e:
+        config = load_yaml((run / CONFIG).read_text())
+        metrics = read_metrics(run)
+    except (OSError, ValueError, yaml.YAMLError, DistilleryError) as e:
         logger.warning("The run %s that made teacher %s cannot be read (%s); its chain is left out.", run, name,
                        first_line(e))
         return None
-    if not isinstance(config, dict) or not isinstance(metrics, dict):
+    if not isinstance(config, dict):
         return None
-    if isinstance(metrics.get("chain"), list) and metrics["chain"]:
-        return metrics["chain"]
-    task = metrics.get("task")
+    if metrics.chain:
+        return metrics.chain
     original = (config.get("teacher") or {}).get("name")
-    return [{"model": original, "method": None, "task": task, "metrics": metrics.get("teacher")},
-            {"model": str(folder), "method": config.get("method"), "task": task, "metrics": metrics.get("student")}]
+    return [chain_link(original, None, metrics.task, metrics.teacher),
+            chain_link(str(folder), config.get("method"), metrics.task, metrics.student)]
 
 
 def _export_chain(folder: Path, manifest: dict) -> list[dict] | None:
@@ -238,9 +234,8 @@ def _export_chain(folder: Path, manifest: dict) -> list[dict] | None:
         return None
     scores = manifest.get("scores") or {}
     task = scores.get("task")
-    before = teacher_chain(source) or [{"model": source, "method": None, "task": task, "metrics": scores.get("source")}]
-    return before + [{"model": str(folder), "method": f"{manifest['format']} export", "task": task,
-                      "metrics": scores.get("export")}]
+    before = teacher_chain(source) or [chain_link(source, None, task, scores.get("source"))]
+    return before + [chain_link(str(folder), f"{manifest['format']} export", task, scores.get("export"))]
 
 
 def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[PreTrainedModel, object]:

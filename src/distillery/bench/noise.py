@@ -11,7 +11,7 @@ a measurement is checked rather than taken at face value:
 
 An unstable latency measurement is repeated, up to :data:`ROUNDS` rounds in all, and the steadiest round is
 kept; what is still unstable is flagged in bench.json (``noise``), which the report, the model card and
-``--method auto`` read. Pure apart from :func:`machine_load`, which reads the operating system's figure.
+``--method auto`` read (:func:`distillery.run_record.noise_warning`). Pure apart from :func:`machine_load`, which reads the operating system's figure.
 """
 
 from __future__ import annotations
@@ -66,14 +66,3 @@ def noise_record(spread_by_model: Mapping[str, float], rounds: int, load_start: 
             "spread": {name: round(s, 4) for name, s in spread_by_model.items()},
             "load": {"before": load_start, "after": load_end, "usable_cpus": usable_cpus},
             "max_spread": MAX_SPREAD, "max_load_per_cpu": MAX_LOAD_PER_CPU}
-
-
-def noise_warning(bench: Mapping[str, Any]) -> str | None:
-    """One sentence when a bench record's timings were flagged unstable, else None (also for records that
-    predate the check)."""
-    noise = bench.get("noise")
-    if not isinstance(noise, Mapping) or noise.get("stable", True):
-        return None
-    reasons = [str(r) for r in noise.get("reasons") or []]
-    return ("Unstable timings: " + "; ".join(reasons) + ". The speed-ups may be off: measure again on an idle machine "
-            "with distillery bench.")

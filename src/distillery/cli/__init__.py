@@ -335,10 +335,10 @@ def report(
         if out is None:
             import re
 
-            from distillery.report import load_run
+            from distillery.run_record import load_run
 
             # one plain folder name, whatever the run's metrics.json calls its task
-            task = re.sub(r"[^\w-]+", "_", str(load_run(runs[0])["metrics"].get("task") or "task"))
+            task = re.sub(r"[^\w-]+", "_", str(load_run(runs[0]).metrics.task or "task"))
             out = f"runs/comparison-{task}"
         path = merge_runs([Path(r) for r in runs], Path(out))
     typer.echo(path.read_text() if path.suffix == ".md" else f"Wrote {path}")

@@ -63,14 +63,14 @@ def parse_options(pairs: list[str]) -> dict:
 
 
 def deploy_line(folder) -> str | None:
-    """The run's sentence on what to deploy (live_baselines.deploy_sentence) with the path of the folder it
+    """The run's sentence on what to deploy (report_parts.deploy_sentence) with the path of the folder it
     names, or None where no baseline was measured."""
-    from distillery.live_baselines import deploy_path, deploy_sentence, student_names
-    from distillery.report import load_run
+    from distillery.report_parts import deploy_path, deploy_sentence, student_names
+    from distillery.run_record import load_run
 
     run = load_run(folder)
-    return deploy_sentence(run["bench"], run["metrics"],
-                           paths={n: str(folder / deploy_path(n)) for n in student_names(run["bench"])})
+    return deploy_sentence(run.bench, run.metrics,
+                           paths={n: str(folder / deploy_path(n)) for n in student_names(run.bench)})
 
 
 def compress_and_show(config, overwrite: bool, resume: bool = False, given: dict | None = None,

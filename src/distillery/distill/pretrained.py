@@ -17,11 +17,11 @@ from typing import Sequence
 from transformers import AutoConfig, PreTrainedModel
 
 import distillery.encoders as encoders
-from distillery.config import DataConfig
+from distillery.config import TEACHER_HUB_IDS, DataConfig
 from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError
 from distillery.modeling import first_line, head_for_task, load_checked, load_tokenizer
-from distillery.teacher import TEACHER_HUB_IDS, check_vocabulary, head_kwargs, resolve_teacher, usable_positions
+from distillery.teacher import check_vocabulary, head_kwargs, resolve_teacher, usable_positions
 
 logger = logging.getLogger("distillery")
 

@@ -44,6 +44,7 @@ from distillery.export.parity import (
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
 from distillery.modeling import head_of, load_pretrained, load_tokenizer, model_folder, read_config
+from distillery.run_record import TRAIN, read_train
 from distillery.runtime import ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx
 from distillery.weights import record_weights
 
@@ -301,8 +302,8 @@ def _recovered(model: nn.Module, tokenizer, fmt: str, folder: Path, out_dir: Pat
 def _recover_teacher_path(given, run_dir: Path | None, folder: Path) -> Path:
     if given:
         return Path(given)
-    if run_dir is not None and (run_dir / "train.json").is_file():
-        teacher_path = json.loads((run_dir / "train.json").read_text()).get("teacher_path")
+    if run_dir is not None and (run_dir / TRAIN).is_file():
+        teacher_path = read_train(run_dir).teacher_path
         if teacher_path and Path(teacher_path).is_dir():
             return Path(teacher_path)
     return folder  # a plain model is its own fp32 teacher
