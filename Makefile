@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 fetch-mpnet: install
 	$(BIN)/python -m distillery.mpnet_download
 
-## make docs: regenerate the option tables of docs/ from the methods' specs (src/distillery/methods)
+## make docs: regenerate the option tables of docs/ from the methods' specs (src/distillery/<method>/options.py)
 docs: install
 	$(BIN)/python -m distillery.cli.docs
 

@@ -497,7 +497,7 @@ def test_ctrl_c_exits_130_with_the_resume_hint(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(distillery.pipeline, "build_run_config", interrupted)
+    monkeypatch.setattr(distillery.pipeline, "resolve_settings", interrupted)
     code, _, err = run_cli(monkeypatch, capsys, "compress")
     assert code == 130
     assert "--resume" in err and "Traceback" not in err

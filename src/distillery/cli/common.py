@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -32,8 +33,22 @@ def custom_data(train_file: str | None = None, dev_file: str | None = None, text
             "text_pair_column": text_pair_column, "label_column": label_column, "regression": regression or None}
 
 
+class CurrentStderr(logging.StreamHandler):
+    """A handler that writes to ``sys.stderr`` as it is when a line is logged, not as it was when logging was set up:
+    a stream redirected or captured since (a second command in one process, a test) still gets the line."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass  # always the current sys.stderr
+
+
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", force=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", force=True,
+                        handlers=[CurrentStderr()])
     # Under a launcher (RANK set by torchrun), the other processes say only what goes wrong.
     main = os.environ.get("RANK", "0") == "0"
     logging.getLogger("distillery").setLevel((logging.DEBUG if verbose else logging.INFO) if main else logging.WARNING)
