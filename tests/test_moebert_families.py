@@ -192,7 +192,7 @@ def glue_dir(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------------
-# ONNX, the first format, composition
+# ONNX, composition
 
 
 @pytest.mark.parametrize("family, routing", [("albert", "hash-r"), ("modernbert", "gate")])
@@ -215,45 +215,6 @@ def test_onnx_export_parity(family, routing, tiny_family, tmp_path):
     x = padded(tok)
     with torch.no_grad():
         assert_close(distillery.load_student(out)(**x).logits, student(**x).logits, atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)
-
-
-# new parameter name -> the first format's (the BERT-shaped MoEBERT model of before the families)
-_FIRST_FORMAT = ((r"^bert\.encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"moebert.layers.\1.LayerNorm."),
-                 (r"^bert\.encoder\.layer\.(\d+)\.intermediate\.", r"moebert.layers.\1."),
-                 (r"^bert\.encoder\.layer\.(\d+)\.", r"moebert.layers.\1."), (r"^bert\.", "moebert."))
-
-
-def test_a_folder_of_the_first_format_still_loads(tiny_family, tmp_path):
-    """A MoEBERT folder saved before the families (BERT fields inline, ``embedding_type`` /
-    ``classifier_type``, its own parameter names) loads as the family's model with its weights."""
-    import re
-
-    from safetensors.torch import load_file, save_file
-
-    teacher, tok = family_teacher(tiny_family, "bert")
-    rows, d_h = shape(teacher)
-    student = convert(teacher, torch.rand(rows, d_h), num_experts=2, expert_size=16, shared_size=4, routing="gate")
-    with torch.no_grad():
-        for layer in student.moe_layers:
-            layer.gate.linear.weight.normal_(0, 1.0)
-    student.save_pretrained(tmp_path)
-    saved = json.loads((tmp_path / "config.json").read_text())
-    old = {**saved.pop("encoder_config"), **saved, "embedding_type": "bert", "classifier_type": "bert"}
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    state = {}
-    for key, value in load_file(tmp_path / "model.safetensors").items():
-        for source, target in _FIRST_FORMAT:
-            key, done = re.subn(source, target, key)
-            if done:
-                break
-        state[key] = value
-    assert "moebert.layers.0.experts.w1" in state and "moebert.layers.1.hash_table" in state
-    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    loaded = distillery.load_student(tmp_path)
-    assert type(getattr(loaded, loaded.base_model_prefix)).__name__ == "BertModel"
-    x = padded(tok)
-    with torch.no_grad():
-        assert_close(loaded(**x).logits, student(**x).logits)
 
 
 def test_moebert_converts_a_student_whose_layout_encoders_describes(monkeypatch):

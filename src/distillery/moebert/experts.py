@@ -7,10 +7,10 @@ the paper's sentence-level top-1 router.
 Dispatch never loops over tokens or experts: the slots of an (N, capacity, d) buffer gather their
 tokens (one gather), all experts run as one batched matmul pair with b2 folded in, and
 each token's row, read back, receives the shared block's last matmul in place
-(:func:`plan_dispatch` plans every layer call at once; measured on 2 cores at 1×128 this is ~3 % faster
-than scattering into a zeroed buffer and adding, which it replaced). A per-expert loop over sorted
-rows was measured slower at 1×128 on a CPU (its many small operations cost more than the padded slots). A sentence gate at batch size 1
-runs the chosen expert on the whole sequence without any gather. While exporting to ONNX the
+(:func:`plan_dispatch` plans every layer call at once; on 2 cores at 1×128 this is ~3 % faster
+than scattering into a zeroed buffer and adding). It does not run a per-expert loop over sorted rows: on a CPU
+at 1×128 that loop's many small operations cost more than the padded slots (benchmarks/base_moebert.py times
+both). A sentence gate at batch size 1 runs the chosen expert on the whole sequence without any gather. While exporting to ONNX the
 capacity is the token count (no data-dependent shapes in the graph): correct, but N× the routed work;
 so is it under ``torch.compile``, which then compiles the forward pass as one graph.
 """

@@ -81,7 +81,6 @@ from distillery.encoders import (
 )
 from distillery.errors import DistilleryError
 from distillery.modeling import wants_dict
-from distillery.moebert.legacy import legacy_encoder_config, legacy_key_mapping
 from distillery.moebert.experts import (  # noqa: F401  (re-exported)
     DispatchPlan,
     MoEFeedForward,
@@ -120,8 +119,6 @@ class MoEBertConfig(PreTrainedConfig):
     routing_seed: int = 0
 
     def __post_init__(self, **kwargs):
-        if self.encoder_config is None and "hidden_size" in kwargs:  # a folder of the first format
-            self.encoder_config = legacy_encoder_config(kwargs, self)
         if isinstance(self.encoder_config, dict):
             _register_type(self.encoder_config.get("model_type"))
         given = {name for name in ("id2label", "problem_type") if getattr(self, name) is not None}
@@ -421,15 +418,6 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         named = inspect.signature(family.forward).parameters
         object.__setattr__(self, "_dropped", tuple(k for k in _OPTIONAL_INPUTS if k not in named))
         self.post_init()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``; a folder of the first format (a BERT/RoBERTa-shaped
-        MoEBERT with its own parameter names) loads with its weights renamed."""
-        mapping = legacy_key_mapping(pretrained_model_name_or_path)
-        if mapping:
-            kwargs.setdefault("key_mapping", mapping)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def train(self, mode: bool = True):
         super().train(mode)
