@@ -239,7 +239,7 @@ def summary_table(records: list[dict]) -> str:
         lines.append("")
         lines.append(f"Quick budget; each speed-up against the teacher measured in the same process as the student, "
                      f"{where}, torch {hw.get('torch')}, GPU: {hw.get('gpu') or 'none'}. Every task, variant and "
-                     f"FLOP-ideal ratio: [docs/results.md](docs/results.md).")
+                     f"the speed-up its arithmetic alone would give: [docs/results.md](docs/results.md).")
     return "\n".join(lines)
 
 
