@@ -301,7 +301,19 @@ def flop_timed(monkeypatch):
         full = latency.arch_flops(supernet.space.full())
         return [float(reference_ms or 1.0) * latency.arch_flops(a) / full for a in archs]
 
-    monkeypatch.setattr(latency, "measure", measure)
+    patch_everywhere(monkeypatch, latency, "measure", measure)
+
+
+def patch_everywhere(monkeypatch, module, name: str, value) -> None:
+    """Replace ``module.name``, and the same object wherever a loaded distillery module bound it (a module imports
+    what it uses at its top, so replacing the source alone would not reach it)."""
+    import sys
+
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, value)
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__name__", "").startswith("distillery") and getattr(loaded, name, None) is original:
+            monkeypatch.setattr(loaded, name, value)
 
 
 # -- the CLI in-process ----------------------------------------------------------------------------

@@ -130,3 +130,21 @@ def test_the_report_tower_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# Imports of the package's own modules inside functions hide the dependency graph: they are kept where a heavy
+# library (torch, transformers, onnx, scikit-learn) would otherwise load with a light module (the command line,
+# the report, the card, auto), and each says why or is such a case. The count may only go down.
+MAX_LATE_OWN_IMPORTS = 80
+
+
+def test_imports_of_the_package_sit_at_the_top_where_nothing_heavy_is_at_stake():
+    late = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                late += [f"{path.relative_to(SRC)}:{node.lineno}" for node in ast.walk(function)
+                         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("distillery")
+                         or isinstance(node, ast.Import) and any(a.name.startswith("distillery") for a in node.names)]
+    assert len(late) <= MAX_LATE_OWN_IMPORTS, f"{len(late)} imports of distillery inside functions: {late}"

@@ -14,7 +14,8 @@ from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceCl
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
-from tests.helpers import TINY_BERT, TINY_RUN, flop_timed, run_cli, tiny_bert_config, write_corpus, write_glue
+from tests.helpers import (TINY_BERT, TINY_RUN, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
+                           write_glue)
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
@@ -138,7 +139,7 @@ def test_measure_beside_a_reference_reports_teacher_time_units(monkeypatch):
             return object()
 
     # the machine runs at half speed "now": both models take twice their time, the ratio stands
-    monkeypatch.setattr(distillery.bench, "latency_ms", lambda models, **kw: {"m": 12.0, "reference": 60.0}
+    patch_everywhere(monkeypatch, distillery.bench, "latency_ms", lambda models, **kw: {"m": 12.0, "reference": 60.0}
                         if "reference" in models else {"m": 12.0})
     arch = Arch(2, 64, 128, 4, 64)
     assert measure(Net(), [arch], progress=False) == [12.0]
@@ -638,7 +639,7 @@ def test_the_student_shipped_is_measured_near_its_budget(monkeypatch, tmp_path, 
 
     archs = {name: Arch(k + 1, 32, 64, 2, 32) for k, name in enumerate(measured)}
     names = {arch: name for name, arch in archs.items()}
-    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [measured[names[batch[0]]]])
+    patch_everywhere(monkeypatch, latency, "measure", lambda supernet, batch, **kw: [measured[names[batch[0]]]])
     ctx = SimpleNamespace(notes=[], out_dir=tmp_path)
     opts = SimpleNamespace(budget_floor=0.91, latency_runs=1, arch=None)
     got = _first_within_budget(ctx, opts, None, list(archs.values()), lambda a: 9.5, None, 20.0, 10.0)
@@ -654,7 +655,7 @@ def test_no_candidate_meeting_the_budget_is_a_sentence(monkeypatch, tmp_path):
     from distillery.autotinybert.recipe import _first_within_budget
     from distillery.errors import DistilleryError
 
-    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [20.0])
+    patch_everywhere(monkeypatch, latency, "measure", lambda supernet, batch, **kw: [20.0])
     ctx, opts = SimpleNamespace(notes=[], out_dir=tmp_path), SimpleNamespace(budget_floor=0.91, latency_runs=1, arch=None)
     with pytest.raises(DistilleryError, match="None of the 2 candidates met"):
         _first_within_budget(ctx, opts, None, [Arch(1, 32, 64, 2, 32), Arch(2, 32, 64, 2, 32)], lambda a: 9.5, None,
@@ -672,7 +673,7 @@ def test_a_predictor_that_overestimates_is_rescaled_and_the_search_runs_again(mo
     first = [Arch(2, 32, 64, 2, 32), Arch(3, 32, 64, 2, 32)]
     nearer = Arch(4, 32, 64, 2, 32)
     predicted = {first[0]: 9.5, first[1]: 9.8, nearer: 12.0}
-    monkeypatch.setattr(latency, "measure", lambda supernet, batch, **kw: [0.8 * predicted[batch[0]]])
+    patch_everywhere(monkeypatch, latency, "measure", lambda supernet, batch, **kw: [0.8 * predicted[batch[0]]])
     searches = []
 
     def search_again(ctx, opts, supernet, projection, predict, budget):

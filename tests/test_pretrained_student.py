@@ -14,7 +14,7 @@ import pytest
 from distillery.distill.auto import candidate_name
 from distillery.errors import DistilleryError
 from tests.families import CELL, compress
-from tests.helpers import write_squad
+from tests.helpers import patch_everywhere, write_squad
 
 # teacher family, student family: each pair tokenizes differently (WordPiece with or without token types,
 # byte-level BPE) and has another hidden layout (ELECTRA's factorised embeddings)
@@ -215,7 +215,7 @@ def test_slower_student_is_refused_with_its_speed(tiny_family, monkeypatch):
     from transformers import AutoModel
 
     teacher, student = AutoModel.from_pretrained(tiny_family("bert", 4)), AutoModel.from_pretrained(tiny_family("bert", 2))
-    monkeypatch.setattr(bench, "latency_ms", lambda models, *args, **kw: {"teacher": 1.0, "student": 3.5})
+    patch_everywhere(monkeypatch, bench, "latency_ms", lambda models, *args, **kw: {"teacher": 1.0, "student": 3.5})
     with pytest.raises(DistilleryError, match=r"slower than the teacher: 3.50 ms per forward pass"):
         check_smaller(teacher, student, "slow", (1, 8))
 
@@ -316,17 +316,18 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
 
 
 def test_a_packaged_encoder_smaller_and_faster_than_the_teacher_is_a_default_candidate(monkeypatch):
+    import distillery.bench
     import distillery.distill.auto as ap
     from distillery.method import AutoAsk
     from transformers import BertConfig
 
     monkeypatch.setattr(ap, "_available", lambda name: name == "minilm")
     base = BertConfig(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
-    monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 60.0, "student": 10.0})
+    patch_everywhere(monkeypatch, distillery.bench, "latency_ms", lambda models, shape, runs: {"teacher": 60.0, "student": 10.0})
     found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert [c["name"] for c in found] == ["pretrained-minilm"] and not left
     assert found[0]["options"] == {"student": "minilm"} and "6.00× faster" in found[0]["why"]
-    monkeypatch.setattr("distillery.bench.latency_ms", lambda models, shape, runs: {"teacher": 30.0, "student": 10.0})
+    patch_everywhere(monkeypatch, distillery.bench, "latency_ms", lambda models, shape, runs: {"teacher": 30.0, "student": 10.0})
     found, left = ap.pretrained_candidates(AutoAsk(base, 4.0, 128, {}, teacher="mpnet-base", runs=3))
     assert not found and "below the 4.00× needed" in left[0]["reason"]
 

@@ -11,10 +11,12 @@ from typing import Any, Mapping, Sequence
 from distillery.auto_budget import split_lines
 from distillery.auto_choice import (FREE_INT8, Target, candidate_points, choose, free_int8_point, point_record,
                                     reference_rows, write_json)
+from distillery.card import write_export_card
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.markdown import fmt_metric, fmt_ms, fmt_seconds, fmt_x, md
+from distillery.plot import pareto_front, write_plot
 from distillery.report_parts import baseline_section, rows_table
 from distillery.run_record import Run, load_run
 
@@ -93,8 +95,6 @@ def write_report(out: Path, summary: Mapping[str, Any], rows: list[dict[str, Any
                  ref: str | None) -> Path:
     """``out/report.md`` and ``plot.png``: every point at its latency relative to the teacher of its own run,
     the Pareto frontier dashed, the chosen point ringed, the target drawn."""
-    from distillery.plot import pareto_front, write_plot
-
     lines = report_lines(summary, rows, runs)
     chosen = summary["chosen"]
     if ref is not None and not (chosen and chosen["model"] == FREE_INT8):
@@ -122,8 +122,6 @@ def write_report(out: Path, summary: Mapping[str, Any], rows: list[dict[str, Any
 def write_chosen_card(out: Path, summary: Mapping[str, Any], runs: Mapping[str, Run]) -> None:
     """A model card beside the chosen model: a student already has its run's; an export gets one of its own;
     the free int8 teacher is first exported into ``<out>/teacher-int8`` from the fine-tuned teacher."""
-    from distillery.card import write_export_card
-
     chosen = summary["chosen"]
     if chosen["model"] == "student":
         return

@@ -21,12 +21,13 @@ from typing import Any
 
 import yaml
 
+from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, TEACHER_HUB_IDS, setting
 from distillery.errors import DistilleryError
 from distillery.folders import MARKER, atomic_file
-from distillery.markdown import md
-from distillery.config import TEACHER_HUB_IDS, setting
+from distillery.markdown import fmt_metric, fmt_x, md
 from distillery.report_parts import config_lines, rows_table, shape_text, verdict_paragraphs
 from distillery.run_record import Metrics, Run, load_run, run_rows, student_name, teacher_name
+from distillery.weights import check_saved_finite, verify_weights
 
 logger = logging.getLogger("distillery")
 
@@ -73,7 +74,6 @@ def teacher_card(teacher: str) -> dict[str, Any]:
     cache. A student inherits its teacher's licence; what is unknown is left out, not guessed."""
     from huggingface_hub import metadata_load, try_to_load_from_cache
 
-    from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
     from distillery.teacher import resolve_teacher
 
     known = dict(BUILTIN_TEACHER_CARD) if teacher in TEACHER_HUB_IDS else {}
@@ -296,7 +296,6 @@ def write_export_card(folder: str | os.PathLike, run_dir: str | os.PathLike, mod
     and speed-up exactly as the run measured them, with the hardware, and how to load it."""
     from huggingface_hub import ModelCard
 
-    from distillery.markdown import fmt_metric, fmt_x
     from distillery.modeling import read_config
 
     folder = Path(folder)
@@ -354,8 +353,6 @@ def push_student(run_dir: str | os.PathLike, repo_id: str, private: bool | None 
     from huggingface_hub.errors import HTTPError
 
     from distillery.modeling import first_line
-
-    from distillery.weights import check_saved_finite, verify_weights
 
     check_push(repo_id)
     folder = Path(run_dir).expanduser() / "student"

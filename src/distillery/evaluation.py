@@ -14,10 +14,15 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from distillery.data.encode import TaskData, example_lengths, length_batches, model_inputs, postprocess_squad, prepare_task_data
-from distillery.data.loading import column_values
+from distillery.config import DataConfig
+from distillery.data.encode import (TaskData, example_lengths, length_batches, model_inputs, postprocess_squad,
+                                    prepare_task_data)
+from distillery.data.loading import column_values, task_for
+from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError
 from distillery.metrics import compute_metrics, squad_metrics
+from distillery.modeling import load_tokenizer, model_folder
+from distillery.runtime import load_model
 
 LOGIT_PAD = -1e4  # fills QA logits past a window's end; postprocess_squad never reads them
 
@@ -200,12 +205,6 @@ def evaluate(
     ``tokenizer``; a folder brings its own. Returns ``{"task", "split", "main_metric", "examples",
     "metrics"}``.
     """
-    from distillery.config import DataConfig
-    from distillery.data.loading import task_for
-    from distillery.data.tasks import TaskSpec
-    from distillery.modeling import load_tokenizer, model_folder
-    from distillery.runtime import load_model
-
     if isinstance(model, (str, Path)):
         folder = model_folder(model)
         model = load_model(folder)  # first: a bad config.json is named as such, not as a tokenizer problem

@@ -63,9 +63,9 @@ from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
 from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
-from distillery.training.losses import task_loss
-from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of
+from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of, submodule
 from distillery.errors import DistilleryError
+from distillery.training.losses import task_loss
 
 logger = logging.getLogger("distillery")
 
@@ -85,8 +85,6 @@ def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
     """(value projection, attention-output projection) of every layer, read through the family's layout
     (:mod:`distillery.encoders`); the value projection is the fused [q; k; v] one where the family fuses
     them (ModernBERT). The heads sit side by side in the output projection's input columns."""
-    from distillery.encoders import encoder_layers, layout_of, submodule
-
     layout = layout_of(teacher.config, type(teacher).__name__)
     return [(submodule(layer, layout.value or layout.qkv), submodule(layer, layout.attention_out))
             for layer in encoder_layers(teacher)]

@@ -31,8 +31,13 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from distillery.data.encode import example_lengths, length_batches, model_inputs
 from distillery.errors import DistilleryError
+from distillery.evaluation import score
+from distillery.export import build_variants
+from distillery.export.formats import resolve_format
 from distillery.run_record import INT8_NAME, STATIC_NAME
+from distillery.runtime import require_onnx
 
 logger = logging.getLogger("distillery")
 
@@ -133,8 +138,6 @@ def _encoder_output(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> tor
     ``last_hidden_state`` of a bare encoder, else the last entry of ``hidden_states`` (a model with a
     head); for a model that exposes no per-token states (a cmow student) its logits: the vector is then
     the teacher's own prediction for the token."""
-    from distillery.data.encode import model_inputs
-
     given = model_inputs(dict(inputs), model)
     try:
         out = model(**given, output_hidden_states=True)
@@ -221,8 +224,6 @@ def sif_weights(train, counted: torch.Tensor, a: float) -> torch.Tensor:
 
 def _train_features(model: StaticEmbeddingModel, task_data, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(N, F) head inputs and (N,) labels of the train split, in batches of similar lengths."""
-    from distillery.data.encode import example_lengths, length_batches
-
     dataset = task_data.train
     batches = length_batches(example_lengths(dataset).numpy(), batch_size)
     loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
@@ -343,9 +344,6 @@ class LiveBaselines(dict):
 def int8_backend(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
     """The int8 backend to use: ``fmt`` resolved for the teacher, or torch's own int8 where the ONNX one
     is asked for and onnxruntime is not installed (the baseline is free: it needs no optional extra)."""
-    from distillery.export.formats import resolve_format
-    from distillery.runtime import require_onnx
-
     resolved = resolve_format(fmt, getattr(teacher, "config", None))
     if resolved == "torch-int8":
         return resolved, None
@@ -358,9 +356,6 @@ def int8_backend(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
 
 
 def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: str, out: LiveBaselines) -> None:
-    from distillery.evaluation import score
-    from distillery.export import build_variants
-
     fmt, note = int8_backend(int8_format, teacher)
     if note:
         out.notes.append(note)
@@ -401,8 +396,6 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
         out.notes.append("No static-embedding baseline on SQuAD: a bag of token vectors has no answer span to "
                          "point at, so only the int8 teacher is compared.")
         return out
-    from distillery.evaluation import score
-
     started = time.time()
     model = static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=pca_dims, sif=sif, batch_size=batch_size)
     out[STATIC_NAME] = (model, score(model, task_data))

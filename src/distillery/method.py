@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from distillery.config import load_yaml
 from distillery.errors import DistilleryError
 
 if TYPE_CHECKING:
@@ -351,8 +352,6 @@ def method_module(name: str, module: str) -> Any:
 @cache
 def method_data(name: str) -> dict[str, Any]:
     """The method's budgets and presets (``<package>/presets.yaml``)."""
-    from distillery.config import load_yaml
-
     path = Path(importlib.import_module(method_package(name)).__file__).parent / "presets.yaml"
     return load_yaml(path.read_text()) or {} if path.is_file() else {}
 

@@ -12,10 +12,16 @@ from typing import Any
 from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
-from distillery.config import RunConfig
-from distillery.data.encode import TaskData, content_digest
+from distillery.config import RunConfig, cache_root
+from distillery.data.augment import WordSource, augmented_rows
+from distillery.data.encode import TaskData, content_digest, encode_rows, prepare_task_data
+from distillery.data.loading import column_values, load_raw, load_unlabeled
 from distillery.errors import DistilleryError
+from distillery.evaluation import predict, score
 from distillery.folders import atomic_file, writing
+from distillery.runtime import on_device, weights_digest
+from distillery.teacher import resolve_teacher
+from distillery.training.trainer import Trainer
 
 logger = logging.getLogger("distillery")
 
@@ -57,12 +63,7 @@ class MethodContext:
         method sets otherwise, e.g. ``lr``), ``extra_parameters`` trained beside it (a projection the loss
         uses), checkpoints in the run folder, dev scored with the task's
         main metric at each evaluation; the teacher follows the student to the trainer's device."""
-        # Imported here: the trainer and evaluation sit to the right of the methods in the data flow.
         from dataclasses import replace
-
-        from distillery.training.trainer import Trainer
-        from distillery.evaluation import score
-        from distillery.runtime import on_device
 
         passes = self.config.student.whole_split_epochs
         _, data = self.student_side
@@ -100,8 +101,6 @@ class MethodContext:
         if limit is None or len(task_data.train) < limit:  # below the limit the run has them all
             return task_data
         from dataclasses import replace
-
-        from distillery.data.encode import prepare_task_data
 
         full = prepare_task_data(task_data.task, task_data.tokenizer, replace(self.config.data, train_limit=None),
                                  splits=("train",))
@@ -191,10 +190,6 @@ class MethodContext:
 
         import numpy as np
 
-        from distillery.evaluation import predict
-        from distillery.runtime import weights_digest
-        from distillery.config import cache_root
-
         train = task_data.train
         key = hashlib.sha256(f"{weights_digest(self.teacher)} {content_digest(train)}".encode()).hexdigest()[:16]
         kind = "" if name == "logits" else f"{name}-"  # the logits keep the names their entries always had
@@ -249,10 +244,6 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
     labels, or None; and what they are (counts and the augmentation source) for the report."""
     import datasets
 
-    from distillery.config import cache_root
-    from distillery.data.augment import augmented_rows
-    from distillery.data.loading import column_values, load_raw, load_unlabeled
-
     task, data = task_data.task, ctx.config.data
     facts: dict[str, Any] = {"augmented": 0, "unlabeled": 0, "augment_source": None}
     if task.kind == "qa" and (augment or data.unlabeled_file):
@@ -292,8 +283,6 @@ def _joined(task_data: TaskData, new):
     they join are (a DiffCat student's split holds each side on its own)."""
     import datasets
 
-    from distillery.data.encode import encode_rows
-
     pair_mode = "separate" if "input_ids_b" in task_data.train.column_names else "joint"
     encoded = encode_rows(task_data.task, new, task_data.tokenizer, task_data.data_config.max_length, pair_mode,
                           "new")
@@ -304,9 +293,6 @@ def augment_source(ctx: MethodContext):
     """Where augmentation's candidates come from: ``--augment-model``, else the teacher checkpoint's own
     MLM head, else nearest neighbours in the teacher's input embeddings."""
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
-
-    from distillery.data.augment import WordSource
-    from distillery.teacher import resolve_teacher
 
     name = ctx.config.data.augment_model
     if name:
@@ -342,8 +328,6 @@ def _mlm_device() -> str:
 def label_new_rows(train, originals: int, kind: str):
     """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class or score)."""
     import numpy as np
-
-    from distillery.data.loading import column_values
 
     logits = np.asarray(column_values(train.select(range(originals, len(train))), "teacher_logits"), dtype=np.float32)
     new = logits[:, 0] if kind == "regression" else logits.argmax(-1)

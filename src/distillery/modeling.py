@@ -28,7 +28,8 @@ from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringMode
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, mark
-from distillery.weights import record_weights
+from distillery.weights import check_against_config, check_finite, pickle_refusal, record_weights, verify_weights
+import distillery.encoders as encoders
 
 # Modules whose import registers a student type (its config and heads) with the Auto classes. The method
 # packages themselves import nothing (the command line reads their options without torch).
@@ -185,8 +186,6 @@ def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, 
 
     from safetensors import SafetensorError
 
-    from distillery.weights import check_against_config, check_finite, pickle_refusal, verify_weights
-
     folder = Path(source)
     if folder.is_dir():
         verify_weights(folder)
@@ -255,8 +254,6 @@ def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
 def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """(state-dict prefix, ModuleList) of a model's transformer layers, read through its family's layout
     (:mod:`distillery.encoders`, the one place that knows them)."""
-    import distillery.encoders as encoders
-
     return encoders.layers_prefix(model), encoders.encoder_layers(model)
 
 

@@ -19,6 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from distillery.config import cache_root
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_folder, locked
 from distillery.weights import file_digest, sha256_file
@@ -33,8 +34,6 @@ WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef056156
 
 
 def folder() -> Path:
-    from distillery.config import cache_root
-
     return cache_root() / "teachers" / NAME
 
 

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from distillery.config import cache_root
 from distillery.errors import DistilleryError
 
 MARKER = ".distillery"
@@ -37,8 +38,6 @@ LOCK_CONTENT = re.compile(rb"\d*\n?")
 
 
 def _key_path() -> Path:
-    from distillery.config import cache_root
-
     return cache_root() / KEY_FILE
 
 

@@ -25,20 +25,22 @@ from distillery.card import write_card
 from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
                                run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
-from distillery.data.loading import load_unlabeled, task_for
+from distillery.data.loading import load_raw, load_unlabeled, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
-from distillery.folders import (RUN_TEACHER, WriteRefused, check_target, claim, discard_unstarted, locked,
-                                write_file, writing)
-from distillery.modeling import save_model
+from distillery.export.formats import resolve_format
+from distillery.folders import (RUN_TEACHER, WriteRefused, check_target, claim, discard_unstarted, locked, write_file,
+                                writing)
+from distillery.live_baselines import live_baselines
 from distillery.method import Method, get_method
 from distillery.method_context import MethodContext
+from distillery.modeling import save_model
 from distillery.report import write_report
 from distillery.run_record import Bench, Metrics, Train, chain_link, save
 from distillery.runtime import is_export, load_model
-from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain, teacher_config,
-                                teacher_identity, teacher_tokenizer)
+from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain,
+                                teacher_config, teacher_identity, teacher_tokenizer)
 
 logger = logging.getLogger("distillery")
 
@@ -311,8 +313,6 @@ def prepare_teacher(config: RunConfig) -> dict[str, Any]:
     ``train_examples``, ``path``) with ``whole_split``, the number of examples in the task's train split."""
     from dataclasses import replace
 
-    from distillery.data.loading import load_raw
-
     task = task_for(config.data)
     check_teacher(config.teacher.name, teacher_config(config.teacher.name), config.data)
     _, _, task_data, info = _teacher(config, task)
@@ -388,7 +388,6 @@ def student_int8(student, tokenizer, task_data, student_metrics: dict, out: Path
     ``exports/student-<format>``, scored on dev: the variant and its metrics, or nothing when ``--export``
     made it already. A student that cannot be exported is reported by the export's own sentence."""
     from distillery.export import build_variants  # imported here: onnx is loaded only when a run exports
-    from distillery.export.formats import resolve_format
 
     if f"student-{resolve_format('int8', student.config)}" in variants:
         return {}, {}
@@ -402,15 +401,11 @@ def student_int8(student, tokenizer, task_data, student_metrics: dict, out: Path
 def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants: dict[str, Any]) -> dict[str, Any]:
     """The free baselines, measured live on this task and machine (the teacher's int8 copy, a static-embedding
     model distilled from the teacher): their dev metrics go into ``metrics.baselines``, the models to the bench."""
-    from distillery.live_baselines import live_baselines
-
     if is_export(ctx.teacher):
         metrics.baseline_notes = ["No live baselines: the teacher is an export (its int8 copy or token vectors "
                                      "come from the PyTorch model it was exported from)."]
         return {}
     logger.info("[3/5] The free baselines: the teacher's int8 copy and static embeddings distilled from it.")
-    from distillery.export.formats import resolve_format
-
     # an --export int8 of the teacher is this baseline already: reuse it rather than export and score it again
     exported = f"teacher-{resolve_format('int8', ctx.teacher.config)}"
     given = (variants[exported], metrics.others[exported]) \

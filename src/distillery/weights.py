@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from distillery.errors import DistilleryError
+from distillery.folders import MARKER, atomic_file
 
 WEIGHTS_RECORD = "distillery_weights.json"
 # The files whose bytes are the model: safetensors weights (model, shards, a super-net's head and
@@ -58,8 +59,6 @@ def weight_files(folder: Path) -> list[Path]:
 
 def record_weights(folder: str | Path) -> None:
     """Write ``folder``'s weights record (the SHA-256 of each weights file), replacing it atomically."""
-    from distillery.folders import atomic_file
-
     folder = Path(folder)
     record = {"sha256": {p.name: sha256_file(p) for p in weight_files(folder)}}
     with atomic_file(folder / WEIGHTS_RECORD, "w") as f:
@@ -70,8 +69,6 @@ def verify_weights(folder: str | Path, required: bool = False) -> None:
     """Refuse ``folder`` when a weights file it recorded is missing or its bytes changed, and when it has
     no record although distillery saved it (it holds distillery's ``.distillery`` file: every folder of
     weights distillery saves has a record) or ``required``. A user's own model, without either, passes."""
-    from distillery.folders import MARKER
-
     folder = Path(folder)
     path = folder / WEIGHTS_RECORD
     if not path.is_file():

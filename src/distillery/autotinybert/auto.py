@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from distillery.autotinybert.space import SearchSpace
 from distillery.method import AutoAsk, method_options
 
 # Training cost in passes of the teacher over the training data: a one-shot super-net (several sub-networks a
@@ -19,7 +20,6 @@ PLANNED = ("budget_ms",)  # set from the target: auto refuses it given
 def reach(ask: AutoAsk) -> float:
     """The teacher's encoder multiply-adds a token over those of the smallest sub-network of its search space."""
     from distillery.autotinybert.latency import arch_flops
-    from distillery.autotinybert.space import SearchSpace
     from distillery.encoders import encoder_flops, ffn_width, layout_of
 
     config = ask.teacher_config

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from distillery.autotinybert.space import Arch, SearchSpace
+from distillery.bench import hardware_fingerprint, latency_ms
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 
@@ -46,8 +47,6 @@ def measure(supernet, archs: list[Arch], shape: tuple[int, int] = (1, 128), runs
     ``reference_ms``: on shared cores the machine's speed drifts by 20 % within minutes, and a budget,
     a predictor and a final check timed at different moments would otherwise disagree by that much."""
     from tqdm.auto import tqdm
-
-    from distillery.bench import latency_ms
 
     out = []
     for arch in tqdm(archs, desc="latency", disable=not progress):
@@ -150,8 +149,6 @@ def fit_predictor(space: SearchSpace, archs: list[Arch], ms: list[float], test_f
 
 def save_predictor(path: str | Path, predictor: MLPPredictor, report: dict[str, Any], archs: list[Arch],
                    ms: list[float], shape: tuple[int, int], threads: int | None) -> Path:
-    from distillery.bench import hardware_fingerprint
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"hardware": hardware_fingerprint(), "shape": list(shape), "threads": threads or torch.get_num_threads(),

@@ -32,11 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from distillery.autotinybert.convert import layer_qk
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
 from distillery.data.encode import model_inputs
-from distillery.training.losses import prediction_distillation
+from distillery.encoders import encoder_layers, layout_of
 from distillery.errors import DistilleryError
+from distillery.folders import record
+from distillery.modeling import load_checked
+from distillery.training.losses import prediction_distillation
+from distillery.weights import record_weights
 
 
 LAYER_RULE = "spread"  # recorded in supernet.json: a folder trained under another rule is refused
@@ -91,9 +96,6 @@ class KDTerms(NamedTuple):
 def teacher_targets(teacher, batch: dict) -> Targets:
     """The teacher's :class:`Targets` for a batch (its head's outputs when it has a task head); the
     scores are the last layer's content scores q·kᵀ/√d_head, read through the family's layout."""
-    from distillery.autotinybert.convert import layer_qk
-    from distillery.encoders import encoder_layers, layout_of
-
     out = teacher(**model_inputs(batch, teacher), output_hidden_states=True)
     q, k = layer_qk(layout_of(teacher.config), encoder_layers(teacher)[-1], out.hidden_states[-2])
     scores = attention_scores(q, k, teacher.config.num_attention_heads)
@@ -175,9 +177,6 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
 
     from safetensors.torch import save_file
 
-    from distillery.folders import record
-    from distillery.weights import record_weights
-
     folder = Path(folder)
     supernet.bert.save_pretrained(folder)
     if tokenizer is not None:
@@ -200,8 +199,6 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
     from pathlib import Path
 
     from transformers import AutoModel
-
-    from distillery.modeling import load_checked
 
     folder = Path(folder)
     if not (folder / "supernet.json").is_file():

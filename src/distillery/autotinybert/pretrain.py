@@ -27,7 +27,20 @@ from pathlib import Path
 
 from torch import nn
 
+from distillery.autotinybert.convert import convert_teacher
+from distillery.autotinybert.oneshot import (Targets, kd_loss, load_projection, load_supernet, make_projection,
+                                             one_shot_loss, save_supernet, teacher_targets)
+from distillery.autotinybert.options import AutoTinyBertOptions
+from distillery.autotinybert.supernet import SuperNet
+from distillery.config import TrainConfig
+from distillery.data.corpus import mlm_dataset, read_corpus
+from distillery.data.encode import make_collate
 from distillery.errors import DistilleryError
+from distillery.folders import claim
+from distillery.modeling import load_checked, load_tokenizer
+from distillery.teacher import resolve_teacher, teacher_identity
+from distillery.training.trainer import Trainer
+import distillery.distributed as distributed
 
 logger = logging.getLogger("distillery")
 
@@ -38,8 +51,6 @@ TASK_HEADS = ("ForSequenceClassification", "ForQuestionAnswering", "ForTokenClas
 def teacher_digest(name: str) -> str:
     """A short hash of the teacher's content (:func:`distillery.teacher.teacher_identity`): a super-net
     records the encoder it was cut from, and a task run compares it with the one its teacher is tuned from."""
-    from distillery.teacher import teacher_identity
-
     return hashlib.sha256(json.dumps(teacher_identity(name), sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -51,18 +62,6 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     ``out/supernet`` with what it was trained from in its ``supernet.json``. A checkpoint every
     ``checkpoint_every`` steps; ``resume`` continues exactly (same batches, same sub-networks)."""
     from transformers import AutoModel
-
-    import distillery.distributed as distributed
-    from distillery.autotinybert.oneshot import make_projection, one_shot_loss, save_supernet
-    from distillery.autotinybert.supernet import SuperNet
-    from distillery.config import TrainConfig
-    from distillery.data.corpus import mlm_dataset, read_corpus
-    from distillery.data.encode import make_collate
-    from distillery.training.trainer import Trainer
-    from distillery.folders import claim
-    from distillery.autotinybert.options import AutoTinyBertOptions
-    from distillery.modeling import load_checked, load_tokenizer
-    from distillery.teacher import resolve_teacher
 
     # every check before the run folder is touched: the recipe's own of these settings, the corpus, the teacher
     AutoTinyBertOptions.check_value("strategy", strategy)
@@ -127,16 +126,12 @@ class HeldOut:
 
         from torch.utils.data import DataLoader
 
-        from distillery.autotinybert.oneshot import teacher_targets
-
         self.batches = [(b, teacher_targets(teacher, b)) for b in DataLoader(blocks, batch_size=16, collate_fn=collate)]
         self.archs = {"smallest": space.smallest(), "sampled": space.sample(random.Random(0)), "largest": space.full()}
         self.attention_weight = attention_weight
 
     def losses(self, supernet, projection) -> dict[str, float]:
         import torch
-
-        from distillery.autotinybert.oneshot import Targets, kd_loss
 
         device, was_training = next(supernet.parameters()).device, supernet.training
         supernet.eval()  # no dropout: the same number before and after, and no draw from the training's RNG
@@ -195,10 +190,6 @@ def for_task(folder, teacher, teacher_name: str | None, strategy: str):
     pooler and head (:func:`distillery.autotinybert.convert.convert_teacher`), refused in one sentence when
     it was cut from another encoder. ``teacher_name``: the checkpoint the task teacher was fine-tuned
     from (None when it was given fine-tuned: only its shape can be compared then)."""
-    from distillery.autotinybert.convert import convert_teacher
-    from distillery.autotinybert.oneshot import load_projection, load_supernet
-    from distillery.autotinybert.supernet import SuperNet
-
     facts = supernet_facts(folder)
     pretrained, projection = load_supernet(folder), load_projection(folder)
     task_bert, head, head_kind = convert_teacher(teacher)

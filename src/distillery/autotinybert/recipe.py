@@ -32,11 +32,23 @@ import torch
 from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
+from distillery.autotinybert.convert import check_family
+from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
+from distillery.autotinybert.oneshot import (KDTerms, kd_loss, load_projection, load_supernet, make_projection,
+                                             one_shot_loss, save_supernet, teacher_targets)
+from distillery.autotinybert.pretrain import for_task, is_pretrained
+from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates as fast_rule
 from distillery.autotinybert.space import Arch, SearchSpace
+from distillery.autotinybert.supernet import SuperNet
+from distillery.bench import latency_ms
+from distillery.distill.recipe import select_layers
 from distillery.errors import DistilleryError
+from distillery.evaluation import score
 from distillery.folders import record, write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
+from distillery.training.losses import distillation_loss
+from distillery.training.trainer import Trainer
 
 logger = logging.getLogger("distillery")
 
@@ -55,10 +67,6 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     budget, the conventional row) can start from it with ``--option supernet=RUN/supernet``. Given a
     super-net pre-trained on a corpus (``autotinybert pretrain``), the one-shot phase starts from it
     (``task_phase``; off: it is searched as pre-trained); given a task super-net, there is none."""
-    from distillery.autotinybert.oneshot import load_projection, load_supernet, make_projection
-    from distillery.autotinybert.pretrain import for_task, is_pretrained
-    from distillery.autotinybert.supernet import SuperNet
-
     if opts.supernet and is_pretrained(opts.supernet):
         base = None if ctx.config.teacher.finetuned else ctx.config.teacher.name
         supernet, projection, note = for_task(opts.supernet, ctx.teacher, base, opts.strategy)
@@ -101,9 +109,6 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
     """The one-shot phase on the task's train split from ``supernet``; the result saved to ``supernet/``."""
     from dataclasses import replace
 
-    from distillery.autotinybert.oneshot import one_shot_loss, save_supernet
-    from distillery.training.trainer import Trainer
-
     facts = {**facts, "sandwich": bool(opts.sandwich), "inplace_kd": bool(opts.inplace_kd)}
     cfg = replace(ctx.config.student, max_steps=int(opts.supernet_steps), lr=float(opts.supernet_lr),
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
@@ -137,8 +142,6 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     """−(the one-shot objective: hidden + attention + w · prediction KD) of a sub-network on a fixed
     held-out slice of the train split; with ``terms`` the three losses each, as :class:`KDTerms` of floats."""
     from torch.utils.data import DataLoader
-
-    from distillery.autotinybert.oneshot import KDTerms, kd_loss, teacher_targets
 
     _, idx = held_out_split(len(task_data.train), examples, 0, seed)  # the probe's, when it holds as many
     loader = DataLoader(task_data.train.select(idx), batch_size=64, collate_fn=task_data.collate)
@@ -209,10 +212,6 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     unseen by the search (the paper's own code picks on dev: a leak)."""
     import dataclasses
     import tempfile
-
-    from distillery.training.losses import distillation_loss
-    from distillery.training.trainer import Trainer
-    from distillery.evaluation import score
 
     task = ctx.task_data.task
     if task.kind == "qa":
@@ -285,9 +284,6 @@ def write_search_plot(candidates, budget_ms: float, chosen: Arch, path, ylabel: 
 
 def choose_architecture(ctx: MethodContext, opts, supernet, projection) -> tuple[Arch, float]:
     """The architecture to ship, and the budget's speed-up (teacher latency measured here ÷ budget)."""
-    from distillery.autotinybert.search import conventional
-    from distillery.bench import latency_ms
-
     # the budget hangs on this one figure: three times the runs of an architecture's timing
     teacher = ctx.teacher.cpu().eval()
     teacher_ms = latency_ms({"teacher": teacher}, runs=3 * int(opts.latency_runs))["teacher"]
@@ -313,8 +309,6 @@ def _fit_latency_predictor(ctx: MethodContext, opts, supernet, teacher, teacher_
                           budget: float) -> Callable[[Arch], float]:
     """Time sampled sub-networks beside the teacher, fit the latency predictor on them and save it
     (``latency.json``); return it as arch -> predicted ms."""
-    from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
-
     space, seed = supernet.space, ctx.config.student.seed
     archs = space.sample_distinct(int(opts.latency_archs), random.Random(seed))
     logger.info("Timing %d sampled architectures as standalone models at 1×128 (teacher: %.2f ms; budget %.2f ms).",
@@ -332,8 +326,6 @@ def _fit_latency_predictor(ctx: MethodContext, opts, supernet, teacher, teacher_
 
 def _fast_candidates(ctx: MethodContext, opts, supernet, projection, predict, budget: float) -> list[Arch]:
     """AutoTinyBERT-Fast: the architectures its rule gives under the budget, the best evaluated first."""
-    from distillery.autotinybert.search import fast_candidates as fast_rule
-
     evaluate, _ = candidate_evaluator(ctx, opts, supernet, projection, ctx.config.student.seed)
     fast = fast_rule(supernet.space, predict, budget)
     if not fast:
@@ -368,9 +360,6 @@ def _run_search(ctx: MethodContext, opts, space: SearchSpace, searched: SearchSp
                 budget: float):
     """The search over ``searched`` (within the super-net's ``space``) with the chosen backend (Optuna or the paper's evolutionary search),
     its log written to ``search.json``; returns the search's result (best and evaluated candidates)."""
-    from distillery.autotinybert.search import evolutionary_search
-    from distillery.distill.recipe import select_layers
-
     seed, floor = ctx.config.student.seed, float(opts.budget_floor) * budget
     if opts.search_backend == "optuna":
         from distillery.autotinybert.search import optuna_search, write_log
@@ -422,8 +411,6 @@ def _first_within_budget(ctx: MethodContext, opts, supernet, candidates: list[Ar
     only as predicted, and not leave much of it unused (0.93: a speed-up within 10 % of the one asked).
     Failing that, the first that meets the budget, with a note saying how far under it is; or None when not
     ``settle``. ``ratios`` receives measured ÷ predicted of each candidate measured."""
-    from distillery.autotinybert.latency import measure
-
     floor = float(opts.budget_floor) * budget
     under = None  # (arch, measured) of the first candidate that meets the budget but lies under the floor
     for k, arch in enumerate(candidates):
@@ -470,8 +457,6 @@ class AutoTinyBert(Method):
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
-        from distillery.autotinybert.convert import check_family
-
         check_family(teacher_config)  # every family of distillery.encoders, or a sentence saying what the student lacks
         if isinstance(opts.arch, str) and opts.arch not in ("fast", "conventional"):
             parse_arch(opts.arch)
@@ -486,8 +471,6 @@ class AutoTinyBert(Method):
                                   "launcher of several processes, or use evaluator=probe (the default) or proxy.")
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
-        from distillery.training.losses import distillation_loss
-
         opts = self.options(ctx.config)
         ctx.teacher.eval()
         supernet, projection = train_supernet_on_task(ctx, opts)

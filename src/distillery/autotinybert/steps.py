@@ -7,11 +7,15 @@ from typing import Optional
 
 import typer
 
-from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging
-from distillery.cli.options import with_option_flags
-
-
+from distillery.autotinybert.options import AutoTinyBertOptions
+# Made before the command line's modules are imported: importing them builds the command line, which adds
+# this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrain, latency, search, extract, train (all in one: compress --method autotinybert).")
+
+from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging  # noqa: E402
+from distillery.cli.options import with_option_flags  # noqa: E402
+from distillery.config import TrainConfig  # noqa: E402
+from distillery.folders import check_file_target, check_target  # noqa: E402
 
 
 @app.command("pretrain")
@@ -38,9 +42,6 @@ def atb_pretrain(
     """Pre-train a super-net by task-agnostic distillation on a corpus (Algorithm 1, KD setting)."""
     setup_logging(verbose)
     from distillery.autotinybert.pretrain import pretrain_supernet
-    from distillery.config import TrainConfig
-    from distillery.autotinybert.options import AutoTinyBertOptions
-
     opts = AutoTinyBertOptions.read(method_options)
     train = TrainConfig(epochs=epochs, max_steps=steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1,
                         select_best=False, seed=seed, eval_every=log_every, log_every=log_every)
@@ -73,7 +74,6 @@ def atb_latency(
 
     from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
     from distillery.autotinybert.oneshot import load_supernet
-    from distillery.folders import check_file_target
 
     check_file_target(out, overwrite=overwrite, inputs=[supernet])  # before the minutes of timing
     net = load_supernet(supernet)
@@ -97,7 +97,6 @@ def atb_extract(
     from distillery.autotinybert.oneshot import load_supernet
     from distillery.autotinybert.recipe import parse_arch
 
-    from distillery.folders import check_target
     from distillery.modeling import load_tokenizer, save_model
 
     check_target(out, overwrite=overwrite, inputs=[supernet], kind="model")

@@ -43,12 +43,13 @@ import torch
 from torch import nn
 
 from distillery.bench import noise
+from distillery.data.encode import model_device, model_inputs
+from distillery.errors import DistilleryError
+from distillery.folders import write_file
+from distillery.runtime import load_model
 from distillery.bench.records import (format_bench_table, format_count, format_hardware, format_sweep,  # noqa: F401
                                      setting_label, speedup_over, sweep_of)
 from distillery.bench.settings import DEVICES, DTYPES, bench_flags, measured_settings, usable_cpus  # noqa: F401
-from distillery.data.encode import model_device, model_inputs
-from distillery.errors import DistilleryError
-from distillery.runtime import load_model
 
 # Random ids start above the special and rare tokens of usual WordPiece/BPE vocabularies
 # (BERT's [unused*] block ends at 998) so that every model sees ordinary word pieces.
@@ -559,6 +560,4 @@ def _size_record(model: nn.Module, lat_seq: int, tp_seq: int) -> dict[str, Any]:
 
 def save_bench(bench: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a bench record as indented JSON; return the path."""
-    from distillery.folders import write_file
-
     return write_file(path, json.dumps(bench, indent=2) + "\n")

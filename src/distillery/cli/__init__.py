@@ -12,12 +12,17 @@ from typing import Optional
 import click
 import typer
 
+from distillery.auto import compress_auto
+from distillery.card import write_card
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
 from distillery.cli.options import preset_help, with_option_flags
-from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK
+from distillery.config import (BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, dotted_settings, read_yaml_mapping,
+                               resolve_data_dir, run_inputs)
 from distillery.errors import DistilleryError
-from distillery.method import METHODS, method_module
+from distillery.folders import check_file_target, check_target, write_file
+from distillery.method import METHODS, get_method, method_module
+from distillery.report import merge_runs, write_report
 
 __all__ = ["app", "main", "parse_options", "setup_logging"]
 
@@ -121,8 +126,6 @@ def compress(
 def _wants_auto(method: str | None, config_file: str | None) -> bool:
     if method is not None or config_file is None:
         return method == "auto"
-    from distillery.config import read_yaml_mapping
-
     return read_yaml_mapping(config_file).get("method") == "auto"
 
 
@@ -130,9 +133,6 @@ def _compress_auto(named: dict, flags: dict, preset: str | None, config_file: st
                    time_budget: str | None, overwrite: bool, resume: bool, push_to_hub: str | None) -> None:
     """``compress --method auto``: the candidates' shared settings (flags over the --config file) to
     distillery.auto; --speedup, autotinybert's flag, is auto's target."""
-    from distillery.auto import compress_auto
-    from distillery.config import dotted_settings, read_yaml_mapping
-
     if preset:
         raise DistilleryError("--preset names one method's settings, and --method auto runs several; give their "
                               "options with --option key=value instead.")
@@ -151,8 +151,6 @@ def _compress_auto(named: dict, flags: dict, preset: str | None, config_file: st
 def _compress_config(named: dict, flags: dict, preset: str | None, config_file: str | None):
     """The run's config from ``compress``'s flags over its settings file (torchtune-style), and the
     settings given explicitly (dotted keys: a --resume must not change them)."""
-    from distillery.config import dotted_settings, read_yaml_mapping
-    from distillery.method import get_method
     from distillery.pipeline import resolve_settings
 
     file = dotted_settings(read_yaml_mapping(config_file)) if config_file else {}
@@ -191,9 +189,7 @@ def teacher_cmd(
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
     setup_logging(verbose)
     from distillery.data.loading import task_for
-    from distillery.folders import check_target
     from distillery.modeling import save_model
-    from distillery.config import run_inputs
     from distillery.pipeline import build_run_config
     from distillery.teacher import get_finetuned_teacher
 
@@ -229,9 +225,7 @@ def eval_cmd(
 ):
     """Score a saved model on a task's dev split (task custom: your --dev-file); prints metrics JSON."""
     setup_logging()
-    from distillery.config import resolve_data_dir
     from distillery.evaluation import evaluate
-    from distillery.folders import check_file_target, write_file
 
     if out:
         check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir), dev_file])
@@ -258,7 +252,6 @@ def bench(
     """Latency (1x128) and throughput (256x64) of several models, interleaved in one process, per device setting."""
     setup_logging()
     from distillery.bench import bench_flags, benchmark, check_settings, format_sweep
-    from distillery.folders import check_file_target, write_file
     from distillery.modeling import load_tokenizer, model_folder
     from distillery.runtime import load_model
 
@@ -325,9 +318,6 @@ def report(
 ):
     """Rewrite a run's report.md and plot.png; with several runs, one merged table and Pareto plot."""
     setup_logging()
-    from distillery.card import write_card
-    from distillery.report import merge_runs, write_report
-
     if len(runs) == 1:
         path = write_report(Path(runs[0]))
         write_card(runs[0])  # student/README.md, the model card, rebuilt too

@@ -9,7 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from distillery.config import parse_value
 from distillery.errors import DistilleryError
+from distillery.report_parts import deploy_path, deploy_sentence, student_names
+from distillery.run_record import load_run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distil a BERT-family teacher into a smaller, faster student, and measure both.")
@@ -65,8 +68,6 @@ def setup_logging(verbose: bool = False) -> None:
 
 def parse_options(pairs: list[str]) -> dict:
     """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans)."""
-    from distillery.config import parse_value
-
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
@@ -80,9 +81,6 @@ def parse_options(pairs: list[str]) -> dict:
 def deploy_line(folder) -> str | None:
     """The run's sentence on what to deploy (report_parts.deploy_sentence) with the path of the folder it
     names, or None where no baseline was measured."""
-    from distillery.report_parts import deploy_path, deploy_sentence, student_names
-    from distillery.run_record import load_run
-
     run = load_run(folder)
     return deploy_sentence(run.bench, run.metrics,
                            paths={n: str(folder / deploy_path(n)) for n in student_names(run.bench)})

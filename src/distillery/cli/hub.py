@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from distillery.card import push_student
 from distillery.cli.common import app, setup_logging
 
 
@@ -17,6 +18,4 @@ def push(
 ):
     """Upload a run's student/ (weights, tokenizer, weights record, model card) to the Hugging Face Hub."""
     setup_logging()
-    from distillery.card import push_student
-
     typer.echo(f"Pushed the student to {push_student(run, repo, private=private)}")

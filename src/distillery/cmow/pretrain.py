@@ -28,10 +28,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForMaskedLM, checked_config
+from distillery.cmow.options import CMOWOptions
 from distillery.config import TrainConfig
+from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
 from distillery.errors import DistilleryError
-from distillery.folders import record, write_file
+from distillery.folders import claim, record, write_file
+from distillery.modeling import load_checked, load_tokenizer
+from distillery.teacher import resolve_teacher, teacher_config
+from distillery.training.losses import kd_mix, soft_cross_entropy
+from distillery.training.trainer import Trainer
 from distillery.weights import record_weights
+import distillery.distributed as distributed
 
 logger = logging.getLogger("distillery")
 
@@ -42,9 +49,6 @@ def load_mlm_teacher(name: str):
     """(teacher, mlm_head or None, tokenizer): the teacher's base encoder, and its MLM head when the
     checkpoint has trained weights for one."""
     from transformers import AutoModelForMaskedLM
-
-    from distillery.modeling import load_checked, load_tokenizer
-    from distillery.teacher import resolve_teacher
 
     path = resolve_teacher(name)
     tokenizer = load_tokenizer(path)
@@ -61,8 +65,6 @@ def load_mlm_teacher(name: str):
 def general_distillation_loss(teacher, teacher_head, kd_weight: float, temperature: float, projection: nn.Module | None,
                               hidden_loss: str = "mse"):
     """loss_fn for the trainer (batches from :func:`distillery.data.corpus.mlm_collator`)."""
-    from distillery.training.losses import kd_mix, soft_cross_entropy
-
     def loss_fn(model, batch):
         ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
         hidden = model.encoder.per_token(ids, mask.bool())  # (B, T, token_size)
@@ -103,11 +105,6 @@ def pretrain(
     """Train a CMOWForMaskedLM by general distillation; save it (with the tokenizer) to ``out/model``
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
-    from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
-    from distillery.training.trainer import Trainer
-    import distillery.distributed as distributed
-    from distillery.folders import claim
-
     _check_settings(teacher, kd_weight, temperature, hidden_loss, model_options)
     out = distributed.on_main(claim, Path(out), "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
@@ -148,9 +145,6 @@ def pretrain(
 def _check_settings(teacher: str, kd_weight: float, temperature: float, hidden_loss: str,
                     model_options: dict[str, Any] | None) -> None:
     """Refuse bad :func:`pretrain` settings before anything is written."""
-    from distillery.cmow.options import CMOWOptions
-    from distillery.teacher import teacher_config
-
     CMOWOptions.check_value("kd_weight", kd_weight)
     CMOWOptions.check_value("temperature", temperature)
     if hidden_loss not in HIDDEN_LOSSES:

@@ -18,27 +18,24 @@ from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.cmow.modeling_cmow import (CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot)
+from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot
+from distillery.cmow.options import CMOWOptions
 from distillery.data.encode import model_inputs
-from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.errors import DistilleryError
 from distillery.method import Method
-from distillery.cmow.options import CMOWOptions
 from distillery.method_context import MethodContext
+from distillery.modeling import model_folder, read_config
+from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 
 logger = logging.getLogger("distillery")
 
 
 def _model_dir(path):
-    from distillery.modeling import model_folder
-
     return model_folder(path)
 
 
 def init_model_config(path) -> CMOWConfig:
     """The config of an ``init`` model, which must be a CMOW encoder (``distillery cmow pretrain``)."""
-    from distillery.modeling import read_config
-
     folder = _model_dir(path)
     config = read_config(folder)
     if not isinstance(config, CMOWConfig):

@@ -6,11 +6,14 @@ from typing import Optional
 
 import typer
 
-from distillery.cli.common import parse_options, setup_logging
-from distillery.cli.options import with_option_flags
-
-
+# Made before the command line's modules are imported: importing them builds the command line, which adds
+# this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="CMOW/CBOW-Hybrid: general distillation on a text corpus.")
+
+from distillery.cli.common import parse_options, setup_logging  # noqa: E402
+from distillery.cli.options import with_option_flags  # noqa: E402
+from distillery.cmow.options import CMOWOptions  # noqa: E402
+from distillery.config import TrainConfig  # noqa: E402
 
 
 @app.command("pretrain")
@@ -36,9 +39,6 @@ def cmow_pretrain(
     """General distillation (pretraining) of a CMOW/CBOW-Hybrid encoder: masked LM + distillation."""
     setup_logging(verbose)
     from distillery.cmow.pretrain import pretrain
-    from distillery.config import TrainConfig
-    from distillery.cmow.options import CMOWOptions
-
     distillation = CMOWOptions.read(method_options)
     train = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr, weight_decay=0.0,
                         select_best=False, seed=seed, eval_every=None)

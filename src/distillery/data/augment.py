@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from distillery.errors import DistilleryError
+from distillery.folders import atomic_file
 
 logger = logging.getLogger("distillery")
 
@@ -199,8 +200,6 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
     and kept aligned), as columns ``text`` (and ``text_pair``), read from or written to the cache
     folder ``cache`` part by part. Deterministic for ``seed``."""
     from tqdm.auto import tqdm
-
-    from distillery.folders import atomic_file
 
     # the part size too: a part's file holds the rows of its PART originals
     digest = hashlib.sha256(json.dumps([DRAWS, source.digest(), n, p, k, seed, PART, list(texts),

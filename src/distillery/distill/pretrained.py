@@ -17,11 +17,16 @@ from typing import Sequence
 from transformers import AutoConfig, PreTrainedModel
 
 import distillery.encoders as encoders
-from distillery.config import TEACHER_HUB_IDS, DataConfig
+from distillery.bench import count_parameters, latency_ms
+from distillery.config import DataConfig, TEACHER_HUB_IDS
+from distillery.data.encode import model_device, model_inputs, prepare_task_data, squad_window_offsets
+from distillery.data.loading import load_raw
 from distillery.data.tasks import TaskSpec
+from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
 from distillery.modeling import first_line, head_for_task, load_checked, load_tokenizer
 from distillery.teacher import check_vocabulary, head_kwargs, resolve_teacher, usable_positions
+from distillery.training.losses import HiddenProjection, mean_pooled, pretrained_distillation_loss
 
 logger = logging.getLogger("distillery")
 
@@ -124,8 +129,6 @@ def same_tokenizer(a, b) -> bool:
 def measure(teacher, student, shape: Sequence[int], runs: int) -> tuple[int, int, dict[str, float]]:
     """(teacher parameters, student parameters, {name: median ms per forward pass}), the two models taking turns
     here. Models built from configs serve as well as trained ones: weights do not change the time."""
-    from distillery.bench import count_parameters, latency_ms
-
     t_params, s_params = count_parameters(teacher)[0], count_parameters(student)[0]
     if s_params >= t_params:  # no timing needed to refuse it
         return t_params, s_params, {}
@@ -163,10 +166,6 @@ def squad_distillation_train(ctx, whole: bool, temperature: float):
     from dataclasses import replace
 
     import numpy as np
-
-    from distillery.data.encode import squad_window_offsets
-    from distillery.data.loading import load_raw
-    from distillery.distill.span_carry import carry
 
     teacher_data = ctx.whole_split() if whole else ctx.task_data
     student_data = ctx.whole_split(ctx.student_data) if whole else ctx.student_data
@@ -213,9 +212,6 @@ def _pooled_pass(ctx, task_data):
     import torch
     from torch.utils.data import DataLoader
 
-    from distillery.data.encode import model_device, model_inputs
-    from distillery.training.losses import mean_pooled
-
     loader = DataLoader(task_data.train, batch_size=ctx.config.student.eval_batch_size, collate_fn=task_data.collate)
     rows = []
     with torch.inference_mode():
@@ -236,9 +232,6 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     (SQuAD: carried through character offsets), and with ``hidden_weight`` its hidden states (per layer where the
     tokenizers match, else sentence vectors) through a learned projection onto the teacher's width. ``measured``:
     :func:`check_student` already compared its size and speed with the teacher's."""
-    from distillery.data.encode import prepare_task_data
-    from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
-
     task = ctx.task_data.task
     student, tokenizer = load_student(opts.student, task)
     if not measured:

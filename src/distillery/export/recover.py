@@ -19,9 +19,12 @@ from torch import nn
 
 from distillery.config import TrainConfig
 from distillery.errors import DistilleryError
+from distillery.evaluation import score
 from distillery.export.formats import resolve_format
 from distillery.export.onnx import per_channel_int8
 from distillery.runtime import quantize_torch, quiet
+from distillery.training.losses import distillation_loss
+from distillery.training.trainer import Trainer
 
 RECOVER_THRESHOLD = 1.0  # points of the main metric (accuracy 0.01 = 1 point; SQuAD F1 is in points)
 
@@ -117,9 +120,6 @@ def recover_int8(
     onnx-int8, where exporting at every evaluation would cost more than the pass. Returns the fp32
     model (plain Linears) to quantize, and the settings and selection metrics of the pass.
     """
-    from distillery.training.losses import distillation_loss
-    from distillery.training.trainer import Trainer
-
     backend = _checked_backend(backend, model, teacher, task_data)
     kind, main = task_data.task.kind, task_data.task.main_metric
 
@@ -155,8 +155,6 @@ def recover_int8(
 
 def _int8_score(model: nn.Module, *, backend: str, task_data) -> dict[str, float]:
     """Dev scores of the int8 model that ``model`` (with fake-quantized Linears) stands for."""
-    from distillery.evaluation import score
-
     if backend == "onnx-int8":
         return score(model, task_data)  # FakeQuantize still rounds in eval mode
     return score(quantize_torch(strip_fake_quant(copy.deepcopy(model).cpu())), task_data)

@@ -30,17 +30,15 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from distillery.config import DataConfig, RunConfig
+from distillery.data.encode import prepare_task_data
+from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
+from distillery.evaluation import score
 from distillery.export.formats import resolve_format
 from distillery.export.onnx import export_onnx, graph_inputs, graph_outputs, quantize_onnx
-from distillery.export.parity import (
-    SAMPLE_TEXTS,
-    check_fp32_parity,
-    check_int8,
-    compare_outputs,
-    dev_batches,
-    sample_batches,
-)
+from distillery.export.parity import (SAMPLE_TEXTS, check_fp32_parity, check_int8, compare_outputs, dev_batches,
+                                      sample_batches)
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
 from distillery.modeling import head_of, load_pretrained, load_tokenizer, model_folder, read_config
@@ -188,8 +186,6 @@ def _write_onnx(model: nn.Module, tmp: Path, manifest: dict[str, Any], inputs: S
 
 def score_export(model: nn.Module, exported: nn.Module, task_data, source_metrics: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The fp32 model and its export on the task's dev split, and the drop in the main metric."""
-    from distillery.evaluation import score
-
     task = task_data.task
     main = task.main_metric
     before = dict(source_metrics) if source_metrics else score(model, task_data)
@@ -313,10 +309,6 @@ def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None 
                         splits: Sequence[str] = ("dev",), **options: Any):
     """The TaskData an export is checked and scored on: a run folder's data settings (so that scores
     match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields)."""
-    from distillery.config import DataConfig, RunConfig
-    from distillery.data.encode import prepare_task_data
-    from distillery.data.loading import task_for
-
     settings: dict[str, Any] = {}
     if run_dir is not None:
         saved = RunConfig.load(Path(run_dir) / "config.yaml").data

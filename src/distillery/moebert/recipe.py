@@ -28,20 +28,25 @@ import torch
 from safetensors.torch import load_file, save
 from transformers import PreTrainedModel
 
-from distillery.data.encode import model_inputs
+from distillery.config import cache_root, resolve_data_dir, run_inputs
+from distillery.data.encode import model_inputs, prepare_task_data
+from distillery.data.files import regular_file
+from distillery.data.loading import task_for
+from distillery.encoders import ffn_width
+from distillery.errors import DistilleryError
+from distillery.folders import check_file_target, check_target, record, write_file
+from distillery.importance import ffn_importance, sample_loader
+from distillery.method import Method
+from distillery.method_context import MethodContext
+from distillery.modeling import save_model
+from distillery.moebert.convert import convert, count_tokens, teacher_layout
+from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
+from distillery.moebert.options import MoEBertOptions
+from distillery.moebert.refit import refit_outputs
+from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
 from distillery.training.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
-from distillery.errors import DistilleryError
-from distillery.folders import record, write_file
-from distillery.encoders import ffn_width
-from distillery.moebert.convert import convert, count_tokens, teacher_layout
 import distillery.distributed as distributed
-from distillery.importance import ffn_importance, sample_loader
-from distillery.moebert.refit import refit_outputs
-from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
-from distillery.method import Method
-from distillery.moebert.options import MoEBertOptions
-from distillery.method_context import MethodContext
 
 logger = logging.getLogger("distillery")
 
@@ -101,8 +106,6 @@ def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBer
 
 def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: MoEBertOptions) -> Path:
     """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
-    from distillery.folders import write_file
-
     n = opts.importance_examples
     return write_file(path, save({"importance": scores.contiguous()}, metadata={
         "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
@@ -113,8 +116,6 @@ def load_importance(path: str | Path, teacher_config) -> torch.Tensor:
     """The scores ``distillery moebert importance`` wrote to ``path``: one per FFN neuron of each of the
     teacher's layers, finite; anything else is a sentence naming the file and what it holds instead."""
     from safetensors import SafetensorError
-
-    from distillery.data.files import regular_file
 
     path = regular_file(path, "Importance file")
     written_by = "give a file written by `distillery moebert importance` for this teacher"
@@ -270,10 +271,6 @@ class MoEBert(Method):
 
 
 def _teacher_and_data(config):
-    from distillery.data.encode import prepare_task_data
-    from distillery.data.loading import task_for
-    from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
-
     task = task_for(config.data)
     tokenizer = teacher_tokenizer(config.teacher.name)
     task_data = prepare_task_data(task, tokenizer, config.data)
@@ -285,10 +282,6 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     """Fine-tuned teacher (cached) → Eq. 4 scores on the train split → a safetensors file (checked
     first: never the teacher's files, the data's or the teacher cache's, an existing one only with
     ``overwrite``)."""
-    from distillery.folders import check_file_target
-    from distillery.config import run_inputs
-    from distillery.config import cache_root
-
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
     opts = MoEBert().options(config)
     teacher, _, task_data = _teacher_and_data(config)
@@ -298,10 +291,6 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
 def convert_step(config, importance_path: str | Path | None, out: str | Path, overwrite: bool = False) -> Path:
     """Fine-tuned teacher → MoEBERT model saved in ``out`` (with the tokenizer), not yet trained.
     Importance comes from ``importance_path``, or is computed when none is given."""
-    from distillery.config import resolve_data_dir
-    from distillery.folders import check_target
-    from distillery.modeling import save_model
-
     out = Path(out)
     check_target(out, overwrite=overwrite, kind="model",
                  inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])

@@ -6,11 +6,12 @@ from typing import Optional
 
 import typer
 
-from distillery.cli.common import DATA_HELP, compress_and_show, setup_logging
-from distillery.cli.options import preset_help, with_option_flags
-
-
+# Made before the command line's modules are imported: importing them builds the command line, which adds
+# this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
+
+from distillery.cli.common import DATA_HELP, compress_and_show, setup_logging  # noqa: E402
+from distillery.cli.options import preset_help, with_option_flags  # noqa: E402
 
 
 def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed=None):
