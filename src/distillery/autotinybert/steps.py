@@ -14,7 +14,7 @@ app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrai
 
 from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging  # noqa: E402
 from distillery.cli.options import with_option_flags  # noqa: E402
-from distillery.config import TrainConfig  # noqa: E402
+from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, TrainConfig  # noqa: E402
 from distillery.folders import check_file_target, check_target  # noqa: E402
 
 
@@ -23,7 +23,7 @@ from distillery.folders import check_file_target, check_target  # noqa: E402
 def atb_pretrain(
     out: str = typer.Option(..., help="Run folder; the super-net is saved to <out>/supernet."),
     corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
-    teacher: str = typer.Option("minilm", help="The pre-trained encoder the super-net is cut from and distilled from "
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="The pre-trained encoder the super-net is cut from and distilled from "
                                 "(minilm, mpnet-base, a folder or a Hub id): the one task teachers are fine-tuned from."),
     max_lines: Optional[int] = typer.Option(None, help="Read at most this many lines of text."),
     max_length: int = typer.Option(128, help="Tokens per block of text."),
@@ -120,12 +120,12 @@ def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict,
 @app.command("search")
 @with_option_flags("autotinybert", "search")
 def atb_search(
-    task: str = typer.Option("sst2"),
+    task: str = typer.Option(DEFAULT_TASK),
     supernet: Optional[str] = typer.Option(None, help="A super-net: a run's supernet/, or one from `autotinybert pretrain`; default: train one here."),
-    teacher: str = typer.Option("minilm"),
+    teacher: str = typer.Option(BUILTIN_TEACHER),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
-    budget: str = typer.Option("quick"),
+    budget: str = typer.Option(DEFAULT_BUDGET),
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -142,11 +142,11 @@ def atb_search(
 def atb_train(
     supernet: str = typer.Option(..., help="The super-net to extract from (a run's supernet/)."),
     arch: str = typer.Option(..., help="l,d_m,d_f,h,d_qkv (a search's architecture.json), or fast / conventional."),
-    task: str = typer.Option("sst2"),
-    teacher: str = typer.Option("minilm"),
+    task: str = typer.Option(DEFAULT_TASK),
+    teacher: str = typer.Option(BUILTIN_TEACHER),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None),
-    budget: str = typer.Option("quick"),
+    budget: str = typer.Option(DEFAULT_BUDGET),
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),

@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="CMOW/CBOW-Hybrid: general distilla
 from distillery.cli.common import parse_options, setup_logging  # noqa: E402
 from distillery.cli.options import with_option_flags  # noqa: E402
 from distillery.cmow.options import CMOWOptions  # noqa: E402
-from distillery.config import TrainConfig  # noqa: E402
+from distillery.config import BUILTIN_TEACHER, TrainConfig  # noqa: E402
 
 
 @app.command("pretrain")
@@ -21,7 +21,7 @@ from distillery.config import TrainConfig  # noqa: E402
 def cmow_pretrain(
     out: str = typer.Option(..., help="Run folder; the encoder is saved to <out>/model."),
     corpus: list[str] = typer.Option(..., help="Text files (plain lines or WikiExtractor output); repeatable."),
-    teacher: str = typer.Option("minilm", help="minilm (built in, no MLM head: hidden-state distillation), a folder or a Hub id."),
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="minilm (built in, no MLM head: hidden-state distillation), a folder or a Hub id."),
     max_lines: Optional[int] = typer.Option(None, help="Read at most this many lines of text."),
     max_length: int = typer.Option(128, help="Tokens per MLM block."),
     epochs: float = typer.Option(1.0),

@@ -12,6 +12,7 @@ app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, 
 
 from distillery.cli.common import DATA_HELP, compress_and_show, setup_logging  # noqa: E402
 from distillery.cli.options import preset_help, with_option_flags  # noqa: E402
+from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK  # noqa: E402
 
 
 def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed=None):
@@ -25,10 +26,10 @@ def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_optio
 @app.command("importance")
 @with_option_flags("moebert", "importance")
 def moebert_importance(
-    task: str = typer.Option("sst2"),
-    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    task: str = typer.Option(DEFAULT_TASK),
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="minilm (built in), a local model folder or a Hub id."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
-    budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
+    budget: str = typer.Option(DEFAULT_BUDGET, help="Budget of the teacher fine-tuning (cached)."),
     squad_holdout: Optional[float] = typer.Option(None),
     out: str = typer.Option("importance.safetensors", help="Where to write the scores."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
@@ -49,10 +50,10 @@ def moebert_importance(
 def moebert_convert(
     out: str = typer.Option(..., help="Folder for the converted (untrained) MoEBERT model."),
     importance: Optional[str] = typer.Option(None, help="Scores from `distillery moebert importance` (default: computed now)."),
-    task: str = typer.Option("sst2"),
-    teacher: str = typer.Option("minilm", help="minilm (built in), a local model folder or a Hub id."),
+    task: str = typer.Option(DEFAULT_TASK),
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="minilm (built in), a local model folder or a Hub id."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
-    budget: str = typer.Option("quick", help="Budget of the teacher fine-tuning (cached)."),
+    budget: str = typer.Option(DEFAULT_BUDGET, help="Budget of the teacher fine-tuning (cached)."),
     squad_holdout: Optional[float] = typer.Option(None),
     seed: Optional[int] = typer.Option(None, help="Seed of the random split and the hash tables."),
     overwrite: bool = typer.Option(False),
@@ -72,10 +73,10 @@ def moebert_convert(
 @with_option_flags("moebert", "train")
 def moebert_train(
     init: str = typer.Option(..., help="A converted model folder (`distillery moebert convert`)."),
-    task: str = typer.Option("sst2"),
-    teacher: str = typer.Option("minilm", help="The dense teacher the model was converted from."),
+    task: str = typer.Option(DEFAULT_TASK),
+    teacher: str = typer.Option(BUILTIN_TEACHER, help="The dense teacher the model was converted from."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
-    budget: str = typer.Option("quick"),
+    budget: str = typer.Option(DEFAULT_BUDGET),
     out: Optional[str] = typer.Option(None, help="Run folder (default runs/<task>-moebert-<time>)."),
     preset: Optional[str] = typer.Option(None, help=preset_help()),
     epochs: Optional[float] = typer.Option(None),
