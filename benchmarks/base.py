@@ -60,6 +60,8 @@ ROWS = {
     "minilm-alone": ("distill", {"student": "minilm", "kd_weight": 0.0}),
     "minilm-distilled": ("distill", {"student": "minilm"}),
     "minilm-distilled-augment": ("distill", {"student": "minilm", "augment": 2}),
+    # the 4× layer-drop student with the same augmented text (issue 39's base-size 4× row)
+    "distill-3layers-augment": ("distill", {"student_layers": 3, "augment": 2}),
 }
 # How the README names a row: the flags that make that student.
 README_LABELS = {"minilm-distilled": "--student minilm", "minilm-distilled-augment": "--student minilm --augment 2"}
@@ -385,6 +387,11 @@ def quality_checks(quality: list[dict], benches: list[dict]) -> list[str]:
         a, d = acc["autotinybert-4x"], acc["distill-3layers"]
         lines.append(f"- AutoTinyBERT 4× {a:.4f} against the layer-drop student of its speed (distill-3layers) "
                      f"{d:.4f}: {100 * (a - d):+.1f} points.")
+    if "distill-3layers-augment" in acc and "distill-3layers" in acc:
+        a, d = acc["distill-3layers-augment"], acc["distill-3layers"]
+        lines.append(f"- The 4× layer-drop student with TinyBERT's augmentation (2 new sentences per original, labelled by "
+                     f"the teacher): {a:.4f} against {d:.4f} without, {100 * (teacher - a):.1f} points under the teacher "
+                     f"(within 2 asked: {_verdict(teacher - a <= 0.02)}).")
     own = [k for k in OWN_TOKENIZER if k in acc]
     if own:
         fours = ", ".join(f"{k} {acc[k]:.4f}" for k in ("distill-3layers", "autotinybert-4x") if k in acc)
