@@ -272,17 +272,26 @@ def run_speed(args) -> None:
         bench["source"] = "converted (one optimizer step)" if args.converted else "trained (the quality runs)"
         bench["int8_scores"] = int8_scores
         benches.append(bench)
-        save(ADDED_SPEED if args.rows else "base-speed", benches)
+        save(ADDED_SPEED, added_with(load(ADDED_SPEED), benches)) if args.rows else save("base-speed", benches)
+
+
+def timed_rows(bench: dict) -> set[str]:
+    return {k for k in bench["models"] if not k.startswith("teacher") and not k.endswith("int8")}
+
+
+def added_with(added: list[dict], benches: list[dict]) -> list[dict]:
+    """The rows timed later, each call's processes kept as they are, with ``benches`` replacing an earlier timing
+    of the same rows."""
+    rows = set().union(*(timed_rows(b) for b in benches)) if benches else set()
+    return [b for b in added if not timed_rows(b) <= rows] + benches
 
 
 def with_added(benches: list[dict], added: list[dict]) -> list[dict]:
     """``benches`` with the rows timed later (:data:`ADDED_SPEED`) at the same thread count: a row the main speed
     phase timed keeps its own numbers."""
-    by_threads = {b["hardware"]["threads"]: b for b in added}
     merged = []
     for bench in benches:
-        extra = by_threads.get(bench["hardware"]["threads"])
-        if extra:
+        for extra in (b for b in added if b["hardware"]["threads"] == bench["hardware"]["threads"]):
             bench = {**bench, "models": {**extra["models"], **bench["models"]},
                      "speedups": {**extra["speedups"], **bench["speedups"]},
                      "int8_scores": {**extra.get("int8_scores", {}), **bench.get("int8_scores", {})}}
@@ -293,7 +302,7 @@ def with_added(benches: list[dict], added: list[dict]) -> list[dict]:
 def added_line(added: list[dict]) -> list[str]:
     if not added:
         return []
-    names = [k for k in added[0]["models"] if k != "teacher" and not k.endswith("int8")]
+    names = sorted(set().union(*(timed_rows(b) for b in added)))
     return [f"- Timed later, beside the same teacher architecture in a process of their own "
             f"(`--only speed --rows`, {ADDED_SPEED}.json): {', '.join(names)}."]
 
