@@ -149,9 +149,10 @@ class MethodContext:
         if not same:  # never expected: one loader reads the rows for both tokenizers
             raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
                                   f"line up with the teacher's ({len(labelled)} rows).")
-        student_train = student_train.remove_columns("labels").add_column("labels", labelled["labels"])
-        return student_train.cast_column("labels", labelled.features["labels"]) \
-            .add_column("teacher_logits", labelled["teacher_logits"])
+        if new is not None:  # the new rows' labels are the teacher's (the originals' match, checked above)
+            student_train = student_train.remove_columns("labels").add_column("labels", labelled["labels"]) \
+                .cast_column("labels", labelled.features["labels"])
+        return student_train.add_column("teacher_logits", labelled["teacher_logits"])
 
     def _new_rows(self, task_data: TaskData, augment: int):
         """The raw new rows (augmented, unlabeled) beside ``task_data``'s train split, or None; records what
