@@ -5,8 +5,8 @@ AutoTinyBERT super-network when one is given), same teacher and seed per row, bu
     python benchmarks/augment.py --data-dir ../shared/data --supernet runs/pretrained-supernet
     python benchmarks/augment.py --tasks mrpc --seeds-for mrpc=42,43,44 --variants none augment
 
-Per task, seed and variant: ``distillery compress --method autotinybert --speedup 4`` (``--methods`` adds others,
-e.g. ``distill``) into runs/augment-<task>-<method>-<variant>-s<seed>/:
+Per task, seed and variant: ``distillery compress --method autotinybert --speedup 4`` (``--methods`` adds others of
+CANDIDATES, e.g. ``distill`` or ``autotinybert-2x``) into runs/augment-<task>-<label>-<variant>-s<seed>/:
 
 none      the student's text is the train split (the quick budget's default: augment=0)
 augment   plus ``--augment N`` TinyBERT examples per train example (default 20), labelled by the teacher
@@ -30,18 +30,23 @@ from common import RESULTS, RESULTS_DOC, record_from_run, replace_block, upsert_
 
 NAME = "augment-4x"
 VARIANTS = ("none", "augment", "supernet")
-# Each method's 4× student on the built-in teacher (6 layers): AutoTinyBERT searched at 4×; the 3-layer layer-drop
-# student, whose int8 export (made by every run) is the 4× point (about 2× from the layers, 2× from int8).
-METHOD_OPTIONS = {"autotinybert": {"speedup": 4}, "distill": {"student_layers": 3}}
+# label -> (method, options): the students that can be the 4× point on the built-in teacher (6 layers). AutoTinyBERT
+# searched at 4×, and at 2× with its int8 export (made by every run: about 2× from the search, 2× from int8); the
+# 3-layer layer-drop student, whose int8 export is the 4× point likewise. CMOW (far past 4×) for the CMOW paper's
+# own claim: Table 8, augmentation lifts its students (+3.6 on STS-B).
+CANDIDATES = {"autotinybert": ("autotinybert", {"speedup": 4}), "autotinybert-2x": ("autotinybert", {"speedup": 2}),
+              "distill": ("distill", {"student_layers": 3}), "cmow": ("cmow", {})}
 MIN_SPEEDUP = 3.6  # issue 39: a 4× student is one measured at least 3.6× faster than the teacher (1×128)
+TASKS = ("sst2", "mrpc", "rte", "stsb")  # issue 39's four
 SMALL_TASK_SEEDS = "mrpc=42,43,44 rte=42,43,44"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc", "rte", "stsb"])
-    parser.add_argument("--methods", nargs="+", default=["autotinybert"], choices=sorted(METHOD_OPTIONS))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
+    parser.add_argument("--methods", nargs="+", default=["autotinybert"], choices=sorted(CANDIDATES),
+                        help="Candidate students (CANDIDATES): a method, or a method at another budget.")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--augment", type=int, default=20, help="N of the augment and supernet variants.")
     parser.add_argument("--supernet", help="A pre-trained super-net folder (variant supernet; skipped without it).")
@@ -71,13 +76,13 @@ def runs(args) -> list[tuple[str, str, str, int]]:
     """(task, method, variant, seed) of every run asked for, the variants of one seed together."""
     variants = [v for v in args.variants if v != "supernet" or args.supernet]
     return [(task, method, variant, seed) for task in args.tasks for seed in seeds_of(task, args)
-            for method in args.methods for variant in variants if variant != "supernet" or method == "autotinybert"]
+            for method in args.methods for variant in variants if variant != "supernet" or CANDIDATES[method][0] == "autotinybert"]
 
 
 def overrides(method: str, variant: str, seed: int, args) -> dict:
     from distillery.config import parse_value
 
-    settings = {f"method_options.{k}": v for k, v in METHOD_OPTIONS[method].items()}
+    settings = {f"method_options.{k}": v for k, v in CANDIDATES[method][1].items()}
     settings["method_options.augment"] = 0 if variant == "none" else args.augment
     if variant == "supernet":
         settings["method_options.supernet"] = str(args.supernet)
@@ -135,13 +140,38 @@ def mean_std(values: list[float], digits: int = 3) -> str:
 
 
 def four_x_cell(rs: list[dict]) -> str:
-    """The 4× point of each seed's run: its model, mean speed-up | mean ± std retention."""
-    best = [r.get("four_x") for r in rs]
-    if not all(best):
+    """The 4× point of each seed's run: its model, mean speed-up | mean ± std retention (and how many seeds had one
+    measured at MIN_SPEEDUP or more, where not all did)."""
+    best = [r["four_x"] for r in rs if r.get("four_x")]
+    if not best:
         return "none at 3.6× | —"
     names = "/".join(dict.fromkeys(b["model"] for b in best))
-    return (f"{names} {statistics.mean(b['speedup'] for b in best):.2f}× | "
+    some = f" ({len(best)} of {len(rs)} seeds)" if len(best) < len(rs) else ""
+    return (f"{names} {statistics.mean(b['speedup'] for b in best):.2f}×{some} | "
             f"{mean_std([100 * b['retention'] for b in best], 1)} %")
+
+
+def best_lines(records: list[dict]) -> list[str]:
+    """Issue 39's acceptance: per task, the student and variant whose 4× point keeps the most on average over its
+    seeds (every seed measured at MIN_SPEEDUP or more), then the mean over the tasks and the lowest."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
+    best: dict[str, tuple[float, str]] = {}
+    for (task, method, variant), rs in groups.items():
+        if all(r.get("four_x") for r in rs):
+            kept = statistics.mean(r["four_x"]["retention"] for r in rs)
+            if kept > best.get(task, (-1.0, ""))[0]:
+                best[task] = (kept, f"{method} {variant}, {len(rs)} seed{'s' * (len(rs) > 1)}")
+    if not best:
+        return []
+    mean, low = statistics.mean(k for k, _ in best.values()), min(k for k, _ in best.values())
+    each = "; ".join(f"{task} {100 * k:.1f} % ({what})" for task, (k, what) in sorted(best.items()))
+    missing = [t for t in TASKS if t not in best]
+    each += f"; not measured: {', '.join(missing)}" if missing else ""
+    return [f"The best 4× point per task: {each}. Mean {100 * mean:.1f} % over {len(best)} tasks (≥ 98 % asked: "
+            f"{'met' if mean >= 0.98 else 'NOT met'}), lowest {100 * low:.1f} % (≥ 95 % asked: "
+            f"{'met' if low >= 0.95 else 'NOT met'})."]
 
 
 def table(records: list[dict]) -> str:
@@ -161,7 +191,8 @@ def table(records: list[dict]) -> str:
     if records:
         hw = records[0]["hardware"]
         lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
-                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget."]
+                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget.",
+                  "", *best_lines(records)]
     return "\n".join(lines)
 
 
@@ -175,7 +206,7 @@ def main(argv=None) -> None:
     for task, method, variant, seed in runs(args):
         out = Path(args.runs_dir) / f"augment-{task}-{method}-{variant}-s{seed}-{args.budget}"
         if not (args.reuse and (out / "report.md").is_file()):
-            compress(build_run_config(method=method, task=task, budget=args.budget, teacher=args.teacher,
+            compress(build_run_config(method=CANDIDATES[method][0], task=task, budget=args.budget, teacher=args.teacher,
                                       data_dir=args.data_dir, out=str(out), overrides=overrides(method, variant, seed, args)),
                      overwrite=True)
         key = lambda r: (r["task"], r["method"], r["variant"], r["seed"], r["budget"])  # noqa: E731
