@@ -26,7 +26,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, record_from_run, replace_block, upsert_result
+from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, four_x_point, record_from_run, replace_block, upsert_result
 
 NAME = "augment-4x"
 VARIANTS = ("none", "augment", "supernet")
@@ -36,7 +36,6 @@ VARIANTS = ("none", "augment", "supernet")
 # own claim: Table 8, augmentation lifts its students (+3.6 on STS-B).
 CANDIDATES = {"autotinybert": ("autotinybert", {"speedup": 4}), "autotinybert-2x": ("autotinybert", {"speedup": 2}),
               "distill": ("distill", {"student_layers": 3}), "cmow": ("cmow", {})}
-MIN_SPEEDUP = 3.6  # issue 39: a 4× student is one measured at least 3.6× faster than the teacher (1×128)
 TASKS = ("sst2", "mrpc", "rte", "stsb")  # issue 39's four
 SMALL_TASK_SEEDS = "mrpc=42,43,44 rte=42,43,44"
 
@@ -103,12 +102,6 @@ def points(out: Path) -> list[dict]:
             for r in run_rows(load_run(out)) if r["model"] == "student" or r["model"].startswith("student-")]
 
 
-def four_x(pts: list[dict]) -> dict | None:
-    """The most accurate point measured at least MIN_SPEEDUP× faster than the teacher."""
-    fast = [p for p in pts if p["speedup"] and p["speedup"] >= MIN_SPEEDUP and p["score"] is not None]
-    return max(fast, key=lambda p: p["score"], default=None)
-
-
 def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> dict:
     from distillery.bench import hardware_fingerprint
 
@@ -117,7 +110,7 @@ def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> 
     teacher_main = base["metrics"]["teacher"][base["main_metric"]]
     for p in pts:
         p["retention"] = p["score"] / teacher_main if teacher_main else None
-    best = four_x(pts)
+    best = four_x_point(pts)
     train = json.loads((out / "train.json").read_text())
     text = train.get("student_text") or {}
     student = next((n for n in base["notes"] if n.startswith(("Architecture", "Student"))), method)
@@ -139,12 +132,20 @@ def mean_std(values: list[float], digits: int = 3) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def by_variant(records: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+    """The records of each (task, method, variant): one per seed."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
+    return groups
+
+
 def four_x_cell(rs: list[dict]) -> str:
     """The 4× point of each seed's run: its model, mean speed-up | mean ± std retention (and how many seeds had one
-    measured at MIN_SPEEDUP or more, where not all did)."""
+    measured at FOUR_X_SPEEDUP or more, where not all did)."""
     best = [r["four_x"] for r in rs if r.get("four_x")]
     if not best:
-        return "none at 3.6× | —"
+        return f"none at {FOUR_X_SPEEDUP}× | —"
     names = "/".join(dict.fromkeys(b["model"] for b in best))
     some = f" ({len(best)} of {len(rs)} seeds)" if len(best) < len(rs) else ""
     return (f"{names} {statistics.mean(b['speedup'] for b in best):.2f}×{some} | "
@@ -153,12 +154,9 @@ def four_x_cell(rs: list[dict]) -> str:
 
 def best_lines(records: list[dict]) -> list[str]:
     """Issue 39's acceptance: per task, the student and variant whose 4× point keeps the most on average over its
-    seeds (every seed measured at MIN_SPEEDUP or more), then the mean over the tasks and the lowest."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
+    seeds (every seed measured at FOUR_X_SPEEDUP or more), then the mean over the tasks and the lowest."""
     best: dict[str, tuple[float, str]] = {}
-    for (task, method, variant), rs in groups.items():
+    for (task, method, variant), rs in by_variant(records).items():
         if all(r.get("four_x") for r in rs):
             kept = statistics.mean(r["four_x"]["retention"] for r in rs)
             if kept > best.get(task, (-1.0, ""))[0]:
@@ -176,10 +174,9 @@ def best_lines(records: list[dict]) -> list[str]:
 
 def table(records: list[dict]) -> str:
     """Markdown: mean ± std over seeds per task, method and variant."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["task"], r["method"], r["variant"]), []).append(r)
-    lines = ["| task | method | variant | seeds | student | retention | latency speed-up | 4× point (≥ 3.6×) | "
+    groups = by_variant(records)
+    lines = ["| task | method | variant | seeds | student | retention | latency speed-up | "
+             f"4× point (≥ {FOUR_X_SPEEDUP}×) | "
              "its retention | student train time |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (task, method, variant), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], VARIANTS.index(kv[0][2]))):
         scores = [r["metrics"]["student"][r["main_metric"]] for r in rs]

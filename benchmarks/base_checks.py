@@ -6,6 +6,14 @@ from __future__ import annotations
 import math
 import re
 
+from common import FOUR_X_SPEEDUP, four_x_point as best_four_x
+
+
+def at_two_threads(benches: list[dict]) -> dict | None:
+    """The bench measured at 2 threads (every core here), None without one."""
+    return next((b for b in benches if b["hardware"]["threads"] == 2), None)
+
+
 def int8_key(bench: dict, name: str) -> str | None:
     """The key of ``name``'s int8 export among a bench's speed-ups (``distill-onnx-int8``), None without one."""
     return next((k for k in bench["speedups"] if re.fullmatch(rf"{re.escape(name)}-[a-z]+-int8", k)), None)
@@ -70,13 +78,15 @@ def layer_drop_at(speed: float, points: list[tuple[float, float, str]]) -> tuple
             w = math.log(speed / s0) / math.log(s1 / s0)
             return a0 + w * (a1 - a0), f"{n0} {a0:.4f} at {s0:.2f}×, {n1} {a1:.4f} at {s1:.2f}×"
     # just past the line's end: that student is of the same speed, within the timings' noise
-    near = [(s0, a0, n0) for s0, a0, n0 in points if abs(math.log(speed / s0)) <= math.log(SAME_SPEED)]
-    return (near[0][1], f"{near[0][2]} {near[0][1]:.4f} at {near[0][0]:.2f}×") if near else None
+    if not points:
+        return None
+    s0, a0, n0 = min(points, key=lambda p: abs(math.log(speed / p[0])))
+    return (a0, f"{n0} {a0:.4f} at {s0:.2f}×") if abs(math.log(speed / s0)) <= math.log(SAME_SPEED) else None
 
 
 def searched_against_layer_drop(acc: dict[str, float], benches: list[dict]) -> list[str]:
     """Each AutoTinyBERT k× student against the layer-drop line at its measured latency speed-up (2 threads)."""
-    two = next((b for b in benches if b["hardware"]["threads"] == 2), None)
+    two = at_two_threads(benches)
     if two is None:  # no speed measured with these runs (the GPU rows): the 4× budget's layer-drop student
         if "autotinybert-4x" not in acc or "distill-3layers" not in acc:
             return []
@@ -139,27 +149,25 @@ def quality_checks(quality: list[dict], benches: list[dict], own_tokenizer: tupl
     return lines + four_x_point(acc, int8, benches)
 
 
-FOUR_X = 3.6  # issue 39: a 4× student is one measured at least 3.6× faster than the teacher (1×128)
-
-
 def four_x_point(acc: dict[str, float], int8: dict[str, float | None], benches: list[dict]) -> list[str]:
     """Issue 39's base-size 4× student, as augment.py's 4× point: the most accurate student or int8 export measured
-    at least FOUR_X× faster than the teacher at 1×128 (2 threads), against the teacher's score."""
-    two = next((b for b in benches if b["hardware"]["threads"] == 2), None)
+    at least FOUR_X_SPEEDUP× faster than the teacher at 1×128 (2 threads), against the teacher's score."""
+    two = at_two_threads(benches)
     if two is None or "teacher" not in acc:
         return []
     points = []
-    for name in acc.keys() - {"teacher"}:
-        fp32, q8 = (two["speedups"].get(name) or {}).get("latency"), int8_key(two, name)
-        points += [(acc[name], fp32, name)] if fp32 else []
-        points += [(int8[name], two["speedups"][q8]["latency"], f"{name} int8")] if q8 and int8.get(name) else []
-    fast = [p for p in points if p[1] >= FOUR_X]
-    if not fast:
+    for name in sorted(acc.keys() - {"teacher"}):
+        q8 = int8_key(two, name)
+        points.append({"model": name, "score": acc[name], "speedup": (two["speedups"].get(name) or {}).get("latency")})
+        if q8 and int8.get(name) is not None:
+            points.append({"model": f"{name} int8", "score": int8[name], "speedup": two["speedups"][q8]["latency"]})
+    best = best_four_x(points)
+    if best is None:
         return []
-    score, speed, name = max(fast)
-    gap = acc["teacher"] - score
-    return [f"- The 4× point (the most accurate student or int8 export measured at ≥ {FOUR_X}×): {name} {score:.4f} at "
-            f"{speed:.2f}×, {100 * gap:.1f} points under the teacher (within 2 asked: {_verdict(gap <= 0.02)})."]
+    gap = acc["teacher"] - best["score"]
+    return [f"- The 4× point (the most accurate student or int8 export measured at ≥ {FOUR_X_SPEEDUP}×): {best['model']} "
+            f"{best['score']:.4f} at {best['speedup']:.2f}×, {100 * gap:.1f} points under the teacher "
+            f"(within 2 asked: {_verdict(gap <= 0.02)})."]
 
 
 def longer_lines(quality: list[dict], variants: dict) -> list[str]:
