@@ -12,6 +12,8 @@ none      the student's text is the train split (the quick budget's default: aug
 augment   plus ``--augment N`` TinyBERT examples per train example (default 20), labelled by the teacher
 supernet  augment, with the search starting from ``--supernet FOLDER`` (``--option supernet=FOLDER``, a super-net
           pre-trained on a corpus: `distillery autotinybert pretrain --corpus`); autotinybert only
+unlabeled the train split plus ``--unlabeled-file F`` (``--unlabeled-file``: in-domain text the teacher labels, e.g.
+          a transfer set of corpus sentence pairs, `distillery transfer-set`), without augmentation
 
 One record per run goes to benchmarks/results/augment-4x.json (task, method, variant, augment, seed, retention,
 measured latency speed-up, train_seconds with the augmentation and the teacher's labelling in it, teacher,
@@ -29,7 +31,7 @@ from pathlib import Path
 from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, four_x_point, record_from_run, replace_block, upsert_result
 
 NAME = "augment-4x"
-VARIANTS = ("none", "augment", "supernet")
+VARIANTS = ("none", "augment", "supernet", "unlabeled")
 # label -> (method, options): the students that can be the 4× point on the built-in teacher (6 layers). AutoTinyBERT
 # searched at 4×, and at 2× with its int8 export (made by every run: about 2× from the search, 2× from int8); the
 # 3-layer layer-drop student, whose int8 export is the 4× point likewise. CMOW (far past 4×) for the CMOW paper's
@@ -63,6 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--augment", type=int, default=20, help="N of the augment and supernet variants.")
     parser.add_argument("--supernet", help="A pre-trained super-net folder (variant supernet; skipped without it).")
+    parser.add_argument("--unlabeled-file", help="Text without labels (variant unlabeled; skipped without it).")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="Seeds of every task.")
     parser.add_argument("--seeds-for", nargs="*", default=SMALL_TASK_SEEDS.split(), metavar="TASK=S1,S2",
                         help=f"Seeds of a task instead of --seeds (default: {SMALL_TASK_SEEDS}).")
@@ -83,7 +86,8 @@ def seeds_of(task: str, args) -> list[int]:
 
 def runs(args) -> list[tuple[str, str, str, int]]:
     """(task, method, variant, seed) of every run asked for, the variants of one seed together."""
-    variants = [v for v in args.variants if v != "supernet" or args.supernet]
+    given = {"supernet": args.supernet, "unlabeled": args.unlabeled_file}
+    variants = [v for v in args.variants if given.get(v, True)]
     return [(task, method, variant, seed) for task in args.tasks for seed in seeds_of(task, args)
             for method in args.methods for variant in variants if variant != "supernet" or CANDIDATES[method][0] == "autotinybert"]
 
@@ -92,7 +96,9 @@ def overrides(method: str, variant: str, seed: int, args) -> dict:
     from distillery.config import parse_value
 
     settings = {f"method_options.{k}": v for k, v in CANDIDATES[method][1].items()}
-    settings["method_options.augment"] = 0 if variant == "none" else args.augment
+    settings["method_options.augment"] = 0 if variant in ("none", "unlabeled") else args.augment
+    if variant == "unlabeled":
+        settings["data.unlabeled_file"] = str(Path(args.unlabeled_file).resolve())
     if variant == "supernet":
         settings["method_options.supernet"] = str(args.supernet)
     # the student's seed only: every seed of a task distils the same teacher (fine-tuned once, cached), so the
@@ -134,6 +140,7 @@ def record(out: Path, task: str, method: str, variant: str, seed: int, args) -> 
         "student_text": text, "main_metric": base["main_metric"], "metrics": base["metrics"], "budget": args.budget,
         "hardware": base.get("hardware") or hardware_fingerprint(), "run": str(out),
         **({"supernet": pretraining(Path(args.supernet))} if variant == "supernet" else {}),
+        **({"unlabeled_file": str(args.unlabeled_file)} if variant == "unlabeled" else {}),
     }
 
 

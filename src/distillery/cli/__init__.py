@@ -310,6 +310,27 @@ def export_cmd(
     typer.echo(f"Export folder: {folder}")
 
 
+@app.command("transfer-set")
+def transfer_set_cmd(
+    corpus: list[str] = typer.Option(..., help="Text files (plain lines, one paragraph a line, or WikiExtractor output); repeatable."),
+    out: str = typer.Option(..., help="The JSONL file to write (text, text_pair): give it to compress --unlabeled-file."),
+    rows: int = typer.Option(30000, help="Rows to write."),
+    single: bool = typer.Option(False, "--single", help="One text a row, for a single-sentence task (default: sentence pairs)."),
+    max_lines: Optional[int] = typer.Option(200000, help="Read at most this many lines of text."),
+    seed: int = typer.Option(0),
+    overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
+):
+    """A transfer set from a text corpus: sentences or sentence pairs without labels, for --unlabeled-file (the
+    teacher labels them). A small pair task gains most (docs/cli.md, "More text")."""
+    setup_logging()
+    from distillery.data.transfer import write_transfer_set
+
+    target = check_file_target(out, overwrite=overwrite, inputs=corpus)
+    paragraphs = write_transfer_set(corpus, target, rows, pairs=not single, seed=seed, max_lines=max_lines)
+    typer.echo(f"{rows} {'texts' if single else 'sentence pairs'} from {paragraphs} paragraphs: {target}\n"
+               f"Use it: distillery compress ... --unlabeled-file {target}")
+
+
 @app.command()
 def report(
     runs: list[str] = typer.Argument(..., help="One run folder, or several runs of one task to compare."),

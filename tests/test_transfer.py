@@ -1,0 +1,89 @@
+"""`distillery transfer-set`: sentence pairs (or texts) from a corpus for --unlabeled-file, deterministic, each
+kind of pair made as documented, and the file reads back as a pair task's unlabeled rows."""
+
+from __future__ import annotations
+
+import json
+
+from distillery.data.loading import load_unlabeled
+from distillery.data.tasks import get_task
+from distillery.data.transfer import PAIR_KINDS, paragraph_sentences, transfer_rows
+from tests.helpers import assert_one_line_error, run_cli, run_ok
+
+WIKI = "\n".join([
+    '<doc id="1" url="?curid=1" title="Paris">', "Paris", "",
+    "Paris is the capital city of France in Europe. It was first named Lutetia by the Romans long ago. "
+    "The river Seine runs through the middle of the city.",
+    "History.",
+    "In 1889 the Eiffel Tower was built for the World Fair. It stood as the tallest structure in the world for years.",
+    "</doc>",
+    '<doc id="2" url="?curid=2" title="London">', "London", "",
+    "London is a large city on the river Thames in England. Its bridge was rebuilt in 1831 by John Rennie. "
+    "Millions of people visit the Tower of London every single year.",
+    "</doc>", ""])
+
+
+def paragraphs():
+    return paragraph_sentences(WIKI.splitlines())
+
+
+def test_paragraphs_keep_prose_of_two_sentences_or_more():
+    paras = paragraphs()
+    assert [len(p) for p in paras] == [3, 2, 3]  # the tags, titles and the heading "History." are no paragraph
+    assert paras[0][1] == "It was first named Lutetia by the Romans long ago."
+
+
+def test_pairs_are_deterministic_and_of_every_kind():
+    rows = transfer_rows(paragraphs(), 40, seed=3)
+    assert rows == transfer_rows(paragraphs(), 40, seed=3)
+    assert rows != transfer_rows(paragraphs(), 40, seed=4)
+    sentences = {s for p in paragraphs() for s in p}
+    for i, row in enumerate(rows):
+        first = row["text"]
+        assert first in sentences or any(first == f"{a} {b}" for p in paragraphs() for a, b in zip(p, p[1:]))
+        assert row["text_pair"] not in [s for s in sentences if s in first]  # never a copy of a first-side sentence
+        kind = PAIR_KINDS[i % len(PAIR_KINDS)]
+        if kind == "part":
+            assert row["text_pair"].rstrip(".") in first
+        if kind in ("next", "far"):
+            assert row["text_pair"] in sentences
+        if kind == "swap":  # one word differs from a first-side sentence
+            words = row["text_pair"].split()
+            assert any(len(s.split()) == len(words) and sum(a != b for a, b in zip(s.split(), words)) == 1
+                       for s in sentences if s in first)
+
+
+def test_single_texts():
+    rows = transfer_rows(paragraphs(), 10, seed=0, pairs=False)
+    assert all(set(r) == {"text"} for r in rows)
+
+
+def test_cli_writes_rows_an_unlabeled_file_reads(tmp_path, monkeypatch, capsys):
+    corpus, out = tmp_path / "wiki_00", tmp_path / "pairs.jsonl"
+    corpus.write_text(WIKI)
+    said = run_ok(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out), "--rows", "12")
+    assert "12 sentence pairs from 3 paragraphs" in said and "--unlabeled-file" in said
+    rows = load_unlabeled(out, get_task("rte"))
+    assert rows.column_names == ["text", "text_pair"] and len(rows) == 12
+    first = out.read_text()
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out))
+    assert_one_line_error(code, err, "exists")
+    assert out.read_text() == first  # nothing lost
+    run_ok(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out), "--rows", "5",
+           "--single", "--overwrite")
+    assert [set(json.loads(line)) for line in out.read_text().splitlines()] == [{"text"}] * 5
+
+
+def test_cli_refuses_a_corpus_without_prose_and_its_own_input(tmp_path, monkeypatch, capsys):
+    headings = tmp_path / "headings.txt"
+    headings.write_text("History.\nEarly life.\nA single sentence of prose is not a paragraph of two.\n")
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(headings),
+                           "--out", str(tmp_path / "o.jsonl"))
+    assert_one_line_error(code, err, "two sentences")
+    assert not (tmp_path / "o.jsonl").exists()
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(headings), "--out", str(headings),
+                           "--overwrite")
+    assert_one_line_error(code, err, "input of this command")
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(headings),
+                           "--out", str(tmp_path / "o.jsonl"), "--rows", "0")
+    assert_one_line_error(code, err, "--rows")
