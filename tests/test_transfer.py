@@ -87,3 +87,7 @@ def test_cli_refuses_a_corpus_without_prose_and_its_own_input(tmp_path, monkeypa
     code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(headings),
                            "--out", str(tmp_path / "o.jsonl"), "--rows", "0")
     assert_one_line_error(code, err, "--rows")
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(headings),
+                           "--out", str(tmp_path / "o.tsv"))
+    assert_one_line_error(code, err, "*.jsonl")  # --unlabeled-file would read it as TSV
+    assert not (tmp_path / "o.tsv").exists()

@@ -29,6 +29,7 @@ PAIR_KINDS = ("part", "next", "swap", "far")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 SWAPPABLE = re.compile(r"^(?:[A-Z][a-z]+|\d[\d,.]*)$")  # a capitalised word or a number
 PUNCTUATION = ",.;:"
+JSON_LINES = (".jsonl", ".json")  # the extensions read_custom_rows reads as one JSON object a line
 MIN_WORDS, MAX_WORDS = 6, 60  # a sentence's words: shorter ones are headings, longer ones split badly
 
 
@@ -102,6 +103,8 @@ def write_transfer_set(corpus: list[str], out: Path, count: int, *, pairs: bool 
 
     if count < 1:
         raise DistilleryError(f"--rows must be at least 1, got {count}.")
+    if Path(out).suffix.lower() not in JSON_LINES:  # --unlabeled-file reads a file by its extension
+        raise DistilleryError(f"--out {out}: a transfer set is written as JSON lines; name it *.jsonl.")
     paragraphs = paragraph_sentences(read_corpus(corpus, max_lines))
     if not paragraphs:
         raise DistilleryError(f"No paragraph of {', '.join(map(str, corpus))} has two sentences of {MIN_WORDS} to "
