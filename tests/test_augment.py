@@ -232,6 +232,35 @@ def test_augment_and_unlabeled_file_refuse_squad(tiny_bert, tmp_path):
         extra_rows(Ctx(), SimpleNamespace(task=get_task("squad")), 2)
 
 
+@pytest.mark.parametrize("given, fragment", [
+    ({"method_options.augment": 2}, "drop --augment for task squad"),
+    ({"data.unlabeled_file": "more.jsonl"}, "drop --unlabeled-file for task squad"),
+    ({"method_options.augment": 2, "data.unlabeled_file": "more.jsonl"}, "drop --augment and --unlabeled-file"),
+])
+@pytest.mark.parametrize("method", ["distill", "cmow"])
+def test_augment_on_squad_is_refused_as_the_settings_are_read(given, fragment, method):
+    """Issue 52: --augment 2 on SQuAD was recorded in the report and never used (the methods train SQuAD students on
+    its own examples only): refused as --unlabeled-file is, before anything is loaded."""
+    with pytest.raises(DistilleryError, match=fragment) as caught:
+        build_run_config(method=method, task="squad", overrides=given)
+    assert "\n" not in str(caught.value)
+    # the full budget's augmentation (N = 20) is for sentence tasks: a SQuAD run's settings do not claim it
+    assert "augment" not in build_run_config(method=method, task="squad", budget="full").method_options
+    assert build_run_config(method=method, task="sst2", budget="full").method_options["augment"] == 20
+
+
+def test_a_squad_config_given_whole_with_augment_is_refused_before_the_run(tiny_bert, tmp_path, monkeypatch):
+    from distillery import pipeline
+    from distillery.config import RunConfig
+
+    monkeypatch.setattr(pipeline, "_run", lambda *a, **k: pytest.fail("the run started"))
+    config = RunConfig.from_dict({"data": {"task": "squad"}, "teacher": {"name": str(tiny_bert)},
+                                  "method_options": {"augment": 2}, "out": str(tmp_path / "run")})
+    with pytest.raises(DistilleryError, match="drop --augment for task squad"):
+        compress(config)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_source_is_augment_model_else_the_teachers_mlm_head_else_its_embeddings(tiny_bert, tmp_path):
     from types import SimpleNamespace
 

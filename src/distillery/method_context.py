@@ -15,7 +15,7 @@ import distillery.distributed as distributed
 from distillery.config import RunConfig, cache_root
 from distillery.data.augment import WordSource, augmented_rows
 from distillery.data.encode import TaskData, content_digest, encode_rows, prepare_task_data
-from distillery.data.loading import column_values, load_raw, load_unlabeled
+from distillery.data.loading import check_new_rows, column_values, load_raw, load_unlabeled
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
 from distillery.folders import atomic_file, writing
@@ -247,9 +247,7 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
 
     task, data = task_data.task, ctx.config.data
     facts: dict[str, Any] = {"augmented": 0, "unlabeled": 0, "augment_source": None}
-    if task.kind == "qa" and (augment or data.unlabeled_file):
-        raise DistilleryError("Augmentation and --unlabeled-file make sentence rows for the teacher to label; a "
-                              "SQuAD example's answer span cannot be carried to new text. Drop them for SQuAD.")
+    check_new_rows(task, augment, data.unlabeled_file)
     parts = []
     if augment:
         from dataclasses import replace

@@ -25,7 +25,7 @@ from distillery.card import write_card
 from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
                                run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
-from distillery.data.loading import load_raw, load_unlabeled, task_for
+from distillery.data.loading import check_new_rows, load_raw, load_unlabeled, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
@@ -86,14 +86,17 @@ def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = Non
     method, task = given.get("method", DEFAULT_METHOD), given.get("data.task", DEFAULT_TASK)
     budget = given.get("budget", DEFAULT_BUDGET)
     chosen = get_method(method)
-    if task != "custom":
-        get_task(task)  # an unknown task fails here, before anything is loaded
+    qa = task != "custom" and get_task(task).kind == "qa"  # an unknown task fails here, before anything is loaded
+    if qa:  # refused now, as the settings are read, not recorded and then never used
+        check_new_rows(get_task(task), given.get("method_options.augment"), given.get("data.unlabeled_file"))
     if budget not in BUDGETS:
         raise DistilleryError(f"Unknown budget {budget!r}; choose {' or '.join(BUDGETS)}.")
     settings = {**budget_defaults(budget, task), **chosen.budget_overrides(budget),
                 "method": method, "budget": budget, "data.task": task}
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
+    if qa:  # the full budget's augmentation is for sentence tasks: a SQuAD run's config.yaml must not claim it
+        settings.pop("method_options.augment", None)
     settings.update(_epochs_everywhere(given))
     return RunConfig.from_dict(nested_settings(settings))
 
@@ -218,6 +221,8 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    # a RunConfig given whole (the Python API, a resumed run's config.yaml) has not been through resolve_settings
+    check_new_rows(task, getattr(method.options(config), "augment", 0), config.data.unlabeled_file)
     if config.data.unlabeled_file:  # a bad file is refused now, not after the teacher's fine-tuning
         load_unlabeled(config.data.unlabeled_file, task)
     check_settings(config.bench)

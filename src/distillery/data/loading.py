@@ -456,13 +456,23 @@ def task_for(data_config: "DataConfig") -> TaskSpec:
     return get_task(data_config.task)
 
 
+def check_new_rows(task: TaskSpec, augment: int | None, unlabeled_file: str | Path | None) -> None:
+    """Refuse the student's new rows (``--augment``, ``--unlabeled-file``) for a question-answering task: they
+    are texts the teacher labels as rows, and a SQuAD answer is a span of its context that no new text has
+    (the methods train SQuAD students on its own examples, so the rows would be recorded and never used)."""
+    given = [option for option, value in (("--augment", augment), ("--unlabeled-file", unlabeled_file)) if value]
+    if task.kind == "qa" and given:
+        options = " and ".join(given)
+        raise DistilleryError(f"{options} {'make' if len(given) > 1 else 'makes'} sentence rows for the teacher to "
+                              f"label, but a SQuAD example's answer is a span of its context, which a new row does "
+                              f"not have; drop {options} for task {task.name}.")
+
+
 def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     """The rows of ``--unlabeled-file`` (CSV/TSV/JSONL, read as custom data is) as ``text`` (and
     ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are task custom's
     (--text-column, --text-pair-column), else ``text`` and ``text_pair``."""
-    if task.kind == "qa":
-        raise DistilleryError("--unlabeled-file holds texts to classify or score; SQuAD's questions need answers "
-                              "in their contexts, which the teacher cannot label as rows. Drop --unlabeled-file.")
+    check_new_rows(task, 0, path)
     text = task.text_column or "text"
     pair = (task.text_pair_column or "text_pair") if task.is_pair else None
     rows = read_custom_rows(regular_file(path, "--unlabeled-file"), [text, pair])

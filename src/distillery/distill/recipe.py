@@ -80,9 +80,6 @@ class Distill(Method):
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
         if opts.student is not None:  # a pretrained student: the teacher is read only through its outputs
-            if config.data.task in ("squad", "squad_v2") and (opts.augment or config.data.unlabeled_file):
-                raise DistilleryError("Augmentation and --unlabeled-file make sentence rows for the teacher to label; "
-                                      "a SQuAD example's answer span cannot be carried to new text. Drop them for SQuAD.")
             from distillery.distill.pretrained import check_student, latency_shape
             from distillery.teacher import teacher_tokenizer
 
