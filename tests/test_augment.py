@@ -147,6 +147,14 @@ def test_bad_unlabeled_files_are_one_sentence(name, body, fragment, tmp_path):
     assert "\n" not in str(caught.value)
 
 
+def test_a_pair_file_is_refused_for_a_single_sentence_task(tmp_path):
+    """Issue 52: its text_pair column was dropped without a word."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"text": "a city", "text_pair": "paris"}\n')
+    with pytest.raises(DistilleryError, match=r"pairs.jsonl has a column 'text_pair' .* task sst2 classifies one text"):
+        load_unlabeled(path, get_task("sst2"))
+
+
 def test_unlabeled_file_must_be_a_regular_file(tmp_path):
     with pytest.raises(DistilleryError, match="--unlabeled-file .* is a folder"):
         load_unlabeled(tmp_path, get_task("sst2"))

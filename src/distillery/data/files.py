@@ -79,29 +79,25 @@ def read_custom_rows(path: str | Path, columns: Iterable[str | None]) -> list[tu
     ``.jsonl`` / ``.json``: one JSON object per line (a single JSON list of objects works too).
     """
     path = regular_file(path, "Data file")
-    stat = path.stat()
+    return list(_parsed_rows(path, *_version(path), tuple(c for c in columns if c is not None)))
+
+
+def custom_columns(path: str | Path) -> list[str]:
+    """The column names of your CSV/TSV/JSONL file (a JSONL file's: every key of any row), in order."""
+    path = regular_file(path, "Data file")
+    return list(_records(path, *_version(path))[0])
+
+
+def _version(path: Path) -> tuple[int, int]:
     # A run reads its custom file for the task's labels, its train split and the whole split: parsed once
     # per version of the file (its size and modification time), shared by every reader in the process.
-    return list(_parsed_rows(path, stat.st_size, stat.st_mtime_ns, tuple(c for c in columns if c is not None)))
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=8)
 def _parsed_rows(path: Path, size: int, mtime_ns: int, wanted: tuple[str, ...]) -> tuple[tuple[int, Mapping[str, str]], ...]:
-    suffix = path.suffix.lower()
-    if suffix not in CUSTOM_EXTENSIONS:
-        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
-    if size == 0:
-        raise DistilleryError(f"{path} is empty.")
-    if suffix in (".jsonl", ".json"):
-        records = list(_json_records(path))
-        present: list[str] = []
-        for _, record in records:
-            present += [k for k in record if k not in present]
-    else:
-        header, records = _table_records(path, delimiter="," if suffix == ".csv" else "\t")
-        present = header
-    if not records:
-        raise DistilleryError(f"{path} has no examples.")
+    present, records = _records(path, size, mtime_ns)
     missing = [c for c in wanted if c not in present]
     if missing:
         raise DistilleryError(
@@ -120,6 +116,27 @@ def _parsed_rows(path: Path, size: int, mtime_ns: int, wanted: tuple[str, ...]) 
             row[c] = value.strip()
         rows.append((number, MappingProxyType(row)))
     return tuple(rows)
+
+
+@functools.lru_cache(maxsize=4)
+def _records(path: Path, size: int, mtime_ns: int) -> tuple[tuple[str, ...], tuple[tuple[int, dict], ...]]:
+    """(column names, (line number, record) of every row) of a file, parsed once per version."""
+    suffix = path.suffix.lower()
+    if suffix not in CUSTOM_EXTENSIONS:
+        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
+    if size == 0:
+        raise DistilleryError(f"{path} is empty.")
+    if suffix in (".jsonl", ".json"):
+        records = list(_json_records(path))
+        present: list[str] = []
+        for _, record in records:
+            present += [k for k in record if k not in present]
+    else:
+        header, records = _table_records(path, delimiter="," if suffix == ".csv" else "\t")
+        present = header
+    if not records:
+        raise DistilleryError(f"{path} has no examples.")
+    return tuple(present), tuple(records)
 
 
 def _json_records(path: Path) -> Iterator[tuple[int, dict]]:

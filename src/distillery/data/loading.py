@@ -25,7 +25,7 @@ import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
-from distillery.data.files import check_empty_texts, numbered_lines, read_custom_rows, regular_file
+from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
 from distillery.errors import DistilleryError
 
 logger = logging.getLogger("distillery")
@@ -473,9 +473,14 @@ def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are task custom's
     (--text-column, --text-pair-column), else ``text`` and ``text_pair``."""
     check_new_rows(task, 0, path)
+    path = regular_file(path, "--unlabeled-file")
     text = task.text_column or "text"
     pair = (task.text_pair_column or "text_pair") if task.is_pair else None
-    rows = read_custom_rows(regular_file(path, "--unlabeled-file"), [text, pair])
+    if pair is None and "text_pair" in custom_columns(path):  # its second texts would be dropped unseen
+        raise DistilleryError(f"--unlabeled-file {path} has a column 'text_pair' (a second text a row), but task "
+                              f"{task.name} classifies one text a row; give a file of single texts (distillery "
+                              f"transfer-set --single writes one).")
+    rows = read_custom_rows(path, [text, pair])
     check_empty_texts(path, rows, [c for c in (text, pair) if c is not None])
     columns = {"text": [row[text] for _, row in rows]}
     if pair is not None:
