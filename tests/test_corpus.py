@@ -55,6 +55,19 @@ def test_read_corpus_errors(tmp_path):
         read_corpus([empty])
 
 
+def test_a_corpus_that_is_not_utf8_is_refused_with_its_line(tmp_path):
+    """Issue 52: a Latin-1 corpus was read with replacement characters ("Katar\ufffdna") into a transfer set."""
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("the first line is plain .\n\nKatarína Dubovská was born in Prešov .\n".encode("latin-1",
+                                                                                                    "replace"))
+    with pytest.raises(DistilleryError, match=r"latin1.txt, line 3: not UTF-8 text \(byte 0xed\)") as caught:
+        read_corpus([latin])
+    assert "\n" not in str(caught.value)
+    utf8 = tmp_path / "utf8.txt"  # the same text in UTF-8 (with a byte-order mark) reads as written
+    utf8.write_bytes("\ufeffKatarína Dubovská .\r\n".encode("utf-8"))
+    assert read_corpus([utf8]) == ["Katarína Dubovská ."]
+
+
 def test_mlm_blocks_and_collator(tiny_bert):
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     texts = ["the movie was good ."] * 20

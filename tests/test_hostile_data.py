@@ -31,6 +31,22 @@ def test_a_few_empty_texts_are_kept_with_a_warning(tmp_path, caplog):
     assert "train.csv: 1 of 21 rows have an empty text" in warnings[0] and "line 22" in warnings[0]
 
 
+@pytest.mark.parametrize("name, separator", [("train.csv", ","), ("train.tsv", "\t"), ("train.jsonl", None)])
+def test_a_line_that_is_not_utf8_is_named_by_its_number(name, separator, tmp_path):
+    """Issue 52: the files named "a bad byte at offset N", an offset within the decoder's chunk of 8 KiB, not the
+    file's; now the line (past the first chunk here)."""
+    def row(text, label):
+        return (json.dumps({"text": text, "label": label}, ensure_ascii=False) if separator is None
+                else f"{text}{separator}{label}")
+
+    lines = ([] if separator is None else [f"text{separator}label"]) + [row(f"good movie {i}", i % 2) for i in range(600)]
+    train = tmp_path / name
+    train.write_bytes(("\n".join(lines) + "\n").encode() + row("Katarína was good", 1).encode("latin-1") + b"\n")
+    data = DataConfig(task="custom", train_file=str(train))
+    with pytest.raises(DistilleryError, match=rf"{name}, line {len(lines) + 1}: not UTF-8 text \(byte 0xed\)"):
+        load_raw(custom_task(data), "train", data)
+
+
 def test_empty_pair_texts_count_too(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"a": "good", "b": "" if i % 2 else "fine", "label": i % 2}) + "\n"

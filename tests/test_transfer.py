@@ -91,3 +91,13 @@ def test_cli_refuses_a_corpus_without_prose_and_its_own_input(tmp_path, monkeypa
                            "--out", str(tmp_path / "o.tsv"))
     assert_one_line_error(code, err, "*.jsonl")  # --unlabeled-file would read it as TSV
     assert not (tmp_path / "o.tsv").exists()
+
+
+def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path, monkeypatch, capsys):
+    """Issue 52: a Latin-1 corpus wrote "Katar\ufffdna" into the transfer set."""
+    corpus, out = tmp_path / "latin1.txt", tmp_path / "pairs.jsonl"
+    corpus.write_bytes(WIKI.replace("John Rennie", "Katarína Dubovská").encode("latin-1"))
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out))
+    line = WIKI.splitlines().index(next(s for s in WIKI.splitlines() if "John Rennie" in s)) + 1
+    assert_one_line_error(code, err, f"latin1.txt, line {line}: not UTF-8 text")
+    assert not out.exists()

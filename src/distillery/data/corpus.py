@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 
-from distillery.data.files import regular_file
+from distillery.data.files import numbered_lines, regular_file
 from distillery.errors import DistilleryError
 
 
@@ -22,23 +22,22 @@ def read_corpus(paths: list[str | Path], max_lines: int | None = None) -> list[s
     for path in map(Path, paths):
         regular_file(path, "Corpus file")  # a device such as /dev/zero would be read forever
         title_next = False
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("<doc ") or line == "<doc>":
-                    title_next = True
-                    continue
-                if line == "</doc>":
-                    title_next = False
-                    continue
-                if not line:
-                    continue
-                if title_next:
-                    title_next = False
-                    continue
-                lines.append(line)
-                if max_lines is not None and len(lines) >= max_lines:
-                    return lines
+        for _, line in numbered_lines(path):  # a line that is not UTF-8 is refused with its number
+            line = line.strip()
+            if line.startswith("<doc ") or line == "<doc>":
+                title_next = True
+                continue
+            if line == "</doc>":
+                title_next = False
+                continue
+            if not line:
+                continue
+            if title_next:
+                title_next = False
+                continue
+            lines.append(line)
+            if max_lines is not None and len(lines) >= max_lines:
+                return lines
     if not lines:
         raise DistilleryError(f"No text found in {', '.join(map(str, paths))}.")
     return lines

@@ -18,15 +18,20 @@ logger = logging.getLogger("distillery")
 
 CUSTOM_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json")
 
-def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end) for a UTF-8 text file; a BOM is dropped."""
-    try:
-        # newline="\n": a stray carriage return inside a field must not start a new row.
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
-            for number, line in enumerate(f, start=1):
-                yield number, line.rstrip("\n").rstrip("\r")
-    except UnicodeDecodeError as e:
-        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its end) for a UTF-8 text file; a BOM is dropped. A line that is not
+    UTF-8 (a Latin-1 export) is refused with its number: decoding it with replacement characters would train on
+    "Katar\ufffdna"."""
+    # Split on "\n" alone, as bytes: a stray carriage return inside a field must not start a new row, and "\n" is
+    # never part of a multi-byte UTF-8 character, so each line decodes on its own and names itself when it fails.
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DistilleryError(f"{path}, line {number}: not UTF-8 text (byte {raw[e.start]:#04x}); save the "
+                                      f"file as UTF-8.") from None
+            yield number, line.rstrip("\n").rstrip("\r")
 
 
 def regular_file(path: str | Path, what: str) -> Path:
@@ -189,8 +194,10 @@ def _table_records(path: Path, delimiter: str) -> tuple[list[str], list[tuple[in
                 _check_field_count(path, start + 1, header, fields, "comma-separated")
                 records.append((start + 1, dict(zip(header, fields))))
                 start = reader.line_num
-    except UnicodeDecodeError as e:
-        raise DistilleryError(f"{path} is not UTF-8 text (bad byte at offset {e.start}).") from None
+    except UnicodeDecodeError:
+        for _ in numbered_lines(path):  # names the first line that is not UTF-8 (the decoder's offset is a chunk's)
+            pass
+        raise DistilleryError(f"{path} is not UTF-8 text; save it as UTF-8.") from None
     except csv.Error as e:
         raise DistilleryError(f"{path}, line {reader.line_num}: {e}.") from None
     return header, records
