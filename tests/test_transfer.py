@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from distillery.data.loading import load_unlabeled
 from distillery.data.tasks import get_task
 from distillery.data.transfer import PAIR_KINDS, paragraph_sentences, transfer_rows
@@ -101,3 +103,40 @@ def test_cli_refuses_a_corpus_that_is_not_utf8(tmp_path, monkeypatch, capsys):
     line = WIKI.splitlines().index(next(s for s in WIKI.splitlines() if "John Rennie" in s)) + 1
     assert_one_line_error(code, err, f"latin1.txt, line {line}: not UTF-8 text")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("rows, single", [("99999999999999999999", False), ("41", False), ("11", True)])
+def test_cli_refuses_more_rows_than_the_corpus_gives_before_drawing(rows, single, tmp_path, monkeypatch, capsys):
+    """Issue 52: --rows 99999999999999999999 drew rows without end (1 GB after 20 s). WIKI's paragraphs of 3, 2 and
+    3 sentences hold 4 + 2 + 4 spans of one or two sentences: 40 pairs (a kind each), 10 single texts."""
+    import distillery.data.transfer as transfer
+
+    corpus, out = tmp_path / "wiki_00", tmp_path / "pairs.jsonl"
+    corpus.write_text(WIKI)
+    monkeypatch.setattr(transfer, "transfer_rows", lambda *a, **k: pytest.fail("rows were drawn"))
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out),
+                           "--rows", rows, *(["--single"] if single else []))
+    assert_one_line_error(code, err, f"--rows {int(rows):,} is more than")
+    assert ("give --rows 10 or fewer" if single else "give --rows 40 or fewer") in err
+    assert not out.exists()
+
+
+def test_an_interrupted_transfer_set_names_no_resume(tmp_path, monkeypatch, capsys):
+    """Issue 52: the stop message named a --resume that transfer-set does not have; compress has it."""
+    import distillery.cli as cli
+    import distillery.data.transfer as transfer
+
+    corpus = tmp_path / "wiki_00"
+    corpus.write_text(WIKI)
+    monkeypatch.setattr(cli, "_terminated", False)  # restored after: the SIGTERM below sets it
+
+    def stopped(*args, **kwargs):
+        cli._stop_on_sigterm(None, None)  # what SIGTERM runs: a KeyboardInterrupt where the process is
+
+    monkeypatch.setattr(transfer, "write_transfer_set", stopped)
+    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out",
+                           str(tmp_path / "o.jsonl"))
+    assert code == 143 and err.strip().startswith("distillery: terminated (SIGTERM). Run the command again")
+    assert "--resume" not in err
+    assert cli.takes_resume(["compress", "--task", "rte"]) and cli.takes_resume(["autotinybert", "pretrain"])
+    assert not cli.takes_resume(["transfer-set", "--rows", "5"]) and not cli.takes_resume(["export", "m"])

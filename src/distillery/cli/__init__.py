@@ -357,9 +357,26 @@ def report(
 
 COMMAND_LINE_ERRORS = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 ABORTS = tuple({click.exceptions.Abort, typer.Abort})
-INTERRUPTED = "distillery: interrupted. Rerun with --resume to continue from the last checkpoint."
-TERMINATED = "distillery: terminated (SIGTERM). Rerun with --resume to continue from the last checkpoint."
+INTERRUPTED = "distillery: interrupted."
+TERMINATED = "distillery: terminated (SIGTERM)."
+RESUME_HINT = " Rerun with --resume to continue from the last checkpoint."
+# A command without --resume starts over when run again, but a teacher's fine-tuning (teacher.py) always continues
+# from the checkpoints of its cache entry: `distillery teacher` and the steps that fine-tune one.
+RERUN_HINT = " Run the command again (a teacher's fine-tuning continues from its last checkpoint)."
 _terminated = False
+
+
+def takes_resume(args: list[str]) -> bool:
+    """Whether the command of the command line ``args`` (``compress``, ``autotinybert pretrain``) has --resume:
+    only then does the stop message point to it."""
+    command = typer.main.get_command(app)
+    for arg in args:
+        # a group's subcommands by name (typer's groups are its own click's, not the click package's Group)
+        commands = getattr(command, "commands", None)
+        if commands is None or arg not in commands:
+            break
+        command = commands[arg]
+    return any(param.name == "resume" for param in command.params)
 
 
 def _stop_on_sigterm(signum, frame) -> None:
@@ -398,6 +415,7 @@ def main() -> None:
     if isinstance(code, int) and code != 0:
         if code == 130:  # 128 + the signal, as a shell reports it
             code = 143 if _terminated else 130
-            typer.echo(TERMINATED if _terminated else INTERRUPTED, err=True)
+            hint = RESUME_HINT if takes_resume(sys.argv[1:]) else RERUN_HINT
+            typer.echo((TERMINATED if _terminated else INTERRUPTED) + hint, err=True)
         sys.exit(code)
 

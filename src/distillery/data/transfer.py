@@ -109,6 +109,20 @@ def write_transfer_set(corpus: list[str], out: Path, count: int, *, pairs: bool 
     if not paragraphs:
         raise DistilleryError(f"No paragraph of {', '.join(map(str, corpus))} has two sentences of {MIN_WORDS} to "
                               f"{MAX_WORDS} words; a transfer set is drawn from prose, one paragraph a line.")
+    check_rows(count, paragraphs, corpus, pairs)
     rows = transfer_rows(paragraphs, count, seed, pairs)
     write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(paragraphs)
+
+
+def check_rows(count: int, paragraphs: list[list[str]], corpus: list, pairs: bool) -> None:
+    """Refuse, before any row is drawn, more rows than ``paragraphs`` can give: every row's first side is one of
+    their spans of one or two consecutive sentences, and a span gives one row a pair kind (one a single-text set);
+    past that the draws only repeat rows (and an absurd ``--rows`` would fill memory without end)."""
+    spans = sum(2 * (len(p) - 1) for p in paragraphs)
+    per_span = len(PAIR_KINDS) if pairs else 1
+    if count > spans * per_span:
+        each = f"{per_span} rows a span (one of each kind: {', '.join(PAIR_KINDS)})" if pairs else "one row a span"
+        raise DistilleryError(f"--rows {count:,} is more than {', '.join(map(str, corpus))} can give: its "
+                              f"{len(paragraphs):,} paragraphs hold {spans:,} spans of one or two sentences, at most "
+                              f"{each}; give --rows {spans * per_span:,} or fewer, or more text (--corpus, --max-lines).")
