@@ -43,12 +43,16 @@ class Paths:
         self.file = tmp / "a-file"
         self.file.write_text("not a folder\n")
 
-    def corpus_command(self, *args):
-        """A corpus step (cmow pretrain, autotinybert pretrain) on a small text file."""
+    def corpus(self):
+        """A small text file."""
         corpus = self.tmp / "corpus.txt"
         corpus.write_text("the movie was good\nthe film was bad\n" * 20)
+        return str(corpus)
+
+    def corpus_command(self, *args):
+        """A corpus step (cmow pretrain, autotinybert pretrain) on a small text file."""
         *command, option, value = args
-        return [*command, "--out", str(self.tmp / "step"), "--corpus", str(corpus), "--teacher", self.bert, option, value]
+        return [*command, "--out", str(self.tmp / "step"), "--corpus", self.corpus(), "--teacher", self.bert, option, value]
 
     def bare_teacher(self):
         """The tiny BERT's weights and config without its tokenizer files."""
@@ -377,6 +381,13 @@ CASES = {
     "supernet-samples-0": (lambda p: p.corpus_command("autotinybert", "pretrain", "--samples", "0"), "samples"),
     "pretrain-temperature-0": (lambda p: p.corpus_command("cmow", "pretrain", "--temperature", "0"), "temperature"),
     "pretrain-matrix-dim-0": (lambda p: p.corpus_command("cmow", "pretrain", "--option", "matrix_dim=0"), "matrix_dim"),
+    # issue 52: a --max-lines below 1 read one line and blamed the corpus for it
+    "cmow-pretrain-max-lines-0": (lambda p: p.corpus_command("cmow", "pretrain", "--max-lines", "0"),
+                                  "--max-lines must be at least 1"),
+    "atb-pretrain-max-lines-negative": (lambda p: p.corpus_command("autotinybert", "pretrain", "--max-lines", "-1"),
+                                        "--max-lines must be at least 1"),
+    "transfer-set-max-lines-0": (lambda p: ["transfer-set", "--corpus", p.corpus(), "--out", str(p.tmp / "t.jsonl"),
+                                            "--max-lines", "0"], "--max-lines must be at least 1"),
     "bench-not-a-model": (lambda p: ["bench", str(p.glue)], "not a saved model"),
     "bench-latency-runs-0": (lambda p: ["bench", str(p.models / "two"), "--latency-runs", "0"], "latency_runs"),
     "compress-latency-runs-0": (lambda p: p.compress("--latency-runs", "0"), "latency_runs"),

@@ -106,11 +106,11 @@ def pretrain(
     and the run's facts to ``out/pretrain.json``. A checkpoint every ``checkpoint_every`` steps in
     ``out/checkpoints``; ``resume`` continues from the last one exactly (same batches, same masks)."""
     _check_settings(teacher, kd_weight, temperature, hidden_loss, model_options)
+    texts = read_corpus(corpus, max_lines=max_lines)  # a bad corpus or --max-lines before the run folder is touched
     out = distributed.on_main(claim, Path(out), "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
     started = time.time()
 
-    texts = read_corpus(corpus, max_lines=max_lines)
     teacher_model, teacher_head, tokenizer = load_mlm_teacher(teacher)
     dataset = mlm_dataset(tokenizer, texts, max_length)
     config = CMOWConfig(vocab_size=teacher_model.config.vocab_size, pad_token_id=tokenizer.pad_token_id,

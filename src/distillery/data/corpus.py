@@ -16,6 +16,8 @@ def read_corpus(paths: list[str | Path], max_lines: int | None = None) -> list[s
     WikiExtractor wraps each article in ``<doc ...>`` / ``</doc>`` and repeats the title on the line
     after the opening tag; those lines are markup, not prose, and are dropped.
     """
+    if max_lines is not None and max_lines < 1:  # 0 would still read one line, and the corpus be blamed for it
+        raise DistilleryError(f"--max-lines must be at least 1 (or not given: every line), got {max_lines}.")
     if isinstance(paths, (str, Path)):
         paths = [paths]
     lines: list[str] = []
