@@ -370,6 +370,11 @@ CASES = {
     "teacher-custom-without-files": (lambda p: ["teacher", "--teacher", p.bert, "--task", "custom"], "give --dev-file"),
     # files where folders are expected, and other paths
     "teacher-is-a-file": (lambda p: p.compress(teacher=str(p.file)), "a-file"),
+    # issue 52: a model's config.json given for its folder said the folder "has no config.json"
+    "student-is-its-config-json": (lambda p: p.compress("--student", f"{p.bert}/config.json"),
+                                   "--student takes a saved model's folder (or a name or a Hub id); give "),
+    "teacher-is-its-config-json": (lambda p: p.compress(teacher=f"{p.bert}/config.json"),
+                                   "the folder that holds this config.json"),
     "data-dir-is-a-file": (lambda p: ["compress", "--teacher", p.bert, "--data-dir", str(p.file), "--out", str(p.tmp / "run")],
                            "a-file"),
     "moebert-init-is-a-file": (lambda p: p.compress("--method", "moebert", "--option", f"init={p.file}"), "a-file"),

