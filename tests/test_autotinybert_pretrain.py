@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from distillery.errors import DistilleryError
 from distillery.training import trainer as trainer_module
 from tests.helpers import TINY_RUN, assert_one_line_error, flop_timed, make_tiny_bert, run_cli, write_corpus
 
@@ -43,7 +44,7 @@ def test_pretrain_then_a_task_run_from_its_supernet(tiny_bert, glue_dir, tmp_pat
     assert f"supernet={folder}" in out
     facts = json.loads((folder / "supernet.json").read_text())
     # its own record of what it was trained from
-    assert facts["trained_on"] == "corpus" and facts["teacher"] == str(tiny_bert) and facts["teacher_digest"]
+    assert facts["trained_on"] == "corpus" and facts["teacher"] == str(tiny_bert) and facts["encoder_digest"]
     assert facts["corpus"] == [str(corpus)] and facts["lines"] == 60 and facts["steps"] == 4
     assert [step for step, _ in facts["loss"]] == [2, 4]
     # the objective on blocks held out of training, before and after, for three fixed sub-networks
@@ -138,6 +139,36 @@ def test_a_task_run_refuses_a_supernet_of_another_teacher(tiny_bert, tiny_bert4,
                                "--overwrite", "--train-limit", "32", "--option", f"supernet={folder}")
         assert_one_line_error(code, err, fragment)
         assert "Option supernet" in err
+
+
+def test_a_supernet_pretrained_from_a_teacher_with_a_head_serves_that_teacher(tiny_bert, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Issue 52: pre-training from a teacher saved with a task head was refused, its head's weights said to be "left
+    random" (an encoder drops them); and the super-net's teacher was its files, so that the same encoder saved without
+    the head was refused as another teacher. The encoder's weights are the teacher now."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from distillery.autotinybert.pretrain import check_teacher
+
+    tuned, encoder = tmp_path / "tuned", tmp_path / "encoder"
+    with_head = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=2)
+    torch.manual_seed(3)
+    with torch.no_grad():  # an encoder of its own, as fine-tuning leaves it
+        for p in with_head.bert.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    with_head.save_pretrained(tuned)
+    with_head.bert.save_pretrained(encoder)  # the same encoder, saved without the head
+    for folder in (tuned, encoder):
+        AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(folder)
+    code, _, err = pretrain(monkeypatch, capsys, tmp_path / "pre", write_corpus(tmp_path / "corpus.txt", lines=40), tuned)
+    assert code == 0, err
+    assert "its head's weights (classifier.*) are dropped, since pre-training needs only the encoder" in err
+    assert "left random" not in err
+    folder = tmp_path / "pre" / "supernet"
+    check_teacher(folder, str(tuned))
+    check_teacher(folder, str(encoder))
+    with pytest.raises(DistilleryError, match="pre-trained from teacher"):
+        check_teacher(folder, tiny_bert)  # the encoder before that fine-tuning is another
 
 
 def test_a_teacher_given_fine_tuned_is_checked_by_its_shape(tiny_bert, tiny_bert4, glue_dir, tmp_path, monkeypatch,

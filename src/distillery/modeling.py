@@ -206,12 +206,16 @@ def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, 
     return model, info
 
 
-def _is_head_key(model, key: str) -> bool:
-    """Whether a weight name belongs to the task head or pooler rather than to the encoder."""
+def _head_keys(model):
+    """A test of whether a weight name belongs to the task head or pooler rather than to the encoder."""
     prefix = getattr(model, "base_model_prefix", "")
-    if not prefix or model.base_model is model:  # a bare encoder: its pooler is all that is task-specific
-        return key.startswith("pooler.")
-    return not key.startswith(prefix + ".") or key.startswith(f"{prefix}.pooler.")
+    if not prefix or model.base_model is model:
+        # A bare encoder: its pooler is all that is task-specific of its own, and a saved weight under none of its
+        # parts (classifier.*, qa_outputs.*) is the task head of the checkpoint it is loaded from, which an
+        # encoder leaves behind.
+        own = {key.split(".")[0] for key in model.state_dict()}
+        return lambda key: key.startswith("pooler.") or key.split(".")[0] not in own
+    return lambda key: not key.startswith(prefix + ".") or key.startswith(f"{prefix}.pooler.")
 
 
 def _some(keys) -> str:
@@ -222,21 +226,24 @@ def _some(keys) -> str:
 def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, strict: bool = False) -> None:
     """Refuse a load that left encoder weights random (missing or of another shape), or, ``strict``
     (a model saved whole) or inside the encoder, put saved weights nowhere (unexpected)."""
-    allowed = (lambda key: _is_head_key(model, key)) if new_head else (lambda key: False)
+    is_head = _head_keys(model)
+    allowed = is_head if new_head else (lambda key: False)
     missing = [k for k in info.get("missing_keys", ()) if not allowed(k)]
     mismatched = [m for m in info.get("mismatched_keys", ()) if not allowed(m[0])]
     unexpected = list(info.get("unexpected_keys", ()))
-    stray = unexpected if strict else [k for k in unexpected if not _is_head_key(model, k)]
+    stray = unexpected if strict else [k for k in unexpected if not is_head(k)]
     if mismatched:
         key, saved, wanted = sorted(mismatched)[0]
         raise DistilleryError(f"The weights of {what} do not fit its config.json: {len(mismatched)} have another "
                               f"shape (e.g. {key}: {tuple(saved)} saved, {tuple(wanted)} in the config's model).")
     if missing or stray:
-        parts = [f"{len(missing)} weights missing ({_some(missing)})"] if missing else []
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
+        # a missing weight would stay as initialised (random); a saved one the model has no place for, dropped
+        parts = [f"{len(missing)} weights missing ({_some(missing)}), which would be left random"] if missing else []
+        if unexpected:  # all of them: beside missing ones, a head-like name may be an encoder weight renamed
+            parts.append(f"{len(unexpected)} saved weights it has no place for ({_some(unexpected)}), which would be "
+                         f"dropped")
         raise DistilleryError(f"The weights of {what} do not match its config.json ({getattr(model.config, 'model_type', '?')} "
-                              f"model {type(model).__name__}): {' and '.join(parts)}; they would be left random. "
+                              f"model {type(model).__name__}): {' and '.join(parts)}. "
                               f"Were the weights renamed, or saved from another architecture?")
 
 

@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from distillery.autotinybert.convert import convert_teacher
@@ -48,9 +49,32 @@ PRETRAINED = "corpus"  # supernet.json's ``trained_on`` for a super-net pre-trai
 TASK_HEADS = ("ForSequenceClassification", "ForQuestionAnswering", "ForTokenClassification", "ForMultipleChoice")
 
 
-def teacher_digest(name: str) -> str:
-    """A short hash of the teacher's content (:func:`distillery.teacher.teacher_identity`): a super-net
-    records the encoder it was cut from, and a task run compares it with the one its teacher is tuned from."""
+def encoder_digest(encoder) -> str:
+    """A short hash of an encoder's weights, as the bare encoder names them and without its pooler (the super-net
+    takes its pooler from the task teacher): a super-net records the encoder it was cut from, and a task run compares
+    it with the one its teacher is tuned from. The same for a checkpoint saved with a task head and for its encoder
+    saved alone, which its files (and :func:`distillery.teacher.teacher_identity`) tell apart."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.state_dict().items()):
+        if name.startswith("pooler."):
+            continue
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}:".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()[:16]
+
+
+def load_encoder(teacher: str):
+    """(the encoder of ``teacher``'s checkpoint, its loading info): a task head it was saved with is left behind."""
+    from transformers import AutoModel
+
+    model, info = load_checked(AutoModel, resolve_teacher(teacher), f"teacher {teacher!r}", new_head=True)
+    return model.eval(), info
+
+
+def files_digest(name: str) -> str:
+    """What a super-net pre-trained before issue 52 recorded of its teacher: a hash of its files
+    (:func:`distillery.teacher.teacher_identity`), another for the same encoder saved with or without a head."""
     return hashlib.sha256(json.dumps(teacher_identity(name), sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -61,8 +85,6 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     """Algorithm 1 on a text corpus, KD from ``teacher``'s pre-trained encoder; the super-net saved to
     ``out/supernet`` with what it was trained from in its ``supernet.json``. A checkpoint every
     ``checkpoint_every`` steps; ``resume`` continues exactly (same batches, same sub-networks)."""
-    from transformers import AutoModel
-
     # every check before the run folder is touched: the recipe's own of these settings, the corpus, the teacher
     AutoTinyBertOptions.check_value("strategy", strategy)
     AutoTinyBertOptions.check_value("samples", samples)
@@ -74,10 +96,8 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-4, warmup_ratio=0.1, select_best=False)
     started = time.time()
     tokenizer = load_tokenizer(path)
-    teacher_model = load_checked(AutoModel, path, f"teacher {teacher!r}", new_head=True)[0].eval()
-    if any(a.endswith(TASK_HEADS) for a in getattr(teacher_model.config, "architectures", None) or ()):
-        logger.warning("Teacher %s was saved with a task head: its encoder is fine-tuned, and a super-net pre-trained "
-                       "from it learns that task's features; give the checkpoint tasks are fine-tuned from.", teacher)
+    teacher_model, loading = load_encoder(teacher)
+    warn_of_a_head(teacher, teacher_model, loading)
     for p in teacher_model.parameters():
         p.requires_grad_(False)
     supernet = SuperNet.from_teacher(teacher_model, strategy)
@@ -93,7 +113,7 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
                       checkpoint_every=checkpoint_every)
     teacher_model.to(trainer.device)
     result = trainer.train()
-    facts = {"trained_on": PRETRAINED, "teacher": teacher, "teacher_digest": teacher_digest(teacher),
+    facts = {"trained_on": PRETRAINED, "teacher": teacher, "encoder_digest": encoder_digest(teacher_model),
              "layers": supernet.config.num_hidden_layers, "hidden": supernet.config.hidden_size, "corpus": [str(p) for p in corpus],
              "lines": len(texts), "blocks": len(dataset), "held_out_blocks": len(held), "max_length": max_length,
              "held_out": held_out.compare(before, result.model, projection), "steps": result.global_step,
@@ -104,6 +124,19 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
         save_supernet(result.model, projection, out / "supernet", tokenizer, facts)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return out / "supernet"
+
+
+def warn_of_a_head(teacher: str, encoder, loading: dict) -> None:
+    """Say what becomes of a head the teacher was saved with (dropped), and that a task head's encoder is fine-tuned."""
+    dropped = sorted({key.split(".")[0] + ".*" for key in loading.get("unexpected_keys", ())})
+    what = f"its head's weights ({', '.join(dropped)}) are dropped" if dropped else "its head is not used"
+    task_heads = [a for a in getattr(encoder.config, "architectures", None) or () if a.endswith(TASK_HEADS)]
+    if task_heads:
+        logger.warning("Teacher %s was saved with a task head (%s): %s, since pre-training needs only the encoder. "
+                       "That encoder is fine-tuned, so the super-net learns that task's features; for one that serves "
+                       "every task, give the checkpoint tasks are fine-tuned from.", teacher, ", ".join(task_heads), what)
+    elif dropped:  # a pre-training head (a masked LM's): the encoder is the pre-trained one
+        logger.info("Teacher %s: %s, since pre-training needs only the encoder.", teacher, what)
 
 
 # Blocks held out of training to judge it: the training loss mixes sub-networks drawn at random and cannot show
@@ -178,7 +211,11 @@ def check_teacher(folder, teacher_name: str) -> None:
     """Refuse, in one sentence, a pre-trained super-net cut from another encoder than ``teacher_name``
     (the checkpoint this run fine-tunes its teacher from), before that fine-tuning's minutes."""
     facts = supernet_facts(folder)
-    if facts.get("teacher_digest") != teacher_digest(teacher_name):
+    if "encoder_digest" in facts:  # the encoder's weights: the same teacher saved with a task head or without
+        same = facts["encoder_digest"] == encoder_digest(load_encoder(teacher_name)[0])
+    else:  # a super-net pre-trained before issue 52 recorded its teacher's files
+        same = facts.get("teacher_digest") == files_digest(teacher_name)
+    if not same:
         raise DistilleryError(f"Option supernet: {folder} was pre-trained from teacher {facts.get('teacher')!r} "
                               f"({facts.get('layers', '?')} layers of width {facts.get('hidden', '?')}), not from "
                               f"{teacher_name!r} that this run's teacher is fine-tuned from; pre-train one from it with "
