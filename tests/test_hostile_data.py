@@ -47,6 +47,23 @@ def test_a_line_that_is_not_utf8_is_named_by_its_number(name, separator, tmp_pat
         load_raw(custom_task(data), "train", data)
 
 
+def test_a_dev_label_error_names_ten_labels_and_counts_the_rest(tmp_path):
+    """Issue 52: a dev file's unknown label listed the train file's 500 labels on one line."""
+    from distillery.errors import listed
+
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    train.write_text("text,label\n" + "".join(f"text {i},L{i:03d}\n" for i in range(500)))
+    dev.write_text("text,label\na text,L000\nanother,unknown\n")
+    data = DataConfig(task="custom", train_file=str(train), dev_file=str(dev))
+    with pytest.raises(DistilleryError) as caught:
+        load_raw(custom_task(data), "dev", data)
+    message = str(caught.value)
+    assert "dev.csv, line 3: label 'unknown'" in message
+    assert "(labels: L000, L001, L002, L003, L004, L005, L006, L007, L008, L009, … and 490 more)." in message
+    assert "L010" not in message
+    assert listed(["a", "b"]) == "a, b" and listed("abcd", 3) == "a, b, c, … and 1 more"
+
+
 def test_empty_pair_texts_count_too(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"a": "good", "b": "" if i % 2 else "fine", "label": i % 2}) + "\n"

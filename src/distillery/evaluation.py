@@ -19,7 +19,7 @@ from distillery.data.encode import (TaskData, example_lengths, length_batches, m
                                     prepare_task_data)
 from distillery.data.loading import column_values, task_for
 from distillery.data.tasks import TaskSpec
-from distillery.errors import DistilleryError
+from distillery.errors import DistilleryError, listed
 from distillery.metrics import compute_metrics, squad_metrics
 from distillery.modeling import load_tokenizer, model_folder
 from distillery.runtime import load_model
@@ -182,8 +182,8 @@ def _model_label_order(spec, model, source):
         return spec
     unknown = [label for label in spec.labels if label not in labels]
     if unknown:
-        raise DistilleryError(f"{source} has label(s) {', '.join(map(repr, unknown))} that the model was not trained "
-                              f"on (its labels: {', '.join(labels)}).")
+        raise DistilleryError(f"{source} has label(s) {listed(map(repr, unknown))} that the model was not trained "
+                              f"on (its labels: {listed(labels)}).")
     return dataclasses.replace(spec, labels=labels)
 
 

@@ -26,7 +26,7 @@ from transformers import (
 from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput
 
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
-from distillery.errors import DistilleryError
+from distillery.errors import DistilleryError, listed
 from distillery.folders import atomic_folder, mark
 from distillery.weights import check_against_config, check_finite, pickle_refusal, record_weights, verify_weights
 import distillery.encoders as encoders
@@ -218,11 +218,6 @@ def _head_keys(model):
     return lambda key: not key.startswith(prefix + ".") or key.startswith(f"{prefix}.pooler.")
 
 
-def _some(keys) -> str:
-    keys = sorted(keys)
-    return ", ".join(keys[:3]) + (f", ... ({len(keys)} in all)" if len(keys) > 3 else "")
-
-
 def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, strict: bool = False) -> None:
     """Refuse a load that left encoder weights random (missing or of another shape), or, ``strict``
     (a model saved whole) or inside the encoder, put saved weights nowhere (unexpected)."""
@@ -238,10 +233,12 @@ def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, 
                               f"shape (e.g. {key}: {tuple(saved)} saved, {tuple(wanted)} in the config's model).")
     if missing or stray:
         # a missing weight would stay as initialised (random); a saved one the model has no place for, dropped
-        parts = [f"{len(missing)} weights missing ({_some(missing)}), which would be left random"] if missing else []
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} weights missing ({listed(sorted(missing), 3)}), which would be left random")
         if unexpected:  # all of them: beside missing ones, a head-like name may be an encoder weight renamed
-            parts.append(f"{len(unexpected)} saved weights it has no place for ({_some(unexpected)}), which would be "
-                         f"dropped")
+            parts.append(f"{len(unexpected)} saved weights it has no place for ({listed(sorted(unexpected), 3)}), "
+                         f"which would be dropped")
         raise DistilleryError(f"The weights of {what} do not match its config.json ({getattr(model.config, 'model_type', '?')} "
                               f"model {type(model).__name__}): {' and '.join(parts)}. "
                               f"Were the weights renamed, or saved from another architecture?")

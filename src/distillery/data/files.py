@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
-from distillery.errors import DistilleryError
+from distillery.errors import DistilleryError, listed
 
 logger = logging.getLogger("distillery")
 
@@ -106,7 +106,7 @@ def _parsed_rows(path: Path, size: int, mtime_ns: int, wanted: tuple[str, ...]) 
     missing = [c for c in wanted if c not in present]
     if missing:
         raise DistilleryError(
-            f"{path} has no column {missing[0]!r}; its columns are {', '.join(map(str, present)) or '(none)'}."
+            f"{path} has no column {missing[0]!r}; its columns are {listed(present) or '(none)'}."
         )
     rows = []
     for number, record in records:

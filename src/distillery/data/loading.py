@@ -26,7 +26,7 @@ import numpy as np
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
 from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
-from distillery.errors import DistilleryError
+from distillery.errors import DistilleryError, listed
 
 logger = logging.getLogger("distillery")
 
@@ -192,7 +192,7 @@ def _parse_label(task: TaskSpec, raw: str, label_ids: dict | None, path, number:
     if raw not in label_ids:
         raise DistilleryError(
             f"{path}, line {number}: label {raw!r} is not one of the labels of task {task.name} "
-            f"({', '.join(task.labels)})."
+            f"({listed(task.labels)})."
         )
     return label_ids[raw]
 
@@ -386,7 +386,7 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
         elif raw not in label_ids:
             source = "the train file" if task.train_file else "the model's labels"
             raise DistilleryError(
-                f"{path}, line {number}: label {raw!r} does not occur in {source} (labels: {', '.join(task.labels)})."
+                f"{path}, line {number}: label {raw!r} does not occur in {source} (labels: {listed(task.labels)})."
             )
         else:
             columns["label"].append(label_ids[raw])
