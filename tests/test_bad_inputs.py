@@ -345,7 +345,7 @@ CASES = {
     "config-yaml-self-reference": (lambda p: settings_file(p, "data: &a {task: [*a]}\n"), "refers to a value that contains it"),
     "batch-size-1e26": (lambda p: p.compress("--batch-size", str(10**26)), "student.batch_size must be from 1 to"),
     "max-steps-1e23": (lambda p: settings_file(p, f"student: {{max_steps: {10**23}}}"), "student.max_steps must be from 1 to"),
-    "epochs-1e23": (lambda p: p.compress("--epochs", "1e23"), "student.epochs must be from 0 to"),
+    "epochs-1e23": (lambda p: p.compress("--epochs", "1e23"), "student.epochs must be more than 0 and at most"),
     "teacher-eval-batch-huge": (lambda p: settings_file(p, f"teacher: {{train: {{eval_batch_size: {2**40}}}}}"),
                                 "teacher.train.eval_batch_size"),
     "max-length-huge": (lambda p: p.compress("--max-length", str(10**9)), "data.max_length must be from 8 to"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import tracemalloc
 
@@ -12,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from distillery.cli import app
-from distillery.config import MAX_YAML_VALUES, DataConfig, load_yaml, parse_value, read_yaml_mapping
+from distillery.config import (MAX_YAML_VALUES, ConfigError, DataConfig, TrainConfig, load_yaml, parse_value,
+                               read_yaml_mapping)
 from distillery.data.loading import custom_task, load_raw
 from distillery.errors import DistilleryError
 from tests.helpers import assert_one_line_error, run_cli
@@ -62,6 +64,35 @@ def test_a_dev_label_error_names_ten_labels_and_counts_the_rest(tmp_path):
     assert "(labels: L000, L001, L002, L003, L004, L005, L006, L007, L008, L009, … and 490 more)." in message
     assert "L010" not in message
     assert listed(["a", "b"]) == "a, b" and listed("abcd", 3) == "a, b, c, … and 1 more"
+
+
+@pytest.mark.parametrize("cls, name", [(TrainConfig, n) for n in TrainConfig.RANGES] +
+                         [(DataConfig, n) for n in DataConfig.RANGES])
+def test_a_range_refusal_names_exactly_what_is_accepted(cls, name):
+    """Issue 52: --epochs -1 was told "from 0 to 1,000,000", and then --epochs 0 was refused."""
+    with pytest.raises(ConfigError) as caught:
+        cls(**{name: -1})
+    found = re.search(r"must be (from|more than) ([\d,]+) (?:to|and at most) ([\d,]+)", str(caught.value))
+    assert found, str(caught.value)
+    low, high = (int(found.group(i).replace(",", "")) for i in (2, 3))
+    if found.group(1) == "from":
+        cls(**{name: low})
+    else:
+        with pytest.raises(ConfigError, match=re.escape(found.group(0))):
+            cls(**{name: low})
+        cls(**{name: low + 1})
+    cls(**{name: high})
+    with pytest.raises(ConfigError, match=re.escape(found.group(0))):
+        cls(**{name: high + 1})
+
+
+def test_zero_epochs_only_with_max_steps():
+    with pytest.raises(ConfigError, match=r"epochs must be more than 0 and at most 1,000,000 passes over the train "
+                                          r"split \(or 0 with max_steps\), got 0.0"):
+        TrainConfig(epochs=0)
+    assert TrainConfig(epochs=0, max_steps=5).epochs == 0.0
+    with pytest.raises(ConfigError, match="epochs must be from 0 to 1,000,000"):
+        TrainConfig(epochs=-1, max_steps=5)
 
 
 def test_empty_pair_texts_count_too(tmp_path):

@@ -243,15 +243,19 @@ MAX_COUNT = 10**9  # optimizer steps, examples, evaluations
 MAX_EPOCHS = 10**6
 
 
-def check_ranges(obj: Any, ranges: dict[str, tuple[float, float, str]]) -> None:
-    """Each field of ``obj`` named in ``ranges`` (name -> (low, high, unit)) within [low, high]
-    unless it is None; the first that is not is named with its range."""
+def check_ranges(obj: Any, ranges: dict[str, tuple]) -> None:
+    """Each field of ``obj`` named in ``ranges`` (name -> (low, high, unit), or (low, high, unit, True) where low
+    itself is refused) within its range unless it is None; the first that is not is named with the range it
+    refused by, so that the sentence says exactly what is accepted."""
     defaults = {f.name: f.default for f in dataclasses.fields(obj)}
-    for name, (low, high, unit) in ranges.items():
-        value = getattr(obj, name)
-        if value is not None and not low <= value <= high:
+    for name, (low, high, unit, *above) in ranges.items():
+        value, open_low = getattr(obj, name), bool(above and above[0])
+        if value is None:
+            continue
+        if not ((low < value) if open_low else (low <= value)) or value > high:
             unset = " (or unset)" if defaults.get(name) is None else ""
-            raise ConfigError(name, f"must be from {low:,} to {high:,} {unit}{unset}, got {value}.")
+            span = f"more than {low:,} and at most {high:,}" if open_low else f"from {low:,} to {high:,}"
+            raise ConfigError(name, f"must be {span} {unit}{unset}, got {value}.")
 
 
 def from_mapping(cls: type, d: Any, section: str | None = None) -> Any:
@@ -383,9 +387,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        check_ranges(self, self.RANGES)
-        if self.epochs <= 0 and not self.max_steps:
-            raise ConfigError("epochs", f"must be positive, got {self.epochs}.")
+        ranges = dict(self.RANGES)
+        if not self.max_steps:  # only a run bounded by max_steps may make no pass
+            ranges["epochs"] = (0, MAX_EPOCHS, "passes over the train split (or 0 with max_steps)", True)
+        check_ranges(self, ranges)
         if self.lr <= 0:
             raise ConfigError("lr", f"(the learning rate) must be positive, got {self.lr}.")
         if self.weight_decay < 0:
