@@ -136,7 +136,8 @@ def test_unlabeled_pairs_read_both_sides(tmp_path):
 
 @pytest.mark.parametrize("name, body, fragment", [
     ("empty.csv", b"", "is empty"),
-    ("columns.csv", b"sentence\ngood\n", "has no column 'text'"),
+    ("columns.csv", b"review\ngood\n", "has no column 'sentence' or 'text' .what task sst2 reads its texts from.; "
+                                         "its columns are review"),
     ("binary.csv", bytes(range(256)) * 4, "not UTF-8"),
 ])
 def test_bad_unlabeled_files_are_one_sentence(name, body, fragment, tmp_path):
@@ -145,6 +146,32 @@ def test_bad_unlabeled_files_are_one_sentence(name, body, fragment, tmp_path):
     with pytest.raises(DistilleryError, match=fragment) as caught:
         load_unlabeled(path, get_task("sst2"))
     assert "\n" not in str(caught.value)
+
+
+def test_an_unlabeled_file_in_the_tasks_own_columns_or_text_and_text_pair(tmp_path):
+    """Issue 52: a custom pair task read with --text-column text_a --text-pair-column text_b refused the transfer set
+    (text, text_pair) as --unlabeled-file: "has no column 'text_a'". Its own columns first, then text and text_pair."""
+    from distillery.config import DataConfig
+    from distillery.data.loading import custom_task
+
+    train = tmp_path / "train.csv"
+    train.write_text("text_a,text_b,label\na cat,a dog,0\na cat,a cat,1\n")
+    task = custom_task(DataConfig(task="custom", train_file=str(train), text_column="text_a",
+                                  text_pair_column="text_b"))
+    transfer, own, both = tmp_path / "transfer.jsonl", tmp_path / "own.csv", tmp_path / "both.csv"
+    transfer.write_text('{"text": "a city", "text_pair": "paris"}\n')
+    own.write_text("text_b,text_a\nparis,a city\n")
+    both.write_text("text,text_pair,text_a,text_b\nno,no,a city,paris\n")
+    for path in (transfer, own, both):  # the task's own columns win where the file has both
+        assert load_unlabeled(path, task)[0] == {"text": "a city", "text_pair": "paris"}
+    glue = tmp_path / "rte.tsv"  # a GLUE file's own header
+    glue.write_text("index\tsentence1\tsentence2\tlabel\n0\ta city\tparis\tentailment\n")
+    assert load_unlabeled(glue, get_task("rte"))[0] == {"text": "a city", "text_pair": "paris"}
+    half = tmp_path / "half.csv"
+    half.write_text("text_a,text\na city,paris\n")
+    with pytest.raises(DistilleryError, match=r"half.csv has no columns 'text_a' and 'text_b' or 'text' and "
+                                              r"'text_pair' \(what task custom reads its texts from\)"):
+        load_unlabeled(half, task)
 
 
 def test_a_pair_file_is_refused_for_a_single_sentence_task(tmp_path):

@@ -74,7 +74,7 @@ def compress(
     text_pair_column: TextPairColumn = None,
     label_column: LabelColumn = None,
     regression: Regression = False,
-    unlabeled_file: Optional[str] = typer.Option(None, help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, columns as custom data's, default text and text_pair): the teacher labels it and the student trains on it too."),
+    unlabeled_file: Optional[str] = typer.Option(None, help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, in the task's own columns, else text and text_pair): the teacher labels it and the student trains on it too."),
     augment_model: Optional[str] = typer.Option(None, help="A masked LM (Hub id or folder) whose predictions augment the train split (option augment); default the teacher's own MLM head, else neighbours in its input embeddings."),
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),

@@ -470,13 +470,20 @@ def check_new_rows(task: TaskSpec, augment: int | None, unlabeled_file: str | Pa
 
 def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     """The rows of ``--unlabeled-file`` (CSV/TSV/JSONL, read as custom data is) as ``text`` (and
-    ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are task custom's
-    (--text-column, --text-pair-column), else ``text`` and ``text_pair``."""
+    ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are the task's own where the
+    file has them (:func:`unlabeled_columns`), else ``text`` and ``text_pair``: what `distillery transfer-set`
+    writes serves any task, whatever its columns are called."""
     check_new_rows(task, 0, path)
     path = regular_file(path, "--unlabeled-file")
-    text = task.text_column or "text"
-    pair = (task.text_pair_column or "text_pair") if task.is_pair else None
-    if pair is None and "text_pair" in custom_columns(path):  # its second texts would be dropped unseen
+    present = custom_columns(path)
+    looked = unlabeled_columns(task)
+    found = next(((text, pair) for text, pair in looked if text in present and (pair is None or pair in present)), None)
+    if found is None:
+        names = " or ".join(" and ".join(repr(c) for c in (text, pair) if c is not None) for text, pair in looked)
+        raise DistilleryError(f"--unlabeled-file {path} has no column{'s' if task.is_pair else ''} {names} (what task "
+                              f"{task.name} reads its texts from); its columns are {listed(present)}.")
+    text, pair = found
+    if pair is None and "text_pair" in present and text != "text_pair":  # its second texts would be dropped unseen
         raise DistilleryError(f"--unlabeled-file {path} has a column 'text_pair' (a second text a row), but task "
                               f"{task.name} classifies one text a row; give a file of single texts (distillery "
                               f"transfer-set --single writes one).")
@@ -486,3 +493,17 @@ def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     if pair is not None:
         columns["text_pair"] = [row[pair] for _, row in rows]
     return datasets.Dataset.from_dict(columns)
+
+
+def unlabeled_columns(task: TaskSpec) -> list[tuple[str, str | None]]:
+    """The (text, pair) columns an unlabeled file may hold the task's texts in, first found first: the task's own
+    (custom data's --text-column and --text-pair-column, a GLUE file's header: RTE's sentence1 and sentence2), then
+    ``text`` and ``text_pair``; pair None for a single-sentence task."""
+    own = (task.text_column or task.text_field, task.text_pair_column or task.text_pair_field)
+    looked: list[tuple[str, str | None]] = []
+    for text, pair in (own, ("text", "text_pair")):
+        pair = pair if task.is_pair else None
+        named = isinstance(text, str) and (pair is None or isinstance(pair, str))  # CoLA's header-less file: indices
+        if named and (text, pair) not in looked:
+            looked.append((text, pair))
+    return looked
