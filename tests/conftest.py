@@ -10,6 +10,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One thread a process, here and in every command a test starts: the suite runs one worker per core, and
+# tiny models on two threads each only wait on one another (an op's hand-off costs more than the op).
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 torch.set_num_threads(1)
 
 from tests.helpers import TINY_BERT, make_tiny_bert, make_tiny_roberta, write_byte_bpe, write_glue  # noqa: E402
@@ -21,19 +25,6 @@ def _isolated_cache(tmp_path_factory):
     at collection, before this: tests/test_conformance.py keeps transformers' source distribution, which
     holds its common model tests, in the user's cache, to fetch it once.)"""
     os.environ["DISTILLERY_CACHE"] = str(tmp_path_factory.mktemp("distillery-cache"))
-
-
-@pytest.fixture(autouse=True)
-def _live_baselines_only_where_marked(request, monkeypatch):
-    """Measuring the free baselines (the teacher's int8 copy, static embeddings distilled from it) is three
-    quarters of a tiny run's time (~2 s of ~2.7 s), and the student's int8 export (ONNX) a few seconds more:
-    runs of tests not marked ``live_baselines`` skip both, as ``--no-baselines --no-int8`` would. Runs made by
-    module- or session-scoped fixtures are made before this applies."""
-    if request.node.get_closest_marker("live_baselines") is None:
-        from distillery import pipeline
-
-        monkeypatch.setattr(pipeline, "_baselines", lambda config, ctx, metrics, variants: {})
-        monkeypatch.setattr(pipeline, "student_int8", lambda *args: ({}, {}))
 
 
 @pytest.fixture(scope="session")

@@ -112,6 +112,7 @@ CELL = {
     "student.epochs": 1.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": None,
     "bench.latency_shape": [1, 8], "bench.throughput_shape": [2, 8],
     "bench.latency_runs": 1, "bench.throughput_runs": 1, "bench.warmup": 0,
+    "baselines": False, "int8": False,  # as TINY_RUN: the cell's own ONNX export is checked by the test
 }
 METHOD_OPTIONS = {  # each method's smallest sensible student
     "distill": {},

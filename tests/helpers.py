@@ -231,7 +231,12 @@ TINY_RUN = {  # dotted overrides that make a run of any method take seconds
     "student.epochs": 2.0, "student.lr": 1e-3, "student.batch_size": 16, "student.eval_every": 3,
     "bench.latency_shape": [1, 16], "bench.throughput_shape": [4, 16],
     "bench.latency_runs": 3, "bench.throughput_runs": 1, "bench.warmup": 1,
+    # the free baselines and the student's int8 export are most of a tiny run's time (~2 s of ~2.7 s, and the
+    # export a few seconds more): a test that is about them turns them on (LIVE_EXTRAS)
+    "baselines": False, "int8": False,
 }
+LIVE_EXTRAS = {"baselines": True, "int8": True}
+NO_EXTRAS = ["--no-baselines", "--no-int8"]  # TINY_RUN's baselines and int8 on a command line
 
 
 def tiny_config(teacher, data_dir, out, task="sst2", method="distill", **more):

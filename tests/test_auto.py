@@ -12,7 +12,7 @@ from distillery.auto import (Candidate, choose, make_target, parse_time_budget, 
                              Target)
 from distillery.config import nested_settings
 from distillery.errors import DistilleryError
-from tests.helpers import TINY_RUN, assert_one_line_error, flop_timed, run_cli, run_ok
+from tests.helpers import LIVE_EXTRAS, TINY_RUN, assert_one_line_error, flop_timed, run_cli, run_ok
 
 
 def test_time_budgets_and_targets_read_or_fail_with_a_sentence():
@@ -209,13 +209,13 @@ def _files(folder):
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.live_baselines
 def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     flop_timed(monkeypatch)
     monkeypatch.setattr("distillery.bench.noise.machine_load", lambda: 64.0)  # a loaded machine: flagged, not hidden
     settings = tmp_path / "tiny.yaml"
-    settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0})))
+    settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, **LIVE_EXTRAS, "student.epochs": 1.0,
+                                                                 "teacher.train.epochs": 1.0})))
     out = tmp_path / "auto"
     options = [a for k, v in TINY_OPTIONS.items() for a in ("--option", f"{k}={v}")]
     common = ["compress", "--teacher", str(tiny_bert4), "--data-dir", str(glue_dir), "--out", str(out),

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.helpers import make_tiny_bert, write_glue
+from tests.helpers import NO_EXTRAS, make_tiny_bert, write_glue
 
 HERE = Path(__file__).parent
 TINY_FLAGS = ["--max-length", "32", "--epochs", "2", "--lr", "1e-3", "--batch-size", "16",
-              "--teacher-epochs", "2", "--latency-runs", "3", "--train-limit", "96"]
+              "--teacher-epochs", "2", "--latency-runs", "3", "--train-limit", "96", *NO_EXTRAS]
 METHOD_FLAGS = {
     "distill": [],
     # 4 experts of 9 of the tiny FFN's 37 neurons, 3 shared: importance and the refit both run sharded

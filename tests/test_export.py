@@ -15,7 +15,7 @@ from distillery import runtime
 from distillery.bench import benchmark
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
-from tests.helpers import assert_one_line_error, make_run, run_cli, tiny_config, write_glue
+from tests.helpers import LIVE_EXTRAS, assert_one_line_error, make_run, run_cli, tiny_config, write_glue
 
 pytest.importorskip("onnxruntime")
 
@@ -305,12 +305,11 @@ def test_recovery_is_skipped_when_int8_loses_little(bert_cls, glue_dir, tmp_path
 # ------------------------------------------------------------------------------ compress, report
 
 
-@pytest.mark.live_baselines
 def test_compress_export_measures_and_reports_the_variants(tiny_bert4, glue_dir, tmp_path):
     from distillery.pipeline import compress
 
     out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run", export=["int8", "torch-int8"],
-                               **{"student.epochs": 1.0, "teacher.train.epochs": 1.0}))
+                               **{**LIVE_EXTRAS, "student.epochs": 1.0, "teacher.train.epochs": 1.0}))
     default = ex.DEFAULT_INT8
     names = {f"teacher-{default}", f"student-{default}", "teacher-torch-int8", "student-torch-int8"}
     metrics = json.loads((out / "metrics.json").read_text())

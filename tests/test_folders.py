@@ -11,10 +11,10 @@ import pytest
 from distillery.errors import DistilleryError
 from distillery.folders import (atomic_file, atomic_folder, check_target, claim, discard_unstarted, is_ours, mark,
                                 previous_version, replace_with, shared_sibling, temporary_sibling, write_file)
-from tests.helpers import assert_one_line_error, run_cli, run_ok, write_glue
+from tests.helpers import NO_EXTRAS, assert_one_line_error, run_cli, run_ok, write_glue
 
 RUN_FLAGS = ["--max-length", "16", "--teacher-epochs", "1", "--epochs", "1", "--batch-size", "8",
-            "--latency-runs", "2", "--train-limit", "16", "--dev-limit", "8"]
+            "--latency-runs", "2", "--train-limit", "16", "--dev-limit", "8", *NO_EXTRAS]
 
 
 def snapshot(folder) -> dict[str, bytes]:

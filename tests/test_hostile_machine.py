@@ -23,11 +23,12 @@ import torch
 from safetensors.torch import load_file
 
 from distillery.data.tasks import get_task
-from tests.helpers import assert_one_line_error, make_tiny_bert, run_cli, write_glue
+from tests.helpers import NO_EXTRAS, assert_one_line_error, make_tiny_bert, run_cli, write_glue
 
 HERE = Path(__file__).parent
 TINY = ["--max-length", "16", "--train-limit", "16"]
-COMPRESS_TINY = [*TINY, "--epochs", "1", "--teacher-epochs", "1", "--batch-size", "8", "--latency-runs", "1"]
+COMPRESS_TINY = [*TINY, "--epochs", "1", "--teacher-epochs", "1", "--batch-size", "8", "--latency-runs", "1",
+                 *NO_EXTRAS]
 
 
 @pytest.fixture

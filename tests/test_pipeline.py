@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 import distillery
 from distillery.errors import DistilleryError
 from distillery.pipeline import build_run_config, compress
-from tests.helpers import (MNLI_HEADER, TINY_RUN, assert_one_line_error, run_cli, sentence, tiny_config,
+from tests.helpers import (LIVE_EXTRAS, MNLI_HEADER, TINY_RUN, assert_one_line_error, run_cli, sentence, tiny_config,
                            write_squad)
 
 
@@ -250,13 +250,12 @@ def test_distillation_train_takes_the_whole_split_only_when_asked_and_limited(ti
         torch.testing.assert_close(torch.tensor(r["teacher_logits"]), torch.tensor(first[tuple(r["input_ids"])]))
 
 
-@pytest.mark.live_baselines
 def test_every_run_measures_the_students_int8_export_and_names_what_to_deploy(tiny_bert4, glue_dir, tmp_path):
     from distillery.export import DEFAULT_INT8
     from distillery.report_parts import deploy_sentence
     from distillery.run_record import load_run
 
-    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run"))
+    out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run", **LIVE_EXTRAS))
     name = f"student-{DEFAULT_INT8}"
     metrics = json.loads((out / "metrics.json").read_text())
     bench = json.loads((out / "bench.json").read_text())

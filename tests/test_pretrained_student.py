@@ -14,7 +14,7 @@ import pytest
 from distillery.distill.auto import candidate_name
 from distillery.errors import DistilleryError
 from tests.families import CELL, compress
-from tests.helpers import patch_everywhere, write_squad
+from tests.helpers import LIVE_EXTRAS, patch_everywhere, write_squad
 
 # teacher family, student family: each pair tokenizes differently (WordPiece with or without token types,
 # byte-level BPE) and has another hidden layout (ELECTRA's factorised embeddings)
@@ -407,13 +407,12 @@ def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_famil
     assert not same_tokenizer(bert, AutoTokenizer.from_pretrained(tiny_family("roberta", 2)))
 
 
-@pytest.mark.live_baselines
 def test_the_run_exports_and_scores_the_student_with_its_own_tokenizer(tiny_family, glue_dir, tmp_path):
     """--export onnx, the student's int8 export and the live baselines in one run: each model is exported and
     scored on its own tokenizer's encoding (teacher: WordPiece; student: byte-level BPE)."""
     pytest.importorskip("onnxruntime")
     run = compress("distill", tiny_family("bert", 4), glue_dir, tmp_path / "run", export=["onnx"],
-                   **{"method_options.student": tiny_family("roberta", 2)})
+                   **{**LIVE_EXTRAS, "method_options.student": tiny_family("roberta", 2)})
     metrics = json.loads((run / "metrics.json").read_text())
     assert {"teacher-onnx", "student-onnx"} <= set(metrics["others"])
     # an fp32 ONNX graph scores as its torch model does, on the same encoding

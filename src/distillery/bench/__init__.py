@@ -322,7 +322,7 @@ def _interleaved_times(
 
 
 @contextlib.contextmanager
-def _torch_threads(threads: int | None):
+def torch_threads(threads: int | None):
     """torch's intra-op thread count set to ``threads`` (None: left as it is) for the block, then restored."""
     previous = torch.get_num_threads()
     try:
@@ -338,7 +338,7 @@ def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128
     """Median milliseconds per forward pass of each model at ``shape`` (batch, seq), the models taking
     turns in one process, where they are (the timing :func:`benchmark` uses, without its throughput pass and counts)."""
     batch, seq = _check_shape("shape", shape)
-    with _torch_threads(threads):
+    with torch_threads(threads):
         times = _times_at({n: m.eval() for n, m in models.items()}, (batch, seq), int(runs), int(warmup), seed)
     return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
 
@@ -423,7 +423,7 @@ def _measure_setting(loaded: Mapping[str, nn.Module], sizes: Mapping[str, dict],
     target, dtype = torch.device(setting["device"]), DTYPES[setting["dtype"]]
     skipped = {name: why for name, m in loaded.items() if target.type != "cpu" and (why := _cpu_only(m))}
     placed: dict[str, nn.Module] = {}
-    with _torch_threads(setting["threads"]):
+    with torch_threads(setting["threads"]):
         try:
             placed = {n: _placed(m, target, dtype) for n, m in loaded.items() if n not in skipped}
             if dtype != torch.float32:
