@@ -293,6 +293,27 @@ CASES = {
                                                   str(p.glue)], "tokenizer_config.json"),
     "export-tokenizer-json-not-json": (lambda p: ["export", hostile(p, "tokenizer-not-json-two"), "--format", "torch-int8",
                                                   "--out", str(p.tmp / "x")], "tokenizer.json"),
+    # a model that is its own code (issue 52): refused from config.json before anything is loaded, on every
+    # command that loads a folder; test_hostile_models.py shows no prompt appears and nothing of it runs
+    "teacher-auto-map": (lambda p: p.compress(teacher=hostile(p, "auto-map")), "maps the model to its own Python code"),
+    "teacher-unknown-type": (lambda p: p.compress(teacher=hostile(p, "unknown-type")),
+                             "names model_type 'evilbert', which neither transformers nor distillery defines"),
+    "teacher-no-model-type": (lambda p: p.compress(teacher=hostile(p, "no-type")), "names no model_type"),
+    "teacher-command-auto-map": (lambda p: ["teacher", "--teacher", hostile(p, "auto-map"), "--data-dir", str(p.glue)],
+                                 "auto_map"),
+    "student-auto-map": (lambda p: p.compress("--student", hostile(p, "auto-map")), "auto_map"),
+    "moebert-importance-auto-map": (lambda p: ["moebert", "importance", "--teacher", hostile(p, "auto-map"), "--data-dir",
+                                               str(p.glue), "--out", str(p.tmp / "i.safetensors")], "auto_map"),
+    "cmow-pretrain-auto-map": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.file),
+                                          "--teacher", hostile(p, "auto-map")], "auto_map"),
+    "atb-pretrain-auto-map": (lambda p: ["autotinybert", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.file),
+                                         "--teacher", hostile(p, "auto-map")], "auto_map"),
+    "eval-auto-map": (lambda p: ["eval", hostile(p, "auto-map-two"), "--data-dir", str(p.glue)], "auto_map"),
+    "export-auto-map": (lambda p: ["export", hostile(p, "auto-map-two"), "--format", "torch-int8", "--out",
+                                   str(p.tmp / "x")], "auto_map"),
+    "bench-auto-map": (lambda p: ["bench", hostile(p, "auto-map-two")], "auto_map"),
+    "teacher-tokenizer-auto-map": (lambda p: p.compress(teacher=hostile(p, "tokenizer-auto-map")),
+                                   "tokenizer_config.json maps the tokenizer to its own Python code"),
     "cmow-init-a-bert-folder": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.bert}"), "not a CMOW encoder"),
     "eval-saved-model-without-weights-record": (lambda p: ["eval", p.saved_without_record(), "--data-dir", str(p.glue)],
                                                 "has no weights record"),
@@ -470,6 +491,17 @@ def hostile(p: Paths, kind: str) -> str:
         state = load_file(weights)
         weights.unlink()
         torch.save({**state, "extra": Paths}, folder / "pytorch_model.bin")
+    elif base in ("auto-map", "unknown-type", "no-type"):  # the model is the folder's own code, or of no known type
+        content = {**json.loads(config.read_text()), "model_type": "evilbert"}
+        if base == "auto-map":
+            content = {**content, "model_type": "bert", "auto_map": {"AutoConfig": "evil.EvilConfig"}}
+        if base == "no-type":
+            del content["model_type"]
+        config.write_text(json.dumps(content))
+    elif base == "tokenizer-auto-map":
+        tokenizer_config = folder / "tokenizer_config.json"
+        tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()),
+                                                "auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}}))
     elif base == "nan":
         save_file({k: v * float("nan") for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
     else:
