@@ -16,7 +16,7 @@ from distillery.auto import compress_auto
 from distillery.card import write_card
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
-from distillery.cli.options import preset_help, with_option_flags
+from distillery.cli.options import flag_words, preset_help, with_option_flags
 from distillery.config import (BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, dotted_settings, read_yaml_mapping,
                                resolve_data_dir, run_inputs)
 from distillery.errors import DistilleryError
@@ -110,8 +110,9 @@ def compress(
         "export": list(export) or None,
         "baselines": baselines,
         "int8": int8,
-        # a flag of its own wins over the same option given as --option key=value
-        **{f"method_options.{k}": v for k, v in {**parse_options(option), **(method_options or {})}.items()},
+        # an option given by its own flag and as --option key=value (or by two --option) is refused
+        **{f"method_options.{k}": v
+           for k, v in {**parse_options(option, flag_words(method_options or {})), **(method_options or {})}.items()},
     }
     named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher, "data.data_dir": data_dir,
              "out": out}
