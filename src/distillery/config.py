@@ -533,6 +533,18 @@ def setting(tree: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     return value
 
 
+def check_resumed_settings(out: str | os.PathLike, saved: Mapping[str, Any], given: Mapping[str, Any],
+                           remedy: str) -> None:
+    """``--resume`` continues the run in ``out`` with its saved settings (a settings tree, ``saved``): refuse in
+    one sentence each setting of ``given`` (dotted key -> value) given with another value, naming both, rather
+    than ignore it or let it change the run half-way. ``remedy`` ends the sentence. Every --resume checks here."""
+    differing = [f"{key} (saved {setting(saved, key)!r}, given {value!r})" for key, value in given.items()
+                 if setting(saved, key) != value]
+    if differing:
+        raise DistilleryError(f"--resume continues the run in {out} with its saved settings, but these were given "
+                              f"differently: {'; '.join(differing)}. {remedy}")
+
+
 def run_inputs(config: RunConfig) -> list[str]:
     """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
     model): its output folder may be none of them, nor hold one."""

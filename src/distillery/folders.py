@@ -43,7 +43,8 @@ EXPORT_MANIFEST = "distillery_export.json"
 # What a run folder holds before its first checkpoint: nothing that a rerun would lose
 # (its settings and the identity of its teacher, which a resume checks: see pipeline.prepare_run_folder)
 RUN_TEACHER = "teacher_identity.json"
-UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER}
+STEP_SETTINGS = "settings.json"  # a step command's settings (autotinybert pretrain, ...): run_record.check_step_settings
+UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER, STEP_SETTINGS}
 
 
 def _resolved(path: str | os.PathLike) -> Path:

@@ -23,7 +23,7 @@ import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.card import write_card
 from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
-                               run_inputs, setting)
+                               check_resumed_settings, run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
 from distillery.data.loading import load_raw, load_unlabeled, task_for
 from distillery.data.tasks import get_task
@@ -140,13 +140,10 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     given = {k: v for k, v in (given or {}).items() if v is not None and k != "out"}
     if "data.data_dir" in given:
         config.data.data_dir = fresh.data.data_dir
-    saved_settings, fresh_settings = config.to_dict(), fresh.to_dict()
-    differing = [f"{key} (saved {setting(saved_settings, key)!r}, given {setting(fresh_settings, key)!r})"
-                 for key in given if key != "data.data_dir" and setting(saved_settings, key) != setting(fresh_settings, key)]
-    if differing:
-        raise DistilleryError(
-            f"--resume continues the run in {out} with its saved settings, but these were given differently: "
-            f"{'; '.join(differing)}. Drop them to resume, or start a new run (another --out) to change them.")
+    fresh_settings = fresh.to_dict()
+    check_resumed_settings(out, config.to_dict(), {key: setting(fresh_settings, key) for key in given
+                                                   if key != "data.data_dir"},
+                           "Drop them to resume, or start a new run (another --out) to change them.")
     return out, config
 
 

@@ -84,6 +84,15 @@ def parse_options(pairs: list[str], given: dict[str, str] | None = None) -> dict
     return out
 
 
+def given_on_command_line(context: typer.Context) -> set[str]:
+    """The parameters of the running command (its ``typer.Context``) that its command line gave, rather than
+    left at their defaults: a step command's settings that its --resume must not change, where a default
+    value cannot say that it was not given."""
+    sources = {name: context.get_parameter_source(name) for name in context.params}
+    return {name for name, source in sources.items() if source is not None and source.name not in ("DEFAULT",
+                                                                                                     "DEFAULT_MAP")}
+
+
 def deploy_line(folder) -> str | None:
     """The run's sentence on what to deploy (report_parts.deploy_sentence) with the path of the folder it
     names, or None where no baseline was measured."""
