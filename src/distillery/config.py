@@ -535,11 +535,12 @@ def setting(tree: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
 
 def check_resumed_settings(out: str | os.PathLike, saved: Mapping[str, Any], given: Mapping[str, Any],
                            remedy: str) -> None:
-    """``--resume`` continues the run in ``out`` with its saved settings (a settings tree, ``saved``): refuse in
-    one sentence each setting of ``given`` (dotted key -> value) given with another value, naming both, rather
-    than ignore it or let it change the run half-way. ``remedy`` ends the sentence. Every --resume checks here."""
-    differing = [f"{key} (saved {setting(saved, key)!r}, given {value!r})" for key, value in given.items()
-                 if setting(saved, key) != value]
+    """``--resume`` continues the run in ``out`` with its saved settings (``saved``: a settings tree, or dotted
+    keys): refuse in one sentence each setting of ``given`` (dotted key -> value) given with another value, naming
+    both, rather than ignore it or let it change the run half-way. ``remedy`` ends the sentence. Every --resume
+    (a run's, auto's, a step command's) checks here."""
+    was = lambda key: saved[key] if key in saved else setting(saved, key)  # noqa: E731
+    differing = [f"{key} (saved {was(key)!r}, given {value!r})" for key, value in given.items() if was(key) != value]
     if differing:
         raise DistilleryError(f"--resume continues the run in {out} with its saved settings, but these were given "
                               f"differently: {'; '.join(differing)}. {remedy}")
