@@ -24,9 +24,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from distillery.config import check_resumed_settings, load_yaml, setting, yaml_problem
+from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
-from distillery.folders import STEP_SETTINGS, atomic_file, writing
+from distillery.folders import atomic_file, writing
 from distillery.metrics import is_finite_number
 
 CONFIG, METRICS, BENCH, TRAIN = "config.yaml", "metrics.json", "bench.json", "train.json"
@@ -501,27 +501,6 @@ def save(folder: str | os.PathLike, record: Metrics | Bench | Train) -> Path:
     with writing(path, "the run's results"), atomic_file(path, "w") as f:
         f.write(json.dumps(record.to_dict(), indent=2))
     return path
-
-
-def check_step_settings(out: str | os.PathLike, settings: Mapping[str, Any], resume: bool,
-                        paths: tuple[str, ...] = ("teacher", "corpus")) -> None:
-    """A step command's run folder (``autotinybert pretrain``, ``cmow pretrain``) records the settings the run
-    started with; its --resume given another value of one is refused (:func:`config.check_resumed_settings`,
-    as ``compress --resume`` refuses it) rather than continued with a mix and recorded as the run's. The local
-    files and folders under ``paths`` (a name or a list) are compared resolved: the same, given from elsewhere."""
-    local = lambda v: str(Path(v).expanduser().resolve()) if Path(v).expanduser().exists() else v  # noqa: E731
-    given = {k: ([local(str(x)) for x in v] if isinstance(v, (list, tuple)) else local(str(v))) if k in paths else v
-             for k, v in settings.items()}
-    given = json.loads(json.dumps(given))  # as the file holds them (lists, not tuples)
-    path = Path(out) / STEP_SETTINGS
-    if resume and path.is_file():
-        if not isinstance(saved := _read_json(path), dict):
-            raise DistilleryError(f"{path} must hold a mapping of settings.")
-        check_resumed_settings(out, saved, given,
-                               "Give them as the run started, or start a new run (another --out) to change them.")
-        return
-    with writing(path, "the run's settings"), atomic_file(path, "w") as f:  # a fresh run (or one older than this file)
-        f.write(json.dumps(given, indent=2))
 
 
 # --------------------------------------------------------------------------------------------

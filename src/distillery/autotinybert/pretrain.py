@@ -37,9 +37,8 @@ from distillery.config import TrainConfig
 from distillery.data.corpus import mlm_dataset, read_corpus
 from distillery.data.encode import make_collate
 from distillery.errors import DistilleryError
-from distillery.folders import claim
+from distillery.folders import check_step_settings, claim
 from distillery.modeling import load_checked, load_tokenizer
-from distillery.run_record import check_step_settings
 from distillery.teacher import resolve_teacher, teacher_identity
 from distillery.training.trainer import Trainer
 import distillery.distributed as distributed

@@ -33,9 +33,8 @@ from distillery.cmow.options import CMOWOptions
 from distillery.config import TrainConfig
 from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
 from distillery.errors import DistilleryError
-from distillery.folders import claim, record, write_file
+from distillery.folders import check_step_settings, claim, record, write_file
 from distillery.modeling import load_checked, load_tokenizer
-from distillery.run_record import check_step_settings
 from distillery.teacher import resolve_teacher, teacher_config
 from distillery.training.losses import kd_mix, soft_cross_entropy
 from distillery.training.trainer import Trainer
