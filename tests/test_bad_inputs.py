@@ -441,6 +441,8 @@ CASES = {
                                                               str(p.tmp / "conv")], "is not a readable safetensors file"),
     "report-a-string-score": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": "0.85"}))],
                               "metrics.json: student.accuracy holds the string '0.85', where a report reads a number"),
+    "report-accuracy-5": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": 5.0}))],
+                          "metrics.json: student.accuracy holds 5.0, but accuracy lies in [0, 1]"),
     "report-hardware-a-string": (lambda p: ["report", str(p.finished_run("h", hardware="my laptop"))],
                                  "bench.json: hardware holds the string 'my laptop', where a report reads a mapping"),
     "eval-split-train": (lambda p: evaluate(p, "two", "--split", "train"),
