@@ -445,3 +445,13 @@ def test_the_records_write_the_files_as_the_pipeline_always_wrote_them(tmp_path)
     path = save(tmp_path, metrics)
     assert path.read_text() == json.dumps(metrics.to_dict(), indent=2) and '"retention": null' in path.read_text()
     assert save(tmp_path, Bench({"models": {}})).name == "bench.json"
+
+
+def test_one_run_given_twice_is_refused_before_anything_is_written(tmp_path):
+    """Issue 52: `report A A --out X` listed the same run twice, compared with itself."""
+    run = make_run(tmp_path / "run")
+    (tmp_path / "alias").symlink_to(run)
+    for again in (run, tmp_path / "alias", tmp_path / "x" / ".." / "run"):
+        with pytest.raises(DistilleryError, match="give each run once"):
+            merge_runs([run, make_run(tmp_path / "other", method="cmow"), again], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
