@@ -282,6 +282,11 @@ def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, 
                               f"Were the weights renamed, or saved from another architecture?")
 
 
+# The config.json key naming the task a model was trained for (transformers' own name for it): written into
+# every model distillery trains for a task (teacher, student), read by eval (evaluation.trained_task).
+FINETUNING_TASK = "finetuning_task"
+
+
 def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
     """save_pretrained (safetensors), the tokenizer and the weights' SHA-256 record into a temporary
     folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if

@@ -35,7 +35,7 @@ from distillery.folders import (RUN_TEACHER, WriteRefused, check_target, claim, 
 from distillery.live_baselines import live_baselines
 from distillery.method import Method, get_method
 from distillery.method_context import MethodContext
-from distillery.modeling import save_model
+from distillery.modeling import FINETUNING_TASK, save_model
 from distillery.report import write_report
 from distillery.run_record import Bench, Metrics, Train, chain_link, save
 from distillery.runtime import is_export, load_model
@@ -264,6 +264,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     student.eval()
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
+    setattr(student.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
     with writing(out / "student", "the trained student"):
         save_model(student, ctx.student_side[0], out / "student")  # a pretrained student keeps its own tokenizer
     # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an

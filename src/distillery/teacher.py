@@ -35,8 +35,8 @@ from distillery.training.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import (check_model_type, first_line, head_for_task, head_named, load_checked, load_config,
-                                 load_tokenizer)
+from distillery.modeling import (FINETUNING_TASK, check_model_type, first_line, head_for_task, head_named, load_checked,
+                                 load_config, load_tokenizer)
 from distillery.run_record import CONFIG, METRICS, chain_link, read_metrics
 from distillery.runtime import load_export, on_device, read_manifest
 from distillery.weights import check_against_config, file_digest, record_weights, sha256_file
@@ -467,6 +467,7 @@ def _finetune_into(folder: Path, teacher: TeacherConfig, task: TaskSpec, task_da
     model, metrics, seconds = finetune(model, task_data, teacher.train, work, resume=True, desc="teacher")
     info = {"teacher": teacher.name, "task": task.name, "metrics": metrics, "seconds": seconds,
             "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    setattr(model.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
     if distributed.is_main():  # every process holds the same weights; one writes the cache entry
         # a fixed temporary name: the next fine-tuning clears what a killed one left
         with writing(folder, "the fine-tuned teacher"), \
