@@ -327,3 +327,21 @@ def test_nothing_chosen_exits_non_zero_and_the_report_lists_each_skipped_candida
     names = [c["name"] for c in summary["candidates"]] + [s["name"] for s in summary["skipped"]]
     for name in set(names):
         assert sum(line.startswith(f"- `{name}`") for line in report.splitlines()) == 1, name
+
+
+def test_a_resumed_auto_run_refuses_settings_and_a_target_given_differently_in_the_runs_sentence(tmp_path):
+    """auto's --resume refuses as every --resume does (config.check_resumed_settings); only the data folder moves."""
+    from dataclasses import asdict
+
+    from distillery.auto import KIND, make_target, resumed_state
+    from distillery.errors import DistilleryError
+    from distillery.folders import claim
+
+    out = claim(tmp_path / "auto", KIND)
+    (out / "auto.json").write_text(json.dumps({"settings": {"student.lr": 1e-4, "data.task": "sst2"},
+                                               "target": asdict(make_target(2.0, None))}))
+    state = resumed_state(out, {"student.lr": 1e-4, "data.data_dir": "/moved"}, make_target(2.0, None), None)
+    assert state["settings"] == {"student.lr": 1e-4, "data.task": "sst2", "data.data_dir": "/moved"}
+    with pytest.raises(DistilleryError, match=r"given differently: student.lr \(saved 0.0001, given 0.5\); target \(saved "
+                                              r"'a measured speed-up of at least 2.00× .*, given .*3.00×"):
+        resumed_state(out, {"student.lr": 0.5}, make_target(3.0, None), None)

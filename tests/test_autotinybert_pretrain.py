@@ -106,6 +106,26 @@ def test_pretrain_killed_then_resumed_is_bitwise_the_uninterrupted_run(tiny_bert
     assert [k for k in first if not torch.equal(first[k], resumed[k])] == []
 
 
+def test_pretrain_resumed_with_other_settings_is_refused_naming_them(tiny_bert, tmp_path, monkeypatch, capsys):
+    """Issue 52: `pretrain --lr 0.5 --resume` on a run started at 1e-4 continued at 1e-4 and wrote "lr": 0.5 into
+    supernet.json. Refused, as compress --resume refuses a changed setting; the same settings are resumed."""
+    corpus = write_corpus(tmp_path / "corpus.txt", lines=60)
+    code, _, err = pretrain(monkeypatch, capsys, tmp_path / "pre", corpus, tiny_bert)
+    assert code == 0, err
+    facts = (tmp_path / "pre" / "supernet" / "supernet.json").read_text()
+    code, _, err = pretrain(monkeypatch, capsys, tmp_path / "pre", corpus, tiny_bert, "--lr", "0.5", "--resume")
+    assert_one_line_error(code, err, f"--resume continues the run in {tmp_path / 'pre'} with its saved settings, but "
+                                     "these were given differently: lr (saved 0.0001, given 0.5).")
+    other = write_corpus(tmp_path / "other.txt", lines=60, seed=1)
+    code, _, err = pretrain(monkeypatch, capsys, tmp_path / "pre", other, tiny_bert, "--strategy", "heads", "--resume")
+    assert_one_line_error(code, err, f"corpus (saved ['{corpus}'], given ['{other}']); strategy (saved 'head-dims', "
+                                     "given 'heads')")
+    assert (tmp_path / "pre" / "supernet" / "supernet.json").read_text() == facts
+    monkeypatch.chdir(tmp_path)  # the same corpus, named from elsewhere, is the same setting
+    code, _, err = pretrain(monkeypatch, capsys, "pre", "corpus.txt", tiny_bert, "--resume")
+    assert code == 0, err
+
+
 def test_pretrain_refuses_an_empty_or_missing_corpus(tiny_bert, tmp_path, monkeypatch, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n<doc id=1>\nTitle\n</doc>\n")

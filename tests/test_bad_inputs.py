@@ -197,6 +197,24 @@ CASES = {
     "student-layers-list-of-text": (lambda p: p.compress("--option", "student_layers=[0, a]"), "student_layers"),
     "unknown-option": (lambda p: p.compress("--option", "bogus=1"), "bogus"),
     "option-without-value": (lambda p: p.compress("--option", "alpha"), "--option"),
+    # an option given twice (issue 52): the flag used to win over --option, and the last --option over the first
+    "option-and-its-flag": (lambda p: p.compress("--kd-weight", "0.1", "--option", "kd_weight=0.9"),
+                            "kd_weight is given twice: --kd-weight 0.1 and --option kd_weight=0.9; give it once."),
+    "option-twice": (lambda p: p.compress("--option", "kd_weight=0.1", "--option", "kd-weight=0.9"),
+                     "kd_weight is given twice: --option kd_weight=0.1 and --option kd-weight=0.9; give it once."),
+    "option-and-its-bool-flag": (lambda p: p.compress("--method", "moebert", "--no-refit", "--option", "refit=true"),
+                                 "refit is given twice: --no-refit and --option refit=true"),
+    "option-and-its-flag-auto": (lambda p: p.compress("--method", "auto", "--speedup", "2", "--option", "speedup=3"),
+                                 "speedup is given twice: --speedup 2.0 and --option speedup=3"),
+    "atb-search-option-further-training": (lambda p: ["autotinybert", "search", "--teacher", p.bert, "--data-dir",
+                                                      str(p.glue), "--option", "further_training=true"],
+                                           "further_training is given twice: autotinybert search (which sets "
+                                           "further_training=false) and --option further_training=true"),
+    "atb-train-supernet-and-option": (lambda p: ["autotinybert", "train", "--supernet", str(p.tmp), "--arch", "fast",
+                                                 "--option", f"supernet={p.glue}"], "supernet is given twice: --supernet"),
+    "cmow-pretrain-flag-and-option": (lambda p: p.corpus_command("cmow", "pretrain", "--kd-weight", "0.5", "--option",
+                                                                 "kd_weight=0.9"),
+                                      "kd_weight is given twice: --kd-weight 0.5 and --option kd_weight=0.9"),
     "option-python-tag": (lambda p: p.compress("--option", 'x=!!python/object/apply:os.system ["true"]'), "--option x"),
     "option-binary-tag": (lambda p: p.compress("--option", "x=!!binary abc"), "--option x"),
     "option-malformed-yaml": (lambda p: p.compress("--option", "alpha=[1, 2"), "--option alpha"),
@@ -297,6 +315,27 @@ CASES = {
                                                   str(p.glue)], "tokenizer_config.json"),
     "export-tokenizer-json-not-json": (lambda p: ["export", hostile(p, "tokenizer-not-json-two"), "--format", "torch-int8",
                                                   "--out", str(p.tmp / "x")], "tokenizer.json"),
+    # a model that is its own code (issue 52): refused from config.json before anything is loaded, on every
+    # command that loads a folder; test_hostile_models.py shows no prompt appears and nothing of it runs
+    "teacher-auto-map": (lambda p: p.compress(teacher=hostile(p, "auto-map")), "maps the model to its own Python code"),
+    "teacher-unknown-type": (lambda p: p.compress(teacher=hostile(p, "unknown-type")),
+                             "names model_type 'evilbert', which neither transformers nor distillery defines"),
+    "teacher-no-model-type": (lambda p: p.compress(teacher=hostile(p, "no-type")), "names no model_type"),
+    "teacher-command-auto-map": (lambda p: ["teacher", "--teacher", hostile(p, "auto-map"), "--data-dir", str(p.glue)],
+                                 "auto_map"),
+    "student-auto-map": (lambda p: p.compress("--student", hostile(p, "auto-map")), "auto_map"),
+    "moebert-importance-auto-map": (lambda p: ["moebert", "importance", "--teacher", hostile(p, "auto-map"), "--data-dir",
+                                               str(p.glue), "--out", str(p.tmp / "i.safetensors")], "auto_map"),
+    "cmow-pretrain-auto-map": (lambda p: ["cmow", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.file),
+                                          "--teacher", hostile(p, "auto-map")], "auto_map"),
+    "atb-pretrain-auto-map": (lambda p: ["autotinybert", "pretrain", "--out", str(p.tmp / "c"), "--corpus", str(p.file),
+                                         "--teacher", hostile(p, "auto-map")], "auto_map"),
+    "eval-auto-map": (lambda p: ["eval", hostile(p, "auto-map-two"), "--data-dir", str(p.glue)], "auto_map"),
+    "export-auto-map": (lambda p: ["export", hostile(p, "auto-map-two"), "--format", "torch-int8", "--out",
+                                   str(p.tmp / "x")], "auto_map"),
+    "bench-auto-map": (lambda p: ["bench", hostile(p, "auto-map-two")], "auto_map"),
+    "teacher-tokenizer-auto-map": (lambda p: p.compress(teacher=hostile(p, "tokenizer-auto-map")),
+                                   "tokenizer_config.json maps the tokenizer to its own Python code"),
     "cmow-init-a-bert-folder": (lambda p: p.compress("--method", "cmow", "--option", f"init={p.bert}"), "not a CMOW encoder"),
     "eval-saved-model-without-weights-record": (lambda p: ["eval", p.saved_without_record(), "--data-dir", str(p.glue)],
                                                 "has no weights record"),
@@ -418,6 +457,13 @@ CASES = {
                                                               str(p.tmp / "conv")], "is not a readable safetensors file"),
     "report-a-string-score": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": "0.85"}))],
                               "metrics.json: student.accuracy holds the string '0.85', where a report reads a number"),
+    "report-accuracy-5": (lambda p: ["report", str(p.finished_run("s", student={"accuracy": 5.0}))],
+                          "metrics.json: student.accuracy holds 5.0, but accuracy lies in [0, 1]"),
+    "report-a-run-twice": (lambda p: ["report", str(p.finished_run("a")), str(p.tmp / "a"), "--out", str(p.tmp / "m")],
+                           "/a is given twice; give each run once."),
+    "report-a-run-twice-by-another-path": (lambda p: ["report", str(p.finished_run("a")), str(p.link(p.tmp / "a")),
+                                                      "--out", str(p.tmp / "m")],
+                                           "/link are one run folder ("),
     "report-hardware-a-string": (lambda p: ["report", str(p.finished_run("h", hardware="my laptop"))],
                                  "bench.json: hardware holds the string 'my laptop', where a report reads a mapping"),
     "eval-split-train": (lambda p: evaluate(p, "two", "--split", "train"),
@@ -486,6 +532,17 @@ def hostile(p: Paths, kind: str) -> str:
         state = load_file(weights)
         weights.unlink()
         torch.save({**state, "extra": Paths}, folder / "pytorch_model.bin")
+    elif base in ("auto-map", "unknown-type", "no-type"):  # the model is the folder's own code, or of no known type
+        content = {**json.loads(config.read_text()), "model_type": "evilbert"}
+        if base == "auto-map":
+            content = {**content, "model_type": "bert", "auto_map": {"AutoConfig": "evil.EvilConfig"}}
+        if base == "no-type":
+            del content["model_type"]
+        config.write_text(json.dumps(content))
+    elif base == "tokenizer-auto-map":
+        tokenizer_config = folder / "tokenizer_config.json"
+        tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()),
+                                                "auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}}))
     elif base == "nan":
         save_file({k: v * float("nan") for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
     else:

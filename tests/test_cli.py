@@ -61,3 +61,15 @@ def test_option_values_are_yaml_and_exponent_floats():
     """``--option`` values: YAML types, and ``3e-4`` a float (YAML 1.1 leaves it a string)."""
     assert cli.parse_options(["lambda=3e-4", "experts=4", "routing=hash-r", "shared-mode=tied", "flag=true"]) == {
         "lambda": 3e-4, "experts": 4, "routing": "hash-r", "shared_mode": "tied", "flag": True}
+
+
+def test_an_option_given_twice_is_refused_naming_both():
+    """Issue 52: the last --option, or a flag over --option, used to win without a word."""
+    import pytest
+
+    from distillery.errors import DistilleryError
+
+    with pytest.raises(DistilleryError, match=r"^lambda is given twice: --option lambda=1 and --option lambda=2; give"):
+        cli.parse_options(["lambda=1", "lambda=2"])
+    with pytest.raises(DistilleryError, match=r"^kd_weight is given twice: --kd-weight 0.1 and --option kd-weight=0.9"):
+        cli.parse_options(["kd-weight=0.9"], {"kd_weight": "--kd-weight 0.1"})

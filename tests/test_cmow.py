@@ -3,6 +3,8 @@ directions, DiffCat, heads, save/load, bad configurations, long inputs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -18,6 +20,7 @@ from distillery.cmow.modeling_cmow import (
     tree_product,
     two_hot,
 )
+from distillery.errors import DistilleryError
 
 from tests.helpers import tiny_config, write_corpus
 from tests.oracles import sequential_product
@@ -324,6 +327,11 @@ def test_pretrain_resumes_exactly_after_an_interruption(tiny_bert, tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         pre.pretrain([corpus], tmp_path / "cut", train=train, **kw)
     monkeypatch.setattr(pre, "general_distillation_loss", real_loss)
+    # issue 52: a resume given other settings is refused naming them, not continued from the checkpoint with a mix
+    with pytest.raises(DistilleryError, match=r"given differently: kd_weight \(saved 0.5, given 0.9\); lr \(saved 0.001, "
+                                              r"given 0.01\)\. Give them as the run started"):
+        pre.pretrain([corpus], tmp_path / "cut", train=dataclasses.replace(train, lr=1e-2), resume=True, kd_weight=0.9,
+                     **kw)
     resumed = CMOWForMaskedLM.from_pretrained(pre.pretrain([corpus], tmp_path / "cut", train=train, resume=True, **kw))
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
         assert_close(a, b, msg=name)

@@ -160,3 +160,58 @@ def test_a_task_scored_with_metrics_its_kind_has_not_is_refused_when_made(kind, 
 
     with pytest.raises(DistilleryError, match=match):
         TaskSpec(name="mine", kind=kind, labels=None, metrics=metrics, main_metric=main)
+
+
+def _saved(tiny_bert, folder, labels: dict | None = None, task: str | None = None):
+    """The tiny BERT with a head of ``labels`` (id -> name; None: a regression head) saved in ``folder``, recording
+    that it was trained for ``task`` (None: nothing recorded)."""
+    from distillery.modeling import FINETUNING_TASK
+
+    kwargs = {"num_labels": 1, "problem_type": "regression"} if labels is None else \
+        {"num_labels": len(labels), "id2label": labels, "label2id": {v: k for k, v in labels.items()}}
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert, **kwargs)
+    if task:
+        setattr(model.config, FINETUNING_TASK, task)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(folder)
+    return folder
+
+
+def test_a_model_is_scored_on_the_task_it_was_trained_for_unless_told_otherwise(tiny_bert, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """Issue 52: `eval RUN --task mrpc` on an SST-2 student scored an F1 without a word."""
+    import yaml
+
+    from tests.helpers import assert_one_line_error, run_cli
+
+    data = write_glue(tmp_path / "data", n_train=8, n_dev=10)
+    nli = _saved(tiny_bert, tmp_path / "rte", {0: "entailment", 1: "not_entailment"}, task="rte")
+
+    def evaluate(*args):
+        return run_cli(monkeypatch, capsys, "eval", *map(str, args), "--data-dir", str(data))
+
+    code, _, err = evaluate(nli, "--task", "sst2")
+    assert_one_line_error(code, err, f"{nli} was trained for rte ({nli / 'config.json'} records it) with labels "
+                                     "entailment, not_entailment, and --task sst2 has labels negative, positive: its "
+                                     "scores there would mean nothing. Give --task rte, or add --other-task to score it "
+                                     "on sst2 all the same.")
+    code, out, err = evaluate(nli, "--task", "sst2", "--other-task")  # as many outputs: asked for, scored
+    assert code == 0, err
+    assert json.loads(out)["task"] == "sst2"
+    code, _, err = evaluate(nli, "--task", "stsb", "--other-task")  # another number of outputs: never
+    assert_one_line_error(code, err, "and --task stsb has a regression head, another number of outputs: its scores "
+                                     "there would mean nothing. Give --task rte.")
+    # without --task, the model's own task (STS-B here, whose data the folder has)
+    code, out, err = evaluate(_saved(tiny_bert, tmp_path / "stsb", None, task="stsb"))
+    assert code == 0, err
+    assert json.loads(out)["task"] == "stsb"
+    # a run older than the recorded key: its config.yaml says which task its student learned
+    run = tmp_path / "run"
+    _saved(tiny_bert, run / "student", {0: "not_equivalent", 1: "equivalent"})
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": "distill", "data": {"task": "mrpc"}}))
+    code, _, err = evaluate(run, "--task", "sst2")
+    assert_one_line_error(code, err, f"was trained for mrpc (its run's {run / 'config.yaml'} says so) with labels "
+                                     "not_equivalent, equivalent")
+    # a model that records no task is scored on the task given
+    code, out, err = evaluate(_saved(tiny_bert, tmp_path / "plain", {0: "0", 1: "1"}), "--task", "sst2")
+    assert code == 0, err

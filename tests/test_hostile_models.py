@@ -207,3 +207,78 @@ def test_non_finite_outputs_are_refused_not_scored(tiny_bert, glue):
     with pytest.raises(DistilleryError, match="not finite"):
         evaluate(model, "sst2", tokenizer=AutoTokenizer.from_pretrained(tiny_bert), data_dir=str(glue))
 
+
+
+def code_folder(tiny_bert, root, model_type: str):
+    """A copy of the tiny BERT whose config.json says its model is the folder's own code (``auto_map``) and names
+    ``model_type``; importing that code (evil.py) creates ``root/ran``: the proof that it ran."""
+    folder = root / model_type
+    shutil.copytree(tiny_bert, folder)
+    config = json.loads((folder / "config.json").read_text())
+    auto_map = {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel",
+                "AutoModelForSequenceClassification": "evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": model_type, "auto_map": auto_map}))
+    (folder / "evil.py").write_text(f"open({str(root / 'ran')!r}, 'w').close()\n")
+    return folder
+
+
+@pytest.mark.parametrize("model_type", ["evilbert", "bert"])
+@pytest.mark.parametrize("command", ["compress", "eval"])
+def test_a_folder_with_its_own_code_is_refused_without_a_prompt_even_given_y(command, model_type, tiny_bert, glue,
+                                                                             tmp_path):
+    """Issue 52: transformers asked "Do you wish to run the custom code? [y/N]" and ran the folder's code on y;
+    distillery refused the folder only afterwards. A real process, with y on its stdin."""
+    import subprocess
+    import sys
+
+    folder = str(code_folder(tiny_bert, tmp_path, model_type))
+    args = {"compress": ["compress", "--teacher", folder, "--data-dir", str(glue), "--out", str(tmp_path / "run")],
+            "eval": ["eval", folder, "--data-dir", str(glue)]}[command]
+    done = subprocess.run([sys.executable, "-m", "distillery.cli", *args], input="y\n", capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode not in (0, None)
+    assert_one_line_error(done.returncode, done.stderr, f"{folder}/config.json maps the model to its own Python code")
+    assert "[y/N]" not in output and "hf.co" not in output and "Traceback" not in output
+    assert not (tmp_path / "ran").exists()
+
+
+def test_every_load_refuses_a_folders_code_even_unchecked(tiny_bert, tmp_path, monkeypatch):
+    """Behind the check of config.json, every load passes trust_remote_code=False: with the check switched
+    off, the folder is still refused, by transformers, without a prompt and without running its code."""
+    import builtins
+
+    import distillery.modeling as modeling
+    from distillery.teacher import teacher_config
+    from tests.helpers import patch_everywhere
+
+    folder = code_folder(tiny_bert, tmp_path, "evilbert")
+    patch_everywhere(monkeypatch, modeling, "check_model_type", lambda *_: None)
+    monkeypatch.setattr(builtins, "input", lambda *_: pytest.fail("transformers asked whether to run the folder's code"))
+    for load in (modeling.read_config, teacher_config,
+                 lambda f: modeling.load_checked(modeling.AutoModelForSequenceClassification, f, "the model")):
+        with pytest.raises(DistilleryError, match="custom code"):
+            load(str(folder))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_every_from_pretrained_in_the_source_passes_trust_remote_code_false():
+    """The rule the test above samples, read from the source: a new load cannot forget it."""
+    import ast
+    from pathlib import Path
+
+    import distillery
+
+    missing = []
+    for path in Path(distillery.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("from_pretrained", "pipeline")):
+                continue
+            receiver = ast.unparse(node.func.value)
+            if receiver.startswith("nn."):  # torch's EmbeddingBag.from_pretrained takes a tensor, not a folder
+                continue
+            given = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            if given.get("trust_remote_code") != "False":
+                missing.append(f"{path.name}:{node.lineno} {receiver}.from_pretrained")
+    assert not missing, missing

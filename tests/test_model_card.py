@@ -311,6 +311,9 @@ def test_labels_keep_their_names_through_pipeline(run, tiny_bert, glue_dir, tmp_
     classify = pipeline("text-classification", model=str(sst2 / "student"))
     assert classify("a fine movie")[0]["label"] in ("negative", "positive")
     assert distillery.load_student(sst2).config.id2label == {0: "negative", 1: "positive"}
+    # and the task they learned, which eval reads (issue 52)
+    assert distillery.load_student(sst2).config.finetuning_task == "sst2"
+    assert distillery.load_student(run).config.finetuning_task == "custom"
     # a teacher fine-tuned before the names (digits) or given with a generic head is named; a head of its own is kept
     task = get_task("sst2")
     for given, named in (({0: "0", 1: "1"}, {0: "negative", 1: "positive"}),

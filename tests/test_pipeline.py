@@ -189,6 +189,17 @@ def test_resume_refuses_settings_given_differently(tmp_path, monkeypatch, capsys
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", str(run), "--resume", "--method", "moebert")
     assert_one_line_error(code, err, "method (saved 'distill', given 'moebert')")
 
+    # issue 52: `moebert train --resume` checked nothing; a task left at its default is not a given one
+    moebert = claim(tmp_path / "moebert", "run")
+    build_run_config(method="moebert", task="rte", out=str(moebert),
+                     overrides={"method_options.init": str(tmp_path), "student.lr": 1e-4}).save(moebert / "config.yaml")
+    code, _, err = run_cli(monkeypatch, capsys, "moebert", "train", "--init", str(tmp_path), "--out", str(moebert),
+                           "--resume", "--lr", "0.5")
+    assert_one_line_error(code, err, "these were given differently: student.lr (saved 0.0001, given 0.5).")
+    code, _, err = run_cli(monkeypatch, capsys, "moebert", "train", "--init", str(tmp_path), "--out", str(moebert),
+                           "--resume", "--task", "sst2")
+    assert_one_line_error(code, err, "data.task (saved 'rte', given 'sst2')")
+
     again = build_run_config(out=str(run), data_dir=str(tmp_path / "moved"), overrides={"student.epochs": 3})
     _, config = run_folder_config(again, True, {"student.epochs": 3, "data.data_dir": str(tmp_path / "moved")})
     assert config.student.epochs == 3.0 and config.data.data_dir == str(tmp_path / "moved")

@@ -110,6 +110,45 @@ def test_missing_folder_and_bad_json(tmp_path):
         write_report(run)
 
 
+def _with_metrics(run, **changes):
+    """``run`` with its metrics.json's top-level fields replaced by ``changes``."""
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, **changes}))
+    return run
+
+
+@pytest.mark.parametrize("changes, refusal", [
+    ({"student": {"accuracy": 5.0}}, "student.accuracy holds 5.0, but accuracy lies in [0, 1]"),
+    ({"teacher": {"accuracy": 0.9, "f1": -0.2}}, "teacher.f1 holds -0.2, but f1 lies in [0, 1]"),
+    ({"others": {"int8": {"accuracy": 84.9}}}, "others.int8.accuracy holds 84.9, but accuracy lies in [0, 1]"),
+    ({"task": "stsb", "main_metric": "pearson", "teacher": {"pearson": 0.8, "spearman": 1.5}},
+     "teacher.spearman holds 1.5, but spearman lies in [-1, 1]"),
+    ({"task": "cola", "main_metric": "mcc", "teacher": {"mcc": -1.2}}, "teacher.mcc holds -1.2, but mcc lies in [-1, 1]"),
+    ({"other_splits": {"dev_mismatched": {"student": {"accuracy": 1.01}}}},
+     "other_splits.dev_mismatched.student.accuracy holds 1.01"),
+    ({"chance": {"main": 50.0, "margin": 0.03}}, "chance.main holds 50.0, but accuracy lies in [0, 1]"),
+    ({"task": "squad", "main_metric": "f1", "teacher": {"exact_match": 80.0, "f1": 101.0}},
+     "teacher.f1 holds 101.0, but f1 lies in [0, 100]"),
+])
+def test_a_score_outside_its_metrics_range_is_refused_naming_the_file_field_and_value(tmp_path, changes, refusal):
+    """Issue 52: an accuracy of 5.0 in metrics.json became "Deploy `student`: accuracy 5.00" in the report and card."""
+    run = _with_metrics(make_run(tmp_path / "run"), **changes)
+    with pytest.raises(DistilleryError) as refused:
+        write_report(run)
+    assert str(refused.value).startswith(f"{run / 'metrics.json'}: {refusal}")
+    assert not (run / "report.md").exists()
+
+
+def test_scores_at_the_ends_of_their_ranges_and_squads_percentages_are_read(tmp_path):
+    squad = {"exact_match": 80.5, "f1": 88.25, "HasAns_f1": 100.0, "NoAns_exact": 0.0}
+    for i, changes in enumerate([{"teacher": {"accuracy": 1.0, "f1": 0.0}, "student": {"accuracy": 0.0, "f1": 1.0}},
+                                 {"task": "cola", "main_metric": "mcc", "teacher": {"mcc": 1.0},
+                                  "student": {"mcc": -1.0}, "chance": {"main": 0.0, "margin": 0.06}},
+                                 {"task": "squad_v2", "main_metric": "f1", "teacher": squad, "student": squad,
+                                  "others": {"int8": {"exact_match": 79.0, "f1": 87.0}}}]):
+        assert write_report(_with_metrics(make_run(tmp_path / str(i)), **changes)).is_file()
+
+
 def test_merge_runs(tmp_path):
     a = make_run(tmp_path / "moe", method="moebert")
     b = make_run(tmp_path / "cmow", method="cmow", student_acc=0.80, student_ms=2.0, extra=False)
@@ -406,3 +445,13 @@ def test_the_records_write_the_files_as_the_pipeline_always_wrote_them(tmp_path)
     path = save(tmp_path, metrics)
     assert path.read_text() == json.dumps(metrics.to_dict(), indent=2) and '"retention": null' in path.read_text()
     assert save(tmp_path, Bench({"models": {}})).name == "bench.json"
+
+
+def test_one_run_given_twice_is_refused_before_anything_is_written(tmp_path):
+    """Issue 52: `report A A --out X` listed the same run twice, compared with itself."""
+    run = make_run(tmp_path / "run")
+    (tmp_path / "alias").symlink_to(run)
+    for again in (run, tmp_path / "alias", tmp_path / "x" / ".." / "run"):
+        with pytest.raises(DistilleryError, match="give each run once"):
+            merge_runs([run, make_run(tmp_path / "other", method="cmow"), again], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()

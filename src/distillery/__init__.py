@@ -33,8 +33,8 @@ def load_student(path):
     return load_model(path)
 
 
-def evaluate(model, task, **kwargs):
-    """Score a model (object or folder) on a task's dev split. See evaluation.evaluate."""
+def evaluate(model, task=None, **kwargs):
+    """Score a model (object or folder) on a task's dev split (a folder: by default its own task). See evaluation.evaluate."""
     from distillery.evaluation import evaluate as _evaluate
 
     return _evaluate(model, task, **kwargs)

@@ -29,7 +29,7 @@ from distillery.auto_budget import (calibration, estimate_seconds, fits, not_fit
                                     up_front)
 from distillery.auto_choice import Target, choose, make_target, write_json  # noqa: F401 (auto's API)
 from distillery.auto_report import finish
-from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, parse_time_budget, run_inputs
+from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, check_resumed_settings, parse_time_budget, run_inputs
 from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
@@ -240,13 +240,11 @@ def resumed_state(out: Path, settings: Mapping[str, Any], target: Target | None,
         raise DistilleryError(f"Cannot resume: {out} holds no auto.json of an earlier --method auto run.")
     state = json.loads((out / "auto.json").read_text())
     saved = state["settings"]
-    differing = [f"{k} (saved {saved.get(k)!r}, given {v!r})" for k, v in _normal(dict(settings)).items()
-                 if v is not None and k not in ("out", "data.data_dir", "method") and saved.get(k) != v]
-    if target is not None and asdict(target) != state["target"]:
-        differing.append(f"the target (saved {Target(**state['target']).words()}, given {target.words()})")
-    if differing:
-        raise DistilleryError(f"--resume continues the auto run in {out} with its saved settings, but these were "
-                              f"given differently: {'; '.join(differing)}. Drop them to resume, or choose another --out.")
+    was = dict(saved)
+    given = {k: v for k, v in _normal(dict(settings)).items() if v is not None and k not in ("out", "data.data_dir", "method")}
+    if target is not None and asdict(target) != state["target"]:  # the target, when given, is a setting too
+        was["target"], given["target"] = Target(**state["target"]).words(), target.words()
+    check_resumed_settings(out, was, given, "Drop them to resume, or choose another --out.")
     if settings.get("data.data_dir"):
         saved["data.data_dir"] = settings["data.data_dir"]
     keep = ("target", "settings", "time_budget_s", "teacher_ms", "plan_speedup")

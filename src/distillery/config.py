@@ -538,6 +538,19 @@ def setting(tree: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     return value
 
 
+def check_resumed_settings(out: str | os.PathLike, saved: Mapping[str, Any], given: Mapping[str, Any],
+                           remedy: str) -> None:
+    """``--resume`` continues the run in ``out`` with its saved settings (``saved``: a settings tree, or dotted
+    keys): refuse in one sentence each setting of ``given`` (dotted key -> value) given with another value, naming
+    both, rather than ignore it or let it change the run half-way. ``remedy`` ends the sentence. Every --resume
+    (a run's, auto's, a step command's) checks here."""
+    was = lambda key: saved[key] if key in saved else setting(saved, key)  # noqa: E731
+    differing = [f"{key} (saved {was(key)!r}, given {value!r})" for key, value in given.items() if was(key) != value]
+    if differing:
+        raise DistilleryError(f"--resume continues the run in {out} with its saved settings, but these were given "
+                              f"differently: {'; '.join(differing)}. {remedy}")
+
+
 def run_inputs(config: RunConfig) -> list[str]:
     """The local paths a run reads (teacher, data folder, data files, method inputs such as an init
     model): its output folder may be none of them, nor hold one."""

@@ -6,22 +6,26 @@ Models are Hugging Face-style: called with the collated batch, they return outpu
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from distillery.config import DataConfig
+from distillery.config import DEFAULT_TASK, DataConfig, load_yaml, setting
 from distillery.data.encode import (TaskData, example_lengths, length_batches, model_inputs, postprocess_squad,
                                     prepare_task_data)
 from distillery.data.loading import column_values, task_for
 from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError, listed
 from distillery.metrics import compute_metrics, squad_metrics
-from distillery.modeling import load_tokenizer, model_folder
+from distillery.modeling import FINETUNING_TASK, head_of, load_tokenizer, model_folder
+from distillery.run_record import CONFIG
 from distillery.runtime import load_model
 
 LOGIT_PAD = -1e4  # fills QA logits past a window's end; postprocess_squad never reads them
@@ -187,24 +191,66 @@ def _model_label_order(spec, model, source):
     return dataclasses.replace(spec, labels=labels)
 
 
+def trained_task(folder: Path) -> tuple[str, str] | None:
+    """The task the model saved in ``folder`` was trained for, and what says so: its config.json's
+    ``finetuning_task`` (every model distillery trains for a task records it), else the run folder it is the
+    student of (``RUN/student`` beside ``RUN/config.yaml``: a run older than that key). None for any other model."""
+    recorded = json.loads((folder / "config.json").read_text()).get(FINETUNING_TASK)
+    if isinstance(recorded, str) and recorded:
+        return recorded, f"{folder / 'config.json'} records it"
+    run_config = folder.parent / CONFIG
+    if folder.name == "student" and run_config.is_file():
+        with contextlib.suppress(OSError, ValueError, yaml.YAMLError):  # an unreadable run records nothing
+            task = setting(load_yaml(run_config.read_text()) or {}, "data.task")
+            if isinstance(task, str) and task:
+                return task, f"its run's {run_config} says so"
+    return None
+
+
+def check_trained_task(folder: Path, config, spec: TaskSpec, other_task: bool = False) -> None:
+    """Refuse to score the model saved in ``folder`` (its loaded ``config``) on ``spec`` when it was trained for
+    another task (an SST-2 student on MRPC scores an F1 that means nothing); ``other_task`` allows it where the
+    heads have the same shape (as many outputs). Task custom is left to the label check: its classes are named."""
+    trained = trained_task(folder)
+    if trained is None or trained[0] == spec.name or spec.name == "custom":
+        return
+    qa, outputs = head_of(config).name == "question-answering", int(getattr(config, "num_labels", 0) or 0)
+    regression = outputs == 1 or getattr(config, "problem_type", None) == "regression"
+    labels = ", ".join(str(config.id2label[i]) for i in sorted(getattr(config, "id2label", None) or {}))
+    mine = "answer spans" if qa else "a regression head" if regression else f"labels {labels}"
+    theirs = {"qa": "answer spans", "regression": "a regression head"}.get(spec.kind, f"labels {', '.join(spec.class_names)}")
+    same_shape = qa == (spec.kind == "qa") and (qa or outputs == spec.num_labels)
+    if other_task and same_shape:
+        return
+    task, source = trained
+    asked = f"--task {spec.name} has {theirs}" + ("" if same_shape else ", another number of outputs")
+    allow = f", or add --other-task to score it on {spec.name} all the same" if same_shape else ""
+    raise DistilleryError(f"{folder} was trained for {task} ({source}) with {mine}, and {asked}: its scores there "
+                          f"would mean nothing. Give --task {task}{allow}.")
+
+
 def evaluate(
     model,
-    task,
+    task=None,
     *,
     tokenizer=None,
     data_dir: str | None = None,
     split: str = "dev",
     max_length: int = 128,
     batch_size: int = 128,
+    other_task: bool = False,
     **data_options,
 ) -> dict:
     """Score ``model`` (a model object, a saved model folder or a run folder) on ``task``'s dev split.
 
-    ``task`` is a task name or a TaskSpec; ``data_options`` are further DataConfig fields
+    ``task`` is a task name or a TaskSpec; None: the task a saved model was trained for
+    (:func:`trained_task`), else sst2. A saved model is scored on another task than its own only with
+    ``other_task`` (:func:`check_trained_task`). ``data_options`` are further DataConfig fields
     (``squad_holdout``, ``dev_limit``, custom-data columns and files, ...). A model object needs its
     ``tokenizer``; a folder brings its own. Returns ``{"task", "split", "main_metric", "examples",
     "metrics"}``.
     """
+    folder = None
     if isinstance(model, (str, Path)):
         folder = model_folder(model)
         model = load_model(folder)  # first: a bad config.json is named as such, not as a tokenizer problem
@@ -212,10 +258,15 @@ def evaluate(
             tokenizer = load_tokenizer(str(folder))
     elif tokenizer is None:
         raise DistilleryError("evaluate() needs the tokenizer when it is given a model object.")
+    if task is None:  # the model's own task, where it records one
+        trained = trained_task(folder) if folder is not None else None
+        task = trained[0] if trained else DEFAULT_TASK
     options = {k: v for k, v in data_options.items() if v is not None}
     name = task.name if isinstance(task, TaskSpec) else task
     data_config = DataConfig(task=name, data_dir=data_dir, max_length=max_length, **options)
     spec = task if isinstance(task, TaskSpec) else task_for(data_config)
+    if folder is not None:
+        check_trained_task(folder, model.config, spec, other_task)
     if split not in ("dev", *spec.dev_splits):
         raise DistilleryError(f"--split {split}: eval scores one of the dev splits of task {spec.name} "
                               f"({', '.join(dict.fromkeys(('dev', *spec.dev_splits)))}), not the train split or "

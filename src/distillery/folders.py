@@ -26,14 +26,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Mapping
 
+from distillery.config import check_resumed_settings
 from distillery.errors import DistilleryError
 from distillery.ownership import (MARKER, SIGNATURE, check_all_recorded, is_ours, mark, marker_kind,  # noqa: F401
                                   record, unrecorded)
@@ -43,7 +45,8 @@ EXPORT_MANIFEST = "distillery_export.json"
 # What a run folder holds before its first checkpoint: nothing that a rerun would lose
 # (its settings and the identity of its teacher, which a resume checks: see pipeline.prepare_run_folder)
 RUN_TEACHER = "teacher_identity.json"
-UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER}
+STEP_SETTINGS = "settings.json"  # a step command's settings (autotinybert pretrain, ...): check_step_settings
+UNSTARTED = {MARKER, "config.yaml", RUN_TEACHER, STEP_SETTINGS}
 
 
 def _resolved(path: str | os.PathLike) -> Path:
@@ -258,6 +261,31 @@ def discard_unstarted(out: str | os.PathLike) -> None:
         (out / name).unlink(missing_ok=True)
     if _resolved(out) != Path.cwd().resolve():
         out.rmdir()
+
+
+def check_step_settings(out: str | os.PathLike, settings: Mapping[str, Any], resume: bool,
+                        paths: tuple[str, ...] = ("teacher", "corpus")) -> None:
+    """A step command's run folder (``autotinybert pretrain``, ``cmow pretrain``) records the settings the run
+    started with; its --resume given another value of one is refused (:func:`config.check_resumed_settings`,
+    as ``compress --resume`` refuses it) rather than continued with a mix and recorded as the run's. The local
+    files and folders under ``paths`` (a name or a list) are compared resolved: the same, given from elsewhere."""
+    local = lambda v: str(Path(v).expanduser().resolve()) if Path(v).expanduser().exists() else v  # noqa: E731
+    given = {k: ([local(str(x)) for x in v] if isinstance(v, (list, tuple)) else local(str(v))) if k in paths else v
+             for k, v in settings.items()}
+    given = json.loads(json.dumps(given))  # as the file holds them (lists, not tuples)
+    path = Path(out) / STEP_SETTINGS
+    if resume and path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DistilleryError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(saved, dict):
+            raise DistilleryError(f"{path} must hold a mapping of settings.")
+        check_resumed_settings(out, saved, given,
+                               "Give them as the run started, or start a new run (another --out) to change them.")
+        return
+    with writing(path, "the run's settings"), atomic_file(path, "w") as f:  # a fresh run (or one older than this file)
+        f.write(json.dumps(given, indent=2))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from distillery.data.loading import check_new_rows, column_values, load_raw, loa
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
 from distillery.folders import atomic_file, writing
+from distillery.modeling import first_line, load_config, load_tokenizer
 from distillery.runtime import on_device, weights_digest
 from distillery.teacher import resolve_teacher
 from distillery.training.trainer import Trainer
@@ -291,24 +292,26 @@ def _joined(task_data: TaskData, new):
 def augment_source(ctx: MethodContext):
     """Where augmentation's candidates come from: ``--augment-model``, else the teacher checkpoint's own
     MLM head, else nearest neighbours in the teacher's input embeddings."""
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForMaskedLM
 
     name = ctx.config.data.augment_model
     if name:
         try:
-            mlm = AutoModelForMaskedLM.from_pretrained(name).eval().to(_mlm_device())
-            tokenizer = AutoTokenizer.from_pretrained(name)
+            # its config.json checked before any of it is loaded
+            load_config(name, f"--augment-model {name} is not a masked language model that transformers can load")
+            mlm = AutoModelForMaskedLM.from_pretrained(name, trust_remote_code=False).eval().to(_mlm_device())
+            tokenizer = load_tokenizer(name)
         except (OSError, ValueError) as e:
             raise DistilleryError(f"--augment-model {name} is not a masked language model that transformers can "
-                                  f"load ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+                                  f"load ({first_line(e)}).") from None
         if tokenizer.mask_token is None:
             raise DistilleryError(f"--augment-model {name}: its tokenizer has no mask token.")
         return WordSource(f"the masked LM {name}", tokenizer, mlm.get_input_embeddings().weight, mlm)
     try:  # the teacher checkpoint's own head, when it was saved with one (its architectures say so)
         path = resolve_teacher(ctx.config.teacher.name)
-        saved = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
+        saved = getattr(load_config(path, f"Teacher {path}"), "architectures", None) or []
         if ctx.tokenizer.mask_token is not None and any("MaskedLM" in a or "ForPreTraining" in a for a in saved):
-            mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+            mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, trust_remote_code=False)
             if not info["missing_keys"]:
                 return WordSource("the teacher's own MLM head", ctx.tokenizer, mlm.get_input_embeddings().weight,
                                   mlm.eval().to(_mlm_device()))

@@ -123,6 +123,21 @@ def squad_metrics(predictions: dict[str, str], examples: Iterable[dict], version
     return {k: float(v) for k, v in out.items()}
 
 
+# Where each score this module computes lies (the module docstring): rates are fractions, correlations
+# (MCC, Pearson, Spearman) in [-1, 1], SQuAD's scores percentages, its F1 too. A run file's score outside its
+# range was damaged or edited by hand (run_record refuses it).
+FRACTION, CORRELATION, PERCENTAGE = (0.0, 1.0), (-1.0, 1.0), (0.0, 100.0)
+SCORE_RANGES = {"accuracy": FRACTION, "f1": FRACTION, "macro_f1": FRACTION, "mcc": CORRELATION,
+                "pearson": CORRELATION, "spearman": CORRELATION,
+                **{name: PERCENTAGE for name in ("exact_match", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")}}
+
+
+def score_range(name: str, squad: bool) -> tuple[float, float] | None:
+    """The range of the score ``name`` (None: not one this module computes); ``squad``: a SQuAD score,
+    whose F1 is a percentage."""
+    return PERCENTAGE if squad and name == "f1" else SCORE_RANGES.get(name)
+
+
 def is_finite_number(v: Any) -> bool:
     """A real number read from a run's files: not a bool, a string, None, NaN or infinite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 from transformers import (
+    CONFIG_MAPPING,
     AutoConfig,
     AutoModel,
     AutoModelForQuestionAnswering,
@@ -24,6 +25,7 @@ from transformers import (
     PreTrainedModel,
 )
 from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput
+from transformers.utils import cached_file
 
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError, listed
@@ -142,10 +144,10 @@ def onnx_spec(config) -> OnnxSpec:
 def model_folder(path: str | Path) -> Path:
     """The folder holding config.json: the path itself, or a run folder's ``student/``."""
     path = Path(path).expanduser()
-    if (path / "config.json").is_file():
-        return path
-    if (path / "student" / "config.json").is_file():
-        return path / "student"
+    for folder in (path, path / "student"):
+        if (folder / "config.json").is_file():
+            check_model_type(folder / "config.json")  # before anything of the folder is loaded
+            return folder
     if not path.exists():
         if str(path) in (BUILTIN_TEACHER, BASE_TEACHER):  # a teacher's name, not a folder
             raise DistilleryError(
@@ -156,13 +158,52 @@ def model_folder(path: str | Path) -> Path:
     raise DistilleryError(f"{path} is not a saved model: it has no config.json (nor student/config.json).")
 
 
-def read_config(folder: str | Path):
-    """The PretrainedConfig saved in ``folder`` (distillery's student types included)."""
+# Why a folder's auto_map is refused (config.json, tokenizer_config.json).
+NEVER_RUNS_CODE = "distillery never runs code that comes with a model"
+
+
+def check_model_type(config_file: str | Path) -> None:
+    """Refuse, from ``config_file`` (a config.json) read as plain JSON before transformers reads anything, a
+    model that would be code of its own folder or repository: an ``auto_map`` (transformers would offer to run
+    the Python it names, and an answer of y on stdin runs it) or a model_type that neither transformers nor
+    distillery defines. Every load also passes ``trust_remote_code=False``; this check makes the refusal
+    one sentence before any load, instead of transformers' prompt or a refusal after it."""
+    path = Path(config_file)
+    try:
+        content = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DistilleryError(f"Cannot read the model config {path}: {first_line(e)}") from None
+    if not isinstance(content, dict):
+        raise DistilleryError(f"The model config {path} holds a JSON {type(content).__name__}, not an object.")
+    if "auto_map" in content:
+        raise DistilleryError(f"The model config {path} maps the model to its own Python code (auto_map "
+                              f"{json.dumps(content['auto_map'])}), and {NEVER_RUNS_CODE}: give a model of a type that "
+                              f"transformers defines, without auto_map.")
+    model_type = content.get("model_type")
+    register_models()
+    if not isinstance(model_type, str) or not model_type or model_type not in CONFIG_MAPPING:
+        named = f"model_type {model_type!r}" if model_type is not None else "no model_type"
+        raise DistilleryError(f"The model config {path} names {named}, which neither transformers nor distillery "
+                              f"defines, and {NEVER_RUNS_CODE}.")
+
+
+def load_config(source: str | Path, failure: str):
+    """The PretrainedConfig of a folder or Hub id (distillery's student types included), its config.json
+    checked first (:func:`check_model_type`); ``failure`` begins the sentence of a config transformers cannot
+    read."""
     register_models()
     try:
-        return AutoConfig.from_pretrained(folder)
+        # a Hub id's config.json is fetched (or found in the cache) to be checked before transformers reads it
+        config_file = Path(source) / "config.json" if Path(source).is_dir() else cached_file(str(source), "config.json")
+        check_model_type(config_file)
+        return AutoConfig.from_pretrained(str(source), trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise DistilleryError(f"Cannot read the model config {Path(folder) / 'config.json'}: {e}") from None
+        raise DistilleryError(f"{failure}: {first_line(e)}") from None
+
+
+def read_config(folder: str | Path):
+    """The PretrainedConfig saved in ``folder`` (distillery's student types included)."""
+    return load_config(folder, f"Cannot read the model config {Path(folder) / 'config.json'}")
 
 
 def load_pretrained(folder: str | Path) -> PreTrainedModel:
@@ -193,7 +234,8 @@ def load_checked(cls, source: str | Path, what: str, *, new_head: bool = False, 
     try:
         # weights of another shape are reported in the loading info, not raised: check_loading_info
         # names them, or lets a new head (new_head) take their place
-        model, info = cls.from_pretrained(str(source), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+        model, info = cls.from_pretrained(str(source), output_loading_info=True, ignore_mismatched_sizes=True,
+                                          trust_remote_code=False, **kwargs)
     except SafetensorError as e:  # a truncated or garbled weights file
         weights = ", ".join(str(p) for p in sorted(folder.glob("*.safetensors"))) or str(folder)
         raise DistilleryError(f"Cannot load {what}: {weights} is corrupt ({e}).") from None
@@ -244,6 +286,11 @@ def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, 
                               f"Were the weights renamed, or saved from another architecture?")
 
 
+# The config.json key naming the task a model was trained for (transformers' own name for it): written into
+# every model distillery trains for a task (teacher, student), read by eval (evaluation.trained_task).
+FINETUNING_TASK = "finetuning_task"
+
+
 def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
     """save_pretrained (safetensors), the tokenizer and the weights' SHA-256 record into a temporary
     folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if
@@ -268,7 +315,8 @@ TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tok
 
 def check_tokenizer_files(folder: Path) -> None:
     """Refuse, naming it, a tokenizer file of a local folder that is not what its name says
-    (transformers would fail on it with a bare JSON or key error naming no file)."""
+    (transformers would fail on it with a bare JSON or key error naming no file), or that maps the tokenizer
+    to the folder's own code."""
     for name in TOKENIZER_JSON:
         path = folder / name
         if not path.is_file():
@@ -279,6 +327,9 @@ def check_tokenizer_files(folder: Path) -> None:
             raise DistilleryError(f"The tokenizer file {path} is not valid JSON ({e}).") from None
         if not isinstance(content, dict):
             raise DistilleryError(f"The tokenizer file {path} holds a JSON {type(content).__name__}, not an object.")
+        if "auto_map" in content:  # a tokenizer class of the folder's own code (see check_model_type)
+            raise DistilleryError(f"The tokenizer file {path} maps the tokenizer to its own Python code (auto_map "
+                                  f"{json.dumps(content['auto_map'])}), and {NEVER_RUNS_CODE}.")
     fast = folder / "tokenizer.json"
     if fast.is_file():
         from tokenizers import Tokenizer
@@ -295,7 +346,7 @@ def load_tokenizer(source: str):
     if Path(source).is_dir():
         check_tokenizer_files(Path(source))
     try:
-        return AutoTokenizer.from_pretrained(source)
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except OSError as e:
         raise DistilleryError(f"Could not load a tokenizer from {source}: {first_line(e)}") from None
 

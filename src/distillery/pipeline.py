@@ -23,7 +23,7 @@ import distillery.distributed as distributed
 from distillery.bench import benchmark, check_settings
 from distillery.card import write_card
 from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
-                               run_inputs, setting)
+                               check_resumed_settings, run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
 from distillery.data.loading import check_new_rows, load_raw, load_unlabeled, task_for
 from distillery.data.tasks import get_task
@@ -35,7 +35,7 @@ from distillery.folders import (RUN_TEACHER, WriteRefused, check_target, claim, 
 from distillery.live_baselines import live_baselines
 from distillery.method import Method, get_method
 from distillery.method_context import MethodContext
-from distillery.modeling import save_model
+from distillery.modeling import FINETUNING_TASK, save_model
 from distillery.report import write_report
 from distillery.run_record import Bench, Metrics, Train, chain_link, save
 from distillery.runtime import is_export, load_model
@@ -143,13 +143,10 @@ def run_folder_config(config: RunConfig, resume: bool, given: dict[str, Any] | N
     given = {k: v for k, v in (given or {}).items() if v is not None and k != "out"}
     if "data.data_dir" in given:
         config.data.data_dir = fresh.data.data_dir
-    saved_settings, fresh_settings = config.to_dict(), fresh.to_dict()
-    differing = [f"{key} (saved {setting(saved_settings, key)!r}, given {setting(fresh_settings, key)!r})"
-                 for key in given if key != "data.data_dir" and setting(saved_settings, key) != setting(fresh_settings, key)]
-    if differing:
-        raise DistilleryError(
-            f"--resume continues the run in {out} with its saved settings, but these were given differently: "
-            f"{'; '.join(differing)}. Drop them to resume, or start a new run (another --out) to change them.")
+    fresh_settings = fresh.to_dict()
+    check_resumed_settings(out, config.to_dict(), {key: setting(fresh_settings, key) for key in given
+                                                   if key != "data.data_dir"},
+                           "Drop them to resume, or start a new run (another --out) to change them.")
     return out, config
 
 
@@ -272,6 +269,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     student.eval()
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
+    setattr(student.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
     with writing(out / "student", "the trained student"):
         save_model(student, ctx.student_side[0], out / "student")  # a pretrained student keeps its own tokenizer
     # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an

@@ -209,6 +209,13 @@ def merge_runs(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     """
     if not run_dirs:
         raise DistilleryError("Give at least one run folder to merge.")
+    seen: dict[Path, str] = {}
+    for given in map(str, run_dirs):  # one run twice would be two rows of one measurement, compared with itself
+        real = Path(given).expanduser().resolve()
+        if real in seen:
+            twice = f"{given} is given twice" if seen[real] == given else f"{seen[real]} and {given} are one run folder ({real})"
+            raise DistilleryError(f"{twice}; give each run once.")
+        seen[real] = given
     runs = [load_run(d) for d in run_dirs]
     tasks = {r.task() for r in runs}
     if len(tasks) > 1:

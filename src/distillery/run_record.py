@@ -20,14 +20,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import yaml
 
 from distillery.config import load_yaml, setting, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, writing
-from distillery.metrics import is_finite_number
+from distillery.metrics import is_finite_number, score_range
 
 CONFIG, METRICS, BENCH, TRAIN = "config.yaml", "metrics.json", "bench.json", "train.json"
 REQUIRED_FILES = (CONFIG, METRICS, BENCH)
@@ -105,33 +105,35 @@ def _kind_of(value: Any) -> str:
     return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
 
 
+def _found(node: Any, pattern: list[str], where: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of each value of ``node`` at ``pattern`` (a key per level, "*" for every key or
+    item); none where a level is missing or of another type (its own entry in a shape checks that)."""
+    if not pattern:
+        yield ".".join(where), node
+        return
+    head, rest = pattern[0], pattern[1:]
+    if isinstance(node, dict):
+        items = node.items() if head == "*" else ([(head, node[head])] if head in node else [])
+    elif isinstance(node, list) and head == "*":
+        items = enumerate(node)
+    else:
+        return
+    for key, child in items:
+        yield from _found(child, rest, (*where, str(key)))
+
+
 def check_shape(path: Path, value: Any, shape: Mapping[str, Any]) -> None:
     """Refuse ``value`` (the JSON of ``path``) when a field named in ``shape`` holds another type. None
     (JSON null) passes where a field may be missing; NaN is a number here."""
     if not isinstance(value, dict):
         raise DistilleryError(f"{path} must hold a JSON object, not {_kind_of(value)}.")
-
-    def walk(node: Any, pattern: list[str], where: list[str], expected: Any) -> None:
-        if not pattern:
+    for name, expected in shape.items():
+        for where, node in _found(value, name.split(".")) if name else ():
             ok = (node is None or (isinstance(node, (int, float)) and not isinstance(node, bool)) if expected is NUMBER
                   else node is None or isinstance(node, expected))
             if not ok:
-                raise DistilleryError(f"{path}: {'.'.join(where)} holds {_kind_of(node)}, where a report reads "
+                raise DistilleryError(f"{path}: {where} holds {_kind_of(node)}, where a report reads "
                                       f"{_TYPE_WORDS[expected]}; the file was damaged or edited by hand.")
-            return
-        head, rest = pattern[0], pattern[1:]
-        if isinstance(node, dict):
-            items = node.items() if head == "*" else ([(head, node[head])] if head in node else [])
-        elif isinstance(node, list) and head == "*":
-            items = [(str(i), item) for i, item in enumerate(node)]
-        else:
-            return  # the parent's own type is checked by its own entry
-        for key, child in items:
-            walk(child, rest, [*where, str(key)], expected)
-
-    for name, expected in shape.items():
-        if name:
-            walk(value, name.split("."), [], expected)
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,7 +456,29 @@ def read_metrics(folder: str | os.PathLike) -> Metrics:
     if not isinstance(data, dict) or not isinstance(data.get("teacher"), dict):
         raise DistilleryError(f"{path} must hold the teacher's metrics under \"teacher\".")
     check_shape(path, data, metrics_shape())
+    check_score_ranges(path, data)
     return Metrics.from_dict(data)
+
+
+# Where metrics.json holds a mapping of scores (metric -> value) of one model
+SCORE_GROUPS = ("teacher", "student", "others.*", "baselines.*", "other_splits.*.*", "chain.*.metrics")
+
+
+def check_score_ranges(path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse a score outside the range of its metric (:func:`metrics.score_range`): an accuracy of 5.0 would
+    otherwise be reported, and a student deployed, on it. SQuAD's (its task's, or a group with exact_match)
+    are percentages; the ``chance`` level is in the main metric's units."""
+    squad = str(data.get("task")).startswith("squad")
+    scores = [(f"{where}.{name}", name, value, squad or "exact_match" in group) for pattern in SCORE_GROUPS
+              for where, group in _found(data, pattern.split(".")) if isinstance(group, dict)
+              for name, value in group.items()]
+    if isinstance(data.get("chance"), dict):
+        scores.append(("chance.main", data.get("main_metric"), data["chance"].get("main"), squad))
+    for key, name, value, percent in scores:
+        bounds = score_range(str(name), percent)
+        if bounds and is_finite_number(value) and not bounds[0] - 1e-9 <= value <= bounds[1] + 1e-9:
+            raise DistilleryError(f"{path}: {key} holds {value}, but {name} lies in [{bounds[0]:g}, {bounds[1]:g}]; "
+                                  "the file was damaged or edited by hand.")
 
 
 def read_bench(folder: str | os.PathLike) -> Bench:

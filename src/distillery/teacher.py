@@ -23,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from transformers import AutoConfig, PreTrainedModel, set_seed
+from transformers import PreTrainedModel, set_seed
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
@@ -35,7 +35,8 @@ from distillery.training.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import first_line, head_for_task, head_named, load_checked, load_tokenizer, register_models
+from distillery.modeling import (FINETUNING_TASK, check_model_type, first_line, head_for_task, head_named, load_checked,
+                                 load_config, load_tokenizer)
 from distillery.run_record import CONFIG, METRICS, chain_link, read_metrics
 from distillery.runtime import load_export, on_device, read_manifest
 from distillery.weights import check_against_config, file_digest, record_weights, sha256_file
@@ -66,6 +67,7 @@ def resolve_teacher(name: str, role: str = "Teacher") -> str:
     if path.exists():
         if not (path / "config.json").is_file():
             raise DistilleryError(f"{role} folder {path} has no config.json; it is not a saved model.")
+        check_model_type(path / "config.json")  # before anything of the folder (its tokenizer first) is loaded
         return str(path)
     # Anything shaped like a path (absolute, relative, or more than one slash) must exist locally;
     # only "name" or "org/name" is a Hub id.
@@ -132,12 +134,7 @@ def name_classes(config, task: TaskSpec) -> None:
 
 def teacher_config(name: str):
     """The teacher's PretrainedConfig (cheap: no weights are read)."""
-    source = resolve_teacher(name)
-    register_models()  # a distillery student (moebert, cmow, autotinybert) is a teacher too
-    try:
-        return AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Could not load teacher {name!r}: {first_line(e)}") from None
+    return load_config(resolve_teacher(name), f"Could not load teacher {name!r}")  # a distillery student is one too
 
 
 def export_manifest(name: str) -> dict | None:
@@ -474,6 +471,7 @@ def _finetune_into(folder: Path, teacher: TeacherConfig, task: TaskSpec, task_da
     model, metrics, seconds = finetune(model, task_data, teacher.train, work, resume=True, desc="teacher")
     info = {"teacher": teacher.name, "task": task.name, "metrics": metrics, "seconds": seconds,
             "train_examples": len(task_data.train), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    setattr(model.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
     if distributed.is_main():  # every process holds the same weights; one writes the cache entry
         # a fixed temporary name: the next fine-tuning clears what a killed one left
         with writing(folder, "the fine-tuned teacher"), \

@@ -18,6 +18,7 @@ further training distils, and its shared pooler and head were never trained on i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -37,7 +38,7 @@ from distillery.config import TrainConfig
 from distillery.data.corpus import mlm_dataset, read_corpus
 from distillery.data.encode import make_collate
 from distillery.errors import DistilleryError
-from distillery.folders import claim
+from distillery.folders import check_step_settings, claim
 from distillery.modeling import load_checked, load_tokenizer
 from distillery.teacher import resolve_teacher, teacher_identity
 from distillery.training.trainer import Trainer
@@ -94,6 +95,11 @@ def pretrain_supernet(corpus: list, out, *, teacher: str = "minilm", strategy: s
     path = resolve_teacher(teacher)
     out = distributed.on_main(claim, Path(out), "supernet", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=32, lr=1e-4, warmup_ratio=0.1, select_best=False)
+    # a resume with other settings would continue from the checkpoint and record these in supernet.json
+    distributed.on_main(check_step_settings, out, {
+        "teacher": teacher, "corpus": list(corpus), "strategy": strategy, "samples": samples,
+        "attention_weight": attention_weight, "max_lines": max_lines, "max_length": max_length,
+        **dataclasses.asdict(train)}, resume)
     started = time.time()
     tokenizer = load_tokenizer(path)
     teacher_model, loading = load_encoder(teacher)

@@ -13,7 +13,7 @@ from distillery.autotinybert.options import AutoTinyBertOptions
 app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrain, latency, search, extract, train (all in one: compress --method autotinybert).")
 
 from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging  # noqa: E402
-from distillery.cli.options import with_option_flags  # noqa: E402
+from distillery.cli.options import flag_words, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, TrainConfig  # noqa: E402
 from distillery.folders import check_file_target, check_target  # noqa: E402
 
@@ -106,10 +106,15 @@ def atb_extract(
     typer.echo(f"{parse_arch(arch)} → {out}")
 
 
-def _atb_run(task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str], overwrite: bool,
-             verbose: bool) -> None:
+def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str],
+             overwrite: bool, verbose: bool, fixed: dict | None = None) -> None:
+    """A run of ``step``'s settings: ``options`` (its flags and own parameters), the --option pairs ``extra``
+    and ``fixed``, the options the step itself sets; an option given by two of them is refused."""
     setup_logging(verbose)
-    options = {**options, **parse_options(extra)}
+    fixed = fixed or {}
+    given = {**flag_words(options, "autotinybert", step),
+             **{name: f"autotinybert {step} (which sets {name}={str(value).lower()})" for name, value in fixed.items()}}
+    options = {**options, **fixed, **parse_options(extra, given)}
     from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
@@ -133,8 +138,8 @@ def atb_search(
 ):
     """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
     scored and measured as is (no further training)."""
-    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options, "further_training": False},
-             option, overwrite, verbose)
+    _atb_run("search", task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options}, option, overwrite,
+             verbose, fixed={"further_training": False})
 
 
 @app.command("train")
@@ -153,5 +158,5 @@ def atb_train(
     method_options: Optional[dict] = None,
 ):
     """Extract an architecture from a trained super-net and train it further on the task (CE + KD)."""
-    _atb_run(task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
+    _atb_run("train", task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
              option, overwrite, verbose)

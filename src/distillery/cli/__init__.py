@@ -16,7 +16,7 @@ from distillery.auto import compress_auto
 from distillery.card import write_card
 from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
                                    app, compress_and_show, custom_data, parse_options, setup_logging)
-from distillery.cli.options import preset_help, with_option_flags
+from distillery.cli.options import flag_words, preset_help, with_option_flags
 from distillery.config import (BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, dotted_settings, read_yaml_mapping,
                                resolve_data_dir, run_inputs)
 from distillery.errors import DistilleryError
@@ -110,8 +110,9 @@ def compress(
         "export": list(export) or None,
         "baselines": baselines,
         "int8": int8,
-        # a flag of its own wins over the same option given as --option key=value
-        **{f"method_options.{k}": v for k, v in {**parse_options(option), **(method_options or {})}.items()},
+        # an option given by its own flag and as --option key=value (or by two --option) is refused
+        **{f"method_options.{k}": v
+           for k, v in {**parse_options(option, flag_words(method_options or {})), **(method_options or {})}.items()},
     }
     named = {"method": method, "data.task": task, "budget": budget, "teacher.name": teacher, "data.data_dir": data_dir,
              "out": out}
@@ -189,7 +190,7 @@ def teacher_cmd(
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
     setup_logging(verbose)
     from distillery.data.loading import task_for
-    from distillery.modeling import save_model
+    from distillery.modeling import FINETUNING_TASK, save_model
     from distillery.pipeline import build_run_config
     from distillery.teacher import get_finetuned_teacher
 
@@ -200,8 +201,10 @@ def teacher_cmd(
                                                   regression).items()}})
     if out:  # checked before the fine-tuning, not after it
         check_target(out, overwrite=overwrite, inputs=run_inputs(config), kind="model")
-    model, tokenizer, info = get_finetuned_teacher(config.teacher, task_for(config.data), config.data)
+    spec = task_for(config.data)
+    model, tokenizer, info = get_finetuned_teacher(config.teacher, spec, config.data)
     if out:
+        setattr(model.config, FINETUNING_TASK, spec.name)  # a teacher cached before the key was written lacks it
         save_model(model, tokenizer, Path(out), kind="teacher")
         info["saved_to"] = out
     typer.echo(json.dumps(info, indent=2))
@@ -210,7 +213,8 @@ def teacher_cmd(
 @app.command("eval")
 def eval_cmd(
     model: str = typer.Argument(..., help="A saved model folder or a run folder."),
-    task: str = typer.Option(DEFAULT_TASK),
+    task: Optional[str] = typer.Option(None, help=f"The task to score on (default: the one the model was trained for, as its config.json or run records it, else {DEFAULT_TASK})."),
+    other_task: bool = typer.Option(False, "--other-task", help="Score a model on a --task other than the one it was trained for, with as many outputs (refused otherwise: its scores would mean nothing)."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     split: str = typer.Option("dev", help="The dev split to score: dev, or one of the task's (MNLI: dev_matched, dev_mismatched)."),
     max_length: int = typer.Option(128),
@@ -230,7 +234,8 @@ def eval_cmd(
     if out:
         check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir), dev_file])
     metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout,
-                       **custom_data(None, dev_file, text_column, text_pair_column, label_column, regression))
+                       other_task=other_task, **custom_data(None, dev_file, text_column, text_pair_column, label_column,
+                                                            regression))
     text = json.dumps(metrics, indent=2)
     if out:
         write_file(out, text)

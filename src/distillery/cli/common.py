@@ -66,16 +66,31 @@ def setup_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def parse_options(pairs: list[str]) -> dict:
-    """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans)."""
-    out = {}
+def parse_options(pairs: list[str], given: dict[str, str] | None = None) -> dict:
+    """``--option key=value`` pairs; values are read as YAML (numbers, lists, booleans). A key given twice, by
+    two pairs or by a pair and an entry of ``given`` (key -> how the command line gave it otherwise, as
+    :func:`distillery.cli.options.flag_words` writes it: ``--kd-weight 0.1``), is refused naming both, as a
+    settings file's key written twice is: neither the first nor the last may silently win."""
+    out, seen = {}, dict(given or {})
     for pair in pairs or []:
         if "=" not in pair:
             raise DistilleryError(f"--option expects key=value, got {pair!r}.")
         key, value = pair.split("=", 1)
         key = key.strip().replace("-", "_")
+        if key in seen:
+            raise DistilleryError(f"{key} is given twice: {seen[key]} and --option {pair}; give it once.")
+        seen[key] = f"--option {pair}"
         out[key] = parse_value(value, f"--option {key}")
     return out
+
+
+def given_on_command_line(context: typer.Context) -> set[str]:
+    """The parameters of the running command (its ``typer.Context``) that its command line gave, rather than
+    left at their defaults: a step command's settings that its --resume must not change, where a default
+    value cannot say that it was not given."""
+    sources = {name: context.get_parameter_source(name) for name in context.params}
+    return {name for name, source in sources.items() if source is not None and source.name not in ("DEFAULT",
+                                                                                                     "DEFAULT_MAP")}
 
 
 def deploy_line(folder) -> str | None:

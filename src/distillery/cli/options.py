@@ -78,6 +78,21 @@ def option_flags(method: str | None = None, step: str | None = None) -> list[Opt
     return flags
 
 
+def flag_words(options: dict, method: str | None = None, step: str | None = None) -> dict[str, str]:
+    """How the command line gave each of ``options`` (option name -> value: the option flags given, as
+    :func:`with_option_flags` passes them, or a command's own parameters of an option's name), as a refusal
+    names it: ``--kd-weight 0.1``, ``--no-refit``. For ``parse_options`` to refuse the same option in --option."""
+    flags = {f.name: f.info.flag_name for f in option_flags(method, step)}
+
+    def words(name: str, value: Any) -> str:
+        flag = flags.get(name, "--" + name.replace("_", "-"))
+        if isinstance(value, bool):
+            return flag if value else f"--no-{flag[2:]}"
+        return f"{flag} {value}"
+
+    return {name: words(name, value) for name, value in options.items() if value is not None}
+
+
 def with_option_flags(method: str | None = None, step: str | None = None) -> Callable:
     """Decorate a Typer command taking ``method_options: dict``: the options' flags (see
     :func:`option_flags`) are added to its parameters, and the ones given reach it in that dict."""

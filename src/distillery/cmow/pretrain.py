@@ -16,6 +16,7 @@ The trained encoder initialises task students: ``distillery compress --method cm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -32,7 +33,7 @@ from distillery.cmow.options import CMOWOptions
 from distillery.config import TrainConfig
 from distillery.data.corpus import mlm_collator, mlm_dataset, read_corpus
 from distillery.errors import DistilleryError
-from distillery.folders import claim, record, write_file
+from distillery.folders import check_step_settings, claim, record, write_file
 from distillery.modeling import load_checked, load_tokenizer
 from distillery.teacher import resolve_teacher, teacher_config
 from distillery.training.losses import kd_mix, soft_cross_entropy
@@ -109,6 +110,11 @@ def pretrain(
     texts = read_corpus(corpus, max_lines=max_lines)  # a bad corpus or --max-lines before the run folder is touched
     out = distributed.on_main(claim, Path(out), "cmow-pretrain", overwrite=overwrite, resume=resume, inputs=[teacher, *corpus])
     train = train or TrainConfig(epochs=1.0, batch_size=64, lr=5e-4, weight_decay=0.0, select_best=False)
+    # a resume with other settings would continue from the checkpoint and record these in pretrain.json
+    distributed.on_main(check_step_settings, out, {
+        "teacher": teacher, "corpus": list(corpus), "max_lines": max_lines, "max_length": max_length,
+        "kd_weight": kd_weight, "temperature": temperature, "hidden_loss": hidden_loss,
+        "model_options": dict(model_options or {}), **dataclasses.asdict(train)}, resume)
     started = time.time()
 
     teacher_model, teacher_head, tokenizer = load_mlm_teacher(teacher)

@@ -11,7 +11,7 @@ import typer
 app = typer.Typer(no_args_is_help=True, help="CMOW/CBOW-Hybrid: general distillation on a text corpus.")
 
 from distillery.cli.common import parse_options, setup_logging  # noqa: E402
-from distillery.cli.options import with_option_flags  # noqa: E402
+from distillery.cli.options import flag_words, with_option_flags  # noqa: E402
 from distillery.cmow.options import CMOWOptions  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, TrainConfig  # noqa: E402
 
@@ -44,5 +44,6 @@ def cmow_pretrain(
                         select_best=False, seed=seed, eval_every=None)
     folder = pretrain(corpus, out, teacher=teacher, train=train, max_lines=max_lines, max_length=max_length,
                       kd_weight=distillation.kd_weight, temperature=distillation.temperature, hidden_loss=hidden_loss,
-                      model_options=parse_options(option), overwrite=overwrite, resume=resume)
+                      model_options=parse_options(option, flag_words(method_options, "cmow", "pretrain")),
+                      overwrite=overwrite, resume=resume)
     typer.echo(f"General-distilled CMOW encoder: {folder}\nUse it: distillery compress --method cmow --option init={folder}")

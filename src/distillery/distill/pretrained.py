@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from transformers import AutoConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
 import distillery.encoders as encoders
 from distillery.bench import count_parameters, latency_ms
@@ -24,7 +24,7 @@ from distillery.data.loading import load_raw
 from distillery.data.tasks import TaskSpec
 from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
-from distillery.modeling import first_line, head_for_task, load_checked, load_tokenizer
+from distillery.modeling import first_line, head_for_task, load_checked, load_config, load_tokenizer
 from distillery.teacher import check_vocabulary, head_kwargs, resolve_teacher, usable_positions
 from distillery.training.losses import HiddenProjection, mean_pooled, pretrained_distillation_loss
 
@@ -46,11 +46,7 @@ def origin(name: str) -> str:
 def student_config(name: str):
     """The student's config, refused with a sentence when it is no encoder distillery knows (a decoder)
     or already one of distillery's own students (those are compressed as teachers, not distilled into)."""
-    source = resolve_teacher(name, "Student")
-    try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as e:
-        raise DistilleryError(f"Could not load student {name!r}: {first_line(e)}") from None
+    config = load_config(resolve_teacher(name, "Student"), f"Could not load student {name!r}")
     if encoders.is_distillery_student(config):
         raise DistilleryError(f"Student {name!r} is a distillery {config.model_type!r} student; --student takes a "
                               f"pretrained encoder (give that model as --teacher to compress it further).")

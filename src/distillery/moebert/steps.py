@@ -10,9 +10,10 @@ import typer
 # this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
 
-from distillery.cli.common import DATA_HELP, compress_and_show, setup_logging  # noqa: E402
+from distillery.cli.common import DATA_HELP, compress_and_show, given_on_command_line, setup_logging  # noqa: E402
 from distillery.cli.options import preset_help, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK  # noqa: E402
+from distillery.method import get_method  # noqa: E402
 
 
 def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed=None):
@@ -72,6 +73,7 @@ def moebert_convert(
 @app.command("train")
 @with_option_flags("moebert", "train")
 def moebert_train(
+    context: typer.Context,
     init: str = typer.Option(..., help="A converted model folder (`distillery moebert convert`)."),
     task: str = typer.Option(DEFAULT_TASK),
     teacher: str = typer.Option(BUILTIN_TEACHER, help="The dense teacher the model was converted from."),
@@ -93,9 +95,15 @@ def moebert_train(
     from distillery.pipeline import build_run_config
 
     options = {"init": init, **method_options}
+    overrides = {"student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
+                 "data.squad_holdout": squad_holdout, **{f"method_options.{k}": v for k, v in options.items()}}
     config = build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
-                              preset=preset, overrides={
-                                  "student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
-                                  "data.squad_holdout": squad_holdout,
-                                  **{f"method_options.{k}": v for k, v in options.items()}})
-    compress_and_show(config, overwrite, resume)
+                              preset=preset, overrides=overrides)
+    # what --resume must not change, as compress's: the settings given (task, teacher, budget: unless defaulted)
+    named = {"task": ("data.task", task), "teacher": ("teacher.name", teacher), "budget": ("budget", budget),
+             "data_dir": ("data.data_dir", data_dir)}
+    given = {**{k: v for k, v in overrides.items() if v is not None},
+             **{key: value for param, (key, value) in named.items() if param in given_on_command_line(context)}}
+    if preset:  # a preset's settings count as given
+        given.update(get_method("moebert").preset(preset, config.data.task))
+    compress_and_show(config, overwrite, resume, given)
