@@ -125,13 +125,14 @@ def test_budgets_and_presets_are_dotted_yaml():
         build_run_config(method="cmow", preset="paper")
 
 
-def test_the_quick_budget_stops_the_teacher_and_the_student_when_dev_stops_improving():
-    """`make demo`'s teacher kept step 400 of 1,250: the quick budget stops a fine-tuning after QUICK_PATIENCE
-    evaluations without a better dev score; the full budget trains its stated epochs, and a setting given wins."""
+def test_the_quick_budget_stops_the_teacher_when_dev_stops_improving():
+    """`make demo`'s teacher kept step 400 of 1,250: the quick budget stops the teacher's fine-tuning after
+    QUICK_PATIENCE evaluations without a better dev score (the student, whose score climbs late, trains its
+    pass); the full budget trains its stated epochs, and a setting given wins."""
     from distillery.pipeline import QUICK_PATIENCE, build_run_config
 
     quick = build_run_config()
-    assert QUICK_PATIENCE == 2 and quick.teacher.train.patience == quick.student.patience == QUICK_PATIENCE
+    assert QUICK_PATIENCE == 2 and quick.teacher.train.patience == QUICK_PATIENCE and quick.student.patience is None
     assert (quick.teacher.train.eval_every, quick.student.eval_every) == (200, 200)
     full = build_run_config(budget="full")
     assert full.teacher.train.patience is None and full.student.patience is None
