@@ -144,7 +144,7 @@ def test_the_chain_is_read_from_the_teachers_run_and_left_out_when_unreadable(tm
 
     student = tmp_path / "run" / "student"
     student.mkdir(parents=True)
-    (student / "config.json").write_text("{}")
+    (student / "config.json").write_text('{"model_type": "bert"}')
     assert teacher_chain(str(student)) is None  # no metrics.json: a plain folder
     (tmp_path / "run" / "config.yaml").write_text("method: moebert\nteacher: {name: bert-tiny}\n")
     (tmp_path / "run" / "metrics.json").write_text(json.dumps(

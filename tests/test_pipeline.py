@@ -290,8 +290,9 @@ def test_no_int8_keeps_the_student_alone(tiny_bert4, glue_dir, tmp_path, monkeyp
 
     calls = []
     monkeypatch.setattr(pipeline, "student_int8", lambda *args: calls.append(args) or ({}, {}))
-    compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "on"))
-    assert len(calls) == 1  # on by default
+    assert build_run_config().int8 is True  # on by default (TINY_RUN turns it off)
+    compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "on", int8=True))
+    assert len(calls) == 1
     out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "off", int8=False))
     assert len(calls) == 1 and not (out / "exports").exists()
     assert yaml.safe_load((out / "config.yaml").read_text())["int8"] is False
