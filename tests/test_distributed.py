@@ -70,7 +70,10 @@ def assert_same_weights(a: dict, b: dict, atol: float, mean_atol: float | None =
         assert mean <= mean_atol, f"mean difference {mean:.2e}"
 
 
-@pytest.mark.parametrize("method", list(METHOD_FLAGS))
+# Three processes a method (one, and two under the launcher): the default suite runs distill, the shared
+# trainer's path; the methods' own sharded parts (moebert's importance, the super-net, CMOW) run in `make test-slow`.
+@pytest.mark.parametrize("method", [m if m == "distill" else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in METHOD_FLAGS])
 def test_compress_on_two_processes_equals_one(setup, tmp_path, method):
     teacher, data = setup
     args = ["--method", method, "--teacher", str(teacher), "--data-dir", str(data), *TINY_FLAGS, *METHOD_FLAGS[method]]

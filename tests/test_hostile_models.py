@@ -222,8 +222,8 @@ def code_folder(tiny_bert, root, model_type: str):
     return folder
 
 
-@pytest.mark.parametrize("model_type", ["evilbert", "bert"])
-@pytest.mark.parametrize("command", ["compress", "eval"])
+# each command and each kind of type once (a real process costs seconds); both go through one check
+@pytest.mark.parametrize("command,model_type", [("compress", "evilbert"), ("eval", "bert")])
 def test_a_folder_with_its_own_code_is_refused_without_a_prompt_even_given_y(command, model_type, tiny_bert, glue,
                                                                              tmp_path):
     """Issue 52: transformers asked "Do you wish to run the custom code? [y/N]" and ran the folder's code on y;
