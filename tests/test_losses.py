@@ -264,3 +264,20 @@ def test_hidden_term_runs_the_teacher_even_when_the_batch_carries_cached_logits(
         without, _ = loss_fn(student, batch)
     torch.testing.assert_close(with_cache, without)
     assert logs["hidden"] == pytest.approx(0.0, abs=1e-10)  # the student is the teacher: no hidden gap
+    # (the heads differ: each was drawn new) the KL is what is left to learn, the soft CE adds the teacher's entropy
+    assert 0 <= logs["kl"] < 0.01 < logs["kd"]
+
+
+def test_the_logged_kl_is_the_soft_ce_less_the_teachers_entropy():
+    """kd_gap logs what the student still has to learn: 0 at a match, where the soft CE is T²·H(p_teacher)."""
+    from distillery.training.losses import kd_gap
+
+    teacher = torch.tensor([[2.3, -1.1, -1.2], [0.4, -0.4, 0.1]])
+    student = torch.tensor([[0.5, 0.2, -0.7], [1.0, 0.0, -1.0]])
+    for t in (1.0, 2.0):
+        p = torch.softmax(teacher / t, -1)
+        entropy = t * t * -(p * p.log()).sum(-1).mean()
+        kl = kd_gap("classification", SequenceClassifierOutput(logits=student), SequenceClassifierOutput(logits=teacher), t)
+        assert kl["kl"] == pytest.approx(float(soft_cross_entropy(student, teacher, t) - entropy), abs=1e-5)
+        assert kd_gap("classification", teacher, teacher, t)["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert kd_gap("regression", student[:, :1], teacher[:, :1], 1.0) == {}

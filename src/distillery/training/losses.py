@@ -265,6 +265,17 @@ def prediction_distillation(
     return loss_fn(_logits(student_out), _logits(teacher_out), temperature)
 
 
+def kd_gap(kind: str, student_out: Any, teacher_out: Any, temperature: float) -> dict[str, float]:
+    """``{"kl": T²·KL(p_teacher ‖ p_student)}`` at ``temperature``, for the training log, beside the soft cross-entropy
+    ``kd``: the soft CE never falls below the teacher's own entropy (T²·H(p_teacher), large when the teacher's
+    logits are close together), so its value alone hides how much the student still has to learn; the KL is 0 at
+    a perfect match. Empty for regression, whose distillation term (MSE) already is 0 at a match."""
+    if kind == "regression":
+        return {}
+    with torch.no_grad():
+        return {"kl": float(prediction_distillation(kind, student_out, teacher_out, temperature, loss="kl"))}
+
+
 def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> torch.Tensor:
     """(1 − kd_weight)·task term + kd_weight·distillation term: the one mix of every method and command, so that
     ``kd_weight`` always means the share of the distillation term."""
@@ -310,7 +321,7 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
         ce = task_loss(kind, out, batch)
         kd = prediction_distillation(kind, out, t_out, temperature=temperature)
         loss = kd_mix(ce, kd, kd_weight)
-        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach()), **kd_gap(kind, out, t_out, temperature)}
         if hidden_weight > 0:
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
@@ -354,7 +365,8 @@ def pretrained_distillation_loss(kind: str, teacher: nn.Module, kd_weight: float
             kd = prediction_distillation(kind, out, t_out, temperature=temperature)
         ce = task_loss(kind, out, batch)
         loss = (1 - kd_weight) * ce + kd_weight * kd
-        logs = {"ce": float(ce.detach()), "kd": float(kd.detach())}
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach()),
+                **({} if "teacher_start" in batch else kd_gap(kind, out, t_out, temperature))}
         if hidden_weight > 0:
             mask = batch.get("attention_mask")
             if layer_map is not None:
