@@ -57,7 +57,7 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
     """Settings of a budget for a task, in dotted keys (``student.lr``), as a method's budgets and presets.
 
     quick: at most 20k training examples (2k SQuAD questions), short sequences, 2–3 epochs; the
-    built-in teacher reaches 0.87+ on SST-2 and `make demo` ends within 25 minutes on 2 CPU cores.
+    built-in teacher reaches 0.87+ on SST-2 and `make demo` ends in about 11 minutes on 2 idle CPU cores.
     full: the whole train split, 3 epochs, warm-up 10 %, as the papers fine-tune.
     """
     qa = task_name in ("squad", "squad_v2")
