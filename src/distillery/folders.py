@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping
 
 from distillery.config import check_resumed_settings
-from distillery.errors import DistilleryError
+from distillery.errors import DistilleryError, json_object
 from distillery.ownership import (MARKER, SIGNATURE, check_all_recorded, is_ours, mark, marker_kind,  # noqa: F401
                                   record, unrecorded)
 
@@ -275,12 +275,7 @@ def check_step_settings(out: str | os.PathLike, settings: Mapping[str, Any], res
     given = json.loads(json.dumps(given))  # as the file holds them (lists, not tuples)
     path = Path(out) / STEP_SETTINGS
     if resume and path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DistilleryError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(saved, dict):
-            raise DistilleryError(f"{path} must hold a mapping of settings.")
+        saved = json_object(path, "The run's settings file")
         check_resumed_settings(out, saved, given,
                                "Give them as the run started, or start a new run (another --out) to change them.")
         return

@@ -28,7 +28,7 @@ from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringMode
 from transformers.utils import cached_file
 
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
-from distillery.errors import DistilleryError, listed
+from distillery.errors import DistilleryError, json_object, listed
 from distillery.folders import atomic_folder, mark
 from distillery.weights import check_against_config, check_finite, pickle_refusal, record_weights, verify_weights
 import distillery.encoders as encoders
@@ -169,12 +169,7 @@ def check_model_type(config_file: str | Path) -> None:
     distillery defines. Every load also passes ``trust_remote_code=False``; this check makes the refusal
     one sentence before any load, instead of transformers' prompt or a refusal after it."""
     path = Path(config_file)
-    try:
-        content = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DistilleryError(f"Cannot read the model config {path}: {first_line(e)}") from None
-    if not isinstance(content, dict):
-        raise DistilleryError(f"The model config {path} holds a JSON {type(content).__name__}, not an object.")
+    content = json_object(path, "The model config")
     if "auto_map" in content:
         raise DistilleryError(f"The model config {path} maps the model to its own Python code (auto_map "
                               f"{json.dumps(content['auto_map'])}), and {NEVER_RUNS_CODE}: give a model of a type that "
@@ -321,12 +316,7 @@ def check_tokenizer_files(folder: Path) -> None:
         path = folder / name
         if not path.is_file():
             continue
-        try:
-            content = json.loads(path.read_bytes())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DistilleryError(f"The tokenizer file {path} is not valid JSON ({e}).") from None
-        if not isinstance(content, dict):
-            raise DistilleryError(f"The tokenizer file {path} holds a JSON {type(content).__name__}, not an object.")
+        content = json_object(path, "The tokenizer file")
         if "auto_map" in content:  # a tokenizer class of the folder's own code (see check_model_type)
             raise DistilleryError(f"The tokenizer file {path} maps the tokenizer to its own Python code (auto_map "
                                   f"{json.dumps(content['auto_map'])}), and {NEVER_RUNS_CODE}.")
