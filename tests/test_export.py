@@ -495,3 +495,23 @@ def test_onnx_autotinybert_parity(strategy, tiny_bert, tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(onnx_model(**inputs).logits, torch_model(**inputs).logits,
                                        atol=ex.FP32_ATOL, rtol=ex.FP32_RTOL)
+
+
+def test_a_model_exported_to_several_onnx_formats_is_traced_once(tiny_bert, tmp_path, monkeypatch):
+    """The fp32 graph of a model is traced once a process: its onnx and onnx-int8 exports (and a second load of
+    the same folder) reuse it, byte for byte; other weights are traced again."""
+    from distillery.export import onnx as xo
+
+    traced = []
+    real = xo.export_onnx
+    monkeypatch.setattr(xo, "export_onnx", lambda model, *a: traced.append(type(model).__name__) or real(model, *a))
+    folder = _cmow_folder(tiny_bert, tmp_path / "cmow")
+    fp32 = ex.export_model(folder, "onnx", tmp_path / "onnx")
+    int8 = ex.export_model(folder, "onnx-int8", tmp_path / "int8")
+    assert len(traced) == 1
+    again = ex.export_model(folder, "onnx", tmp_path / "again")
+    assert len(traced) == 1 and (again / "model.onnx").read_bytes() == (fp32 / "model.onnx").read_bytes()
+    assert json.loads((int8 / EXPORT_MANIFEST).read_text())["parity"]["int8_vs_fp32"]
+    other = _cmow_folder(tiny_bert, tmp_path / "other", head="cnn")
+    ex.export_model(other, "onnx", tmp_path / "other-onnx")
+    assert len(traced) == 2

@@ -10,8 +10,13 @@ says so in its config class (``onnx_export``, a :class:`distillery.modeling.Onnx
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import logging
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -20,7 +25,7 @@ from torch import nn
 from distillery.data.encode import taken_inputs
 from distillery.errors import DistilleryError
 from distillery.modeling import head_of, onnx_spec
-from distillery.runtime import quiet, require_onnx
+from distillery.runtime import quiet, require_onnx, weights_digest
 
 OPSET = 18  # ONNX Runtime has run opset 18 since 1.14; the quantizer knows all its ops
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -104,6 +109,32 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, inputs: Sequence[str]
     if spec.max_length:
         out["max_length"] = spec.max_length
     return out
+
+
+# The fp32 graphs traced in this process, by what decides them (class, config, inputs, outputs, weights): a
+# model exported to several formats (--export onnx beside the default int8 export; auto's int8 teacher baseline,
+# once per candidate) is traced once, the costliest step of an export. Kept in a temporary folder (a base-size
+# graph is 440 MB), removed when the process ends.
+_TRACED: dict[str, tuple[Path, dict[str, Any]]] = {}
+_TRACE_FOLDER: list[Path] = []
+
+
+def export_onnx_once(model: nn.Module, path: str | os.PathLike, inputs: Sequence[str],
+                     outputs: Sequence[str]) -> dict[str, Any]:
+    """:func:`export_onnx`, or a copy of the graph it wrote for the same model earlier in this process."""
+    key = hashlib.sha256("\n".join([type(model).__name__, model.config.to_json_string(), ",".join(inputs),
+                                     ",".join(outputs), str(OPSET), weights_digest(model)]).encode()).hexdigest()
+    if key in _TRACED and _TRACED[key][0].is_file():
+        shutil.copyfile(_TRACED[key][0], path)
+        return dict(_TRACED[key][1])
+    exporter = export_onnx(model, path, inputs, outputs)
+    if not _TRACE_FOLDER:
+        _TRACE_FOLDER.append(Path(tempfile.mkdtemp(prefix="distillery-traced-")))
+        atexit.register(shutil.rmtree, _TRACE_FOLDER[0], True)
+    kept = _TRACE_FOLDER[0] / f"{key}.onnx"
+    shutil.copyfile(path, kept)
+    _TRACED[key] = (kept, dict(exporter))
+    return exporter
 
 
 def per_channel_int8(weight_shapes) -> bool:

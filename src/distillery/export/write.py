@@ -36,7 +36,7 @@ from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export.formats import resolve_format
-from distillery.export.onnx import export_onnx, graph_inputs, graph_outputs, quantize_onnx
+from distillery.export.onnx import export_onnx_once, graph_inputs, graph_outputs, quantize_onnx
 from distillery.export.parity import (SAMPLE_TEXTS, check_fp32_parity, check_int8, compare_outputs, dev_batches,
                                       sample_batches)
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
@@ -167,7 +167,7 @@ def _write_onnx(model: nn.Module, tmp: Path, manifest: dict[str, Any], inputs: S
 
     fmt = manifest["format"]
     fp32_path = tmp / ONNX_FILE if fmt == "onnx" else tmp / "model.fp32.onnx"
-    manifest["exporter"] = export_onnx(model, fp32_path, inputs, outputs)
+    manifest["exporter"] = export_onnx_once(model, fp32_path, inputs, outputs)
     manifest.update({k: manifest["exporter"][k] for k in ("seq_multiple", "max_length") if k in manifest["exporter"]})
     fp32 = OnnxModel(fp32_path.read_bytes(), model.config, {**manifest, "format": "onnx"})
     manifest["parity"] = {"fp32": check_fp32_parity(compare_outputs(model, fp32, batches, outputs), "ONNX")}
