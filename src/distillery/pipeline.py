@@ -92,16 +92,16 @@ def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = Non
     method, task = given.get("method", DEFAULT_METHOD), given.get("data.task", DEFAULT_TASK)
     budget = given.get("budget", DEFAULT_BUDGET)
     chosen = get_method(method)
-    qa = task != "custom" and get_task(task).kind == "qa"  # an unknown task fails here, before anything is loaded
-    if qa:  # refused now, as the settings are read, not recorded and then never used
-        check_new_rows(get_task(task), given.get("method_options.augment"), given.get("data.unlabeled_file"))
+    spec = get_task(task) if task != "custom" else None  # an unknown task fails here, before anything is loaded
+    if spec is not None:  # new rows for SQuAD refused now, as the settings are read, not recorded and never used
+        check_new_rows(spec, given.get("method_options.augment"), given.get("data.unlabeled_file"))
     if budget not in BUDGETS:
         raise DistilleryError(f"Unknown budget {budget!r}; choose {' or '.join(BUDGETS)}.")
     settings = {**budget_defaults(budget, task), **chosen.budget_overrides(budget),
                 "method": method, "budget": budget, "data.task": task}
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
-    if qa:  # the full budget's augmentation is for sentence tasks: a SQuAD run's config.yaml must not claim it
+    if spec is not None and spec.kind == "qa":  # the full budget's augmentation is for sentences: not SQuAD's
         settings.pop("method_options.augment", None)
     settings.update(_epochs_everywhere(given))
     return RunConfig.from_dict(nested_settings(settings))

@@ -55,9 +55,10 @@ def on_device(model: nn.Module, device) -> nn.Module:
     return model if is_export(model) else model.to(device)
 
 
-def weights_digest(model: nn.Module) -> str:
+def weights_digest(model: nn.Module, leave_out: tuple[str, ...] = ()) -> str:
     """sha256 of what decides ``model``'s outputs: an ONNX graph's bytes, or each tensor of its state by name
-    (a quantized model's int8 weights with their scales, as the dequantized values)."""
+    (a quantized model's int8 weights with their scales, as the dequantized values), less the tensors whose
+    names start with one of ``leave_out``."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -65,6 +66,8 @@ def weights_digest(model: nn.Module) -> str:
         digest.update(model._bytes)
         return digest.hexdigest()
     for name, value in sorted(model.state_dict().items()):
+        if name.startswith(leave_out):
+            continue
         digest.update(name.encode())
         for tensor in value if isinstance(value, tuple) else (value,):  # int8 Linear: (packed weight, bias)
             if not isinstance(tensor, torch.Tensor):  # the packed parameters' dtype

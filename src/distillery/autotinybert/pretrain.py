@@ -26,7 +26,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from distillery.autotinybert.convert import convert_teacher
@@ -40,6 +39,7 @@ from distillery.data.encode import make_collate
 from distillery.errors import DistilleryError
 from distillery.folders import check_step_settings, claim
 from distillery.modeling import load_checked, load_tokenizer
+from distillery.runtime import weights_digest
 from distillery.teacher import resolve_teacher, teacher_identity
 from distillery.training.trainer import Trainer
 import distillery.distributed as distributed
@@ -55,14 +55,7 @@ def encoder_digest(encoder) -> str:
     takes its pooler from the task teacher): a super-net records the encoder it was cut from, and a task run compares
     it with the one its teacher is tuned from. The same for a checkpoint saved with a task head and for its encoder
     saved alone, which its files (and :func:`distillery.teacher.teacher_identity`) tell apart."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.state_dict().items()):
-        if name.startswith("pooler."):
-            continue
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}:".encode())
-        digest.update(flat.view(torch.uint8).numpy())
-    return digest.hexdigest()[:16]
+    return weights_digest(encoder, leave_out=("pooler.",))[:16]
 
 
 def load_encoder(teacher: str):
