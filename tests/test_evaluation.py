@@ -215,3 +215,24 @@ def test_a_model_is_scored_on_the_task_it_was_trained_for_unless_told_otherwise(
     # a model that records no task is scored on the task given
     code, out, err = evaluate(_saved(tiny_bert, tmp_path / "plain", {0: "0", 1: "1"}), "--task", "sst2")
     assert code == 0, err
+
+
+def test_export_scores_a_model_on_the_task_it_was_trained_for_unless_told_otherwise(tiny_bert, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Issue 52: `export MODEL --task OTHER` scored the export on another task's labels without a word."""
+    from tests.helpers import assert_one_line_error, run_cli
+
+    data = write_glue(tmp_path / "data", n_train=8, n_dev=10)
+    nli = _saved(tiny_bert, tmp_path / "rte", {0: "entailment", 1: "not_entailment"}, task="rte")
+
+    def export(*args):
+        return run_cli(monkeypatch, capsys, "export", str(nli), "--format", "torch-int8", "--data-dir", str(data),
+                       "--dev-limit", "4", *args)
+
+    code, _, err = export("--task", "sst2", "--out", str(tmp_path / "x"))
+    assert_one_line_error(code, err, f"{nli} was trained for rte ({nli / 'config.json'} records it) with labels "
+                                     "entailment, not_entailment, and --task sst2 has labels negative, positive")
+    assert not (tmp_path / "x").exists()
+    code, out, err = export("--task", "sst2", "--other-task", "--out", str(tmp_path / "y"))
+    assert code == 0, err
+    assert '"task": "sst2"' in out

@@ -129,6 +129,9 @@ def _with_metrics(run, **changes):
     ({"chance": {"main": 50.0, "margin": 0.03}}, "chance.main holds 50.0, but accuracy lies in [0, 1]"),
     ({"task": "squad", "main_metric": "f1", "teacher": {"exact_match": 80.0, "f1": 101.0}},
      "teacher.f1 holds 101.0, but f1 lies in [0, 100]"),
+    ({"student": {"accuracy": float("nan")}}, "student.accuracy holds nan, but a score is a finite number"),
+    ({"task": "stsb", "main_metric": "pearson", "teacher": {"pearson": float("inf"), "spearman": 0.8}},
+     "teacher.pearson holds inf, but a score is a finite number"),
 ])
 def test_a_score_outside_its_metrics_range_is_refused_naming_the_file_field_and_value(tmp_path, changes, refusal):
     """Issue 52: an accuracy of 5.0 in metrics.json became "Deploy `student`: accuracy 5.00" in the report and card."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -467,7 +468,8 @@ SCORE_GROUPS = ("teacher", "student", "others.*", "baselines.*", "other_splits.*
 def check_score_ranges(path: Path, data: Mapping[str, Any]) -> None:
     """Refuse a score outside the range of its metric (:func:`metrics.score_range`): an accuracy of 5.0 would
     otherwise be reported, and a student deployed, on it. SQuAD's (its task's, or a group with exact_match)
-    are percentages; the ``chance`` level is in the main metric's units."""
+    are percentages; the ``chance`` level is in the main metric's units. NaN and inf are refused: the metrics
+    never give them (a constant prediction correlates 0.0), and a NaN passes every comparison unseen."""
     squad = str(data.get("task")).startswith("squad")
     scores = [(f"{where}.{name}", name, value, squad or "exact_match" in group) for pattern in SCORE_GROUPS
               for where, group in _found(data, pattern.split(".")) if isinstance(group, dict)
@@ -475,6 +477,9 @@ def check_score_ranges(path: Path, data: Mapping[str, Any]) -> None:
     if isinstance(data.get("chance"), dict):
         scores.append(("chance.main", data.get("main_metric"), data["chance"].get("main"), squad))
     for key, name, value, percent in scores:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DistilleryError(f"{path}: {key} holds {value}, but a score is a finite number (metrics never give "
+                                  "NaN or inf); the file was damaged or edited by hand.")
         bounds = score_range(str(name), percent)
         if bounds and is_finite_number(value) and not bounds[0] - 1e-9 <= value <= bounds[1] + 1e-9:
             raise DistilleryError(f"{path}: {key} holds {value}, but {name} lies in [{bounds[0]:g}, {bounds[1]:g}]; "

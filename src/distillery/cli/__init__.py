@@ -297,6 +297,7 @@ def export_cmd(
     recover_steps: int = typer.Option(300, help="Optimizer steps of the recovery pass."),
     recover_teacher: Optional[str] = typer.Option(None, help="fp32 teacher of the recovery pass (default: the run's teacher, else the model itself)."),
     overwrite: bool = typer.Option(False, help="Replace an existing export folder."),
+    other_task: bool = typer.Option(False, "--other-task", help="Check and score on a --task other than the one the model was trained for, with as many outputs (refused otherwise: its scores would mean nothing)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Export a model to ONNX (parity-checked against torch) or int8; the folder loads with load_student."""
@@ -308,7 +309,7 @@ def export_cmd(
     folder = export_model(model, format, out, task=task, data_dir=data_dir, overwrite=overwrite, recover=recover,
                           recover_threshold=recover_threshold, recover_steps=recover_steps,
                           recover_teacher=recover_teacher, max_length=max_length, dev_limit=dev_limit,
-                          squad_holdout=squad_holdout)
+                          squad_holdout=squad_holdout, other_task=other_task)
     manifest = read_manifest(folder)
     summary = {k: manifest[k] for k in ("format", "backend", "exporter", "parity", "scores", "recovery") if k in manifest}
     typer.echo(json.dumps(summary, indent=2))

@@ -34,7 +34,7 @@ from distillery.config import DataConfig, RunConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
-from distillery.evaluation import score
+from distillery.evaluation import check_trained_task, score
 from distillery.export.formats import resolve_format
 from distillery.export.onnx import export_onnx_once, graph_inputs, graph_outputs, quantize_onnx
 from distillery.export.parity import (SAMPLE_TEXTS, check_fp32_parity, check_int8, compare_outputs, dev_batches,
@@ -209,6 +209,7 @@ def export_model(
     recover_teacher: str | os.PathLike | None = None,
     task_data=None,
     source_metrics: Mapping[str, float] | None = None,
+    other_task: bool = False,
     **data_options: Any,
 ) -> Path:
     """``distillery export``: a saved model or a run folder's student → an export folder.
@@ -220,7 +221,8 @@ def export_model(
     ``recover``: when an int8 format loses more than ``recover_threshold`` points,
     a quantization-aware distillation pass (:func:`recover_int8`) of ``recover_steps`` steps, the
     teacher being ``recover_teacher`` or the run's fp32 teacher or, for a plain model, its own fp32
-    weights; the recovered weights are exported (the manifest holds both scores).
+    weights; the recovered weights are exported (the manifest holds both scores). A model trained for another
+    task than ``task`` is refused unless ``other_task`` (:func:`distillery.evaluation.check_trained_task`).
     """
     folder, run_dir, fmt, out_dir = _export_target(path, fmt, out_dir)
     check_target(out_dir, overwrite=overwrite, inputs=[folder, recover_teacher, data_dir], kind="export")
@@ -233,6 +235,7 @@ def export_model(
     if task_data is None and task:
         task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
                                         splits=("train", "dev") if recover else ("dev",), **data_options)
+        check_trained_task(folder, model.config, task_data.task, other_task)
     extra: dict[str, Any] = {}
     if recover:
         from distillery.evaluation import score
