@@ -128,6 +128,13 @@ METHOD_OPTIONS = {  # each method's smallest sensible student
 }
 
 
+# A contract cell's teacher has 2 layers: each cell's cost is mostly its ONNX trace, which grows with the layers.
+# The distill student keeps teacher layer 1 (renumbered 0, as a deeper pick would be), AutoTinyBERT's 1 layer.
+CELL_TEACHER_LAYERS = 2
+CELL_STUDENT = {"distill": {"method_options.student_layers": [1]}, "moebert": {}, "cmow": {},
+                "autotinybert": {"method_options.arch": "1,32,24,4,16"}}
+
+
 def compress(method: str, teacher, glue, out, finetuned: bool = False, **more):
     """``distillery.compress`` of one contract cell: ``method`` on ``teacher`` over SST-2 in ``glue``."""
     overrides = {**CELL, **METHOD_OPTIONS[method], **more}

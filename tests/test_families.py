@@ -1,6 +1,6 @@
 """The contract: every method on every encoder family (tests/families.py's tiny random teachers, each with
-its own tokenizer kind). Each cell compresses end to end on a small SST-2 slice (teacher fine-tuned one
-epoch, student one epoch), loads the saved student back equal to 1e-5, and exports it to ONNX, whose
+its own tokenizer kind, 2 layers). Each cell compresses end to end on a small SST-2 slice (teacher fine-tuned
+one epoch, student one epoch), loads the saved student back equal to 1e-5, and exports it to ONNX, whose
 parity check must pass."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 import distillery
 from distillery.errors import DistilleryError
-from tests.families import FAMILY_NAMES, NO_TOKEN_TYPES, compress
+from tests.families import CELL_STUDENT, CELL_TEACHER_LAYERS, FAMILY_NAMES, NO_TOKEN_TYPES, compress
 from tests.helpers import write_glue
 
 METHODS = ("distill", "moebert", "cmow", "autotinybert")
@@ -66,7 +66,8 @@ def check_cell(run, trained):
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_every_method_on_every_family(family, method, tiny_family, glue, trained, tmp_path):
-    check_cell(compress(method, tiny_family(family), glue, tmp_path / "run"), trained)
+    teacher = tiny_family(family, CELL_TEACHER_LAYERS)
+    check_cell(compress(method, teacher, glue, tmp_path / "run", **CELL_STUDENT[method]), trained)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)

@@ -139,23 +139,13 @@ def test_pretrained_student_across_tokenizers(tiny_family, own_tokenizer, glue_d
     done = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(folder)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == student_family
+    if importlib.util.find_spec("onnxruntime"):  # and exports to ONNX with its own tokenizer, parity-checked
+        from distillery.export import export
+        from distillery.runtime import load_model
 
-
-@pytest.mark.parametrize("teacher_family,student_family", PAIRS)
-def test_pretrained_student_exports_to_onnx_with_parity(tiny_family, own_tokenizer, glue_dir, tmp_path, teacher_family,
-                                                         student_family):
-    pytest.importorskip("onnxruntime")
-    from distillery.export import export
-    from distillery.runtime import load_model
-    from transformers import AutoTokenizer
-
-    run = compress("distill", tiny_family(teacher_family, 4), glue_dir, tmp_path / "run",
-                   **{"method_options.student": own_tokenizer(student_family)})
-    folder = export(load_model(run / "student"), AutoTokenizer.from_pretrained(run / "student"), "onnx",
-                    tmp_path / "onnx")
-    # export() raises unless the graph reproduces the torch student within the fp32 tolerances
-    manifest = json.loads((folder / "distillery_export.json").read_text())
-    assert manifest["format"] == "onnx" and manifest["parity"]
+        exported = export(load_model(folder), saved, "onnx", tmp_path / "onnx")  # raises where parity fails
+        manifest = json.loads((exported / "distillery_export.json").read_text())
+        assert manifest["format"] == "onnx" and manifest["parity"]["fp32"]["passed"]
 
 
 def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
