@@ -520,3 +520,28 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     # and training moved the weights well beyond that tolerance
     start = weights(tiny_model(dropout=0.0))
     assert max((one[k] - start[k]).abs().max().item() for k in one) > 10 * 1e-4
+
+
+def test_a_finished_training_on_cpu_frees_its_optimizer_without_a_garbage_collection(tmp_path, monkeypatch):
+    """accelerate's free_memory runs a full gc.collect (0.3 s in a large process, at every training's end) to give
+    a device's cache back; on CPU the trainer's optimizer and prepared objects go with the trainer by refcount."""
+    import gc
+    import weakref
+
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
+    kept = []
+    trainer = Trainer(tiny_model(seed=0), cfg(), tiny_dataset(16), collate, loss_fn, out_dir=tmp_path, desc="t")
+    finish = trainer._finish
+    monkeypatch.setattr(trainer, "_finish", lambda run: kept.append(weakref.ref(
+        trainer.accelerator._optimizers[0].optimizer)) or finish(run))
+    gc.disable()
+    try:
+        result = trainer.train()
+        del trainer, finish
+        monkeypatch.undo()  # the patches held the trainer too
+        assert kept and kept[0]() is None, "the optimizer outlived its trainer without a collection"
+    finally:
+        gc.enable()
+    assert not collections
+    assert result.model is not None
