@@ -458,3 +458,21 @@ def test_one_run_given_twice_is_refused_before_anything_is_written(tmp_path):
         with pytest.raises(DistilleryError, match="give each run once"):
             merge_runs([run, make_run(tmp_path / "other", method="cmow"), again], tmp_path / "merged")
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_student_below_the_static_baseline_says_so_in_the_reports_first_lines_and_the_card(tmp_path):
+    """Issue 53: a student scoring under the static-embedding baseline was told so only in the verdict's last
+    section. The report's first lines say it (compress prints the report), and so does the card's verdict."""
+    def run_with_static(name, static):
+        run = _with_metrics(make_run(tmp_path / name), baselines={STATIC_NAME: {"accuracy": static}})
+        return run, write_report(run).read_text().splitlines()
+
+    run, lines = run_with_static("below", 0.86)  # student 0.835, its int8 export 0.849
+    assert lines[2].startswith("**The student learned less than the free static-embedding baseline: accuracy 0.849 "
+                               "(int8) against 0.860 for static-embeddings on the same dev set.")
+    from distillery.report import load_run, run_rows
+
+    card_verdict = rp.verdict_paragraphs(load_run(run), run_rows(load_run(run)), "accuracy", "1×128", "256×64")
+    assert any("learned less than the free static-embedding baseline" in p for p in card_verdict)
+    _, lines = run_with_static("above", 0.84)  # the int8 export beats it: nothing to say
+    assert not any("learned less than the free static-embedding" in line for line in lines)

@@ -134,6 +134,9 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     at_chance = metrics.chance_warning()
     if at_chance:
         out += [f"**{md(at_chance)}**", ""]
+    below_static = metrics.below_static_warning()
+    if below_static:
+        out += [f"**{md(below_static)}**", ""]
     compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}" + (
         f" into the pretrained student {md(student_name(config), code=True)}" if student_name(config) else "")
     t, s = by_name.get("teacher"), by_name.get("student")

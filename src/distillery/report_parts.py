@@ -109,12 +109,14 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
 def verdict_paragraphs(run: Run, rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str,
                        tp_shape: str, *, chance_line: bool = True) -> list[str]:
     """The verdict the report and the model card share, as paragraphs (each followed by a blank line): the
-    student against the teacher, a teacher at chance (``chance_line``: the report says it first instead),
-    unstable timings, and what to deploy."""
+    student against the teacher, a teacher at chance and a student below the static-embedding baseline
+    (``chance_line``: the report says them first instead), unstable timings, and what to deploy."""
     at_chance, unstable = run.metrics.chance_warning(), run.bench.noise_warning()
+    below_static = run.metrics.below_static_warning()
     deploy = deploy_sentence(run.bench, run.metrics)
     return [verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
             *([f"**{md(at_chance)}**", ""] if at_chance and chance_line else []),
+            *([f"**{md(below_static)}**", ""] if below_static and chance_line else []),
             *([f"**{md(unstable)}**", ""] if unstable else []), *([deploy, ""] if deploy else [])]
 
 
