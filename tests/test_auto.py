@@ -345,3 +345,28 @@ def test_a_resumed_auto_run_refuses_settings_and_a_target_given_differently_in_t
     with pytest.raises(DistilleryError, match=r"given differently: student.lr \(saved 0.0001, given 0.5\); target \(saved "
                                               r"'a measured speed-up of at least 2.00× .*, given .*3.00×"):
         resumed_state(out, {"student.lr": 0.5}, make_target(3.0, None), None)
+
+
+def test_points_within_the_dev_sets_sampling_noise_are_tied_and_the_fastest_is_chosen():
+    """Issue 53: auto chose CMOW over AutoTinyBERT by 0.832 against 0.826 on dev (3 of 500 examples), and on a
+    test split AutoTinyBERT was the better. Scores within a 95 % sampling interval are tied, the fastest chosen."""
+    from distillery.auto_choice import sampling_noise
+
+    assert sampling_noise("accuracy", 0.832, 500) == pytest.approx(1.96 * (0.832 * 0.168 / 500) ** 0.5)
+    assert sampling_noise("f1", 88.0, 500) == pytest.approx(100 * 1.96 * (0.88 * 0.12 / 500) ** 0.5)  # SQuAD's %
+    assert sampling_noise("pearson", 0.8, 1503) == pytest.approx(1.96 * 0.36 / 1500 ** 0.5)
+    assert sampling_noise("accuracy", 0.8, None) is None  # a run that did not record its dev size: no ties
+
+    cmow = {**_point("cmow", 0.832, 1.0, 20.0), "dev_examples": 500}
+    atb = {**_point("autotinybert", 0.826, 4.0, 4.5), "dev_examples": 500}
+    low = {**_point("distill-1l", 0.70, 2.0, 6.0), "dev_examples": 500}
+    chosen, why = choose([atb, cmow, low], Target(speedup=4.0), "accuracy")
+    assert chosen["point"] == "cmow"
+    assert "is tied on dev with `autotinybert` (0.826): their scores lie within ±0.033, the 95 % sampling " \
+           "interval of accuracy over 500 dev examples, so the fastest of them is chosen" in why
+    assert "it beats `distill-1l`" in why
+    faster_atb = {**atb, "latency_speedup": 25.0}  # the tied one is faster: it is chosen though less accurate
+    assert choose([faster_atb, cmow], Target(speedup=4.0), "accuracy")[0]["point"] == "autotinybert"
+    # apart by more than the noise: the most accurate, as before
+    chosen, why = choose([{**cmow, "main": 0.90}, atb], Target(speedup=4.0), "accuracy")
+    assert chosen["point"] == "cmow" and "is the most accurate of the 2 model(s)" in why

@@ -112,6 +112,25 @@ def learned_too_little(score: float, metrics: Metrics) -> str | None:
             f"chance ({fmt_metric(chance.main)}) and the teacher ({fmt_metric(teacher)})")
 
 
+# The two-sided 95 % normal quantile: two dev scores closer than this many standard errors are tied
+TIE_Z = 1.96
+CORRELATIONS = ("pearson", "spearman", "mcc")
+
+
+def sampling_noise(metric: str, score: float | None, examples: int | None) -> float | None:
+    """Half the width of a 95 % interval of a dev score from ``examples`` examples: binomial for a rate
+    (accuracy, F1, SQuAD's percentages), the Fisher-z standard error for a correlation, at the score itself.
+    None where the number of examples is unknown (a run older than metrics.json's ``dev_examples``)."""
+    if score is None or not examples or examples < 4:
+        return None
+    if metric in CORRELATIONS:
+        r = min(abs(float(score)), 0.999)
+        return TIE_Z * (1.0 - r * r) / math.sqrt(examples - 3)
+    scale = 100.0 if score > 1.0 else 1.0  # SQuAD's exact match and F1 are percentages
+    p = min(max(float(score) / scale, 0.0), 1.0)
+    return scale * TIE_Z * math.sqrt(max(p * (1.0 - p), 1.0 / examples) / examples)
+
+
 def point_name(candidate: str, model: str) -> str:
     """``distill-3l`` for a candidate's student, ``distill-3l+onnx-int8`` for its export."""
     return candidate if model == "student" else f"{candidate}+{model[len('student-'):]}"
@@ -125,6 +144,7 @@ def candidate_points(name: str, run: Run) -> list[dict[str, Any]]:
         p["run"], p["point"], p["candidate"] = name, point_name(name, p["model"]), name
         p["noise"] = timing_noise(run.bench, p["model"])
         p["failed"] = learned_too_little(p["main"], run.metrics)
+        p["dev_examples"] = run.metrics.dev_examples
     return points
 
 
@@ -146,7 +166,8 @@ def free_int8_point(runs: Mapping[str, Run]) -> dict[str, Any] | None:
     rows.sort(key=lambda nr: nr[1]["latency_speedup"])
     name, row = rows[(len(rows) - 1) // 2]
     return {**row, "candidate": FREE_INT8, "point": FREE_INT8, "free": True, "measured_in": name,
-            "noise": timing_noise(runs[name].bench, FREE_INT8), "failed": None}
+            "noise": timing_noise(runs[name].bench, FREE_INT8), "failed": None,
+            "dev_examples": runs[name].metrics.dev_examples}
 
 
 def _speed_words(p: Mapping[str, Any]) -> str:
@@ -159,9 +180,10 @@ def _name(p: Mapping[str, Any]) -> str:
 
 
 def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tuple[dict[str, Any] | None, str]:
-    """The most accurate point that meets the target as measured (ties: the faster), and the one
-    sentence saying why, naming what it beat; None and a plain sentence when none meets it. A point that
-    ``failed`` to learn is never chosen."""
+    """The most accurate point that meets the target as measured, and the one sentence saying why, naming
+    what it beat; None and a plain sentence when none meets it. A point that ``failed`` to learn is never
+    chosen. Points whose dev scores lie within the dev set's sampling noise of the most accurate one
+    (:func:`sampling_noise`: 3 examples of 500 tell nothing apart) are tied, and the fastest of them is chosen."""
     scored = [p for p in points if p["main"] is not None and p["latency_ms"] and p["latency_speedup"]]
     if not scored:
         return None, "No candidate finished with a score and a latency, so no model can be chosen."
@@ -173,14 +195,24 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
         return None, (f"No candidate meets {target.words()} as measured here; the fastest is "
                       f"{md(fastest['point'], code=True)} ({_speed_words(fastest)}, {md(main)} "
                       f"{fmt_metric(fastest['main'])}).{extra}")
-    rank = lambda p: (p["main"], p["latency_speedup"])  # noqa: E731 (ties: the faster, as a ratio)
-    best = max(meeting, key=rank)
-    text = (f"{_name(best)} is the most accurate of the {len(meeting)} model(s) that meet {target.words()} as "
-            f"measured here ({md(main)} {fmt_metric(best['main'])}, {_speed_words(best)}")
+    rank = lambda p: (p["main"], p["latency_speedup"])  # noqa: E731 (equal scores: the faster, as a ratio)
+    top = max(meeting, key=rank)
+    noise = sampling_noise(main, top["main"], top.get("dev_examples"))
+    tied = [p for p in meeting if noise is not None and top["main"] - p["main"] < noise]
+    best = max(tied, key=lambda p: (p["latency_speedup"], p["main"])) if len(tied) > 1 else top
+    if len(tied) <= 1:
+        text = (f"{_name(best)} is the most accurate of the {len(meeting)} model(s) that meet {target.words()} as "
+                f"measured here ({md(main)} {fmt_metric(best['main'])}, {_speed_words(best)}")
+    else:
+        others = ", ".join(f"{_name(p)} ({fmt_metric(p['main'])})" for p in tied if p is not best)
+        text = (f"{_name(best)} ({md(main)} {fmt_metric(best['main'])}, {_speed_words(best)}) is tied on dev with "
+                f"{others}: their scores lie within ±{fmt_metric(noise)}, the 95 % sampling interval of {md(main)} "
+                f"over {top['dev_examples']} dev examples, so the fastest of them is chosen among the "
+                f"{len(meeting)} model(s) that meet {target.words()} as measured here")
     if target.met_within_noise(best):
         text += f"; {fmt_x(best['latency_speedup'])} is within its timing's {100 * best['noise']:.0f} % noise of the target"
-    text += ")"
-    rival = max((p for p in meeting if p is not best), key=rank, default=None)
+    text += ")" if len(tied) <= 1 else ""
+    rival = max((p for p in meeting if p not in tied and p is not best), key=rank, default=None)
     if rival is not None:
         text += f"; it beats {_name(rival)} ({fmt_metric(rival['main'])}, {_speed_words(rival)})"
     better = max((p for p in scored if not target.met_by(p) and p["main"] > best["main"]),

@@ -63,7 +63,7 @@ METRICS_FIELDS: list[Field] = [
     Field("teacher", SCORES), Field("student", SCORES), Field("retention", NUMBER), Field("chance", None),
     Field("other_splits", {"": dict, "*": dict, "*.*": dict, "*.*.*": NUMBER}),
     Field("others", GROUP), Field("baselines", GROUP), Field("baseline_notes", {"": list, "*": str}),
-    Field("dev_limit", None), Field("chain", list),
+    Field("dev_limit", None), Field("chain", list), Field("dev_examples", NUMBER),
 ]
 TRAIN_SHAPE = {
     **{k: NUMBER for k in ("teacher_seconds", "student_seconds", "total_seconds", "train_examples",
@@ -174,6 +174,7 @@ class Metrics:
     baseline_notes: list[str] | None = None
     dev_limit: int | None = None
     chain: list[dict[str, Any]] | None = None
+    dev_examples: int | None = None  # the examples the dev scores average over (their sampling noise)
     extra: dict[str, Any] = field(default_factory=dict)
 
     WRITTEN_WHEN_NONE = ("retention",)  # null in the file: the teacher scored 0, no retention
