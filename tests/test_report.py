@@ -464,12 +464,13 @@ def test_a_student_below_the_static_baseline_says_so_in_the_reports_first_lines_
     """Issue 53: a student scoring under the static-embedding baseline was told so only in the verdict's last
     section. The report's first lines say it (compress prints the report), and so does the card's verdict."""
     def run_with_static(name, static):
-        run = _with_metrics(make_run(tmp_path / name), baselines={STATIC_NAME: {"accuracy": static}})
+        run = _with_metrics(make_run(tmp_path / name), baselines={STATIC_NAME: {"accuracy": static}},
+                            others={"student-onnx-int8": {"accuracy": 0.849}, "teacher-onnx": {"accuracy": 0.873}})
         return run, write_report(run).read_text().splitlines()
 
-    run, lines = run_with_static("below", 0.86)  # student 0.835, its int8 export 0.849
+    run, lines = run_with_static("below", 0.86)  # student 0.835, its int8 export 0.849 (the teacher's export: no)
     assert lines[2].startswith("**The student learned less than the free static-embedding baseline: accuracy 0.849 "
-                               "(int8) against 0.860 for static-embeddings on the same dev set.")
+                               "(student-onnx-int8) against 0.860 for static-embeddings on the same dev set.")
     from distillery.report import load_run, run_rows
 
     card_verdict = rp.verdict_paragraphs(load_run(run), run_rows(load_run(run)), "accuracy", "1×128", "256×64")

@@ -20,7 +20,7 @@ from distillery.folders import atomic_file, claim_for_rewrite
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_x, format_count, md
 from distillery.metrics import is_finite_number
 from distillery.plot import dominates, plot_points, write_plot
-from distillery.report_parts import (baseline_section, config_lines, fact_text, rows_table, shape_text,
+from distillery.report_parts import (baseline_section, below_static_warning, config_lines, fact_text, rows_table, shape_text,
                                      verdict_paragraphs)
 from distillery.run_record import BASELINE_NAMES, Bench, Metrics, Run, load_run, run_rows, student_name, teacher_name
 
@@ -134,7 +134,7 @@ def write_report(run_dir: str | os.PathLike) -> Path:
     at_chance = metrics.chance_warning()
     if at_chance:
         out += [f"**{md(at_chance)}**", ""]
-    below_static = metrics.below_static_warning()
+    below_static = below_static_warning(metrics)
     if below_static:
         out += [f"**{md(below_static)}**", ""]
     compressed = f"Teacher {md(teacher, code=True)} compressed with {md(method, code=True)}" + (

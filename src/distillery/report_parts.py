@@ -11,7 +11,8 @@ from distillery.config import setting
 from distillery.errors import DistilleryError
 from distillery.markdown import fmt_metric, fmt_ms, fmt_pct, fmt_rate, fmt_seconds, fmt_x, format_count, md
 from distillery.metrics import is_finite_number
-from distillery.run_record import BASELINE_NAMES, Bench, Metrics, Run, Train, is_student, student_name, teacher_name
+from distillery.run_record import (BASELINE_NAMES, STATIC_NAME, Bench, Metrics, Run, Train, is_student, student_name,
+                                   teacher_name)
 
 # --------------------------------------------------------------------------------------------
 # The table and the verdict
@@ -106,13 +107,28 @@ def verdict(rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str = "1×1
     return text
 
 
+def below_static_warning(metrics: Metrics) -> str | None:
+    """One sentence, plain text, when the student and every export of it score below the static-embedding
+    baseline measured in the same run (a bag of token vectors with a linear head), else None."""
+    main, scores = metrics.main_metric, metrics.scores()
+    static = scores.get(STATIC_NAME, {}).get(main)
+    students = {name: values[main] for name, values in scores.items() if is_student(name) and main in values}
+    if static is None or not students or max(students.values()) >= static:
+        return None
+    best = max(students, key=students.get)
+    return (f"The student learned less than the free static-embedding baseline: {main} "
+            f"{students[best]:.3f} ({best}) against {static:.3f} for {STATIC_NAME} on the same dev set. "
+            "The verdict below weighs it; a shallower cut (more of the teacher's layers), more text "
+            "(--unlabeled-file, distillery transfer-set) or more steps may close the gap.")
+
+
 def verdict_paragraphs(run: Run, rows: Sequence[Mapping[str, Any]], main: str, lat_shape: str,
                        tp_shape: str, *, chance_line: bool = True) -> list[str]:
     """The verdict the report and the model card share, as paragraphs (each followed by a blank line): the
     student against the teacher, a teacher at chance and a student below the static-embedding baseline
     (``chance_line``: the report says them first instead), unstable timings, and what to deploy."""
     at_chance, unstable = run.metrics.chance_warning(), run.bench.noise_warning()
-    below_static = run.metrics.below_static_warning()
+    below_static = below_static_warning(run.metrics)
     deploy = deploy_sentence(run.bench, run.metrics)
     return [verdict(rows, main, lat_shape, tp_shape, at_chance=bool(at_chance)), "",
             *([f"**{md(at_chance)}**", ""] if at_chance and chance_line else []),

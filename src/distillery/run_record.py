@@ -237,21 +237,6 @@ class Metrics:
                 f"±{chance.margin:.3f} its size allows. The student's retention against it means nothing; "
                 "fine-tune the teacher longer or check the data.")
 
-    def below_static_warning(self) -> str | None:
-        """One sentence, plain text, when the student and every export of it score below the static-embedding
-        baseline measured in the same run (a bag of token vectors with a linear head), else None."""
-        main, scores = self.main_metric, self.scores()
-        static = scores.get(STATIC_NAME, {}).get(main)
-        students = {name: values[main] for name, values in scores.items()
-                    if (name == "student" or name in (self.others or {})) and main in values}
-        if static is None or not students or max(students.values()) >= static:
-            return None
-        best = max(students, key=students.get)
-        return (f"The student learned less than the free static-embedding baseline: {main} "
-                f"{students[best]:.3f} ({best}) against {static:.3f} for {STATIC_NAME} on the same dev set. "
-                "The verdict below weighs it; a shallower cut (more of the teacher's layers), more text "
-                "(--unlabeled-file, distillery transfer-set) or more steps may close the gap.")
-
     def chain_links(self) -> list[dict[str, Any]] | None:
         """The chain of teachers (:func:`chain_link` entries), original teacher first; None without one."""
         chain = self.chain
