@@ -47,12 +47,31 @@ def test_plan_keeps_the_candidates_that_can_meet_the_target_likely_best_first(mo
     candidates, skipped = plan(_bert(), 2.0, 128, options)
     names = [c.name for c in candidates]
     # what each is expected to keep decides the order (a time budget runs the likely best first), not cost alone
-    assert names == ["distill-6l", "autotinybert", "distill-5l", "cmow"]
+    assert names == ["autotinybert", "distill-6l", "distill-5l", "cmow"]
     assert [s["name"] for s in skipped] == ["moebert"] and "1.95×" in skipped[0]["reason"]
     assert [c.expected for c in candidates] == sorted((c.expected for c in candidates), reverse=True)
     candidates, skipped = plan(_bert(), 1.5, 128, options)
     assert "moebert" in [c.name for c in candidates] and not skipped
     assert distill_depths(12, 2) == [6, 5] and distill_depths(2, 2) == [1] and distill_depths(12, 1.1) == [10, 9]
+
+
+def test_plan_weighs_each_depth_by_its_int8_export_and_expects_what_was_measured(monkeypatch):
+    """Issue 53: at 4× on a 6-layer teacher auto planned only a 1-layer student ("FLOP-ideal 6.00×", expected 0.99)
+    though the 3-layer student's int8 export had reached 4.7× at 98 % of the teacher on the same data."""
+    from distillery.distill.auto import MEASURED_RETENTION, depths, expected_retention
+
+    monkeypatch.setattr("distillery.distill.auto._available", lambda name: False)
+    assert depths(6, 4) == [1] and depths(6, 4, int8_gain=2.2) == [3, 1] and depths(6, 2, 2.2) == [5, 3, 2]
+    assert depths(6, 4, int8_gain=0.8) == [1]  # an int8 export slower than fp32 adds nothing
+    assert expected_retention(3, 6) == MEASURED_RETENTION[3 / 6] and expected_retention(6, 6) == 1.0
+    assert expected_retention(5, 12) == pytest.approx((MEASURED_RETENTION[2 / 6] + MEASURED_RETENTION[3 / 6]) / 2)
+    assert expected_retention(1, 12) == MEASURED_RETENTION[1 / 6]  # below the measured shares: the lowest
+    six = _bert(layers=6, hidden=384, ffn=1536)
+    candidates, _ = plan(six, 4.0, 128, route_options({}), int8_gain=2.2)
+    distill = {c.name: c for c in candidates if c.method == "distill"}
+    assert list(distill) == ["distill-3l", "distill-1l"]
+    assert distill["distill-3l"].expected > distill["distill-1l"].expected
+    assert "its int8 export about 4.40× here" in distill["distill-3l"].why
 
 
 def test_options_go_to_the_methods_that_have_them():
@@ -222,6 +241,8 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
               "--config", str(settings), *options]
     shown = run_ok(monkeypatch, capsys, *common, "--method", "auto", "--speedup", "2", "--time-budget", "30m")
     summary = json.loads((out / "auto.json").read_text())
+    assert summary["int8_gain"] >= 1.0  # the int8 export timed on the teacher's architecture when planning
+    assert summary["int8_gain"] == 1.0 or "an int8 export of the teacher's architecture ran" in shown
     points = [p for c in summary["candidates"] for p in c["points"]]
     assert len(points) >= 4 and {p["model"] for p in points} >= {"student"}
     assert any(p["model"].startswith("student-") and "int8" in p["model"] for p in points)

@@ -60,6 +60,9 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
     if summary.get("teacher_ms"):
         lines.append(f"- the teacher took {fmt_ms(summary['teacher_ms'])} ms here when planning, so the target is a "
                      f"{fmt_x(summary['plan_speedup'])} speed-up")
+    if (summary.get("int8_gain") or 1.0) > 1.0:
+        lines.append(f"- an int8 export of the teacher's architecture ran {fmt_x(summary['int8_gain'])} as fast as "
+                     "fp32 here when planning: a layer-drop depth is planned when its int8 export reaches the target")
     lines += ["", "## Chosen model", "", summary["why"], ""]
     if chosen:
         lines += [f"Its folder, with its model card: {md(chosen['folder'], code=True)}.", ""]

@@ -306,6 +306,10 @@ class AutoAsk:
     runs: int = 20  # timed runs of a latency measured while planning
     latency_ms: float | None = None  # the latency target, where it is one
     students: Any = None  # the pretrained students given (``--student``), each a candidate of its own
+    # the int8 export's latency speed-up over fp32 measured here on the teacher's architecture (every candidate's
+    # student gets one, and the choice weighs it): a candidate reaches the target when its fp32 speed-up times this
+    # does; 1.0 where none was measured
+    int8_gain: float = 1.0
 
 
 # -- the registry -----------------------------------------------------------------------------------
