@@ -42,10 +42,20 @@ class DistillOptions(MethodOptions):
         "mpnet-base (the packaged encoders before fine-tuning), a model folder or a Hub id; it keeps its own "
         "tokenizer and learns from the teacher's outputs", default_text="teacher layers", flag=True)
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
-    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
-    hidden_weight: float = option(0.0, number(0), "weight of hidden-state MSE (Patient KD); 0 = off. With --student: "
-                                  "per layer through a learned projection where the tokenizers match, else between "
-                                  "sentence vectors (mean-pooled last layer)", paper="β", flag=True)
+    temperature: float | None = option(
+        None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
+        default_text="2.0; when more than half of the teacher's layers go, from its logits: the softest of 1, 2, 4 "
+        "at which its mean top-1 probability stays >= 0.8")
+    hidden_weight: float | None = option(
+        None, number(0, optional=True), "weight of hidden-state MSE (Patient KD); 0 = off. A layer-drop student "
+        "keeping fewer than half the layers learns the teacher layer at the top of each block (last onto last), "
+        "else the layer it was copied from. With --student: per layer through a learned projection where the "
+        "tokenizers match, else between sentence vectors (mean-pooled last layer)", paper="β", flag=True,
+        default_text="1.0 when more than half of the teacher's layers go, else 0")
+    min_steps: int | None = option(
+        None, number(0, whole=True, optional=True), "optimizer steps a layer-drop student trains at least (more "
+        "passes over a small split), the first 10 % warming up; 0 = the budget's schedule as it is",
+        default_text="600 when more than half of the teacher's layers go, else 0")
     layer_map: list[int] | None = option(
         None, Layers(count=False), "with --student and hidden_weight, the teacher layer each student layer learns from, "
         "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")

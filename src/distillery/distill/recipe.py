@@ -10,12 +10,15 @@ Options (``RunConfig.method_options``): :class:`~distillery.distill.options.Dist
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from transformers import PreTrainedModel
 
 from distillery.training.losses import distillation_loss
 import distillery.encoders as encoders
+from distillery.distill import deep_cut
 from distillery.errors import DistilleryError
 from distillery.method import Method
 from distillery.method_context import MethodContext
@@ -94,21 +97,66 @@ class Distill(Method):
         if opts.student is not None:
             from distillery.distill.pretrained import run_pretrained
 
+            # A pretrained student keeps its own layers, so the deep-cut rule does not apply; its temperature could
+            # be read from the teacher's logits as a layer-drop student's is (deep_cut.temperature_from_logits).
+            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, temperature=opts.temperature
+                           or deep_cut.FALLBACK_TEMPERATURE)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)
-        ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                         f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={opts.temperature})"
-                         + (f" + {opts.hidden_weight}·hidden MSE" if opts.hidden_weight else "") + ".")
         logger.info("Student keeps teacher layers %s.", layers)
 
         train = task_data.train
         teacher.eval()
         whole = opts.train_examples == "all"
         extra = opts.augment or ctx.config.data.unlabeled_file
-        if kind != "qa" and (whole or extra or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher
+        # the teacher's logits are read from the cache unless the loss runs the teacher (hidden_weight), and they
+        # set a deep cut's temperature
+        deep = deep_cut.is_deep_cut(len(layers), teacher.config.num_hidden_layers) and opts.temperature is None
+        if kind != "qa" and (whole or extra or not opts.hidden_weight or deep):
             train = ctx.distillation_train(whole, opts.augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
-        loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
-        return ctx.train(student, loss_fn, desc="student", train_dataset=train)
+        chosen = student_defaults(ctx, opts, layers, train)
+        ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
+                         f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={chosen.temperature:g})"
+                         + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
+                            f"{chosen.hidden_layers})" if chosen.hidden_weight else "") + ".")
+        ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)
+        loss_fn = distillation_loss(kind, teacher, opts.kd_weight, chosen.temperature, chosen.hidden_weight,
+                                    chosen.hidden_layers)
+        return ctx.train(student, loss_fn, desc="student", train_dataset=train, **chosen.settings)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The settings of one layer-drop run: the user's where given, else :func:`deep_cut.choose_defaults`'."""
+
+    temperature: float
+    hidden_weight: float
+    hidden_layers: list[int]  # the teacher layer each student layer learns with hidden_weight
+    settings: dict  # the trainer's settings changed for this cut (max_steps, warmup_ratio)
+    reasons: list[str]
+
+
+def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chosen:
+    """Resolve the options left unset (temperature, hidden_weight, min_steps) by the deep-cut rule, given the
+    teacher's logits on ``train`` and the optimizer steps the budget gives it."""
+    n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
+    kind = ctx.task_data.task.kind
+    beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
+    passes = cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
+    budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
+    logits = train["teacher_logits"] if kind == "classification" and "teacher_logits" in train.column_names else None
+    rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind)
+    given = {name for name in ("temperature", "hidden_weight", "min_steps") if getattr(opts, name) is not None}
+    reasons = [reason for name, reason in rule.reasons.items() if name not in given]
+    temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
+    hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
+    # a deep cut's layers learn the top of the block they stand for; a shallow one's, the layer each was copied from
+    hidden_layers = deep_cut.uniform_layer_map(len(layers), n) if deep_cut.is_deep_cut(len(layers), n) else layers
+    min_steps = rule.min_steps if opts.min_steps is None else int(opts.min_steps)
+    settings = {}
+    if budget_steps < min_steps:
+        settings = {"max_steps": min_steps, "warmup_ratio": max(cfg.warmup_ratio, deep_cut.WARMUP)}
+    return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons)

@@ -1,0 +1,111 @@
+"""Defaults of a student that keeps fewer than half of its teacher's layers (a *deep cut*, issue #53), as one rule.
+
+A student copied from 2 of MiniLM's 6 layers is not a shallower teacher: its second layer reads the output of a
+layer it never followed in the teacher, and the task head reads a layer that is not the teacher's last. With the
+shallow cut's defaults (T = 2, no hidden-state term, the budget's short decaying schedule) such a student learned
+next to nothing on RTE (docs/distill.md, "Deep cuts"). :func:`choose_defaults` picks, from the share of layers
+kept, the optimizer steps the budget gives and the teacher's own logits, what a deep cut uses where the user did
+not say otherwise (a shallower student keeps the earlier defaults, whose results docs/results.md reports):
+
+- **temperature** from the teacher's logits (:func:`temperature_from_logits`): the softest of 1, 2, 4 at which
+  the teacher still puts, on average, :data:`DECISIVE` of its mass on its top class. A teacher whose logits are
+  close together (MiniLM fine-tuned on a small split) is already soft at T = 1; softening it further flattens
+  the targets until they hardly say which class it picked.
+- **hidden-state distillation** (TinyBERT, MiniLM: deep cuts need it): each student layer learns the teacher layer
+  at the top of the block it stands for (spread evenly, last onto last), so the head reads what it read in the
+  teacher.
+- **a longer, warmed-up schedule** where the budget gives few steps: at least :data:`MIN_STEPS` optimizer steps,
+  the first :data:`WARMUP` of them warming up, so that layers that no longer fit together have steps to re-fit.
+
+Method distill applies it (:mod:`distillery.distill.recipe`). A pretrained student (``--student``) keeps its own
+layers, so only the temperature rule could apply there; autotinybert's further training of a shallow sub-network
+should take the same rule (neither does yet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+# the softest temperature at which the teacher's mean top-1 probability stays at or above this
+DECISIVE = 0.8
+TEMPERATURES = (1.0, 2.0, 4.0)
+# a shallow cut's, and a deep cut's without logits to read (QA's spans): Hinton's usual value, the earlier default
+FALLBACK_TEMPERATURE = 2.0
+DEEP_CUT_HIDDEN_WEIGHT = 1.0
+MIN_STEPS = 600  # optimizer steps a deep-cut student trains at least (a small split: more passes)
+WARMUP = 0.1
+
+
+@dataclass(frozen=True)
+class StudentDefaults:
+    """What :func:`choose_defaults` chose, and why (one line per choice, for the report)."""
+
+    temperature: float
+    hidden_weight: float
+    hidden_layers: list[int] | None  # the teacher layer each student layer learns (None: no hidden term)
+    min_steps: int  # optimizer steps the student trains at least, the first WARMUP of them warming up (0: any)
+    reasons: dict[str, str] = field(default_factory=dict)  # option name -> why it was chosen so
+
+
+def is_deep_cut(kept: int, teacher_layers: int) -> bool:
+    """More than half of the teacher's layers go."""
+    return 2 * kept < teacher_layers
+
+
+def uniform_layer_map(kept: int, teacher_layers: int) -> list[int]:
+    """Student layer j learns teacher layer ``(j + 1)·N/M − 1``: the top of the block of teacher layers it stands
+    for, the last onto the last (TinyBERT's uniform mapping)."""
+    return [(j + 1) * teacher_layers // kept - 1 for j in range(kept)]
+
+
+def temperature_from_logits(logits: Sequence[Sequence[float]]) -> float:
+    """The softest of :data:`TEMPERATURES` at which the teacher's mean top-1 probability over ``logits`` (one row
+    per example, at least two classes) is at least :data:`DECISIVE`; 1 when none is.
+
+    ``softmax(z / T)`` with logits spanning ±2.3 (MiniLM fine-tuned on a small split) has a mean top-1 of about
+    0.85 at T = 1 and 0.66 at T = 2: at 2 the targets hardly say which class the teacher picked."""
+    rows = [list(map(float, row)) for row in logits if len(row) > 1]
+    if not rows:
+        return FALLBACK_TEMPERATURE
+    chosen = 1.0
+    for t in TEMPERATURES:
+        if _mean_top1(rows, t) >= DECISIVE:
+            chosen = t
+    return chosen
+
+
+def _mean_top1(rows: list[list[float]], t: float) -> float:
+    total = 0.0
+    for row in rows:
+        top = max(row)
+        total += 1.0 / sum(math.exp((z - top) / t) for z in row)
+    return total / len(rows)
+
+
+def choose_defaults(teacher_layers: int, kept: int, budget_steps: int,
+                    teacher_logits: Sequence[Sequence[float]] | None = None, kind: str = "classification",
+                    ) -> StudentDefaults:
+    """The defaults of a student keeping ``kept`` of ``teacher_layers`` layers whose budget trains it
+    ``budget_steps`` optimizer steps; ``teacher_logits``: the teacher's logits on its train split (classification;
+    a regression task's distillation term has no temperature, a QA task keeps :data:`FALLBACK_TEMPERATURE`)."""
+    if not 1 <= kept <= teacher_layers:
+        raise ValueError(f"a student keeps 1 to {teacher_layers} layers, got {kept}.")
+    if not is_deep_cut(kept, teacher_layers):  # the earlier defaults, whose results docs/results.md reports
+        return StudentDefaults(FALLBACK_TEMPERATURE, 0.0, None, 0, {})
+    reasons = {}
+    temperature = FALLBACK_TEMPERATURE
+    if kind == "classification" and teacher_logits is not None:
+        temperature = temperature_from_logits(teacher_logits)
+        reasons["temperature"] = (f"T = {temperature:g} from the teacher's logits (the softest of "
+                                  f"{', '.join(f'{t:g}' for t in TEMPERATURES)} keeping its mean top-1 "
+                                  f"probability >= {DECISIVE:g})")
+    hidden_layers = uniform_layer_map(kept, teacher_layers)
+    reasons["hidden_weight"] = (f"{teacher_layers - kept} of {teacher_layers} layers dropped: hidden-state "
+                                f"distillation (weight {DEEP_CUT_HIDDEN_WEIGHT:g}, student layers onto teacher "
+                                f"layers {hidden_layers})")
+    if budget_steps < MIN_STEPS:
+        reasons["min_steps"] = (f"{MIN_STEPS} optimizer steps instead of the budget's {budget_steps}, "
+                                f"the first {WARMUP:.0%} warming up")
+    return StudentDefaults(temperature, DEEP_CUT_HIDDEN_WEIGHT, hidden_layers, MIN_STEPS, reasons)

@@ -1,0 +1,88 @@
+"""The deep-cut rule (distill/deep_cut.py): the defaults of a layer-drop student keeping fewer than half of its
+teacher's layers, and a tiny end-to-end run of such a student."""
+
+import json
+import logging
+
+import pytest
+
+from distillery.distill import deep_cut
+from distillery.distill.deep_cut import choose_defaults, is_deep_cut, temperature_from_logits, uniform_layer_map
+from distillery.pipeline import compress
+from tests.helpers import tiny_config
+
+
+@pytest.mark.parametrize("kept, deep", [(1, True), (2, True), (3, False), (4, False), (6, False)])
+def test_a_deep_cut_drops_more_than_half_the_layers(kept, deep):
+    assert is_deep_cut(kept, 6) is deep
+
+
+def test_uniform_layer_map_puts_the_last_student_layer_on_the_teachers_last():
+    assert uniform_layer_map(2, 6) == [2, 5]
+    assert uniform_layer_map(1, 6) == [5]
+    assert uniform_layer_map(3, 6) == [1, 3, 5]
+    assert uniform_layer_map(3, 12) == [3, 7, 11]
+
+
+def test_temperature_is_the_softest_that_keeps_the_teacher_decisive():
+    # MiniLM on a small 3-class split: logits spanning about ±2.3, mean top-1 0.94 at T = 1, 0.74 at T = 2
+    assert temperature_from_logits([[2.3, -1.15, -1.15], [-1.15, 2.3, -1.15]]) == 1.0
+    # a confident teacher: its other classes only show when softened (top-1 0.92 at T = 4)
+    assert temperature_from_logits([[10.0, 0.0], [0.0, 10.0]]) == 4.0
+    assert temperature_from_logits([[5.0, 0.0]]) == 2.0  # 0.92 at T = 2, 0.78 at T = 4
+    # a teacher that is never decisive (RTE: logits within ±0.4) is not softened further
+    assert temperature_from_logits([[0.4, -0.4], [-0.3, 0.3]]) == 1.0
+    assert temperature_from_logits([]) == deep_cut.FALLBACK_TEMPERATURE
+
+
+def test_a_shallow_cut_keeps_the_earlier_defaults():
+    chosen = choose_defaults(6, 3, budget_steps=100, teacher_logits=[[0.4, -0.4]])
+    assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps) == (2.0, 0.0, None, 0)
+    assert chosen.reasons == {}
+
+
+def test_a_deep_cut_on_a_small_split_gets_hidden_distillation_and_more_steps():
+    chosen = choose_defaults(6, 2, budget_steps=234, teacher_logits=[[0.4, -0.4]])
+    assert chosen.temperature == 1.0
+    assert chosen.hidden_weight == deep_cut.DEEP_CUT_HIDDEN_WEIGHT > 0
+    assert chosen.hidden_layers == [2, 5]
+    assert chosen.min_steps == deep_cut.MIN_STEPS > 234
+    assert set(chosen.reasons) == {"temperature", "hidden_weight", "min_steps"}
+    assert "234" in chosen.reasons["min_steps"]
+
+
+def test_a_deep_cut_on_a_large_split_keeps_its_steps():
+    chosen = choose_defaults(6, 1, budget_steps=2100, teacher_logits=[[0.4, -0.4]])
+    assert chosen.hidden_layers == [5] and chosen.min_steps < 2100
+    assert "min_steps" not in chosen.reasons
+
+
+def test_regression_and_qa_have_no_logits_to_read_the_temperature_from():
+    for kind in ("regression", "qa"):
+        chosen = choose_defaults(6, 2, budget_steps=100, teacher_logits=None, kind=kind)
+        assert chosen.temperature == deep_cut.FALLBACK_TEMPERATURE and "temperature" not in chosen.reasons
+
+
+@pytest.mark.parametrize("kept", [0, 7])
+def test_impossible_cuts_are_refused(kept):
+    with pytest.raises(ValueError):
+        choose_defaults(6, kept, budget_steps=10)
+
+
+def test_a_deep_cut_run_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog, monkeypatch):
+    """1 of 4 layers: the run takes the rule's hidden term (its one layer onto the teacher's last), temperature and
+    longer schedule, says so in the report's notes, and the training log shows the KL beside the soft CE."""
+    monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)  # the budget gives 12 (96 examples, batches of 16, 2 epochs)
+    settings = {"method_options.student_layers": 1, "student.eval_every": None, "student.log_every": 1}
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "deep", **settings))
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("teacher layers [0] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
+               for n in notes), notes
+    assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
+    assert any("24 optimizer steps instead of the budget's 12" in n for n in notes)
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("student step ") and " | kl " in
+             r.getMessage()]
+    assert steps[-1].startswith("student step 24/24") and " | hidden " in steps[-1]
+    lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
+    assert lr[0] < lr[1] < lr[2] and max(lr) == pytest.approx(1e-3), "the first 10 % of the steps warm up"
