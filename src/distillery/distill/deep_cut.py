@@ -24,9 +24,10 @@ should take the same rule (neither does yet).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
+
+import numpy as np
 
 # the softest temperature at which the teacher's mean top-1 probability stays at or above this
 DECISIVE = 0.8
@@ -66,22 +67,20 @@ def temperature_from_logits(logits: Sequence[Sequence[float]]) -> float:
 
     ``softmax(z / T)`` with logits spanning ±2.3 (MiniLM fine-tuned on a small split) has a mean top-1 of about
     0.85 at T = 1 and 0.66 at T = 2: at 2 the targets hardly say which class the teacher picked."""
-    rows = [list(map(float, row)) for row in logits if len(row) > 1]
-    if not rows:
+    rows = np.asarray(logits, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[0] == 0 or rows.shape[1] < 2:
         return FALLBACK_TEMPERATURE
     chosen = 1.0
     for t in TEMPERATURES:
-        if _mean_top1(rows, t) >= DECISIVE:
+        if mean_top1(rows, t) >= DECISIVE:
             chosen = t
     return chosen
 
 
-def _mean_top1(rows: list[list[float]], t: float) -> float:
-    total = 0.0
-    for row in rows:
-        top = max(row)
-        total += 1.0 / sum(math.exp((z - top) / t) for z in row)
-    return total / len(rows)
+def mean_top1(rows: np.ndarray, t: float) -> float:
+    """The mean over rows of the largest probability of ``softmax(row / t)``."""
+    shifted = (rows - rows.max(axis=1, keepdims=True)) / t
+    return float((1.0 / np.exp(shifted).sum(axis=1)).mean())
 
 
 def choose_defaults(teacher_layers: int, kept: int, budget_steps: int,
