@@ -95,7 +95,7 @@ class Distill(Method):
             from distillery.distill.pretrained import run_pretrained
 
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
-        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
@@ -107,7 +107,7 @@ class Distill(Method):
         teacher.eval()
         whole = opts.train_examples == "all"
         extra = opts.augment or ctx.config.data.unlabeled_file
-        if kind != "qa" and (whole or extra or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher
+        if kind.takes_new_rows and (whole or extra or not opts.hidden_weight):  # with hidden_weight the loss runs the teacher
             train = ctx.distillation_train(whole, opts.augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, opts.temperature, opts.hidden_weight, layers)
