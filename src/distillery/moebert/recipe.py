@@ -101,7 +101,7 @@ def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBer
     """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample)."""
     n = opts.importance_examples
     logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(task_data.train), len(task_data.train)))
-    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
+    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind_object,
                           batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
 
 
@@ -152,7 +152,7 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOp
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
                       shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
                       token_counts=counts, seed=config.student.seed)
-    if wants_refit(opts, task_data.task.kind):
+    if wants_refit(opts, task_data.task.kind_object):
         loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
                                opts.importance_examples, config.student.seed)
         errors = refit_outputs(student, teacher, loader)
