@@ -16,7 +16,7 @@ MAX_FUNCTION_LINES = 80
 # Lowest first: a module may import from its own layer (without a cycle) and the layers below.
 LAYERS = [
     ("services", ("distillery.errors", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.ownership", "distillery.distributed",
-                  "distillery.data", "distillery.metrics", "distillery.training", "distillery.modeling",
+                  "distillery.data", "distillery.kinds", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",
                   "distillery.markdown", "distillery.run_record")),

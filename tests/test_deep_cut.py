@@ -8,6 +8,7 @@ import pytest
 
 from distillery.distill import deep_cut
 from distillery.distill.deep_cut import choose_defaults, is_deep_cut, temperature_from_logits, uniform_layer_map
+from distillery.kinds import kind_of
 from distillery.pipeline import compress
 from tests.helpers import tiny_config
 
@@ -59,7 +60,7 @@ def test_a_deep_cut_on_a_large_split_keeps_its_steps():
 
 def test_regression_and_qa_have_no_logits_to_read_the_temperature_from():
     for kind in ("regression", "qa"):
-        chosen = choose_defaults(6, 2, budget_steps=100, teacher_logits=None, kind=kind)
+        chosen = choose_defaults(6, 2, budget_steps=100, teacher_logits=None, softened=kind_of(kind).softened_outputs)
         assert chosen.temperature == deep_cut.FALLBACK_TEMPERATURE and "temperature" not in chosen.reasons
 
 

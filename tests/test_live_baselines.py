@@ -18,6 +18,7 @@ from distillery.bench import benchmark
 from distillery.config import DataConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import column_values, task_for
+from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
 
@@ -179,7 +180,7 @@ def test_the_static_model_is_benchmarked_beside_the_teacher(tiny_family, data_di
 
 def test_bad_inputs_are_refused_with_a_sentence(tiny_family, data_dir):
     teacher, tokenizer, task_data = _setup(tiny_family("bert", num_layers=2), "sst2", data_dir)
-    squad = SimpleNamespace(task=SimpleNamespace(kind="qa", name="squad"), train=task_data.train, dev=task_data.dev)
+    squad = SimpleNamespace(task=get_task("squad"), train=task_data.train, dev=task_data.dev)
     with pytest.raises(DistilleryError, match="SQuAD"):
         lb.static_embedding_baseline(teacher, tokenizer, squad)
     with pytest.raises(DistilleryError, match="pca_dims"):
@@ -206,7 +207,7 @@ def test_live_baselines_are_scored_and_benchmarked(tiny_family, data_dir):
 
 def test_squad_gets_the_int8_teacher_only_with_a_note(monkeypatch):
     monkeypatch.setattr(lb, "_int8_baseline", lambda *args: None)
-    squad = SimpleNamespace(task=SimpleNamespace(kind="qa", name="squad"), dev=object(), train=None)
+    squad = SimpleNamespace(task=get_task("squad"), dev=object(), train=None)
     baselines = lb.live_baselines(None, None, squad)
     assert lb.STATIC_NAME not in baselines
     assert any("SQuAD" in note for note in baselines.notes)

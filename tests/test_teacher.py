@@ -141,18 +141,18 @@ def test_finetuned_teacher_without_a_head_is_refused(tiny_bert):
 
 
 def test_one_head_registry_serves_task_kinds_class_names_and_manifests():
-    """modeling.HEADS is where every head choice is read: by task kind (the teacher's), by class name
+    """modeling.HEADS is where every head choice is read: by task kind (each kind names its head), by class name
     (MoEBERT's and AutoTinyBERT's conversions), by architecture and by an export manifest's name."""
     from transformers import BertConfig
 
-    from distillery.data.tasks import KINDS
-    from distillery.modeling import BASE_HEAD, HEADS, head_for_task, head_named, head_of_class
+    from distillery.kinds import KINDS, kind_of
+    from distillery.modeling import BASE_HEAD, HEADS, head_named, head_of_class
 
     for kind in KINDS:
-        assert kind in head_for_task(kind).kinds
+        assert kind_of(kind).head in HEADS
     for head in (*HEADS, BASE_HEAD):
         assert head_named(head.name) is head
         assert head.auto_class._model_mapping[BertConfig].__name__ == "Bert" + head.suffix  # suffix and Auto class agree
-    assert head_of_class("XLMRobertaForQuestionAnswering") is head_for_task("qa")
-    assert head_of_class("DistilBertForSequenceClassification") is head_for_task("regression")
+    assert head_of_class("XLMRobertaForQuestionAnswering") is kind_of("qa").head
+    assert head_of_class("DistilBertForSequenceClassification") is kind_of("regression").head
     assert head_of_class("MPNetModel") is BASE_HEAD and head_of_class("BertForMaskedLM") is None

@@ -132,12 +132,11 @@ def card_data(run: Run, student_config, repo_id: str | None = None, model: str =
     ``model``: whose scores (the student, or an export or baseline of the run)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    from distillery.modeling import head_of
+    from distillery.kinds import pipeline_tag_of
 
     config, metrics = run.config, run.metrics
     task, method = run.task(), str(setting(config, "method", "distillation"))
-    head = head_of(student_config).name
-    pipeline_tag = head if head == "question-answering" else "text-classification" if head != "base" else None
+    pipeline_tag = pipeline_tag_of(student_config)
     dataset = _dataset(task, metrics, config)
     main = metrics.main()
     scores = metrics.scores().get(model, {})

@@ -18,17 +18,15 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from distillery.config import DEFAULT_TASK, DataConfig, load_yaml, setting
-from distillery.data.encode import (TaskData, example_lengths, length_batches, model_inputs, postprocess_squad,
-                                    prepare_task_data)
-from distillery.data.loading import column_values, task_for
+from distillery.data.encode import TaskData, example_lengths, length_batches, model_inputs, prepare_task_data
+from distillery.data.loading import task_for
 from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError, listed
-from distillery.metrics import compute_metrics, squad_metrics
+from distillery.metrics import compute_metrics
 from distillery.modeling import FINETUNING_TASK, head_of, load_tokenizer, model_folder
 from distillery.run_record import CONFIG
 from distillery.runtime import load_model
 
-LOGIT_PAD = -1e4  # fills QA logits past a window's end; postprocess_squad never reads them
 
 
 def _output(outputs, name: str, position: int) -> torch.Tensor:
@@ -47,7 +45,7 @@ def check_finite_outputs(chunks: list, task_data: TaskData, split: str) -> None:
     def rows(a: np.ndarray) -> np.ndarray:
         return (~np.isfinite(a)).reshape(len(a), -1).any(axis=1)
 
-    bad = sum(int((rows(c[0]) | rows(c[1]) if isinstance(c, tuple) else rows(c)).sum()) for c in chunks)
+    bad = sum(int(np.logical_or.reduce([rows(a) for a in chunk]).sum()) for chunk in chunks)
     if bad:
         raise DistilleryError(f"The model's outputs are not finite (NaN or inf) for {bad} {task_data.task.name} {split} "
                               f"inputs: its weights are damaged or its training diverged, so it is not scored.")
@@ -67,7 +65,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
         raise DistilleryError(f"predict takes split 'dev' or 'train', got {split!r}.")
     if dataset is None:
         raise DistilleryError(f"The {split} split of task {task_data.task.name} was not prepared.")
-    is_qa = task_data.task.kind == "qa"
+    fields = task_data.task.kind_object.head.outputs
     batches = _length_batches(dataset, batch_size)
     loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
     was_training = model.training
@@ -77,12 +75,8 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
         with torch.inference_mode():
             for batch in tqdm(loader, desc=desc, unit="batch", disable=desc is None):
                 outputs = model(**model_inputs(batch, model))
-                if is_qa:
-                    start = _output(outputs, "start_logits", 0).float().cpu().numpy()  # (batch, seq)
-                    end = _output(outputs, "end_logits", 1).float().cpu().numpy()  # (batch, seq)
-                    chunks.append((start, end))
-                else:
-                    chunks.append(_output(outputs, "logits", 0).float().cpu().numpy())
+                # (batch, labels) logits, or (batch, seq) start and end logits
+                chunks.append(tuple(_output(outputs, name, i).float().cpu().numpy() for i, name in enumerate(fields)))
     finally:
         model.train(was_training)
     check_finite_outputs(chunks, task_data, split)
@@ -101,25 +95,12 @@ def _length_batches(dataset, batch_size: int) -> list[list[int]]:
 
 
 def _in_dataset_order(chunks: list, batches: list[list[int]], task_data: TaskData):
-    """The outputs of each batch of ``batches`` concatenated back into dataset order: logits (QA start
-    and end logits padded to the longest window), checked against the task's number of outputs."""
+    """The outputs of each batch of ``batches`` put back into dataset order, as the task's kind assembles them
+    (its ``predictions``: logits checked against the task's number of outputs, QA's start and end logits padded
+    to the longest window)."""
     order = np.array([i for b in batches for i in b], dtype=np.int64)  # dataset index of each output row
     restore = lambda a: a[np.argsort(order, kind="stable")]  # noqa: E731
-    if task_data.task.kind == "qa":
-        longest = max(s.shape[1] for s, _ in chunks)
-        pad = lambda a: np.pad(a, ((0, 0), (0, longest - a.shape[1])), constant_values=LOGIT_PAD)  # noqa: E731
-        return (restore(np.concatenate([pad(s) for s, _ in chunks])), restore(np.concatenate([pad(e) for _, e in chunks])))
-    logits = restore(np.concatenate(chunks))
-    task = task_data.task
-    outputs = 1 if logits.ndim == 1 else logits.shape[-1]
-    needed = 1 if task.kind == "regression" else task.num_labels
-    if outputs != needed:  # argmax over 3 logits, or the first of 2 as a score, would score silently wrong
-        raise DistilleryError(
-            f"The model has {outputs} output{'s' if outputs != 1 else ''} but task {task.name} ({task.kind}) needs "
-            f"{needed}: its head does not match the task.")
-    if task_data.task.kind == "regression":
-        logits = logits.reshape(len(logits), -1)[:, 0]  # (N, 1) -> (N,)
-    return logits
+    return task_data.task.kind_object.predictions(chunks, restore, task_data.task)
 
 
 def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]:
@@ -127,25 +108,7 @@ def score(model, task_data: TaskData, batch_size: int = 128) -> dict[str, float]
     task = task_data.task
     if task_data.dev is None:
         raise DistilleryError(f"No dev split of task {task.name} was prepared, so there is nothing to score.")
-    if task.kind == "qa":
-        start_logits, end_logits = predict(model, task_data, batch_size=batch_size)
-        cfg = task_data.data_config
-        version_2 = task.squad_version == 2
-        answers = postprocess_squad(
-            task_data.dev_examples,
-            task_data.dev,
-            start_logits,
-            end_logits,
-            n_best=cfg.n_best,
-            max_answer_length=cfg.max_answer_length,
-            version_2=version_2,
-            null_score_threshold=cfg.null_score_threshold,
-        )
-        metrics = squad_metrics(answers, task_data.dev_examples, version_2=version_2)
-    else:
-        logits = predict(model, task_data, batch_size=batch_size)
-        predictions = logits.argmax(axis=-1) if task.kind == "classification" else logits
-        metrics = compute_metrics(task, predictions, np.asarray(column_values(task_data.dev, "labels")))
+    metrics = task.kind_object.scores(task_data, predict(model, task_data, batch_size=batch_size))
     if task.main_metric not in metrics:  # a bug: TaskSpec refuses a main metric its kind does not always give
         raise RuntimeError(f"metrics for {task.name} lack the main metric {task.main_metric}: {sorted(metrics)}")
     return metrics
@@ -158,17 +121,13 @@ def chance_score(task_data: TaskData) -> dict[str, Any] | None:
     the metric at this dev size (1/√n for a rate, 2/√n for a correlation). None for SQuAD, whose spans have
     no constant answer, and without labels."""
     task = task_data.task
-    if task.kind == "qa" or task_data.dev is None or task_data.train is None:
+    chance = None if task_data.dev is None or task_data.train is None else task.kind_object.chance(task_data)
+    if chance is None:
         return None
-    labels = np.asarray(column_values(task_data.dev, "labels"))
+    labels = task_data.labels("dev")
     if labels.size == 0:
         return None
-    if task.kind == "classification":
-        train = np.asarray(column_values(task_data.train, "labels")).astype(int)
-        majority = int(np.bincount(train).argmax()) if train.size else 0
-        predictions, what = np.full(len(labels), majority), f"always the most frequent class ({majority})"
-    else:
-        predictions, what = np.zeros(len(labels)), "a constant"
+    predictions, what = chance
     value = compute_metrics(task, predictions, labels)[task.main_metric]
     width = 2.0 if task.main_metric in ("pearson", "spearman", "mcc") else 1.0
     return {"main": value, "margin": width / float(np.sqrt(len(labels))), "predictor": what}
@@ -218,8 +177,8 @@ def check_trained_task(folder: Path, config, spec: TaskSpec, other_task: bool = 
     regression = outputs == 1 or getattr(config, "problem_type", None) == "regression"
     labels = ", ".join(str(config.id2label[i]) for i in sorted(getattr(config, "id2label", None) or {}))
     mine = "answer spans" if qa else "a regression head" if regression else f"labels {labels}"
-    theirs = {"qa": "answer spans", "regression": "a regression head"}.get(spec.kind, f"labels {', '.join(spec.class_names)}")
-    same_shape = qa == (spec.kind == "qa") and (qa or outputs == spec.num_labels)
+    theirs = spec.kind_object.head_words(spec)
+    same_shape = qa == (spec.kind_object.head.name == "question-answering") and (qa or outputs == spec.num_labels)
     if other_task and same_shape:
         return
     task, source = trained
@@ -271,7 +230,7 @@ def evaluate(
         raise DistilleryError(f"--split {split}: eval scores one of the dev splits of task {spec.name} "
                               f"({', '.join(dict.fromkeys(('dev', *spec.dev_splits)))}), not the train split or "
                               f"another one.")
-    if spec.name == "custom" and spec.kind == "classification" and not isinstance(task, TaskSpec):
+    if spec.name == "custom" and spec.labels and not isinstance(task, TaskSpec):  # a custom task with classes
         spec = _model_label_order(spec, model, data_config.dev_file or data_config.train_file)
     task_data = prepare_task_data(spec, tokenizer, data_config, splits=(split,))
     return {

@@ -65,6 +65,7 @@ import distillery.distributed as distributed
 from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of, submodule
 from distillery.errors import DistilleryError
+from distillery.kinds import TaskKind, kind_of
 from distillery.training.losses import task_loss
 
 logger = logging.getLogger("distillery")
@@ -143,23 +144,24 @@ def _reads_first_token_only(model, inputs: dict, last_w1) -> bool:
     return sliced.shape == full.shape and torch.allclose(sliced, full, rtol=1e-4, atol=1e-5)
 
 
-def ffn_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,
+def ffn_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_size: int = 32, max_examples: int | None = None,
                    seed: int = 0, progress: bool = True) -> Tensor:
     """(layers, d_h) importance scores of the FFN neurons of a BERT-family ``model``.
 
     ``dataset`` holds encoded training examples (with their labels / answer positions), ``kind`` is
-    the task kind ("classification", "regression", "qa"); ``max_examples`` samples that many
+    the task kind (its object or name: :mod:`distillery.kinds`); ``max_examples`` samples that many
     (seeded) instead of using all.
     """
     return unit_importance(model, dataset, collate_fn, kind, batch_size=batch_size, max_examples=max_examples,
                            seed=seed, progress=progress, heads=False)[0]
 
 
-def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 32, max_examples: int | None = None,
+def unit_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_size: int = 32, max_examples: int | None = None,
                     seed: int = 0, progress: bool = True, heads: bool = True) -> tuple[Tensor, Tensor | None]:
     """(layers, d_h) FFN neuron scores and, with ``heads``, (layers, H) head scores, from one pass."""
     if len(dataset) == 0:
         raise DistilleryError("Importance needs at least one training example.")
+    kind = kind_of(kind)
     layout = layout_of(model.config)
     ffns = dense_ffns(model)
     attns = attention_blocks(model) if heads else []
@@ -170,7 +172,7 @@ def unit_importance(model, dataset, collate_fn, kind: str, *, batch_size: int = 
         with _activation_gradients_only(model, ffns, attns):
             loader = sample_loader(dataset, collate_fn, batch_size, max_examples, seed)
             first = next(iter(loader), None)  # None: a process whose share of a tiny sample is empty
-            if (kind != "qa" and first is not None and not layout.shared_layers
+            if (kind.pooled_output and first is not None and not layout.shared_layers
                     and _reads_first_token_only(model, model_inputs(first, model), ffns[-1][0])):
                 handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
             for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):

@@ -36,6 +36,7 @@ from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export import build_variants
 from distillery.export.formats import resolve_format
+from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
 from distillery.runtime import require_onnx
 
@@ -235,45 +236,19 @@ def _train_features(model: StaticEmbeddingModel, task_data, batch_size: int) -> 
     return torch.cat(features).double().numpy(), torch.cat(labels).numpy()
 
 
-def fit_head(features: np.ndarray, labels: np.ndarray, kind: str, seed: int = 0):
-    """A scikit-learn pipeline: standardised features, then logistic regression (classification) or
-    ridge (regression)."""
-    from sklearn.linear_model import LogisticRegression, Ridge
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    if kind == "regression":
-        return make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(features, labels.astype(np.float64))
-    if len(np.unique(labels)) < 2:
-        raise DistilleryError("The train split holds one class only, so no logistic-regression head can be fitted "
-                              "for the static-embedding baseline.")
-    head = LogisticRegression(C=1.0, max_iter=2000, random_state=seed)
-    return make_pipeline(StandardScaler(), head).fit(features, labels.astype(np.int64))
-
-
-def linear_head(pipeline, kind: str, num_labels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fitted pipeline as one (K, F) weight and (K,) bias: the scaler folded into the linear map.
-
-    Binary logistic regression has one decision function d: logits [0, d] give the same argmax and
-    softmax. A class the train split lacks gets the logit -1e4."""
+def linear_head(pipeline, kind: TaskKind, num_labels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fitted pipeline (``kind.fit_static_head``) as one (K, F) weight and (K,) bias: the scaler folded into the
+    linear map, then laid out as the kind's head (a class the train split lacks gets the logit -1e4)."""
     scaler, estimator = pipeline[0], pipeline[-1]
     coef = np.atleast_2d(estimator.coef_) / scaler.scale_  # (k, F)
     bias = np.atleast_1d(estimator.intercept_) - coef @ scaler.mean_  # (k,)
-    if kind == "regression":
-        return torch.from_numpy(coef).float(), torch.from_numpy(bias).float()
-    weight = np.zeros((num_labels, coef.shape[1]))
-    full_bias = np.full(num_labels, LOGIT_ABSENT)
-    classes = estimator.classes_.astype(np.int64)
-    if len(classes) == 2 and len(coef) == 1:
-        weight[classes[1]], full_bias[classes[1]], full_bias[classes[0]] = coef[0], bias[0], 0.0
-    else:
-        weight[classes], full_bias[classes] = coef, bias
-    return torch.from_numpy(weight).float(), torch.from_numpy(full_bias).float()
+    weight, bias = kind.static_head_weights(coef, bias, estimator, num_labels, LOGIT_ABSENT)
+    return torch.from_numpy(weight).float(), torch.from_numpy(bias).float()
 
 
 def _check_static_inputs(tokenizer, task_data, pca_dims, sif) -> None:
     task = task_data.task
-    if task.kind == "qa":
+    if task.kind_object.static_head is None:
         raise DistilleryError("The static-embedding baseline takes classification and regression tasks; a bag of "
                               "token vectors has no answer span to point at, so SQuAD has none.")
     if task_data.train is None or len(task_data.train) == 0:
@@ -307,17 +282,17 @@ def static_embedding_baseline(teacher: nn.Module, tokenizer, task_data, *, pca_d
     vectors = reduce_dims(vectors, pca_dims)  # (V, d)
     if sif is not None:
         vectors = vectors * sif_weights(task_data.train, counted, sif)[:, None]
-    outputs = 1 if task.kind == "regression" else task.num_labels
+    kind, outputs = task.kind_object, task.num_labels
     dim = vectors.shape[1]
     config = StaticEmbeddingConfig(
         vocab_size=len(vectors), dim=dim, num_outputs=outputs, pair=task.is_pair, sep_token_id=tokenizer.sep_token_id,
-        normalize=normalize, head="ridge" if task.kind == "regression" else "logistic-regression",
+        normalize=normalize, head=kind.static_head,
         pca_dims=dim if dim < teacher_dim else None, sif=sif, teacher_dim=teacher_dim)
     width = 4 * dim if task.is_pair else dim
     model = StaticEmbeddingModel(vectors, counted, torch.zeros(outputs, width), torch.zeros(outputs), config)
     features, labels = _train_features(model, task_data, batch_size)
-    pipeline = fit_head(features, labels, task.kind)
-    weight, bias = linear_head(pipeline, task.kind, task.num_labels or 1)
+    pipeline = kind.fit_static_head(features, labels, seed=0)
+    weight, bias = linear_head(pipeline, kind, task.num_labels or 1)
     with torch.no_grad():
         model.head.weight.copy_(weight)
         model.head.bias.copy_(bias)
@@ -392,7 +367,7 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
         _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out)
     if not static:
         return out
-    if task_data.task.kind == "qa":
+    if task_data.task.kind_object.static_head is None:
         out.notes.append("No static-embedding baseline on SQuAD: a bag of token vectors has no answer span to "
                          "point at, so only the int8 teacher is compared.")
         return out

@@ -19,6 +19,7 @@ from distillery.data.loading import check_new_rows, column_values, load_raw, loa
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
 from distillery.folders import atomic_file, writing
+from distillery.kinds import TaskKind
 from distillery.modeling import first_line, load_config, load_tokenizer
 from distillery.runtime import on_device, weights_digest
 from distillery.teacher import resolve_teacher
@@ -172,7 +173,7 @@ class MethodContext:
         from dataclasses import replace
 
         labelled = self.train_with_teacher_logits(replace(task_data, train=_joined(task_data, new)))
-        return label_new_rows(labelled, len(task_data.train), task_data.task.kind)
+        return label_new_rows(labelled, len(task_data.train), task_data.task.kind_object)
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
@@ -275,7 +276,7 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
     if not parts:
         return None, facts
     raw = datasets.concatenate_datasets(parts)
-    return raw.add_column("label", [0.0 if task.kind == "regression" else 0] * len(raw)), facts
+    return raw.add_column("label", [task.kind_object.placeholder_label()] * len(raw)), facts
 
 
 def _joined(task_data: TaskData, new):
@@ -327,12 +328,13 @@ def _mlm_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"  # the MLM's batched passes are most of augmentation's time
 
 
-def label_new_rows(train, originals: int, kind: str):
-    """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class or score)."""
+def label_new_rows(train, originals: int, kind: TaskKind):
+    """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class or score, as the
+    task's ``kind`` labels them)."""
     import numpy as np
 
     logits = np.asarray(column_values(train.select(range(originals, len(train))), "teacher_logits"), dtype=np.float32)
-    new = logits[:, 0] if kind == "regression" else logits.argmax(-1)
+    new = kind.teacher_labels(logits)
     labels = np.concatenate([np.asarray(column_values(train.select(range(originals)), "labels")), new]) \
         if originals else new
     feature = train.features["labels"]

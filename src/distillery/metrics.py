@@ -12,16 +12,14 @@ import math
 import re
 import string
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
-if TYPE_CHECKING:  # the run record reads is_finite_number without loading the data package (torch)
-    from distillery.data.tasks import TaskSpec
 
-
-def compute_metrics(task: TaskSpec, predictions, labels) -> dict[str, float]:
-    """Every metric of ``task`` for class ids (classification) or scores (regression).
+def compute_metrics(task, predictions, labels) -> dict[str, float]:
+    """Every metric of ``task`` (a ``TaskSpec``: its ``metrics``, ``num_labels``) for class ids (classification)
+    or scores (regression); SQuAD's are :func:`squad_metrics`.
 
     Degenerate inputs never give NaN: a constant prediction has correlation 0.0, F1 with no
     predicted positives is 0.0, MCC of a constant is 0.0.
@@ -33,8 +31,6 @@ def compute_metrics(task: TaskSpec, predictions, labels) -> dict[str, float]:
     labels = np.asarray(labels)
     if predictions.shape[0] != labels.shape[0]:
         raise ValueError(f"{predictions.shape[0]} predictions for {labels.shape[0]} labels")
-    if task.kind == "qa":
-        raise ValueError("SQuAD is scored with squad_metrics(predictions, examples, version_2)")
     out: dict[str, float] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sklearn/scipy warn on degenerate inputs; we define those cases

@@ -55,31 +55,24 @@ def register_models() -> None:
 @dataclass(frozen=True)
 class Head:
     """A task head: its name (in export manifests), the suffix of its model classes' names
-    (``BertForSequenceClassification``), the task kinds it serves, output fields, Auto class and
-    output class."""
+    (``BertForSequenceClassification``), output fields, Auto class and output class. A task kind names the
+    head it is trained with (``distillery.kinds``)."""
 
     name: str
     suffix: str
-    kinds: tuple[str, ...]
     outputs: tuple[str, ...]
     auto_class: Any
     output_class: Any
 
 
-# The task-head registry: every choice of a head (by task kind, by a model's class or architecture
-# name, by an export manifest's name) reads it.
-HEADS = (
-    Head("sequence-classification", "ForSequenceClassification", ("classification", "regression"), ("logits",),
-         AutoModelForSequenceClassification, SequenceClassifierOutput),
-    Head("question-answering", "ForQuestionAnswering", ("qa",), ("start_logits", "end_logits"),
-         AutoModelForQuestionAnswering, QuestionAnsweringModelOutput),
-)
-BASE_HEAD = Head("base", "Model", (), ("last_hidden_state",), AutoModel, BaseModelOutput)
-
-
-def head_for_task(kind: str) -> Head:
-    """The head a task of ``kind`` ("classification", "regression", "qa") is trained with."""
-    return next(h for h in HEADS if kind in h.kinds)
+SEQUENCE_HEAD = Head("sequence-classification", "ForSequenceClassification", ("logits",),
+                     AutoModelForSequenceClassification, SequenceClassifierOutput)
+QUESTION_ANSWERING_HEAD = Head("question-answering", "ForQuestionAnswering", ("start_logits", "end_logits"),
+                               AutoModelForQuestionAnswering, QuestionAnsweringModelOutput)
+# The task-head registry: every choice of a head by a model's class or architecture name, or by an export
+# manifest's name, reads it.
+HEADS = (SEQUENCE_HEAD, QUESTION_ANSWERING_HEAD)
+BASE_HEAD = Head("base", "Model", ("last_hidden_state",), AutoModel, BaseModelOutput)
 
 
 def head_of_class(name: str) -> Head | None:

@@ -25,8 +25,8 @@ from distillery.card import write_card
 from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_TASK, RunConfig, nested_settings,
                                check_resumed_settings, run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
-from distillery.data.loading import check_new_rows, load_raw, load_unlabeled, task_for
-from distillery.data.tasks import get_task
+from distillery.data.loading import check_new_rows, kind_for, load_raw, load_unlabeled, task_for
+from distillery.data.tasks import TASKS, get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
 from distillery.export.formats import resolve_format
@@ -44,12 +44,10 @@ from distillery.teacher import (check_export_teacher, check_teacher, get_finetun
 
 logger = logging.getLogger("distillery")
 
-# Epochs of the quick budget. Large tasks get two passes over the 20k-example cap (one pass left the
-# built-in teacher at 0.866 on SST-2 and still climbing); tasks far smaller than the cap get more
-# passes so that they see a comparable number of examples.
-QUICK_EPOCHS = {"cola": 2.0, "mrpc": 3.0, "stsb": 3.0, "rte": 3.0, "wnli": 3.0, "squad": 2.0, "squad_v2": 2.0}
+# Epochs of the quick budget where a task does not set its own (TaskSpec.quick_epochs). Large tasks get two passes
+# over the 20k-example cap (one pass left the built-in teacher at 0.866 on SST-2 and still climbing); tasks far
+# smaller than the cap get more passes so that they see a comparable number of examples.
 QUICK_EPOCHS_DEFAULT = 2.0
-SINGLE_SENTENCE_TASKS = ("sst2", "cola")
 QUICK_PATIENCE = 2  # evaluations without a better dev score before the quick budget stops the teacher's fine-tuning
 
 
@@ -58,22 +56,22 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
 
     quick: at most 20k training examples (2k SQuAD questions), short sequences, 2–3 epochs; the
     built-in teacher reaches 0.87+ on SST-2 and `make demo` ends in about 11 minutes on 2 idle CPU cores.
-    full: the whole train split, 3 epochs, warm-up 10 %, as the papers fine-tune.
+    full: the whole train split, 3 epochs, warm-up 10 %, as the papers fine-tune. The data settings are the
+    task kind's (:meth:`distillery.kinds.base.TaskKind.budget_data`).
     """
-    qa = task_name in ("squad", "squad_v2")
+    spec = TASKS.get(task_name)
+    kind = spec.kind_object if spec is not None else kind_for("custom")  # custom data: sentences, one budget either kind
+    data = kind.budget_data(budget, single_sentence=spec is not None and not spec.is_pair)
     if budget == "quick":
-        max_length = 256 if qa else 64 if task_name in SINGLE_SENTENCE_TASKS else 128
-        epochs = QUICK_EPOCHS.get(task_name, QUICK_EPOCHS_DEFAULT)
-        data = {"train_limit": 2000 if qa else 20000, "max_length": max_length, **({"doc_stride": 96} if qa else {})}
+        epochs = (spec.quick_epochs if spec is not None else None) or QUICK_EPOCHS_DEFAULT
         # The teacher stops after QUICK_PATIENCE evaluations (400 steps) without a better dev score: the built-in
         # teacher's best SST-2 weights were those of step 400 of 1,250, so a third of its fine-tuning was thrown
         # away; the best weights are kept either way. The student has none: its dev score dips early and climbs
         # late as the rate decays (SST-2's stopped at step 600 with 0.856, where its whole pass gives 0.889).
-        teacher = {"epochs": epochs, "lr": 5e-5 if not qa else 1e-4, "batch_size": 32, "eval_every": 200,
+        teacher = {"epochs": epochs, "lr": kind.quick_teacher_lr, "batch_size": 32, "eval_every": 200,
                    "patience": QUICK_PATIENCE}
         student = {"epochs": epochs, "lr": 1e-4, "batch_size": 32, "eval_every": 200}
     else:
-        data = {"train_limit": None, "max_length": 384 if qa else 128, **({"doc_stride": 128} if qa else {})}
         teacher = {"epochs": 3.0, "lr": 5e-5, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
         student = {"epochs": 3.0, "lr": 1e-4, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
     return {**{f"data.{k}": v for k, v in data.items()}, **{f"teacher.train.{k}": v for k, v in teacher.items()},
@@ -101,7 +99,7 @@ def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = Non
                 "method": method, "budget": budget, "data.task": task}
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
-    if spec is not None and spec.kind == "qa":  # the full budget's augmentation is for sentences: not SQuAD's
+    if spec is not None and not spec.kind_object.takes_new_rows:  # the full budget's augmentation is for sentences
         settings.pop("method_options.augment", None)
     settings.update(_epochs_everywhere(given))
     return RunConfig.from_dict(nested_settings(settings))

@@ -35,7 +35,7 @@ from distillery.training.trainer import Trainer
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, locked, shared_sibling, writing
-from distillery.modeling import (FINETUNING_TASK, check_model_type, first_line, head_for_task, head_named, load_checked,
+from distillery.modeling import (FINETUNING_TASK, check_model_type, first_line, head_named, load_checked,
                                  load_config, load_tokenizer)
 from distillery.run_record import CONFIG, METRICS, chain_link, read_metrics
 from distillery.runtime import load_export, on_device, read_manifest
@@ -104,26 +104,11 @@ def teacher_tokenizer(name: str):
     return tokenizer
 
 
-def head_kwargs(task: TaskSpec) -> dict:
-    """Config overrides that give a model the head of ``task``."""
-    if task.kind == "qa":
-        return {}
-    if task.kind == "regression":
-        return {"num_labels": 1, "problem_type": "regression"}
-    names = list(task.class_names)
-    return {
-        "num_labels": len(names),
-        "problem_type": "single_label_classification",
-        "id2label": dict(enumerate(names)),
-        "label2id": {name: i for i, name in enumerate(names)},
-    }
-
-
 def name_classes(config, task: TaskSpec) -> None:
     """Give ``config``'s classes the task's names (``negative``/``positive`` for SST-2, a custom file's label
     strings) when its id2label says nothing more: transformers' LABEL_i, or the digits the files write (a
     teacher fine-tuned by an older distillery, or given fine-tuned with a generic head). Students copy it."""
-    if task.kind != "classification" or config.num_labels != len(task.class_names):
+    if not task.class_names or config.num_labels != len(task.class_names):
         return
     current = [str(config.id2label.get(i, "")) for i in range(config.num_labels)]
     generic = [f"LABEL_{i}" for i in range(config.num_labels)]
@@ -247,7 +232,7 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
     fit the task is replaced by a new one, unless the teacher is given fine-tuned."""
     source = resolve_teacher(name)
     tokenizer = teacher_tokenizer(name)
-    head = head_for_task(task.kind)
+    head = task.kind_object.head
     manifest = export_manifest(name)
     if manifest is not None:  # given fine-tuned (check_export_teacher): its head is what it was exported with
         if head_named(manifest["head"]) is not head:
@@ -256,7 +241,7 @@ def load_teacher(name: str, task: TaskSpec, finetuned: bool = False) -> tuple[Pr
         model = load_export(source)
         check_finetuned_head(name, model, task, {"missing_keys": []})
         return model, tokenizer
-    kwargs = {} if finetuned else head_kwargs(task)
+    kwargs = {} if finetuned else task.kind_object.head_config(task)
     model, loading = load_checked(head.auto_class, source, f"teacher {name!r}", new_head=True, **kwargs)
     if finetuned:
         check_finetuned_head(name, model, task, loading)
@@ -279,7 +264,7 @@ def check_finetuned_head(name: str, model: PreTrainedModel, task: TaskSpec, load
             f"Teacher {name!r} is given as fine-tuned (--teacher-finetuned) but has no trained {task.name} "
             f"head (missing weights: {missing}); {drop}"
         )
-    if task.kind == "qa":
+    if not task.num_labels:  # a span head's width is fixed
         return
     has = model.config.num_labels  # one output is a regression head: no task has a single class
     if has != task.num_labels:
@@ -337,7 +322,7 @@ def lm_task_loss(task: TaskSpec):
     """The loss_fn for plain supervised fine-tuning of a model with a task head."""
 
     def loss_fn(model, batch):
-        return task_loss(task.kind, model(**model_inputs(batch, model)), batch)
+        return task_loss(task.kind_object, model(**model_inputs(batch, model)), batch)
 
     return loss_fn
 
@@ -454,7 +439,7 @@ def _read_entry(folder: Path, task: TaskSpec):
     info = json.loads((folder / "teacher.json").read_text())
     metric = float(info["metrics"][task.main_metric])
     # its weights record, weights against config, nothing missing or left over: else a damaged entry
-    model, _ = load_checked(head_for_task(task.kind).auto_class, folder / "model", f"the cached teacher {folder}", strict=True)
+    model, _ = load_checked(task.kind_object.head.auto_class, folder / "model", f"the cached teacher {folder}", strict=True)
     tokenizer = load_tokenizer(str(folder / "model"))
     check_vocabulary(tokenizer, model.config, str(folder / "model"))  # tokenizer files gone: special tokens only
     logger.info("Reusing the fine-tuned teacher in %s (dev %s = %.4f).", folder, task.main_metric, metric)

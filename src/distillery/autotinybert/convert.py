@@ -28,7 +28,7 @@ from distillery.encoders import (
     submodule,
 )
 from distillery.errors import DistilleryError
-from distillery.modeling import head_for_task, head_of_class
+from distillery.modeling import QUESTION_ANSWERING_HEAD, SEQUENCE_HEAD, head_of_class
 
 
 def check_family(config) -> EncoderLayout:
@@ -165,9 +165,9 @@ def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linea
     """The teacher's last linear layer and the head kind ("classification", "qa"; None for an encoder
     without one), by the Hugging Face task class the teacher is."""
     head = head_of_class(type(teacher).__name__)
-    if head is head_for_task("qa"):
+    if head is QUESTION_ANSWERING_HEAD:
         return _from_task(teacher, layout.qa_outputs), "qa"
-    if head is head_for_task("classification"):
+    if head is SEQUENCE_HEAD:
         return _from_task(teacher, layout.classifier), "classification"
     return None, None
 

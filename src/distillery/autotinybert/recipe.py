@@ -78,7 +78,7 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         return _one_shot_on_task(ctx, opts, supernet, projection, {"pretrained": str(opts.supernet)})
     if opts.supernet:
         supernet, projection = load_supernet(opts.supernet), load_projection(opts.supernet)
-        if supernet.head_kind != ("qa" if ctx.task_data.task.kind == "qa" else "classification") or projection is None:
+        if supernet.task_head is not ctx.task_data.task.kind_object.head or projection is None:
             raise DistilleryError(f"{opts.supernet} is not a super-net trained on a task like this one (head "
                                   f"{supernet.head_kind!r}, projection {'saved' if projection is not None else 'missing'}).")
         if supernet.head.out_features != getattr(ctx.teacher, "num_labels", supernet.head.out_features) \
@@ -96,7 +96,7 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         n = opts.rewire_examples
         logger.info("Importance of the FFN neurons and heads on %s training examples (rewiring).",
                     min(n or len(ctx.task_data.train), len(ctx.task_data.train)))
-        neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, ctx.task_data.task.kind,
+        neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, ctx.task_data.task.kind_object,
                                          batch_size=ctx.config.student.batch_size, max_examples=n, seed=ctx.config.student.seed)
         supernet.rewire(neurons, heads)
         ctx.notes.append(f"Super-net rewired: FFN neurons and heads of every layer ordered by importance on "
@@ -114,7 +114,7 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
                   eval_every=None, select_best=False, patience=None, warmup_ratio=0.1)
     # With new rows (augmented, unlabeled) the task phase learns from the further training's text: one
     # augmentation and one labelling pass, cached, serve both (the phase is bounded in steps, not passes).
-    extra = ctx.task_data.task.kind != "qa" and (opts.augment or ctx.config.data.unlabeled_file)
+    extra = ctx.task_data.task.kind_object.takes_new_rows and (opts.augment or ctx.config.data.unlabeled_file)
     train = ctx.distillation_train(opts.train_examples == "all", opts.augment) if extra else ctx.task_data.train
     trainer = Trainer(supernet, cfg, train, ctx.task_data.collate,
                       one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
@@ -174,8 +174,7 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
     from sklearn.preprocessing import StandardScaler
     from torch.utils.data import DataLoader
 
-    kind = task_data.task.kind
-    if kind == "qa":
+    if not task_data.task.kind_object.pooled_output:  # the probe reads the first token's state
         raise DistilleryError("The probe evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     n = len(task_data.train)
     held = min(held_examples, n // 4)
@@ -185,7 +184,7 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
     batches = list(loader)
     labels = torch.cat([b["labels"] for b in batches]).numpy()
     fit = len(idx) - held
-    if kind == "classification" and len(set(labels[:fit].tolist())) < 2:
+    if task_data.task.class_names and len(set(labels[:fit].tolist())) < 2:
         raise DistilleryError(f"The probe evaluator's {fit} fit examples hold one class only: raise probe_examples "
                               f"(the train split has {n} examples) or use evaluator=proxy.")
 
@@ -194,7 +193,7 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
         supernet.eval()
         feats = np.concatenate([supernet.encode(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), arch)[0][:, 0]
                                 .float().numpy() for b in batches])
-        if kind == "regression":
+        if not task_data.task.class_names:  # a score
             probe = make_pipeline(StandardScaler(), Ridge(alpha=1.0 / C)).fit(feats[:fit], labels[:fit])
             return -float(((probe.predict(feats[fit:]) - labels[fit:]) ** 2).mean())
         probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=500)).fit(feats[:fit], labels[:fit])
@@ -214,7 +213,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import tempfile
 
     task = ctx.task_data.task
-    if task.kind == "qa":
+    if not task.kind_object.takes_new_rows:  # its loss reads the teacher's cached logits, one vector a row
         raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     train = ctx.train_with_teacher_logits()
     fit_idx, held_idx = held_out_split(len(train), int(opts.proxy_examples), int(opts.finetune_examples), seed)
@@ -222,7 +221,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     held_out = dataclasses.replace(ctx.task_data, dev=train.select(held_idx), dev_examples=None)
     cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts.finetune_steps), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
-    loss = distillation_loss(task.kind, ctx.teacher, float(opts.kd_weight), float(opts.temperature))
+    loss = distillation_loss(task.kind_object, ctx.teacher, float(opts.kd_weight), float(opts.temperature))
 
     def evaluate(arch: Arch) -> float:
         model = supernet.extract(arch).train()
@@ -236,7 +235,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
 def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: int):
     """The search's score of a candidate (higher is better) per ``evaluator``, and its plot label."""
     evaluator = opts.evaluator
-    if evaluator == "probe" and ctx.task_data.task.kind == "qa":
+    if evaluator == "probe" and not ctx.task_data.task.kind_object.pooled_output:
         evaluator = "proxy"
         ctx.notes.append("Search: the probe evaluator needs a label per example; QA candidates are scored by the KD proxy.")
     if evaluator == "finetune":
@@ -244,7 +243,7 @@ def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: in
                 f"{ctx.task_data.task.main_metric} after {opts.finetune_steps} fine-tune steps (held-out train)")
     if evaluator == "probe":
         return (probe_evaluator(supernet, ctx.task_data, int(opts.probe_examples), int(opts.proxy_examples), seed),
-                "linear probe, held-out train " + ("(−MSE)" if ctx.task_data.task.kind == "regression" else "(log-likelihood)"))
+                "linear probe, held-out train " + ("(log-likelihood)" if ctx.task_data.task.class_names else "(−MSE)"))
     return (proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed,
                             float(opts.prediction_weight), float(opts.temperature)), "proxy score (−KD loss)")
 
@@ -483,9 +482,9 @@ class AutoTinyBert(Method):
             ctx.notes.append("No further training: the chosen sub-network as extracted from the super-net "
                              "(`distillery autotinybert train --arch ...` trains it).")
             return student.eval()
-        kind = ctx.task_data.task.kind
+        kind = ctx.task_data.task.kind_object
         train = ctx.task_data.train
-        if kind != "qa":
+        if kind.takes_new_rows:
             train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         lr = further_lr(opts, ctx.config.student.lr, speedup)

@@ -44,6 +44,7 @@ from distillery.autotinybert.modeling_autotinybert import (
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.distill.recipe import select_layers
 from distillery.errors import DistilleryError
+from distillery.modeling import QUESTION_ANSWERING_HEAD, SEQUENCE_HEAD, Head
 
 
 def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
@@ -171,6 +172,11 @@ class SuperNet(nn.Module):
         sub = self.slice(arch or self.space.full(), input_ids.device)
         x, hidden, scores = self.bert.encode(input_ids, attention_mask, token_type_ids, sub, output_hidden_states, last_scores)
         return x, ([scores] if last_scores else hidden)
+
+    @property
+    def task_head(self) -> Head | None:
+        """The Hugging Face head the super-net's head is (None: an encoder only)."""
+        return {"classification": SEQUENCE_HEAD, "qa": QUESTION_ANSWERING_HEAD}.get(self.head_kind)
 
     @property
     def task_kind(self) -> str | None:

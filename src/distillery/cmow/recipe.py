@@ -21,11 +21,14 @@ from transformers import PreTrainedModel
 from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot
 from distillery.cmow.options import CMOWOptions
 from distillery.data.encode import model_inputs
+from distillery.data.loading import kind_for
 from distillery.errors import DistilleryError
+from distillery.kinds import TaskKind
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.modeling import model_folder, read_config
 from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
+from distillery.weights import verify_weights
 
 logger = logging.getLogger("distillery")
 
@@ -55,21 +58,19 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
     pair_mode = opts.pair_mode or ("diffcat" if task.is_pair else "joint")
     bins = None
-    if task.kind == "regression":
+    if task.num_labels == 1:  # a score (no task has a single class), classified over bins
         bins = score_bins(ctx.task_data.train["labels"], float(opts.bin_width))
     config = CMOWConfig(
         vocab_size=ctx.teacher.config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
         matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), pair_mode=pair_mode, head=opts.head,
         dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
-        num_labels=1 if task.kind == "regression" else ctx.teacher.config.num_labels, score_bins=bins,
+        num_labels=1 if bins else ctx.teacher.config.num_labels, score_bins=bins,
         pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
         id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),
     )
     student = CMOWForSequenceClassification(config)
     if opts.init is not None:
         from safetensors.torch import load_file
-
-        from distillery.weights import verify_weights
 
         folder = _model_dir(opts.init)
         source = init_model_config(opts.init)
@@ -87,10 +88,11 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
     return student
 
 
-def cmow_loss(kd_weight: float, temperature: float):
+def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
     """loss_fn for the trainer: (1 − kd_weight)·CE(label) + kd_weight·soft CE(teacher), :func:`kd_mix` (the label:
     gold on the task's rows, the teacher's class or score on augmented and unlabeled rows). Binned regression: both
-    targets are two-hot distributions over the bins (gold score, teacher's score)."""
+    targets are two-hot distributions over the bins (gold score, teacher's score); else the task ``kind``'s loss and
+    distillation term."""
 
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model))
@@ -100,7 +102,6 @@ def cmow_loss(kd_weight: float, temperature: float):
             ce = soft_cross_entropy_to(out.bin_logits, two_hot(batch["labels"].float(), bins))
             kd = soft_cross_entropy_to(out.bin_logits, two_hot(teacher.squeeze(-1), bins))
         else:
-            kind = "regression" if out.logits.shape[-1] == 1 else "classification"
             ce = task_loss(kind, out, batch)
             kd = prediction_distillation(kind, out, teacher, temperature=temperature)
         return kd_mix(ce, kd, kd_weight), {"ce": float(ce.detach()), "kd": float(kd.detach())}
@@ -116,7 +117,7 @@ class CMOW(Method):
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
-        if config.data.task in ("squad", "squad_v2"):
+        if not kind_for(config.data.task, config.data.regression).pooled_output:
             raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
@@ -135,4 +136,4 @@ class CMOW(Method):
         ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or the "
                          "teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
         train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
-        return ctx.train(student, cmow_loss(kd_weight, t), desc="cmow", train_dataset=train)
+        return ctx.train(student, cmow_loss(ctx.task_data.task.kind_object, kd_weight, t), desc="cmow", train_dataset=train)

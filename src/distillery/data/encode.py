@@ -56,6 +56,10 @@ class TaskData:
     dev_split: str = "dev"  # which dev split ``dev`` holds (MNLI: dev_matched or dev_mismatched)
     pair_mode: str = "joint"
 
+    def labels(self, split: str) -> np.ndarray:
+        """The gold labels of the encoded ``split`` ("train" or "dev"), in dataset order."""
+        return np.asarray(column_values({"train": self.train, "dev": self.dev}[split], "labels"))
+
 
 class PadCollator:
     """Pads a list of features to the longest in the batch and stacks them into tensors.
@@ -210,28 +214,16 @@ def prepare_task_data(
     dev_names = [s for s in splits if s != "train"]
     if len(dev_names) > 1:
         raise DistilleryError(f"prepare_task_data takes one dev split at a time, got {', '.join(dev_names)}.")
-    if task.kind == "qa":
-        if pair_mode == "separate":
-            raise DistilleryError("SQuAD cannot be encoded with pair_mode='separate'; use the joint encoding.")
-        if not getattr(tokenizer, "is_fast", False):
-            raise DistilleryError(
-                f"SQuAD needs a fast tokenizer (character offsets); {type(tokenizer).__name__} is not one."
-            )
-    max_length, stride = data_config.max_length, data_config.doc_stride
+    kind = task.kind_object
+    kind.check_encoding(tokenizer, pair_mode)
     train = dev = dev_examples = None
     if "train" in splits:
-        raw = load_raw(task, "train", data_config)
-        if task.kind == "qa":
-            train = encode_squad_train(raw, tokenizer, max_length, stride)
-        else:
-            train = _encode_labelled(task, raw, tokenizer, max_length, pair_mode, "train")
+        train = kind.encode(task, load_raw(task, "train", data_config), tokenizer, data_config, pair_mode, "train",
+                            train=True)
     dev_split = dev_names[0] if dev_names else "dev"
     if dev_names:
         dev_examples = load_raw(task, dev_split, data_config)
-        if task.kind == "qa":
-            dev = encode_squad_eval(dev_examples, tokenizer, max_length, stride)
-        else:
-            dev = _encode_labelled(task, dev_examples, tokenizer, max_length, pair_mode, dev_split)
+        dev = kind.encode(task, dev_examples, tokenizer, data_config, pair_mode, dev_split, train=False)
     return TaskData(
         task=task,
         tokenizer=tokenizer,
@@ -248,10 +240,6 @@ def prepare_task_data(
 def encode_rows(task: TaskSpec, raw: datasets.Dataset, tokenizer, max_length: int, pair_mode: str = "joint",
                 split_name: str = "train") -> datasets.Dataset:
     """Raw classification/regression rows (``text``, ``text_pair``, ``label``) encoded as a split of ``task``."""
-    return _encode_labelled(task, raw, tokenizer, max_length, pair_mode, split_name)
-
-
-def _encode_labelled(task, raw, tokenizer, max_length, pair_mode, split_name):
     if task.is_pair and pair_mode == "separate":
         return encode_separate_pair(raw, tokenizer, max_length, split_name)
     if task.is_pair:

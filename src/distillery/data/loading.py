@@ -27,6 +27,7 @@ from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
 from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
 from distillery.errors import DistilleryError, listed
+from distillery.kinds import TaskKind, kind_of
 
 logger = logging.getLogger("distillery")
 
@@ -56,7 +57,7 @@ def _features(task: TaskSpec) -> datasets.Features:
     cols = {"text": datasets.Value("string")}
     if task.is_pair:
         cols["text_pair"] = datasets.Value("string")
-    cols["label"] = datasets.Value("float32" if task.kind == "regression" else "int64")
+    cols["label"] = datasets.Value(task.kind_object.label_dtype)
     return datasets.Features(cols)
 
 
@@ -456,12 +457,20 @@ def task_for(data_config: "DataConfig") -> TaskSpec:
     return get_task(data_config.task)
 
 
+def kind_for(task_name: str, regression: bool = False) -> TaskKind:
+    """The kind of the task called ``task_name``, known before any file is read (:func:`task_for` reads them): a
+    built-in task's, or custom data's (regression with ``--regression``, else classification)."""
+    if task_name == "custom":
+        return kind_of("regression" if regression else "classification")
+    return get_task(task_name).kind_object
+
+
 def check_new_rows(task: TaskSpec, augment: int | None, unlabeled_file: str | Path | None) -> None:
     """Refuse the student's new rows (``--augment``, ``--unlabeled-file``) for a question-answering task: they
     are texts the teacher labels as rows, and a SQuAD answer is a span of its context that no new text has
     (the methods train SQuAD students on its own examples, so the rows would be recorded and never used)."""
     given = [option for option, value in (("--augment", augment), ("--unlabeled-file", unlabeled_file)) if value]
-    if task.kind == "qa" and given:
+    if not task.kind_object.takes_new_rows and given:
         options = " and ".join(given)
         raise DistilleryError(f"{options} {'make' if len(given) > 1 else 'makes'} sentence rows for the teacher to "
                               f"label, but a SQuAD example's answer is a span of its context, which a new row does "

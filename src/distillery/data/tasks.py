@@ -12,14 +12,7 @@ import math
 from dataclasses import dataclass
 
 from distillery.errors import DistilleryError
-
-KINDS = ("classification", "regression", "qa")
-SQUAD_V2_METRICS = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
-# The metrics each kind of task is scored with (distillery.metrics); a main metric must be one that
-# every dev set gives (SQuAD v2's HasAns_/NoAns_ parts exist only where it has such questions).
-KIND_METRICS = {"classification": ("accuracy", "f1", "macro_f1", "mcc"), "regression": ("pearson", "spearman"),
-                "qa": SQUAD_V2_METRICS}
-KIND_MAIN_METRICS = {**KIND_METRICS, "qa": ("exact_match", "f1")}
+from distillery.kinds import KINDS, TaskKind, kind_of
 
 
 @dataclass(frozen=True)
@@ -27,7 +20,7 @@ class TaskSpec:
     """One task: its kind, labels, metrics and the layout of its files."""
 
     name: str
-    kind: str  # "classification" | "regression" | "qa"
+    kind: str  # a name in distillery.kinds.KINDS ("classification", "regression", "qa"); kind_object is the kind
     labels: tuple[str, ...] | None  # label strings as in the files; index = class id
     metrics: tuple[str, ...]
     main_metric: str
@@ -55,35 +48,36 @@ class TaskSpec:
     text_column: str | None = None
     text_pair_column: str | None = None
     label_column: str | None = None
+    quick_epochs: float | None = None  # the quick budget's epochs where they are not the default (distillery.pipeline)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise DistilleryError(f"Task {self.name!r} has unknown kind {self.kind!r}; use one of {', '.join(KINDS)}.")
         if self.main_metric not in self.metrics:
             raise DistilleryError(f"Task {self.name!r}: main metric {self.main_metric!r} is not one of its metrics.")
-        unknown = [m for m in self.metrics if m not in KIND_METRICS[self.kind]]
+        kind = self.kind_object
+        unknown = [m for m in self.metrics if m not in kind.metrics]
         if unknown:
             raise DistilleryError(f"Task {self.name!r} has metric(s) {', '.join(map(repr, unknown))} that a {self.kind} "
-                                  f"task is not scored with; use {', '.join(KIND_METRICS[self.kind])}.")
-        if self.main_metric not in KIND_MAIN_METRICS[self.kind]:
+                                  f"task is not scored with; use {', '.join(kind.metrics)}.")
+        if self.main_metric not in kind.main_metrics:
             raise DistilleryError(f"Task {self.name!r}: main metric {self.main_metric!r} is not given for every dev set "
-                                  f"of a {self.kind} task; use {' or '.join(KIND_MAIN_METRICS[self.kind])}.")
+                                  f"of a {self.kind} task; use {' or '.join(kind.main_metrics)}.")
+
+    @property
+    def kind_object(self) -> TaskKind:
+        """The task's kind (:mod:`distillery.kinds`): what its head, loss, metrics, ... are."""
+        return kind_of(self.kind)
 
     @property
     def num_labels(self) -> int:
-        """Width of the model head: 1 for regression, the number of classes otherwise (0 for QA)."""
-        if self.kind == "regression":
-            return 1
-        return len(self.labels) if self.labels else 0
+        """Width of the model head: 1 for regression, the number of classes for classification (0 for QA)."""
+        return self.kind_object.num_labels(self)
 
     @property
     def class_names(self) -> tuple[str, ...]:
         """The classes' names: ``label_names`` where the task has them (GLUE's digit labels), else its labels."""
         return self.label_names or tuple(self.labels or ())
-
-    @property
-    def is_qa(self) -> bool:
-        return self.kind == "qa"
 
     def hub_split(self, split: str) -> str:
         """The Hub's split name for one of ours ("train", "dev", or a name in ``dev_splits``)."""
@@ -127,17 +121,18 @@ NLI2 = ("entailment", "not_entailment")
 TASKS: dict[str, TaskSpec] = {
     # CoLA has no header: source, label, original label (blank or "*"), sentence.
     "cola": _glue("cola", "CoLA", BINARY, ("mcc",), "mcc", text=3, label=1, hub_text="sentence", has_header=False,
-                  label_names=("unacceptable", "acceptable")),
+                  label_names=("unacceptable", "acceptable"), quick_epochs=2.0),
     "sst2": _glue("sst2", "SST-2", BINARY, ("accuracy",), "accuracy", text="sentence", label="label", hub_text="sentence",
                   label_names=("negative", "positive")),
     "mrpc": _glue(
         "mrpc", "MRPC", BINARY, ("f1", "accuracy"), "f1",
         text="#1 String", text_pair="#2 String", label="Quality", hub_text="sentence1", hub_text_pair="sentence2",
-        label_names=("not_equivalent", "equivalent"),
+        label_names=("not_equivalent", "equivalent"), quick_epochs=3.0,
     ),
     "stsb": _glue(
         "stsb", "STS-B", None, ("pearson", "spearman"), "pearson",
         text="sentence1", text_pair="sentence2", label="score", hub_text="sentence1", hub_text_pair="sentence2",
+        quick_epochs=3.0,
     ),
     "qqp": _glue(
         "qqp", "QQP", BINARY, ("f1", "accuracy"), "f1",
@@ -157,19 +152,20 @@ TASKS: dict[str, TaskSpec] = {
     "rte": _glue(
         "rte", "RTE", NLI2, ("accuracy",), "accuracy",
         text="sentence1", text_pair="sentence2", label="label", hub_text="sentence1", hub_text_pair="sentence2",
+        quick_epochs=3.0,
     ),
     "wnli": _glue(
         "wnli", "WNLI", BINARY, ("accuracy",), "accuracy",
         text="sentence1", text_pair="sentence2", label="label", hub_text="sentence1", hub_text_pair="sentence2",
-        label_names=("not_entailment", "entailment"),
+        label_names=("not_entailment", "entailment"), quick_epochs=3.0,
     ),
     "squad": TaskSpec(
         name="squad", kind="qa", labels=None, metrics=("exact_match", "f1"), main_metric="f1",
-        is_pair=True, squad_version=1, hub_id="rajpurkar/squad",
+        is_pair=True, squad_version=1, hub_id="rajpurkar/squad", quick_epochs=2.0,
     ),
     "squad_v2": TaskSpec(
-        name="squad_v2", kind="qa", labels=None, metrics=SQUAD_V2_METRICS, main_metric="f1",
-        is_pair=True, squad_version=2, hub_id="rajpurkar/squad_v2",
+        name="squad_v2", kind="qa", labels=None, metrics=kind_of("qa").metrics, main_metric="f1",
+        is_pair=True, squad_version=2, hub_id="rajpurkar/squad_v2", quick_epochs=2.0,
     ),
 }
 

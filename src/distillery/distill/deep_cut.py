@@ -84,18 +84,19 @@ def mean_top1(rows: np.ndarray, t: float) -> float:
 
 
 def choose_defaults(teacher_layers: int, kept: int, budget_steps: int,
-                    teacher_logits: Sequence[Sequence[float]] | None = None, kind: str = "classification",
+                    teacher_logits: Sequence[Sequence[float]] | None = None, softened: bool = True,
                     ) -> StudentDefaults:
     """The defaults of a student keeping ``kept`` of ``teacher_layers`` layers whose budget trains it
-    ``budget_steps`` optimizer steps; ``teacher_logits``: the teacher's logits on its train split (classification;
-    a regression task's distillation term has no temperature, a QA task keeps :data:`FALLBACK_TEMPERATURE`)."""
+    ``budget_steps`` optimizer steps; ``teacher_logits``: the teacher's logits on its train split, which set the
+    temperature where the task kind's distillation term is ``softened`` by one (classification; a regression
+    task's has no temperature, a QA task keeps :data:`FALLBACK_TEMPERATURE`)."""
     if not 1 <= kept <= teacher_layers:
         raise ValueError(f"a student keeps 1 to {teacher_layers} layers, got {kept}.")
     if not is_deep_cut(kept, teacher_layers):  # the earlier defaults, whose results docs/results.md reports
         return StudentDefaults(FALLBACK_TEMPERATURE, 0.0, None, 0, {})
     reasons = {}
     temperature = FALLBACK_TEMPERATURE
-    if kind == "classification" and teacher_logits is not None:
+    if softened and teacher_logits is not None:
         temperature = temperature_from_logits(teacher_logits)
         reasons["temperature"] = (f"T = {temperature:g} from the teacher's logits (the softest of "
                                   f"{', '.join(f'{t:g}' for t in TEMPERATURES)} keeping its mean top-1 "

@@ -20,12 +20,12 @@ import distillery.encoders as encoders
 from distillery.bench import count_parameters, latency_ms
 from distillery.config import DataConfig, TEACHER_HUB_IDS
 from distillery.data.encode import model_device, model_inputs, prepare_task_data, squad_window_offsets
-from distillery.data.loading import load_raw
+from distillery.data.loading import kind_for, load_raw
 from distillery.data.tasks import TaskSpec
 from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
-from distillery.modeling import first_line, head_for_task, load_checked, load_config, load_tokenizer
-from distillery.teacher import check_vocabulary, head_kwargs, resolve_teacher, usable_positions
+from distillery.modeling import first_line, load_checked, load_config, load_tokenizer
+from distillery.teacher import check_vocabulary, resolve_teacher, usable_positions
 from distillery.training.losses import HiddenProjection, mean_pooled, pretrained_distillation_loss
 
 logger = logging.getLogger("distillery")
@@ -79,10 +79,11 @@ def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[i
     if usable is not None and data.max_length > usable:
         raise DistilleryError(f"max_length {data.max_length} is longer than student {name!r} can read: it has "
                               f"{usable} positions.")
-    if data.task in ("squad", "squad_v2") and not getattr(tokenizer, "is_fast", False):
+    kind = kind_for(data.task, data.regression)
+    if kind.needs_offsets and not getattr(tokenizer, "is_fast", False):
         raise DistilleryError(f"SQuAD needs a fast tokenizer (character offsets); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
-    if hidden_weight and data.task in ("squad", "squad_v2") and not same_tokenizer(teacher_tokenizer, tokenizer):
+    if hidden_weight and not kind.pooled_output and not same_tokenizer(teacher_tokenizer, tokenizer):
         raise DistilleryError(SQUAD_HIDDEN)
     try:
         teacher = from_config(teacher_config)
@@ -97,9 +98,9 @@ def load_student(name: str, task: TaskSpec) -> tuple[PreTrainedModel, object]:
     (its class and number of outputs) is kept; otherwise a new one is trained, which is logged."""
     config = student_config(name)
     tokenizer = student_tokenizer(name, config)
-    head = head_for_task(task.kind)
-    model, loading = load_checked(head.auto_class, resolve_teacher(name, "Student"), f"student {name!r}",
-                                  new_head=True, **head_kwargs(task))
+    kind = task.kind_object
+    model, loading = load_checked(kind.head.auto_class, resolve_teacher(name, "Student"), f"student {name!r}",
+                                  new_head=True, **kind.head_config(task))
     new = [k for k in loading["missing_keys"] if not k.startswith(f"{model.base_model_prefix}.pooler.")]
     if new or loading["mismatched_keys"]:
         logger.info("Student %s has no %s head of the task's shape; it gets a new one, trained here.", name, task.name)
@@ -236,8 +237,8 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
     ctx.teacher.eval()
     whole = opts.train_examples == "all"
-    train = squad_distillation_train(ctx, whole, opts.temperature) if task.kind == "qa" \
-        else ctx.student_distillation_train(whole, opts.augment)
+    train = ctx.student_distillation_train(whole, opts.augment) if task.kind_object.takes_new_rows \
+        else squad_distillation_train(ctx, whole, opts.temperature)
     matched = same_tokenizer(ctx.tokenizer, tokenizer)
     layer_map, projection, hidden = None, None, ""
     if opts.hidden_weight:
@@ -246,7 +247,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
             layer_map = layer_map_for(student.config.num_hidden_layers, ctx.teacher.config.num_hidden_layers,
                                       opts.layer_map)
             hidden = f" + {opts.hidden_weight}·hidden MSE (student layers onto teacher layers {layer_map})"
-        elif task.kind == "qa":
+        elif not task.kind_object.pooled_output:  # no sentence vector to compare across tokenizers
             raise DistilleryError(SQUAD_HIDDEN)
         else:
             pooled = teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data)
@@ -258,7 +259,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
                      f"{opts.kd_weight}·KD(T={opts.temperature}) on the "
                      f"teacher's outputs{hidden}.")
     logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
-    loss_fn = pretrained_distillation_loss(task.kind, ctx.teacher, opts.kd_weight, opts.temperature,
+    loss_fn = pretrained_distillation_loss(task.kind_object, ctx.teacher, opts.kd_weight, opts.temperature,
                                            opts.hidden_weight, projection, layer_map)
     return ctx.train(student, loss_fn, desc="student", train_dataset=train,
                      extra_parameters=[projection] if projection is not None else ())

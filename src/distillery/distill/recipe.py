@@ -102,7 +102,7 @@ class Distill(Method):
             opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, temperature=opts.temperature
                            or deep_cut.FALLBACK_TEMPERATURE)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
-        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
         student = build_student(teacher, layers)
         logger.info("Student keeps teacher layers %s.", layers)
@@ -114,7 +114,7 @@ class Distill(Method):
         # the teacher's logits are read from the cache unless the loss runs the teacher (hidden_weight), and they
         # set a deep cut's temperature
         deep = deep_cut.is_deep_cut(len(layers), teacher.config.num_hidden_layers) and opts.temperature is None
-        if kind != "qa" and (whole or extra or not opts.hidden_weight or deep):
+        if kind.takes_new_rows and (whole or extra or not opts.hidden_weight or deep):
             train = ctx.distillation_train(whole, opts.augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train)
@@ -143,12 +143,12 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chos
     """Resolve the options left unset (temperature, hidden_weight, min_steps) by the deep-cut rule, given the
     teacher's logits on ``train`` and the optimizer steps the budget gives it."""
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
-    kind = ctx.task_data.task.kind
+    kind = ctx.task_data.task.kind_object
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
     passes = cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
-    logits = train["teacher_logits"] if kind == "classification" and "teacher_logits" in train.column_names else None
-    rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind)
+    logits = train["teacher_logits"] if kind.softened_outputs and "teacher_logits" in train.column_names else None
+    rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
     given = {name for name in ("temperature", "hidden_weight", "min_steps") if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)

@@ -121,7 +121,7 @@ def recover_int8(
     model (plain Linears) to quantize, and the settings and selection metrics of the pass.
     """
     backend = _checked_backend(backend, model, teacher, task_data)
-    kind, main = task_data.task.kind, task_data.task.main_metric
+    kind, main = task_data.task.kind_object, task_data.task.main_metric
 
     reduce_range = backend == "torch-int8" and torch.backends.quantized.engine in ("fbgemm", "x86")
     per_channel = fake_quant_per_channel(model, backend)

@@ -69,7 +69,7 @@ def _versions() -> dict[str, str]:
 
 def _points(task, drop: float) -> float:
     """A metric difference in points: SQuAD EM/F1 are already percentages, the others are in [−1, 1]."""
-    return drop if task.kind == "qa" else 100.0 * drop
+    return drop if task.kind_object.scores_in_percent else 100.0 * drop
 
 
 def export(

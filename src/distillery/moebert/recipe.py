@@ -36,9 +36,10 @@ from distillery.encoders import ffn_width
 from distillery.errors import DistilleryError
 from distillery.folders import check_file_target, check_target, record, write_file
 from distillery.importance import ffn_importance, sample_loader
+from distillery.kinds import TaskKind, kind_of
 from distillery.method import Method
 from distillery.method_context import MethodContext
-from distillery.modeling import save_model
+from distillery.modeling import load_pretrained, save_model
 from distillery.moebert.convert import convert, count_tokens, teacher_layout
 from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.moebert.options import MoEBertOptions
@@ -66,7 +67,7 @@ def distilled_layers(which: str, num_layers: int) -> list[int]:
             "skip": list(range(0, num_layers + 1, 2)), "none": []}[which]
 
 
-def layerwise_distillation_loss(kind: str, teacher: PreTrainedModel, lam: float, layers: list[int] | None,
+def layerwise_distillation_loss(kind: TaskKind | str, teacher: PreTrainedModel, lam: float, layers: list[int] | None,
                                 balance_weight: float = 0.0):
     """loss_fn for the trainer: CE + λ·(L_trm + L_pred) (+ the gate's load-balancing loss).
 
@@ -100,7 +101,7 @@ def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBer
     """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample)."""
     n = opts.importance_examples
     logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(task_data.train), len(task_data.train)))
-    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind,
+    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind_object,
                           batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
 
 
@@ -136,10 +137,10 @@ def load_importance(path: str | Path, teacher_config) -> torch.Tensor:
     return scores
 
 
-def wants_refit(opts: MoEBertOptions, kind: str) -> bool:
-    """Whether to refit: as set, else on except for QA (measured: it helped on SST-2, 7 seeds, and
-    lost 5.7 F1 on SQuAD, one seed)."""
-    return bool(opts.refit) if opts.refit is not None else kind != "qa"
+def wants_refit(opts: MoEBertOptions, kind: TaskKind | str) -> bool:
+    """Whether to refit: as set, else on for a kind whose head reads one pooled state (measured: it helped on
+    SST-2, 7 seeds, and lost 5.7 F1 on SQuAD's per-token span head, one seed)."""
+    return bool(opts.refit) if opts.refit is not None else kind_of(kind).pooled_output
 
 
 def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions,
@@ -151,7 +152,7 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOp
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
                       shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
                       token_counts=counts, seed=config.student.seed)
-    if wants_refit(opts, task_data.task.kind):
+    if wants_refit(opts, task_data.task.kind_object):
         loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
                                opts.importance_examples, config.student.seed)
         errors = refit_outputs(student, teacher, loader)
@@ -167,8 +168,6 @@ def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
     """The converted model (or the --init one), before training. The importance scores are kept in
     the run folder, so that a resumed run converts the same way without scoring again."""
     if opts.init is not None:
-        from distillery.modeling import load_pretrained
-
         student = load_pretrained(opts.init)
         if not isinstance(student, MoEBertPreTrainedModel):
             raise DistilleryError(f"--init {opts.init} holds a {type(student).__name__}, not a MoEBERT model.")
@@ -248,7 +247,7 @@ class MoEBert(Method):
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
-        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind
+        teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         teacher.eval()
         student = build_student(ctx, opts)
         layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
@@ -258,7 +257,7 @@ class MoEBert(Method):
         loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
         # the loss runs the teacher on every batch (its hidden states on new rows too), so only new rows, whose
         # labels are the teacher's, need a labelling pass first
-        train = None if kind == "qa" else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
+        train = None if not kind.takes_new_rows else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
         student = ctx.train(student, loss_fn, desc="moebert", train_dataset=train)
         if distributed.is_main():  # the dev pass and its chart are part of the report
             ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))

@@ -8,13 +8,13 @@ Shapes: ``logits`` are ``(..., C)``; every leading dimension counts as an exampl
 classification, a question window for QA start/end logits over its positions). Gradients flow
 into whichever input requires them: compute the teacher under ``torch.no_grad()``.
 
-Task kinds are ``"classification"``, ``"regression"`` and ``"qa"`` (extractive question answering).
+A task's kind (``"classification"``, ``"regression"``, ``"qa"``: :mod:`distillery.kinds`) owns its task loss and the
+form of its distillation term; the functions here take the kind object or its name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -23,8 +23,10 @@ from torch import Tensor, nn
 
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
+from distillery.kinds import TaskKind, kind_of
+from distillery.kinds.qa import span_logits
+from distillery.kinds.regression import mse
 
-TASK_KINDS = ("classification", "regression", "qa")
 PREDICTION_LOSSES = ("soft_ce", "kl", "symmetric_kl")
 
 
@@ -150,56 +152,8 @@ def hidden_mse(
     return (diff2 * mask).sum() / denom.clamp_min(1.0)
 
 
-def mse(student_pred: Tensor, target: Tensor) -> Tensor:
-    """Mean squared error for regression distillation: ``mean_i (s_i − t_i)²``.
-
-    ``(N, 1)`` predictions and ``(N,)`` targets (or the reverse) are compared element by element.
-    """
-    if student_pred.shape != target.shape:
-        if student_pred.numel() != target.numel():
-            raise ValueError(
-                f"predictions {tuple(student_pred.shape)} and targets {tuple(target.shape)} differ in size."
-            )
-        target = target.reshape(student_pred.shape)
-    return F.mse_loss(student_pred.float(), target.float())
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in TASK_KINDS:
-        raise DistilleryError(f"Unknown task kind {kind!r}; choose one of {', '.join(TASK_KINDS)}.")
-
-
-def _field(outputs: Any, name: str) -> Tensor | None:
-    if isinstance(outputs, Mapping):
-        return outputs.get(name)
-    return getattr(outputs, name, None)
-
-
-def _logits(outputs: Any) -> Tensor:
-    """The logits tensor of a model output, a dict, or the tensor itself."""
-    if isinstance(outputs, Tensor):
-        return outputs
-    logits = _field(outputs, "logits")
-    if logits is None:
-        raise ValueError(f"expected logits or an output with a 'logits' field, got {type(outputs).__name__}.")
-    return logits
-
-
-def _span_logits(outputs: Any) -> tuple[Tensor, Tensor]:
-    """``(start_logits, end_logits)`` of a QA output, a dict, or a pair of tensors."""
-    if isinstance(outputs, (tuple, list)) and len(outputs) == 2 and all(isinstance(x, Tensor) for x in outputs):
-        return outputs[0], outputs[1]
-    start, end = _field(outputs, "start_logits"), _field(outputs, "end_logits")
-    if start is None or end is None:
-        raise ValueError(
-            f"expected start and end logits (an output with start_logits/end_logits or a pair), "
-            f"got {type(outputs).__name__}."
-        )
-    return start, end
-
-
-def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
-    """The supervised loss against the gold labels, as Hugging Face heads compute it.
+def task_loss(kind: TaskKind | str, outputs_or_logits: Any, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
+    """The supervised loss against the gold labels, as Hugging Face heads compute it (the ``kind``'s):
 
     - classification: ``CE(logits, labels)`` (labels of -100 are ignored);
     - regression: ``mean (logits.squeeze(-1) − labels)²`` with float labels;
@@ -209,39 +163,23 @@ def task_loss(kind: str, outputs_or_logits: Any, batch: Mapping[str, Tensor], re
     ``reduction="none"`` returns one loss per example (ignored ones are 0) instead of the mean:
     what per-example quantities such as MoEBERT's importance scores need.
     """
-    _check_kind(kind)
+    kind = kind_of(kind)
     if reduction not in ("mean", "none"):
         raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}.")
-    if kind == "qa":
-        start_logits, end_logits = _span_logits(outputs_or_logits)
-        if "start_positions" not in batch or "end_positions" not in batch:
-            raise ValueError("a QA batch needs start_positions and end_positions.")
-        n_positions = start_logits.shape[-1]
-        losses = []
-        for logits, key in ((start_logits, "start_positions"), (end_logits, "end_positions")):
-            positions = batch[key].reshape(-1).long().clamp(0, n_positions)
-            losses.append(F.cross_entropy(logits.float(), positions, ignore_index=n_positions, reduction=reduction))
-        return (losses[0] + losses[1]) / 2
-    if "labels" not in batch:
-        raise ValueError(f"a {kind} batch needs labels.")
-    logits = _logits(outputs_or_logits)
-    labels = batch["labels"]
-    if kind == "regression":
-        return F.mse_loss(logits.reshape(-1).float(), labels.reshape(-1).float(), reduction=reduction)
-    return F.cross_entropy(_as_examples(logits).float(), labels.reshape(-1).long(), reduction=reduction)
+    return kind.task_loss(outputs_or_logits, batch, reduction)
 
 
 _PREDICTION_LOSS_FNS = {"soft_ce": soft_cross_entropy, "kl": kl_divergence, "symmetric_kl": symmetric_kl}
 
 
 def prediction_distillation(
-    kind: str,
+    kind: TaskKind | str,
     student_out: Any,
     teacher_out: Any,
     temperature: float = 1.0,
     loss: str = "soft_ce",
 ) -> Tensor:
-    """Distillation of the teacher's predictions into the student's.
+    """Distillation of the teacher's predictions into the student's (the ``kind``'s term):
 
     - classification: ``loss(student_logits, teacher_logits, T)``;
     - regression: :func:`mse` between the predictions (temperature does not apply);
@@ -250,30 +188,21 @@ def prediction_distillation(
     ``loss`` is one of ``soft_ce`` (:func:`soft_cross_entropy`), ``kl`` (:func:`kl_divergence`) or
     ``symmetric_kl`` (:func:`symmetric_kl`).
     """
-    _check_kind(kind)
+    kind = kind_of(kind)
     if loss not in _PREDICTION_LOSS_FNS:
         raise DistilleryError(
             f"Unknown prediction distillation loss {loss!r}; choose one of {', '.join(PREDICTION_LOSSES)}."
         )
-    if kind == "regression":
-        return mse(_logits(student_out), _logits(teacher_out))
-    loss_fn = _PREDICTION_LOSS_FNS[loss]
-    if kind == "qa":
-        s_start, s_end = _span_logits(student_out)
-        t_start, t_end = _span_logits(teacher_out)
-        return (loss_fn(s_start, t_start, temperature) + loss_fn(s_end, t_end, temperature)) / 2
-    return loss_fn(_logits(student_out), _logits(teacher_out), temperature)
+    return kind.distillation_term(student_out, teacher_out, temperature, _PREDICTION_LOSS_FNS[loss])
 
 
-def kd_gap(kind: str, student_out: Any, teacher_out: Any, temperature: float) -> dict[str, float]:
+def kd_gap(kind: TaskKind | str, student_out: Any, teacher_out: Any, temperature: float) -> dict[str, float]:
     """``{"kl": T²·KL(p_teacher ‖ p_student)}`` at ``temperature``, for the training log, beside the soft cross-entropy
     ``kd``: the soft CE never falls below the teacher's own entropy (T²·H(p_teacher), large when the teacher's
     logits are close together), so its value alone hides how much the student still has to learn; the KL is 0 at
     a perfect match. Empty for regression, whose distillation term (MSE) already is 0 at a match."""
-    if kind == "regression":
-        return {}
     with torch.no_grad():
-        return {"kl": float(prediction_distillation(kind, student_out, teacher_out, temperature, loss="kl"))}
+        return kind_of(kind).distillation_gap(student_out, teacher_out, temperature, kl_divergence)
 
 
 def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> torch.Tensor:
@@ -298,11 +227,11 @@ def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], tem
             logits = logits.masked_fill(mask.to(logits.device) == 0, -1e4)
         return soft_cross_entropy_to(logits, target.to(logits.device)) * t * t
 
-    s_start, s_end = _span_logits(student_out)
+    s_start, s_end = span_logits(student_out)
     return (one(s_start, batch["teacher_start"]) + one(s_end, batch["teacher_end"])) / 2
 
 
-def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
+def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,
                       hidden_weight: float = 0.0, layer_map: list[int] | None = None):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
     hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style).
@@ -310,11 +239,12 @@ def distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperatu
     The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
     ``kd_weight`` means the same in every method and command: the share of the distillation term."""
+    kind = kind_of(kind)
+
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
         if "teacher_logits" in batch and hidden_weight <= 0:
-            logits = batch["teacher_logits"]
-            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+            t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
         else:
             with torch.no_grad():
                 t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0)
@@ -342,7 +272,7 @@ def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
 
-def pretrained_distillation_loss(kind: str, teacher: nn.Module, kd_weight: float, temperature: float,
+def pretrained_distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,
                                  hidden_weight: float = 0.0, projection: nn.Module | None = None,
                                  layer_map: list[int] | None = None):
     """loss_fn for a pretrained student (method distill's ``--student``), which reads its own tokenizer's ids:
@@ -355,13 +285,14 @@ def pretrained_distillation_loss(kind: str, teacher: nn.Module, kd_weight: float
       run on the same batch;
     - else (another tokenizer): MSE between ``projection`` of the student's :func:`mean_pooled` last hidden
       state and the teacher's (the batch's ``teacher_pooled``), one sentence vector each."""
+    kind = kind_of(kind)
+
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
         if "teacher_start" in batch:
             kd = carried_span_distillation(out, batch, temperature)
         else:
-            logits = batch["teacher_logits"]
-            t_out = SimpleNamespace(logits=logits.squeeze(-1) if kind == "regression" else logits)
+            t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
             kd = prediction_distillation(kind, out, t_out, temperature=temperature)
         ce = task_loss(kind, out, batch)
         loss = (1 - kd_weight) * ce + kd_weight * kd

@@ -1,0 +1,135 @@
+"""What a task kind decides (:class:`TaskKind`).
+
+A kind module imports, at its top, nothing of the data, training or evaluation layers: a task's kind is looked up
+while ``distillery.data.tasks`` builds its task registry, before those layers are loaded. Where a kind calls into
+them (encoding, SQuAD's answer extraction), it imports inside the method; this module and the registry, which the
+data layer imports, never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+from torch import Tensor
+
+from distillery.modeling import Head
+
+
+def output_field(outputs: Any, name: str) -> Tensor | None:
+    """The field ``name`` of a model output or a dict; None where it has none."""
+    if isinstance(outputs, Mapping):
+        return outputs.get(name)
+    return getattr(outputs, name, None)
+
+
+def logits_of(outputs: Any) -> Tensor:
+    """The logits tensor of a model output, a dict, or the tensor itself."""
+    if isinstance(outputs, Tensor):
+        return outputs
+    logits = output_field(outputs, "logits")
+    if logits is None:
+        raise ValueError(f"expected logits or an output with a 'logits' field, got {type(outputs).__name__}.")
+    return logits
+
+
+class TaskKind:
+    """A kind of task (what its model predicts) and every decision that depends on it: the head, encoding,
+    the task loss and the distillation term, predictions and metrics, the chance level, how the teacher labels
+    new rows, the budgets' data settings, the static-embedding baseline's head and the Hub's pipeline tag.
+    One instance a kind, registered by name in :data:`distillery.kinds.KINDS`; a ``TaskSpec`` names its kind
+    (``spec.kind``, the string runs record) and ``spec.kind_object`` is this object."""
+
+    name: ClassVar[str]
+    head: ClassVar[Head]  # the model head it is trained with: its Auto class, output fields (ONNX outputs too)
+    pipeline_tag: ClassVar[str]  # the Hub's name of what the model does (the model card's pipeline_tag)
+    metrics: ClassVar[tuple[str, ...]]  # every metric a task of this kind may be scored with (distillery.metrics)
+    main_metrics: ClassVar[tuple[str, ...]]  # those every dev set gives, which a main metric must be one of
+    label_dtype: ClassVar[str | None] = None  # the raw label column's type (datasets' name); None: no label column
+    # Whether the student's text may hold rows the teacher labels (augmented, unlabeled) and the teacher's
+    # outputs may be cached per row (``teacher_logits``): one prediction a row.
+    takes_new_rows: ClassVar[bool] = True
+    pooled_output: ClassVar[bool] = True  # the head reads the first token's (pooled) state only
+    needs_offsets: ClassVar[bool] = False  # encoding maps tokens back to characters: a fast tokenizer only
+    scores_in_percent: ClassVar[bool] = False  # its scores are percentages (else fractions and correlations)
+    # the distillation term compares class distributions softened by a temperature (whose value can be read
+    # from the teacher's own logits: distillery.distill.deep_cut)
+    softened_outputs: ClassVar[bool] = False
+    static_head: ClassVar[str | None] = None  # the static-embedding baseline's head; None: the kind has none
+    # The budgets' data settings: the teacher's examples at the quick budget, the longest input by budget, the
+    # quick teacher's learning rate, and a document stride by budget where inputs are windows of a document.
+    quick_train_limit: ClassVar[int] = 20000
+    max_lengths: ClassVar[Mapping[str, int]] = {"quick": 128, "full": 128}
+    doc_strides: ClassVar[Mapping[str, int] | None] = None
+    quick_teacher_lr: ClassVar[float] = 5e-5
+
+    def __repr__(self) -> str:
+        return f"<task kind {self.name}>"
+
+    def num_labels(self, task) -> int:
+        """The width of the head's output for ``task`` (0: the head's outputs are not labels)."""
+        return 0
+
+    def head_config(self, task) -> dict:
+        """Config overrides that give a model the head of ``task``."""
+        return {}
+
+    def head_words(self, task) -> str:
+        """What the head of ``task`` predicts, in a sentence that compares it with a model's."""
+        raise NotImplementedError
+
+    def budget_data(self, budget: str, single_sentence: bool) -> dict[str, Any]:
+        """The data settings of ``budget`` (dotted under ``data.``): the teacher's examples, the longest input
+        (shorter for single sentences at the quick budget) and the document stride where there is one."""
+        quick = budget == "quick"
+        max_length = 64 if quick and single_sentence else self.max_lengths[budget]
+        return {"train_limit": self.quick_train_limit if quick else None, "max_length": max_length,
+                **({"doc_stride": self.doc_strides[budget]} if self.doc_strides else {})}
+
+    def check_encoding(self, tokenizer, pair_mode: str) -> None:
+        """Refuse a tokenizer or pair mode the kind cannot be encoded with, before any file is read."""
+
+    def encode(self, task, raw, tokenizer, data_config, pair_mode: str, split_name: str, train: bool):
+        """The raw rows of one split encoded for ``tokenizer`` (``train``: the train split, else a dev split)."""
+        raise NotImplementedError
+
+    def task_loss(self, outputs: Any, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
+        """The supervised loss against the batch's gold targets (``reduction="none"``: one a row)."""
+        raise NotImplementedError
+
+    def distillation_term(self, student_out: Any, teacher_out: Any, temperature: float, distribution_loss) -> Tensor:
+        """The distillation term on the outputs: ``distribution_loss(student, teacher, T)`` over each
+        distribution the head predicts (soft cross-entropy, KL, ...: ``training.losses``)."""
+        raise NotImplementedError
+
+    def distillation_gap(self, student_out: Any, teacher_out: Any, temperature: float, kl) -> dict[str, float]:
+        """``{"kl": ...}`` for the training log beside the distillation term (``kl``: that loss's KL form)."""
+        return {"kl": float(self.distillation_term(student_out, teacher_out, temperature, kl))}
+
+    def cached_teacher_outputs(self, logits: Tensor):
+        """A batch's cached ``teacher_logits`` as the teacher's outputs."""
+        return SimpleNamespace(logits=logits)
+
+    def predictions(self, chunks: list[tuple[np.ndarray, ...]], restore, task):
+        """The model's outputs over a split from per-batch ``chunks`` (a tuple of the head's output fields a
+        batch), ``restore`` putting rows back in dataset order."""
+        raise NotImplementedError
+
+    def scores(self, task_data, predictions) -> dict[str, float]:
+        """Every metric of the task for ``predictions`` (:meth:`predictions`) on the prepared dev split."""
+        raise NotImplementedError
+
+    def chance(self, task_data) -> tuple[np.ndarray, str] | None:
+        """Predictions on the dev split of a model that learned nothing, and what it predicts; None where
+        the kind has no such constant answer."""
+        return None
+
+    def placeholder_label(self):
+        """The label a new row carries until the teacher labels it."""
+        raise NotImplementedError
+
+    def teacher_labels(self, logits: np.ndarray) -> np.ndarray:
+        """The labels the teacher's cached logits give new rows."""
+        raise NotImplementedError
