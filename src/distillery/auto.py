@@ -142,28 +142,20 @@ def teacher_latency_ms(teacher_config, shape: Sequence[int], runs: int) -> float
 
 def int8_gain(teacher: str, teacher_config, shape: Sequence[int], runs: int) -> float:
     """How many times faster than fp32 the default int8 export runs here, timed on a model of the teacher's
-    architecture (random weights: they do not change the time), the two taking turns in this process. 1.0
-    where no int8 export can be made (its backend is missing, or this architecture does not export)."""
-    import tempfile
-
+    architecture (random weights: they do not change the time). 1.0 where no int8 export can be made (its
+    backend is missing, or this architecture does not export)."""
     from transformers import AutoModelForSequenceClassification
 
-    from distillery.bench import latency_ms
-    from distillery.export import export
-    from distillery.runtime import load_export
+    from distillery.export import int8_speedup
     from distillery.teacher import teacher_tokenizer
 
     model = AutoModelForSequenceClassification.from_config(teacher_config).eval()
-    with tempfile.TemporaryDirectory(prefix="distillery-int8-gain-") as tmp:
-        try:
-            folder = export(model, teacher_tokenizer(teacher), "int8", Path(tmp) / "int8")
-        except DistilleryError as e:
-            logger.info("auto: no int8 export to time (%s); candidates are planned by their fp32 speed.", e)
-            return 1.0
-        ms = latency_ms({"fp32": model, "int8": load_export(folder)}, tuple(shape), runs=max(int(runs), 3))
-    gain = max(1.0, ms["fp32"] / ms["int8"])
-    logger.info("auto: the int8 export runs %s as fast as fp32 here (%s ms against %s ms at %s).", fmt_x(gain),
-                fmt_ms(ms["int8"]), fmt_ms(ms["fp32"]), "×".join(map(str, shape)))
+    try:
+        gain = max(1.0, int8_speedup(model, teacher_tokenizer(teacher), shape, runs))
+    except DistilleryError as e:
+        logger.info("auto: no int8 export to time (%s); candidates are planned by their fp32 speed.", e)
+        return 1.0
+    logger.info("auto: the int8 export runs %s as fast as fp32 here, at %s.", fmt_x(gain), "×".join(map(str, shape)))
     return gain
 
 

@@ -42,7 +42,8 @@ from distillery.export.recover import (
     recover_int8,
     strip_fake_quant,
 )
-from distillery.export.write import build_variants, export, export_model, prepare_export_data, score_export
+from distillery.export.write import (build_variants, export, export_model, int8_speedup, prepare_export_data,
+                                     score_export)
 from distillery.modeling import OnnxSpec
 from distillery.runtime import OnnxModel, load_export, quantize_torch, read_manifest
 
