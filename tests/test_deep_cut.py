@@ -71,14 +71,15 @@ def test_impossible_cuts_are_refused(kept):
 
 
 def test_a_deep_cut_run_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog, monkeypatch):
-    """1 of 4 layers: the run takes the rule's hidden term (its one layer onto the teacher's last), temperature and
-    longer schedule, says so in the report's notes, and the training log shows the KL beside the soft CE."""
+    """1 of 4 layers: the student keeps the teacher's last layer and takes the rule's hidden term (onto that
+    layer), temperature and longer schedule, says so in the report's notes, and the training log shows the KL
+    beside the soft CE."""
     monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)  # the budget gives 12 (96 examples, batches of 16, 2 epochs)
     settings = {"method_options.student_layers": 1, "student.eval_every": None, "student.log_every": 1}
     with caplog.at_level(logging.INFO, logger="distillery"):
         out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "deep", **settings))
     notes = json.loads((out / "train.json").read_text())["notes"]
-    assert any("teacher layers [0] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
+    assert any("teacher layers [3] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
                for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
     assert any("24 optimizer steps instead of the budget's 12" in n for n in notes)

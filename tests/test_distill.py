@@ -11,7 +11,8 @@ def test_select_layers_every_other_by_default():
     assert select_layers(6, None) == [0, 2, 4]
     assert select_layers(4, None) == [0, 2]
     assert select_layers(6, 3) == [0, 2, 4]
-    assert select_layers(6, 2) == [0, 3]
+    assert select_layers(6, 2) == [2, 5] and select_layers(6, 1) == [5] and select_layers(12, 4) == [2, 5, 8, 11]
+    assert select_layers(12, 6) == [0, 2, 4, 6, 8, 10]  # half the layers or more: spread from the bottom
     assert select_layers(6, 6) == list(range(6))
     assert select_layers(6, [1, 5]) == [1, 5]
 

@@ -35,8 +35,9 @@ class Layers:
 class DistillOptions(MethodOptions):
     METHOD: ClassVar[str] = "distill"
     student_layers: int | list[int] | None = option(
-        None, Layers(), "number of teacher layers the student keeps (spread evenly from the bottom), or with "
-        "--option student_layers=[1,5] the teacher layer indices", default_text="every other layer", flag=True)
+        None, Layers(), "number of teacher layers the student keeps (spread evenly from the bottom; fewer than "
+        "half: the top layer of each block, the last kept), or with --option student_layers=[1,5] the teacher "
+        "layer indices", default_text="every other layer", flag=True)
     student: str | None = option(
         None, text(optional=True), "a pretrained encoder as the student instead of a copy of teacher layers: minilm or "
         "mpnet-base (the packaged encoders before fine-tuning), a model folder or a Hub id; it keeps its own "

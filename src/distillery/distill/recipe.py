@@ -27,7 +27,11 @@ logger = logging.getLogger("distillery")
 
 
 def select_layers(num_teacher_layers: int, student_layers: int | list[int] | None) -> list[int]:
-    """Teacher layer indices the student keeps: explicit, K spread evenly from the bottom, or every other."""
+    """Teacher layer indices the student keeps: explicit, K of them, or every other. K spread evenly from the
+    bottom where at least half stay (DistilBERT's 0, 2, 4 of 6); fewer (a deep cut), the layer at the top of each
+    block of L/K, the teacher's last kept (2 of 6: 2, 5), so that the head reads the layer it read in the teacher:
+    copied from the bottom, a 2-of-6 student started as a constant predictor on RTE and learned half as much on
+    STS-B (docs/distill.md, "Deep cuts")."""
     if student_layers is None:
         return list(range(0, num_teacher_layers, 2))
     if isinstance(student_layers, (list, tuple)):
@@ -45,6 +49,8 @@ def select_layers(num_teacher_layers: int, student_layers: int | list[int] | Non
             f"--student-layers {k} is not possible: the teacher has {num_teacher_layers} layers "
             f"(choose 1 to {num_teacher_layers})."
         )
+    if deep_cut.is_deep_cut(k, num_teacher_layers):
+        return deep_cut.uniform_layer_map(k, num_teacher_layers)
     return [i * num_teacher_layers // k for i in range(k)]
 
 
