@@ -38,7 +38,8 @@ def test_temperature_is_the_softest_that_keeps_the_teacher_decisive():
 
 def test_a_shallow_cut_keeps_the_earlier_defaults():
     chosen = choose_defaults(6, 3, budget_steps=100, teacher_logits=[[0.4, -0.4]])
-    assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps) == (2.0, 0.0, None, 0)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps, chosen.lr_scale) == (
+        2.0, 0.0, None, 0, 1.0)
     assert chosen.reasons == {}
 
 
@@ -48,7 +49,8 @@ def test_a_deep_cut_on_a_small_split_gets_hidden_distillation_and_more_steps():
     assert chosen.hidden_weight == deep_cut.DEEP_CUT_HIDDEN_WEIGHT > 0
     assert chosen.hidden_layers == [2, 5]
     assert chosen.min_steps == deep_cut.MIN_STEPS > 234
-    assert set(chosen.reasons) == {"temperature", "hidden_weight", "min_steps"}
+    assert chosen.lr_scale == deep_cut.LR_SCALE > 1
+    assert set(chosen.reasons) == {"temperature", "hidden_weight", "min_steps", "lr_scale"}
     assert "234" in chosen.reasons["min_steps"]
 
 
@@ -87,4 +89,5 @@ def test_a_deep_cut_run_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog, monke
              r.getMessage()]
     assert steps[-1].startswith("student step 24/24") and " | hidden " in steps[-1]
     lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
-    assert lr[0] < lr[1] < lr[2] and max(lr) == pytest.approx(1e-3), "the first 10 % of the steps warm up"
+    assert lr[0] < lr[1] < lr[2], "the first 10 % of the steps warm up"
+    assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"

@@ -57,6 +57,9 @@ class DistillOptions(MethodOptions):
         None, number(0, whole=True, optional=True), "optimizer steps a layer-drop student trains at least (more "
         "passes over a small split), the first 10 % warming up; 0 = the budget's schedule as it is",
         default_text="600 when more than half of the teacher's layers go, else 0")
+    lr_scale: float | None = option(
+        None, number(above=0, optional=True), "the student's learning rate (--lr, the budget's) times this for a "
+        "layer-drop student", default_text="3 when more than half of the teacher's layers go, else 1")
     layer_map: list[int] | None = option(
         None, Layers(count=False), "with --student and hidden_weight, the teacher layer each student layer learns from, "
         "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")

@@ -141,13 +141,13 @@ class Chosen:
     temperature: float
     hidden_weight: float
     hidden_layers: list[int]  # the teacher layer each student layer learns with hidden_weight
-    settings: dict  # the trainer's settings changed for this cut (max_steps, warmup_ratio)
+    settings: dict  # the trainer's settings changed for this cut (lr, max_steps, warmup_ratio)
     reasons: list[str]
 
 
 def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chosen:
-    """Resolve the options left unset (temperature, hidden_weight, min_steps) by the deep-cut rule, given the
-    teacher's logits on ``train`` and the optimizer steps the budget gives it."""
+    """Resolve the options left unset (temperature, hidden_weight, min_steps, lr_scale) by the deep-cut rule, given
+    the teacher's logits on ``train`` and the optimizer steps the budget gives it."""
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
@@ -155,14 +155,15 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chos
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
     logits = train["teacher_logits"] if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
-    given = {name for name in ("temperature", "hidden_weight", "min_steps") if getattr(opts, name) is not None}
+    given = {name for name in ("temperature", "hidden_weight", "min_steps", "lr_scale") if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
     # a deep cut's layers learn the top of the block they stand for; a shallow one's, the layer each was copied from
     hidden_layers = deep_cut.uniform_layer_map(len(layers), n) if deep_cut.is_deep_cut(len(layers), n) else layers
     min_steps = rule.min_steps if opts.min_steps is None else int(opts.min_steps)
-    settings = {}
+    lr_scale = rule.lr_scale if opts.lr_scale is None else float(opts.lr_scale)
+    settings = {"lr": cfg.lr * lr_scale} if lr_scale != 1.0 else {}
     if budget_steps < min_steps:
-        settings = {"max_steps": min_steps, "warmup_ratio": max(cfg.warmup_ratio, deep_cut.WARMUP)}
+        settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
     return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons)
