@@ -8,8 +8,7 @@ baseline measured in the same run. Built-in teacher, quick budget.
 Per task, depth, defaults and seed: ``distillery compress --method distill --student-layers K`` into
 runs/deep-cut-<task>-<K>l-<defaults>-s<seed>/. ``old`` gives the options their earlier values explicitly (teacher
 layers spread from the bottom, T = 2, no hidden-state term, the budget's schedule and learning rate); ``new`` gives
-none, so
-that the deep-cut rule (distillery.distill.deep_cut) chooses them.
+none, so that the deep-cut rule (distillery.distill.deep_cut) chooses them.
 
 One record per run goes to benchmarks/results/deep-cut.json (task, student_layers, defaults, seed, score,
 retention, static_score, the student's measured latency speed-up, its int8 export's score and speed-up, teacher,
