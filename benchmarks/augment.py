@@ -28,7 +28,8 @@ import json
 import statistics
 from pathlib import Path
 
-from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, four_x_point, record_from_run, replace_block, upsert_result
+from common import (FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, four_x_point, record_from_run,
+                    replace_block, seeds_by_task, upsert_result)
 
 NAME = "augment-4x"
 VARIANTS = ("none", "augment", "supernet", "unlabeled")
@@ -41,15 +42,6 @@ CANDIDATES = {"autotinybert": ("autotinybert", {"speedup": 4}), "autotinybert-2x
               "distill": ("distill", {"student_layers": 3}), "cmow": ("cmow", {}), "moebert": ("moebert", {})}
 TASKS = ("sst2", "mrpc", "rte", "stsb")  # issue 39's four
 SMALL_TASK_SEEDS = "mrpc=42,43,44 rte=42,43,44"
-
-
-def seeds_by_task(items: list[str]) -> dict[str, list[int]]:
-    """``TASK=S1,S2`` items (``--seeds-for``) as {task: seeds}; the first item of a task counts."""
-    seeds: dict[str, list[int]] = {}
-    for item in items:
-        name, _, values = item.partition("=")
-        seeds.setdefault(name, [int(s) for s in values.split(",") if s])
-    return seeds
 
 
 # the seeds a variant needs to count in the acceptance line: issue 39 asks three for MRPC and RTE, one elsewhere
@@ -66,17 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--augment", type=int, default=20, help="N of the augment and supernet variants.")
     parser.add_argument("--supernet", help="A pre-trained super-net folder (variant supernet; skipped without it).")
     parser.add_argument("--unlabeled-file", help="Text without labels (variant unlabeled; skipped without it).")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="Seeds of every task.")
-    parser.add_argument("--seeds-for", nargs="*", default=SMALL_TASK_SEEDS.split(), metavar="TASK=S1,S2",
-                        help=f"Seeds of a task instead of --seeds (default: {SMALL_TASK_SEEDS}).")
-    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
-    parser.add_argument("--teacher", default="minilm")
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="Dotted settings for every run (a smoke check: data.train_limit=64 data.dev_limit=32).")
-    parser.add_argument("--results", default=str(RESULTS / f"{NAME}.json"), help="The records' JSON file.")
-    parser.add_argument("--no-docs", action="store_true", help="Do not rewrite docs/results.md's block.")
+    add_seeded_run_arguments(parser, NAME, SMALL_TASK_SEEDS)
     return parser.parse_args(argv)
 
 

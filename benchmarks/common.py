@@ -45,6 +45,32 @@ SST2_REFERENCE_POINTS: tuple[dict, ...] = (
 )
 
 
+def add_seeded_run_arguments(parser: argparse.ArgumentParser, name: str, small_task_seeds: str) -> None:
+    """The options every seeded comparison script takes: seeds (all tasks, or per task as TASK=S1,S2), budget,
+    teacher, runs folder, reuse, extra dotted settings, the results file (benchmarks/results/<name>.json) and
+    whether to rewrite its docs/results.md block."""
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="Seeds of every task.")
+    parser.add_argument("--seeds-for", nargs="*", default=small_task_seeds.split(), metavar="TASK=S1,S2",
+                        help=f"Seeds of a task instead of --seeds (default: {small_task_seeds}).")
+    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
+    parser.add_argument("--teacher", default="minilm")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="Dotted settings for every run (a smoke check: data.train_limit=64 data.dev_limit=32).")
+    parser.add_argument("--results", default=str(RESULTS / f"{name}.json"), help="The records' JSON file.")
+    parser.add_argument("--no-docs", action="store_true", help="Do not rewrite docs/results.md's block.")
+
+
+def seeds_by_task(items: list[str]) -> dict[str, list[int]]:
+    """``TASK=S1,S2`` items (``--seeds-for``) as {task: seeds}; the first item of a task counts."""
+    seeds: dict[str, list[int]] = {}
+    for item in items:
+        name, _, values = item.partition("=")
+        seeds.setdefault(name, [int(s) for s in values.split(",") if s])
+    return seeds
+
+
 def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
     """One results record: bench.json's contract plus method, budget, task metrics and train time."""
     run_dir = Path(run_dir)

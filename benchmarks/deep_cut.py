@@ -23,7 +23,8 @@ import json
 import statistics
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, record_from_run, replace_block, upsert_result
+from common import (RESULTS, RESULTS_DOC, add_seeded_run_arguments, record_from_run, replace_block, seeds_by_task,
+                    upsert_result)
 
 NAME = "deep-cut"
 TASKS = ("rte", "mrpc", "stsb", "sst2")
@@ -45,24 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--layers", nargs="+", type=int, default=[2, 1], help="Teacher layers the student keeps.")
     parser.add_argument("--defaults", nargs="+", default=list(DEFAULTS), choices=DEFAULTS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="Seeds of every task.")
-    parser.add_argument("--seeds-for", nargs="*", default=SMALL_TASK_SEEDS.split(), metavar="TASK=S1,S2",
-                        help=f"Seeds of a task instead of --seeds (default: {SMALL_TASK_SEEDS}).")
-    parser.add_argument("--budget", default="quick", choices=["quick", "full"])
-    parser.add_argument("--teacher", default="minilm")
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--reuse", action="store_true", help="Use finished run folders as they are.")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="Dotted settings for every run (a smoke check: data.train_limit=64 data.dev_limit=32).")
-    parser.add_argument("--results", default=str(RESULTS / f"{NAME}.json"), help="The records' JSON file.")
-    parser.add_argument("--no-docs", action="store_true", help="Do not rewrite docs/results.md's block.")
+    add_seeded_run_arguments(parser, NAME, SMALL_TASK_SEEDS)
     return parser.parse_args(argv)
 
 
 def seeds_of(task: str, args) -> list[int]:
-    given = {name: [int(s) for s in values.split(",") if s]
-             for name, _, values in (item.partition("=") for item in args.seeds_for)}
-    return given.get(task, list(args.seeds))
+    return seeds_by_task(args.seeds_for).get(task, list(args.seeds))
 
 
 def overrides(layers: int, defaults: str, seed: int, args) -> dict:
