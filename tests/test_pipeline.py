@@ -359,3 +359,14 @@ def test_settings_are_resolved_in_one_order_defaults_budget_preset_file_flags_ca
     assert paper.student.lr == 5e-4 and preset_only.student.lr != 5e-4  # the flags win over the preset
     assert build_run_config(task="mrpc", overrides={"student.lr": 2e-3}) == resolve_settings(
         {"data.task": "mrpc", "student.lr": 2e-3})
+
+
+def test_a_tasks_alias_gets_its_tasks_budget():
+    """`--task squad2` ran with the sentence budget (128 tokens, no document stride) where `--task squad_v2` gets
+    SQuAD's, and `--task SST-2` with a pair task's length: the budget looked the name up as written."""
+    from distillery.pipeline import budget_defaults
+
+    for budget in ("quick", "full"):
+        assert budget_defaults(budget, "squad2") == budget_defaults(budget, "squad_v2")
+        assert budget_defaults(budget, "SST-2") == budget_defaults(budget, "sst2")
+    assert budget_defaults("quick", "squad2")["data.max_length"] != budget_defaults("quick", "custom")["data.max_length"]

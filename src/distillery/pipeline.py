@@ -26,7 +26,7 @@ from distillery.config import (BUDGETS, DEFAULT_BUDGET, DEFAULT_METHOD, DEFAULT_
                                check_resumed_settings, run_inputs, setting)
 from distillery.data.encode import model_device, prepare_task_data
 from distillery.data.loading import check_new_rows, kind_for, load_raw, load_unlabeled, task_for
-from distillery.data.tasks import TASKS, get_task
+from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import chance_score, score
 from distillery.export.formats import resolve_format
@@ -59,7 +59,7 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
     full: the whole train split, 3 epochs, warm-up 10 %, as the papers fine-tune. The data settings are the
     task kind's (:meth:`distillery.kinds.base.TaskKind.budget_data`).
     """
-    spec = TASKS.get(task_name)
+    spec = None if task_name == "custom" else get_task(task_name)  # an alias ("squad2", "SST-2") is its task
     kind = spec.kind_object if spec is not None else kind_for("custom")  # custom data: sentences, one budget either kind
     data = kind.budget_data(budget, single_sentence=spec is not None and not spec.is_pair)
     if budget == "quick":
