@@ -28,8 +28,8 @@ import json
 import statistics
 from pathlib import Path
 
-from common import (FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, four_x_point, record_from_run,
-                    replace_block, seeds_by_task, upsert_result)
+from common import (FOUR_X_SPEEDUP, RESULTS_DOC, add_seeded_run_arguments, four_x_point, mean_std, record_from_run,
+                    replace_block, seeds_by_task, upsert_record)
 
 NAME = "augment-4x"
 VARIANTS = ("none", "augment", "supernet", "unlabeled")
@@ -134,12 +134,6 @@ def pretraining(supernet: Path) -> dict:
     return {"folder": str(supernet), **{k: facts.get(k) for k in keep}}
 
 
-def mean_std(values: list[float], digits: int = 3) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.{digits}f}" if values else "—"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def by_variant(records: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
     """The records of each (task, method, variant): one per seed."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
@@ -216,13 +210,7 @@ def main(argv=None) -> None:
                                       data_dir=args.data_dir, out=str(out), overrides=overrides(method, variant, seed, args)),
                      overwrite=True)
         key = lambda r: (r["task"], r["method"], r["variant"], r["seed"], r["budget"])  # noqa: E731
-        if results.parent == RESULTS:
-            upsert_result(results.stem, record(out, task, method, variant, seed, args), key)
-        else:  # a smoke check's own file
-            rows = {key(r): r for r in (json.loads(results.read_text()) if results.is_file() else [])}
-            new = record(out, task, method, variant, seed, args)
-            rows[key(new)] = new
-            results.write_text(json.dumps(list(rows.values()), indent=2))
+        upsert_record(results, record(out, task, method, variant, seed, args), key)
         if not args.no_docs:
             replace_block(RESULTS_DOC, "augment", table(json.loads(results.read_text())))
         print(f"{task} {method} {variant} seed {seed}: recorded in {results}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,12 +188,26 @@ def save_results(name: str, records: list[dict]) -> Path:
 
 def upsert_result(name: str, record: dict, key) -> Path:
     """Put ``record`` into benchmarks/results/<name>.json in place of the record with the same
-    ``key(record)`` (others keep their order), reading the file again just before writing: several
-    benchmark scripts may run at once, on different rows."""
-    path = RESULTS / f"{name}.json"
+    ``key(record)`` (:func:`upsert_record`)."""
+    return upsert_record(RESULTS / f"{name}.json", record, key)
+
+
+def upsert_record(path: Path, record: dict, key) -> Path:
+    """Put ``record`` into the JSON list at ``path`` (a results file, or a smoke check's own) in place of the
+    record with the same ``key(record)`` (others keep their order), reading the file again just before writing:
+    several benchmark scripts may run at once, on different rows."""
     records = {key(r): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
     records[key(record)] = record
-    return save_results(name, list(records.values()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(list(records.values()), indent=2))
+    return path
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """``mean ± std`` of ``values`` (one value as it is, none as a dash)."""
+    if len(values) < 2:
+        return f"{values[0]:.{digits}f}" if values else "—"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def load_all_results(variants: bool = False) -> list[dict]:

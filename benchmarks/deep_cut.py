@@ -23,8 +23,8 @@ import json
 import statistics
 from pathlib import Path
 
-from common import (RESULTS, RESULTS_DOC, add_seeded_run_arguments, record_from_run, replace_block, seeds_by_task,
-                    upsert_result)
+from common import (RESULTS_DOC, add_seeded_run_arguments, mean_std, record_from_run, replace_block, seeds_by_task,
+                    upsert_record)
 
 NAME = "deep-cut"
 TASKS = ("rte", "mrpc", "stsb", "sst2")
@@ -85,12 +85,6 @@ def record(out: Path, task: str, layers: int, defaults: str, seed: int, args) ->
         "notes": base["notes"], "train_seconds": base["train_seconds"], "teacher": args.teacher,
         "budget": args.budget, "hardware": base.get("hardware") or hardware_fingerprint(), "run": str(out),
     }
-
-
-def mean_std(values: list[float], digits: int = 3) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.{digits}f}" if values else "—"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def groups(records: list[dict]) -> dict[tuple[str, int, str], list[dict]]:
@@ -159,12 +153,7 @@ def main(argv=None) -> None:
                                                   overrides=overrides(layers, defaults, seed, args)), overwrite=True)
                     new = record(out, task, layers, defaults, seed, args)
                     key = lambda r: (r["task"], r["student_layers"], r["defaults"], r["seed"], r["budget"])  # noqa: E731
-                    if results.parent == RESULTS:
-                        upsert_result(results.stem, new, key)
-                    else:  # a smoke check's own file
-                        rows = {key(r): r for r in (json.loads(results.read_text()) if results.is_file() else [])}
-                        rows[key(new)] = new
-                        results.write_text(json.dumps(list(rows.values()), indent=2))
+                    upsert_record(results, new, key)
                     if not args.no_docs:
                         replace_block(RESULTS_DOC, NAME, table(json.loads(results.read_text())))
                     print(f"{task} {layers} of {TEACHER_LAYERS} layers, {defaults} defaults, seed {seed}: "
