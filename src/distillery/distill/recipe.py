@@ -159,8 +159,9 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chos
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
-    # a deep cut's layers learn the top of the block they stand for; a shallow one's, the layer each was copied from
-    hidden_layers = deep_cut.uniform_layer_map(len(layers), n) if deep_cut.is_deep_cut(len(layers), n) else layers
+    # a deep cut's layers learn the top of the block they stand for (the rule's map); a shallow one's, the layer
+    # each was copied from
+    hidden_layers = rule.hidden_layers or layers
     min_steps = rule.min_steps if opts.min_steps is None else int(opts.min_steps)
     lr_scale = rule.lr_scale if opts.lr_scale is None else float(opts.lr_scale)
     settings = {"lr": cfg.lr * lr_scale} if lr_scale != 1.0 else {}
