@@ -37,7 +37,7 @@ def old_options(layers: int) -> dict:
     """The options as they were before issue 53, given explicitly: layers spread from the bottom (i·L/K), T = 2,
     no hidden-state term, the budget's schedule."""
     return {"student_layers": [i * TEACHER_LAYERS // layers for i in range(layers)], "temperature": 2.0,
-            "hidden_weight": 0.0, "min_steps": 0, "lr_scale": 1.0}
+            "hidden_weight": 0.0, "min_steps": 0, "lr_scale": 1.0, "augment": 0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -72,22 +72,36 @@ def test_impossible_cuts_are_refused(kept):
         choose_defaults(6, kept, budget_steps=10)
 
 
-def test_a_deep_cut_run_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog, monkeypatch):
+@pytest.mark.parametrize("augment", [None, 0])
+def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, caplog, monkeypatch):
     """1 of 4 layers: the student keeps the teacher's last layer and takes the rule's hidden term (onto that
     layer), temperature and longer schedule, says so in the report's notes, and the training log shows the KL
-    beside the soft CE."""
+    beside the soft CE. Unless told otherwise (augment 0), the small split gets the rule's augmented rows, read
+    in one pass."""
     monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)  # the budget gives 12 (96 examples, batches of 16, 2 epochs)
-    settings = {"method_options.student_layers": 1, "student.eval_every": None, "student.log_every": 1}
+    settings = {"method_options.student_layers": 1, "student.eval_every": None, "student.log_every": 1,
+                **({} if augment is None else {"method_options.augment": augment})}
     with caplog.at_level(logging.INFO, logger="distillery"):
         out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "deep", **settings))
     notes = json.loads((out / "train.json").read_text())["notes"]
     assert any("teacher layers [3] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
                for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
-    assert any("24 optimizer steps instead of the budget's 12" in n for n in notes)
+    # one pass over 96 rows and 8 new ones each, in batches of 16: 54 steps; without them the rule's 24
+    steps_taken = 24 if augment == 0 else 54
+    augmented = [n for n in notes if "8 augmented rows per train row" in n]
+    assert bool(augmented) is (augment is None), notes
+    assert any("24 optimizer steps instead of the budget's 12" in n for n in notes) is (augment == 0)
     steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("student step ") and " | kl " in
              r.getMessage()]
-    assert steps[-1].startswith("student step 24/24") and " | hidden " in steps[-1]
+    assert steps[-1].startswith(f"student step {steps_taken}/{steps_taken}") and " | hidden " in steps[-1]
     lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
     assert lr[0] < lr[1] < lr[2], "the first 10 % of the steps warm up"
     assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"
+
+
+def test_a_deep_cut_on_a_small_split_gets_augmented_rows_unless_the_kind_cannot_take_them():
+    assert deep_cut.default_augment(2, 6, 2490, True)[0] == deep_cut.DEEP_CUT_AUGMENT
+    assert deep_cut.default_augment(2, 6, deep_cut.SMALL_SPLIT_ROWS, True) == (0, None)  # a split the budget cut
+    assert deep_cut.default_augment(3, 6, 2490, True) == (0, None)  # a shallow cut
+    assert deep_cut.default_augment(2, 6, 2490, kind_of("qa").takes_new_rows) == (0, None)

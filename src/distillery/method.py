@@ -169,11 +169,13 @@ def option(default: Any, spec: Any, help: str, *, default_text: str | None = Non
     return field(default=default, metadata={"spec": OptionSpec(spec, help, default_text, paper, flag, steps, cli)})
 
 
-def augment_option() -> Any:
-    """Option ``augment`` of every method that trains on the student's text (MethodContext.distillation_train)."""
-    return option(0, number(0, 1000, whole=True), "TinyBERT augmentation: new examples per train example, each "
-                  "word replaced with p 0.4 by one of 15 candidates, all labelled by the teacher (0 = off; the "
-                  "new rows are capped at 200k)", paper="N", flag=True)
+def augment_option(default_text: str | None = None) -> Any:
+    """Option ``augment`` of every method that trains on the student's text (MethodContext.distillation_train).
+    With ``default_text`` its default is None, which the method resolves (distill: the deep-cut rule's)."""
+    return option(None if default_text else 0, number(0, 1000, whole=True, optional=bool(default_text)),
+                  "TinyBERT augmentation: new examples per train example, each word replaced with p 0.4 by one of "
+                  "15 candidates, all labelled by the teacher (0 = off; the new rows are capped at 200k)",
+                  paper="N", flag=True, default_text=default_text)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,9 @@ class DistillOptions(MethodOptions):
     layer_map: list[int] | None = option(
         None, Layers(count=False), "with --student and hidden_weight, the teacher layer each student layer learns from, "
         "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")
-    augment: int = augment_option()
+    augment: int | None = augment_option(
+        default_text="0; when more than half of the teacher's layers go and the train split has fewer than 20,000 "
+        "rows, 8 (in one pass)")
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "

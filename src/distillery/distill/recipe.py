@@ -106,7 +106,7 @@ class Distill(Method):
             # A pretrained student keeps its own layers, so the deep-cut rule does not apply; its temperature could
             # be read from the teacher's logits as a layer-drop student's is (deep_cut.temperature_from_logits).
             opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, temperature=opts.temperature
-                           or deep_cut.FALLBACK_TEMPERATURE)
+                           or deep_cut.FALLBACK_TEMPERATURE, augment=opts.augment or 0)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
@@ -116,14 +116,18 @@ class Distill(Method):
         train = task_data.train
         teacher.eval()
         whole = opts.train_examples == "all"
-        extra = opts.augment or ctx.config.data.unlabeled_file
+        augment, augment_reason = (opts.augment, None) if opts.augment is not None else deep_cut.default_augment(
+            len(layers), teacher.config.num_hidden_layers, len(train), kind.takes_new_rows)
+        extra = augment or ctx.config.data.unlabeled_file
         # the teacher's logits are read from the cache unless the loss runs the teacher (hidden_weight), and they
         # set a deep cut's temperature
         deep = deep_cut.is_deep_cut(len(layers), teacher.config.num_hidden_layers) and opts.temperature is None
         if kind.takes_new_rows and (whole or extra or not opts.hidden_weight or deep):
-            train = ctx.distillation_train(whole, opts.augment)
+            train = ctx.distillation_train(whole, augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
-        chosen = student_defaults(ctx, opts, layers, train)
+        chosen = student_defaults(ctx, opts, layers, train, one_pass=augment_reason is not None)
+        if augment_reason:
+            chosen.reasons.append(augment_reason)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
                          f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={chosen.temperature:g})"
                          + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
@@ -145,13 +149,14 @@ class Chosen:
     reasons: list[str]
 
 
-def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chosen:
+def student_defaults(ctx: MethodContext, opts, layers: list[int], train, one_pass: bool = False) -> Chosen:
     """Resolve the options left unset (temperature, hidden_weight, min_steps, lr_scale) by the deep-cut rule, given
-    the teacher's logits on ``train`` and the optimizer steps the budget gives it."""
+    the teacher's logits on ``train`` and the optimizer steps the budget gives it; ``one_pass``: ``train`` holds
+    the rule's augmented rows, which the student reads once (at least the rule's steps)."""
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
-    passes = cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
+    passes = 1 if one_pass else cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
     logits = train["teacher_logits"] if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
@@ -167,4 +172,6 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train) -> Chos
     settings = {"lr": cfg.lr * lr_scale} if lr_scale != 1.0 else {}
     if budget_steps < min_steps:
         settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
+    elif one_pass:
+        settings.update(max_steps=budget_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
     return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons)
