@@ -307,6 +307,11 @@ class DataConfig:
     text_pair_column: str | None = None
     label_column: str | None = None
     regression: bool = False
+    # token-labelled custom files in CoNLL's columns: where the word and its tag are (0-based; tag None: the last)
+    token_column: int | None = None
+    tag_column: int | None = None
+    # token classification: label every sub-word of a training word (B-X continuing as I-X), not only the first
+    label_all_subwords: bool = False
     # the student's extra text (MethodContext.distillation_train): rows the teacher labels
     unlabeled_file: str | None = None  # one text (or pair) per row, CSV/TSV/JSONL as custom data
     augment_model: str | None = None  # a masked LM (name or folder) for augmentation; else the teacher's own
@@ -322,11 +327,12 @@ class DataConfig:
         "max_length": (8, MAX_SIZE, "tokens"), "train_limit": (1, MAX_COUNT, "examples"),
         "dev_limit": (1, MAX_COUNT, "examples"), "doc_stride": (1, MAX_SIZE, "tokens"),
         "max_answer_length": (1, MAX_SIZE, "tokens"), "n_best": (1, 1000, "candidate answers"),
+        "token_column": (0, 1000, "(a 0-based column)"), "tag_column": (0, 1000, "(a 0-based column)"),
     }
     # Settings that only task "custom" reads: given with another task they would be ignored, yet
     # recorded in config.yaml as if they had been used.
     CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("train_file", "dev_file", "text_column", "text_pair_column",
-                                              "label_column", "regression")
+                                              "label_column", "regression", "token_column", "tag_column")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -22,7 +22,6 @@ from distillery.data.encode import TaskData, example_lengths, length_batches, mo
 from distillery.data.loading import task_for
 from distillery.data.tasks import TaskSpec
 from distillery.errors import DistilleryError, listed
-from distillery.metrics import compute_metrics
 from distillery.modeling import FINETUNING_TASK, head_of, load_tokenizer, model_folder
 from distillery.run_record import CONFIG
 from distillery.runtime import load_model
@@ -124,13 +123,14 @@ def chance_score(task_data: TaskData) -> dict[str, Any] | None:
     chance = None if task_data.dev is None or task_data.train is None else task.kind_object.chance(task_data)
     if chance is None:
         return None
-    labels = task_data.labels("dev")
-    if labels.size == 0:
+    kind = task.kind_object
+    n = kind.dev_size(task_data)
+    if n == 0:
         return None
     predictions, what = chance
-    value = compute_metrics(task, predictions, labels)[task.main_metric]
+    value = kind.chance_scores(task_data, predictions)[task.main_metric]
     width = 2.0 if task.main_metric in ("pearson", "spearman", "mcc") else 1.0
-    return {"main": value, "margin": width / float(np.sqrt(len(labels))), "predictor": what}
+    return {"main": value, "margin": width / float(np.sqrt(n)), "predictor": what}
 
 
 def _model_label_order(spec, model, source):

@@ -1,7 +1,8 @@
-"""Task metrics: GLUE-style classification/regression scores and the official SQuAD EM/F1.
+"""Task metrics: GLUE-style classification/regression scores, the official SQuAD EM/F1, and seqeval's entity
+scores of token classification (NER).
 
-Classification and regression scores are fractions in [0, 1] (correlations in [-1, 1]), as
-scikit-learn and scipy return them; SQuAD scores are percentages (×100), as the official
+Classification, regression and token-classification scores are fractions in [0, 1] (correlations in [-1, 1]), as
+scikit-learn, scipy and seqeval return them; SQuAD scores are percentages (×100), as the official
 evaluation scripts print them.
 """
 
@@ -119,18 +120,51 @@ def squad_metrics(predictions: dict[str, str], examples: Iterable[dict], version
     return {k: float(v) for k, v in out.items()}
 
 
+# --- token classification (seqeval) -------------------------------------------------------------------
+
+ENTITY_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
+ENTITY_TYPE_F1 = "f1_"  # a prefix: "f1_PER" is the entity F1 of the type PER
+
+
+def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """Entity-level precision, recall and F1 over all entities (seqeval's micro average, its default mode: the
+    CoNLL-2003 ``conlleval`` definition, where ``I-X`` after ``O`` starts an entity), the F1 of each entity type
+    (``f1_PER``, ...), and the share of words whose tag is right (``token_accuracy``). ``gold`` and
+    ``predicted``: one list of IOB tags a sentence, as long as each other. A set with no entity at all, gold or
+    predicted, scores 0.0, never NaN."""
+    from seqeval.metrics import classification_report
+
+    if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted)):
+        raise ValueError("every sentence needs one predicted tag a gold tag")
+    flat_gold = np.asarray([t for s in gold for t in s], dtype=object)
+    flat_pred = np.asarray([t for s in predicted for t in s], dtype=object)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seqeval warns on types with no predicted or gold entity: those score 0
+        report = classification_report(gold, predicted, output_dict=True, zero_division=0)
+    micro = report.get("micro avg", {})
+    out = {"entity_f1": micro.get("f1-score", 0.0), "entity_precision": micro.get("precision", 0.0),
+           "entity_recall": micro.get("recall", 0.0),
+           "token_accuracy": float((flat_gold == flat_pred).mean()) if flat_gold.size else 0.0}
+    for name, row in report.items():
+        if not name.endswith(" avg"):
+            out[f"{ENTITY_TYPE_F1}{name}"] = row["f1-score"]
+    return {k: 0.0 if not np.isfinite(float(v)) else float(v) for k, v in out.items()}
+
+
 # Where each score this module computes lies (the module docstring): rates are fractions, correlations
 # (MCC, Pearson, Spearman) in [-1, 1], SQuAD's scores percentages, its F1 too. A run file's score outside its
 # range was damaged or edited by hand (run_record refuses it).
 FRACTION, CORRELATION, PERCENTAGE = (0.0, 1.0), (-1.0, 1.0), (0.0, 100.0)
 SCORE_RANGES = {"accuracy": FRACTION, "f1": FRACTION, "macro_f1": FRACTION, "mcc": CORRELATION,
-                "pearson": CORRELATION, "spearman": CORRELATION,
+                "pearson": CORRELATION, "spearman": CORRELATION, **{name: FRACTION for name in ENTITY_METRICS},
                 **{name: PERCENTAGE for name in ("exact_match", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")}}
 
 
 def score_range(name: str, squad: bool) -> tuple[float, float] | None:
     """The range of the score ``name`` (None: not one this module computes); ``squad``: a SQuAD score,
     whose F1 is a percentage."""
+    if name.startswith(ENTITY_TYPE_F1):
+        return FRACTION
     return PERCENTAGE if squad and name == "f1" else SCORE_RANGES.get(name)
 
 

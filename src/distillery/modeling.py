@@ -21,10 +21,12 @@ from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedModel,
 )
-from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput,
+                                           TokenClassifierOutput)
 from transformers.utils import cached_file
 
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
@@ -69,9 +71,11 @@ SEQUENCE_HEAD = Head("sequence-classification", "ForSequenceClassification", ("l
                      AutoModelForSequenceClassification, SequenceClassifierOutput)
 QUESTION_ANSWERING_HEAD = Head("question-answering", "ForQuestionAnswering", ("start_logits", "end_logits"),
                                AutoModelForQuestionAnswering, QuestionAnsweringModelOutput)
+TOKEN_HEAD = Head("token-classification", "ForTokenClassification", ("logits",), AutoModelForTokenClassification,
+                  TokenClassifierOutput)
 # The task-head registry: every choice of a head by a model's class or architecture name, or by an export
 # manifest's name, reads it.
-HEADS = (SEQUENCE_HEAD, QUESTION_ANSWERING_HEAD)
+HEADS = (SEQUENCE_HEAD, QUESTION_ANSWERING_HEAD, TOKEN_HEAD)
 BASE_HEAD = Head("base", "Model", ("last_hidden_state",), AutoModel, BaseModelOutput)
 
 

@@ -37,6 +37,9 @@ TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits", "teac
 # a pretrained student's SQuAD targets: the teacher's start/end distributions carried onto its own windows
 # (one probability per position, so padded with 0 like the inputs; :mod:`distillery.distill.span_carry`)
 SPAN_TARGETS = ("teacher_start", "teacher_end")
+# a token classifier's targets, one a position: padded like the inputs, labels with the ignored -100, the mask of
+# words' first sub-words with 0 (:mod:`distillery.kinds.token_classification`)
+POSITION_TARGETS = {"labels": -100, "word_mask": 0}
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
 MAP_BATCH = 1000
@@ -82,8 +85,11 @@ class PadCollator:
         for key in SPAN_TARGETS:  # one probability per position: padded like the inputs, with 0
             if key in first:
                 batch[key] = self._padded([f[key] for f in features], 0.0, torch.float32)
+        for key, pad in POSITION_TARGETS.items():  # a token classifier's: one a position
+            if isinstance(first.get(key), (list, tuple)):
+                batch[key] = self._padded([f[key] for f in features], pad, torch.long)
         for key in TARGETS:
-            if key in first:
+            if key in first and key not in batch:
                 values = [f[key] for f in features]
                 first_value = values[0][0] if isinstance(values[0], (list, tuple)) and values[0] else values[0]
                 dtype = torch.float32 if isinstance(first_value, float) else torch.long
@@ -326,6 +332,57 @@ def encode_separate_pair(
 
     encoded = raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
     return _with_labels(_warn_truncated(encoded, split_name, max_length), raw)
+
+
+# --- token classification ------------------------------------------------------------------------
+
+
+def align_word_labels(word_ids: list[int | None], tags: list[int], continuation: np.ndarray | None = None):
+    """(labels, word_mask) of one encoded sentence from its tokens' ``word_ids`` (None: a special token) and its
+    words' tag ids: a word's first sub-word carries its tag and word_mask 1; its other sub-words -100 (or, given
+    ``continuation``, the tag id that continues its tag: ``B-X`` -> ``I-X``), as special tokens do; and the number
+    of words past the last token (cut by the length)."""
+    wid = np.fromiter((-1 if w is None else w for w in word_ids), dtype=np.int64, count=len(word_ids))
+    previous = np.concatenate([[-1], wid[:-1]])
+    first = (wid >= 0) & (wid != previous)
+    tag_ids = np.asarray(tags, dtype=np.int64)
+    word_tags = tag_ids[np.maximum(wid, 0)] if len(tag_ids) else np.zeros_like(wid)
+    labels = np.where(first, word_tags, -100)
+    if continuation is not None:
+        labels = np.where((wid >= 0) & ~first, continuation[word_tags], labels)
+    cut = len(tag_ids) - int(first.sum())
+    return labels.tolist(), first.astype(np.int64).tolist(), cut
+
+
+def encode_tokens(task: TaskSpec, raw: datasets.Dataset, tokenizer, max_length: int, split_name: str = "train",
+                  label_all_subwords: bool = False) -> datasets.Dataset:
+    """Raw token-classification rows (``tokens``, ``tags``) encoded word by word (``is_split_into_words``), with
+    ``labels`` on each word's first sub-word (:func:`align_word_labels`; every sub-word with
+    ``label_all_subwords``) and ``word_mask`` marking those positions. A sentence longer than ``max_length`` tokens
+    is cut, and how many words that leaves out is logged: scoring predicts them ``O``, never drops them."""
+    continuation = None
+    if label_all_subwords:
+        names = list(task.class_names)
+        continuation = np.asarray([names.index("I-" + n[2:]) if n.startswith("B-") and "I-" + n[2:] in names else i
+                                   for i, n in enumerate(names)], dtype=np.int64)
+
+    def encode(batch):
+        enc = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=max_length)
+        out = {k: enc[k] for k in _model_columns(tokenizer, enc)}
+        out["labels"], out["word_mask"], out["_cut"] = [], [], []
+        for i, tags in enumerate(batch["tags"]):  # one alignment a sentence, vectorized over its tokens
+            labels, mask, cut = align_word_labels(enc.word_ids(i), tags, continuation)
+            out["labels"].append(labels), out["word_mask"].append(mask), out["_cut"].append(cut)
+        return out
+
+    encoded = raw.map(encode, batched=True, batch_size=MAP_BATCH, remove_columns=raw.column_names)
+    cut = np.asarray(column_values(encoded, "_cut"))
+    if cut.any():
+        words = int(sum(len(t) for t in column_values(raw, "tags")))
+        fate = "are scored as predicted O" if split_name != "train" else "do not train"
+        logger.warning("%d of %d %s words (in %d of %d sentences) lie past %d tokens and %s.", int(cut.sum()), words,
+                       split_name, int((cut > 0).sum()), len(cut), max_length, fate)
+    return encoded.remove_columns("_cut")
 
 
 # --- SQuAD ---------------------------------------------------------------------------------------

@@ -225,3 +225,110 @@ def _check_field_count(path: Path, number: int, header: list[str], fields: list[
         raise DistilleryError(
             f"{path}, line {number}: expected {len(header)} {kind} fields, found {len(fields)}{hint}."
         )
+
+
+# --- token-labelled files (token classification) ----------------------------------------------------
+
+# A file in CoNLL's columns (a word a line, its tag in a column, a blank line between sentences) is named so;
+# any file is read so when --token-column or --tag-column is given.
+CONLL_EXTENSIONS = (".conll", ".txt", ".iob", ".bio")
+DOCSTART = "-DOCSTART-"  # CoNLL-2003's document separator line: no word of any sentence
+TOKENS, TAGS = "tokens", "tags"  # a token JSONL row's fields
+
+
+def is_token_file(path: str | Path, columns_given: bool = False) -> bool:
+    """Whether ``path`` holds tagged words (token classification): a CoNLL-style file (its extension, or
+    ``columns_given``: --token-column/--tag-column), or a JSON(L) file whose rows hold a list of ``tokens``."""
+    path = regular_file(path, "Data file")
+    suffix = path.suffix.lower()
+    if columns_given or suffix in CONLL_EXTENSIONS:
+        return True
+    if suffix not in (".jsonl", ".json"):
+        return False
+    _, records = _records(path, *_version(path))
+    return any(isinstance(record.get(TOKENS), list) for _, record in records[:1])
+
+
+def read_token_file(path: str | Path, token_column: int | None = None,
+                    tag_column: int | None = None) -> list[tuple[int, list[str], list[str]]]:
+    """The sentences of a token-labelled file as (line of its first word, words, tag names): CoNLL-style columns
+    (:func:`read_conll`) or JSON lines ``{"tokens": [...], "tags": [...]}`` (:func:`read_token_jsonl`). Every tag is
+    checked to be IOB (``O``, ``B-TYPE``, ``I-TYPE``)."""
+    path = regular_file(path, "Data file")
+    if path.suffix.lower() in (".jsonl", ".json") and token_column is None and tag_column is None:
+        return read_token_jsonl(path)
+    return read_conll(path, token_column, tag_column)
+
+
+def _checked_tag(path: Path, number: int, tag: str) -> str:
+    from distillery.kinds.token_classification import iob_problem
+
+    problem = iob_problem(tag)
+    if problem:
+        raise DistilleryError(f"{path}, line {number}: {problem}.")
+    return tag
+
+
+def read_conll(path: str | Path, token_column: int | None = None,
+               tag_column: int | None = None) -> list[tuple[int, list[str], list[str]]]:
+    """A CoNLL-style file: a word a line in whitespace-separated columns, the word in ``token_column`` (default
+    the first) and its tag in ``tag_column`` (default the last, of at least two), a blank line (or CoNLL-2003's
+    ``-DOCSTART-`` line) between sentences. The tags are kept as written: IOB2 (CoNLL-2003's shared copy is) or
+    IOB1, whose ``I-`` after ``O`` seqeval reads as the start of an entity just as IOB2's ``B-``."""
+    path = regular_file(path, "Data file")
+    token_at = 0 if token_column is None else int(token_column)
+    tag_at = tag_column
+    if tag_at is not None and int(tag_at) == token_at:
+        raise DistilleryError(f"--token-column and --tag-column both name column {token_at} of {path}; the word "
+                              f"and its tag are two columns.")
+    needed = token_at + 2 if tag_at is None else max(token_at, int(tag_at)) + 1  # tag None: the last, after the word
+    sentences: list[tuple[int, list[str], list[str]]] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    for number, line in numbered_lines(path):
+        fields = line.split()
+        if not fields or fields[0] == DOCSTART:
+            if words:
+                sentences.append((start, words, tags))
+            words, tags = [], []
+            continue
+        if len(fields) < needed:
+            where = "the last column (after the word)" if tag_at is None else f"column {tag_at}"
+            raise DistilleryError(f"{path}, line {number}: no tag in {where}; the line has {len(fields)} "
+                                  f"column{'s' if len(fields) != 1 else ''} ({line.strip()!r}).")
+        if not words:
+            start = number
+        words.append(fields[token_at])
+        tags.append(_checked_tag(path, number, fields[-1] if tag_at is None else fields[int(tag_at)]))
+    if words:
+        sentences.append((start, words, tags))
+    if not sentences:
+        raise DistilleryError(f"{path} holds no sentences (a word and its tag a line, a blank line between "
+                              f"sentences).")
+    return sentences
+
+
+def read_token_jsonl(path: str | Path) -> list[tuple[int, list[str], list[str]]]:
+    """JSON lines (or a JSON list) of ``{"tokens": [words], "tags": [tag names]}``, one sentence a row."""
+    path = regular_file(path, "Data file")
+    _, records = _records(path, *_version(path))
+    sentences = []
+    for number, record in records:
+        tokens, tags = record.get(TOKENS), record.get(TAGS)
+        for name, value in ((TOKENS, tokens), (TAGS, tags)):
+            if not isinstance(value, list):
+                raise DistilleryError(f"{path}, line {number}: {name!r} must be a list of "
+                                      f"{'words' if name == TOKENS else 'tag names'}, not "
+                                      f"{'missing' if value is None else type(value).__name__}.")
+        if not tokens:
+            raise DistilleryError(f"{path}, line {number}: an empty sentence (its 'tokens' list is empty).")
+        if len(tokens) != len(tags):
+            raise DistilleryError(f"{path}, line {number}: {len(tokens)} tokens but {len(tags)} tags; each word "
+                                  f"needs one tag.")
+        bad = next((v for v in (*tokens, *tags) if not isinstance(v, str) or not v.strip()), None)
+        if bad is not None:
+            raise DistilleryError(f"{path}, line {number}: every token and tag must be a non-empty text; found "
+                                  f"{bad!r}.")
+        sentences.append((number, list(tokens), [_checked_tag(path, number, t) for t in tags]))
+    return sentences

@@ -5,7 +5,9 @@ Every loader returns a ``datasets.Dataset`` with one fixed schema per kind of ta
 - classification / regression: ``text``, ``text_pair`` (pair tasks only), ``label`` (class id as
   int64, or float32 for regression);
 - QA: ``id``, ``title``, ``context``, ``question``, ``answers`` = {"text": [...], "answer_start": [...]}
-  (empty lists for an unanswerable SQuAD v2 question).
+  (empty lists for an unanswerable SQuAD v2 question);
+- token classification: ``tokens`` (the words of a sentence) and ``tags`` (one tag id a word, an index of the
+  task's ``labels``).
 
 Where data comes from: the local folder ``DataConfig.resolved_data_dir`` when there is one, in the
 standard layout (``glue/<TASK>/train.tsv``, ``squad/dev-v1.1.json``, ...; the task folder directly
@@ -25,7 +27,8 @@ import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
-from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
+from distillery.data.files import (check_empty_texts, custom_columns, is_token_file, numbered_lines, read_custom_rows,
+                                   read_token_file, regular_file)
 from distillery.errors import DistilleryError, listed
 from distillery.kinds import TaskKind, kind_of
 
@@ -41,24 +44,7 @@ def column_values(dataset, name: str) -> list:
 
 
 def _features(task: TaskSpec) -> datasets.Features:
-    if task.kind == "qa":
-        return datasets.Features(
-            {
-                "id": datasets.Value("string"),
-                "title": datasets.Value("string"),
-                "context": datasets.Value("string"),
-                "question": datasets.Value("string"),
-                "answers": {
-                    "text": datasets.List(datasets.Value("string")),
-                    "answer_start": datasets.List(datasets.Value("int32")),
-                },
-            }
-        )
-    cols = {"text": datasets.Value("string")}
-    if task.is_pair:
-        cols["text_pair"] = datasets.Value("string")
-    cols["label"] = datasets.Value(task.kind_object.label_dtype)
-    return datasets.Features(cols)
+    return task.kind_object.raw_features(task)
 
 
 def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
@@ -72,6 +58,8 @@ def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Da
     split = _canonical_split(task, split)
     if task.kind == "qa":
         ds = _load_squad(task, split, data_config)
+    elif task.kind == "token_classification":
+        ds = _load_tokens(task, split, data_config)
     elif task.name == "custom":
         ds = _load_custom(task, split, data_config)
     else:
@@ -223,6 +211,77 @@ def _load_glue_hub(task: TaskSpec, split: str) -> datasets.Dataset:
     return datasets.Dataset.from_dict(columns, features=_features(task))
 
 
+# --- token classification (CoNLL-style files, token JSONL, the Hub) ------------------------------
+
+
+def _load_tokens(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    if task.name == "custom":
+        path = _custom_path(task, split, data_config)
+        check_file_kind(path, task, data_config)
+    else:
+        data_dir = _data_dir(data_config)
+        if data_dir is None:
+            return _load_tokens_hub(task, split)
+        folder = ner_folder(task, data_dir)
+        path = folder / f"{split}.txt"
+        if not path.is_file():
+            raise DistilleryError(f"{task.name} {split}.txt not found in {folder} (it holds "
+                                  f"{listed(sorted(p.name for p in folder.iterdir())) or 'no files'}).")
+    return token_rows(task, path, read_token_file(path, task.token_column, task.tag_column),
+                      "the train file" if task.train_file else "the model's tags")
+
+
+def token_rows(task: TaskSpec, path, sentences, source: str = "the task's tags") -> datasets.Dataset:
+    """Sentences of (line, words, tag names) as ``tokens`` and ``tags`` (ids of ``task.labels``); a tag the task
+    does not have is refused with its file and line."""
+    ids = {tag: i for i, tag in enumerate(task.labels)}
+    tags = []
+    for number, words, names in sentences:
+        unknown = next((t for t in names if t not in ids), None)
+        if unknown is not None:
+            where = next(number + k for k, t in enumerate(names) if t == unknown) if path.suffix != ".jsonl" else number
+            raise DistilleryError(f"{path}, line {where}: tag {unknown!r} does not occur in {source} "
+                                  f"({listed(task.labels)}).")
+        tags.append([ids[t] for t in names])
+    return datasets.Dataset.from_dict({"tokens": [w for _, w, _ in sentences], "tags": tags},
+                                      features=_features(task))
+
+
+def ner_folder(task: TaskSpec, data_dir: Path) -> Path:
+    """The folder holding ``task``'s CoNLL-style {split}.txt files inside ``data_dir``."""
+    candidates = [data_dir / "ner" / task.ner_dir, data_dir / task.ner_dir, data_dir]
+    for folder in candidates:
+        if (folder / "train.txt").is_file() or (folder / "dev.txt").is_file():
+            return folder
+    looked = ", ".join(str(c) for c in candidates)
+    raise DistilleryError(f"No {task.name} files (train.txt, dev.txt, test.txt) in {data_dir}; looked in {looked}.")
+
+
+# The Hub's CoNLL-2003 tag ids where its column does not name them (the original dataset's order)
+CONLL_HUB_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
+def _load_tokens_hub(task: TaskSpec, split: str) -> datasets.Dataset:
+    hub_split = task.hub_split(split)
+    try:
+        ds = datasets.load_dataset(task.hub_id, split=hub_split)
+    except Exception as e:  # offline, no such dataset, ...
+        raise DistilleryError(
+            f"Could not load {task.hub_id} ({hub_split}) from the Hugging Face Hub ({type(e).__name__}: {e}); pass "
+            f"--data-dir with a folder holding ner/{task.ner_dir}/{split}.txt or set $DISTILLERY_DATA.") from None
+    column = next((c for c in ("ner_tags", "tags") if c in ds.column_names), None)
+    if column is None or task.hub_text not in ds.column_names:
+        raise DistilleryError(f"{task.hub_id} ({hub_split}) has no {task.hub_text!r} and 'ner_tags' columns; its "
+                              f"columns are {listed(ds.column_names)}.")
+    feature = getattr(ds.features[column], "feature", None)
+    names = list(getattr(feature, "names", None) or CONLL_HUB_TAGS)  # a ClassLabel names its ids
+    ids = {tag: i for i, tag in enumerate(task.labels)}
+    mapping = np.asarray([ids[n] for n in names], dtype=np.int64)
+    tags = [mapping[np.asarray(t, dtype=np.int64)].tolist() for t in column_values(ds, column)]
+    return datasets.Dataset.from_dict({"tokens": column_values(ds, task.hub_text), "tags": tags},
+                                      features=_features(task))
+
+
 # --- SQuAD ---------------------------------------------------------------------------------------
 
 
@@ -362,7 +421,7 @@ def squad_holdout_split(examples: datasets.Dataset, fraction: float) -> tuple[da
 # --- Custom files ---------------------------------------------------------------------------------
 
 
-def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+def _custom_path(task: TaskSpec, split: str, data_config: DataConfig) -> str:
     # The files named in data_config win; the task keeps the ones its labels were read from.
     if split == "train":
         path = data_config.train_file or task.train_file
@@ -371,6 +430,31 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
     if not path:
         option = "--train-file" if split == "train" else "--dev-file"
         raise DistilleryError(f"Task 'custom' needs {option} for its {split} split.")
+    return path
+
+
+def _columns_given(data_config: DataConfig) -> bool:
+    return data_config.token_column is not None or data_config.tag_column is not None
+
+
+def check_file_kind(path, task: TaskSpec, data_config: DataConfig | None = None, option: str = "Data file") -> None:
+    """Refuse a token-labelled file (tagged words) for a task that classifies sentences, and a file of sentences for
+    a token-classification task, in one sentence naming the file."""
+    tokens = is_token_file(path, data_config is not None and _columns_given(data_config))
+    wanted = task.kind == "token_classification"
+    if tokens and not wanted:
+        raise DistilleryError(f"{option} {path} holds tagged words (a word and its tag a line, or JSON rows of "
+                              f"'tokens' and 'tags': token classification), but task {task.name} labels whole "
+                              f"sentences; give a CSV/TSV/JSONL file of texts and labels.")
+    if wanted and not tokens:
+        raise DistilleryError(f"{option} {path} holds sentences, but task {task.name} tags words (token "
+                              f"classification); give a CoNLL-style file (a word and its tag a line, a blank line "
+                              f"between sentences: .conll, .txt) or JSON lines of 'tokens' and 'tags'.")
+
+
+def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    path = _custom_path(task, split, data_config)
+    check_file_kind(path, task, data_config)
     rows = read_custom_rows(path, [task.text_column, task.text_pair_column, task.label_column])
     check_empty_texts(path, rows, [c for c in (task.text_column, task.text_pair_column) if c is not None])
     label_ids = {label: i for i, label in enumerate(task.labels)} if task.labels else None
@@ -396,6 +480,9 @@ def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
 
 # A stand-in spec for the QA schema (read_squad_json does not know which SQuAD version it reads).
 _QA_SHAPE = TaskSpec(name="qa", kind="qa", labels=None, metrics=("f1",), main_metric="f1")
+# A stand-in for custom data of sentences, before its labels are read
+_SENTENCE_SHAPE = TaskSpec(name="custom", kind="classification", labels=None, metrics=("accuracy",),
+                           main_metric="accuracy")
 
 
 def custom_task(data_config: "DataConfig") -> TaskSpec:
@@ -412,6 +499,11 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
                               "and, to train, --train-file.")
     text_column = data_config.text_column or "text"
     label_column = data_config.label_column or "label"
+    other = data_config.dev_file if source == data_config.train_file else None
+    if is_token_file(source, _columns_given(data_config)):
+        return _custom_token_task(data_config, source, other)
+    if other:
+        check_file_kind(other, _SENTENCE_SHAPE, data_config, "--dev-file")
     _check_distinct_columns({"--text-column": text_column, "--text-pair-column": data_config.text_pair_column,
                              "--label-column": label_column})
     rows = read_custom_rows(source, [text_column, data_config.text_pair_column, label_column])
@@ -436,6 +528,31 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
             f"labels (use --regression for numeric targets)."
         )
     return TaskSpec(kind="classification", labels=labels, metrics=("accuracy", "macro_f1"), main_metric="accuracy", **common)
+
+
+def _custom_token_task(data_config: "DataConfig", source: str, other: str | None) -> TaskSpec:
+    """Task custom of token-labelled files: its tags read from ``source`` (``tag_names``: O first, both ``B-`` and
+    ``I-`` of every entity type that occurs)."""
+    from distillery.kinds.token_classification import tag_names
+
+    given = [f"--{name.replace('_', '-')}" for name in ("text_column", "text_pair_column", "label_column", "regression")
+             if getattr(data_config, name) not in (None, False)]
+    if given:
+        raise DistilleryError(f"{source} holds tagged words (token classification), which {listed(given)} do not "
+                              f"apply to; its columns are --token-column and --tag-column.")
+    task = TaskSpec(name="custom", kind="token_classification", labels=("O", "B-X", "I-X"),
+                    metrics=kind_of("token_classification").metrics, main_metric="entity_f1",
+                    train_file=data_config.train_file, dev_file=data_config.dev_file,
+                    token_column=data_config.token_column, tag_column=data_config.tag_column, hub_splits=())
+    if other:
+        check_file_kind(other, task, data_config, "--dev-file")
+    sentences = read_token_file(source, data_config.token_column, data_config.tag_column)
+    labels = tag_names({t for _, _, tags in sentences for t in tags})
+    if len(labels) < 2:
+        raise DistilleryError(f"{source}: every word is tagged O; token classification needs at least one entity.")
+    import dataclasses
+
+    return dataclasses.replace(task, labels=labels)
 
 
 def _check_distinct_columns(columns: dict[str, str | None]) -> None:
@@ -466,15 +583,17 @@ def kind_for(task_name: str, regression: bool = False) -> TaskKind:
 
 
 def check_new_rows(task: TaskSpec, augment: int | None, unlabeled_file: str | Path | None) -> None:
-    """Refuse the student's new rows (``--augment``, ``--unlabeled-file``) for a question-answering task: they
-    are texts the teacher labels as rows, and a SQuAD answer is a span of its context that no new text has
-    (the methods train SQuAD students on its own examples, so the rows would be recorded and never used)."""
+    """Refuse the student's new rows (``--augment``, ``--unlabeled-file``) for a task whose kind has no teacher
+    labels for them (``takes_new_rows`` False): a SQuAD answer is a span of its context that no new text has; a
+    token classifier's teacher labels words, which the per-row labelling does not do yet (the rows would be
+    recorded and never used)."""
     given = [option for option, value in (("--augment", augment), ("--unlabeled-file", unlabeled_file)) if value]
     if not task.kind_object.takes_new_rows and given:
         options = " and ".join(given)
-        raise DistilleryError(f"{options} {'make' if len(given) > 1 else 'makes'} sentence rows for the teacher to "
-                              f"label, but a SQuAD example's answer is a span of its context, which a new row does "
-                              f"not have; drop {options} for task {task.name}.")
+        raise DistilleryError(f"{options} {'make' if len(given) > 1 else 'makes'} new rows for the teacher to "
+                              f"label, but a {task.kind_object.pipeline_tag} task's teacher does not label new rows "
+                              f"(a SQuAD answer is a span of a context no new row has; a tagger's labels are per "
+                              f"word, not yet carried); drop {options} for task {task.name}.")
 
 
 def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
@@ -484,6 +603,7 @@ def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     writes serves any task, whatever its columns are called."""
     check_new_rows(task, 0, path)
     path = regular_file(path, "--unlabeled-file")
+    check_file_kind(path, task, option="--unlabeled-file")
     present = custom_columns(path)
     looked = unlabeled_columns(task)
     found = next(((text, pair) for text, pair in looked if text in present and (pair is None or pair in present)), None)

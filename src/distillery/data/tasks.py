@@ -20,7 +20,7 @@ class TaskSpec:
     """One task: its kind, labels, metrics and the layout of its files."""
 
     name: str
-    kind: str  # a name in distillery.kinds.KINDS ("classification", "regression", "qa"); kind_object is the kind
+    kind: str  # a name in distillery.kinds.KINDS ("classification", "qa", ...); kind_object is the kind
     labels: tuple[str, ...] | None  # label strings as in the files; index = class id
     metrics: tuple[str, ...]
     main_metric: str
@@ -48,6 +48,11 @@ class TaskSpec:
     text_column: str | None = None
     text_pair_column: str | None = None
     label_column: str | None = None
+    # Token-labelled files (token classification): a folder under <data_dir>/ner/ holding {split}.txt in CoNLL's
+    # layout, and custom files' columns (0-based; the tag column None: the last)
+    ner_dir: str | None = None
+    token_column: int | None = None
+    tag_column: int | None = None
     quick_epochs: float | None = None  # the quick budget's epochs where they are not the default (distillery.pipeline)
 
     def __post_init__(self) -> None:
@@ -166,6 +171,15 @@ TASKS: dict[str, TaskSpec] = {
     "squad_v2": TaskSpec(
         name="squad_v2", kind="qa", labels=None, metrics=kind_of("qa").metrics, main_metric="f1",
         is_pair=True, squad_version=2, hub_id="rajpurkar/squad_v2", quick_epochs=2.0,
+    ),
+    # CoNLL-2003 English NER; its tags as custom data's are named (O first, then sorted): the ids a copy of the
+    # files given as --task custom gets too
+    "conll2003": TaskSpec(
+        name="conll2003", kind="token_classification",
+        labels=("O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"),
+        metrics=kind_of("token_classification").metrics, main_metric="entity_f1", dev_splits=("dev", "test"),
+        ner_dir="conll2003", hub_id="eriktnl/conll2003", hub_text="tokens",
+        hub_splits=(("train", "train"), ("dev", "validation"), ("test", "test")),
     ),
 }
 

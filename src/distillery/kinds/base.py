@@ -88,6 +88,17 @@ class TaskKind:
         return {"train_limit": self.quick_train_limit if quick else None, "max_length": max_length,
                 **({"doc_stride": self.doc_strides[budget]} if self.doc_strides else {})}
 
+    def raw_features(self, task):
+        """The ``datasets.Features`` of the task's raw rows (what ``distillery.data.loading`` returns): ``text``,
+        ``text_pair`` (pair tasks only) and ``label`` of :attr:`label_dtype`."""
+        import datasets  # here: the registry is imported before the data layer (the module docstring)
+
+        cols = {"text": datasets.Value("string")}
+        if task.is_pair:
+            cols["text_pair"] = datasets.Value("string")
+        cols["label"] = datasets.Value(self.label_dtype)
+        return datasets.Features(cols)
+
     def check_encoding(self, tokenizer, pair_mode: str) -> None:
         """Refuse a tokenizer or pair mode the kind cannot be encoded with, before any file is read."""
 
@@ -103,6 +114,12 @@ class TaskKind:
         """The distillation term on the outputs: ``distribution_loss(student, teacher, T)`` over each
         distribution the head predicts (soft cross-entropy, KL, ...: ``training.losses``)."""
         raise NotImplementedError
+
+    def distilled_positions(self, student_out: Any, teacher_out: Any, batch: Mapping[str, Tensor]):
+        """The outputs the distillation term compares, given the ``batch`` they were computed on: all of them
+        (a sentence kind's one vector a row, QA's windows); token classification keeps each word's first
+        sub-word only."""
+        return student_out, teacher_out
 
     def distillation_gap(self, student_out: Any, teacher_out: Any, temperature: float, kl) -> dict[str, float]:
         """``{"kl": ...}`` for the training log beside the distillation term (``kl``: that loss's KL form)."""
@@ -125,6 +142,16 @@ class TaskKind:
         """Predictions on the dev split of a model that learned nothing, and what it predicts; None where
         the kind has no such constant answer."""
         return None
+
+    def chance_scores(self, task_data, predictions) -> dict[str, float]:
+        """Every metric of the chance predictions (:meth:`chance`) on the prepared dev split."""
+        from distillery.metrics import compute_metrics  # here: see raw_features
+
+        return compute_metrics(task_data.task, predictions, task_data.labels("dev"))
+
+    def dev_size(self, task_data) -> int:
+        """How many scored units the dev split holds (rows), which the chance level's margin shrinks with."""
+        return len(task_data.dev) if task_data.dev is not None else 0
 
     def placeholder_label(self):
         """The label a new row carries until the teacher labels it."""

@@ -51,6 +51,22 @@ class QuestionAnswering(TaskKind):
     def head_words(self, task) -> str:
         return "answer spans"
 
+    def raw_features(self, task):
+        import datasets  # here: see distillery.kinds.base
+
+        return datasets.Features(
+            {
+                "id": datasets.Value("string"),
+                "title": datasets.Value("string"),
+                "context": datasets.Value("string"),
+                "question": datasets.Value("string"),
+                "answers": {
+                    "text": datasets.List(datasets.Value("string")),
+                    "answer_start": datasets.List(datasets.Value("int32")),
+                },
+            }
+        )
+
     def check_encoding(self, tokenizer, pair_mode):
         if pair_mode == "separate":
             raise DistilleryError("SQuAD cannot be encoded with pair_mode='separate'; use the joint encoding.")

@@ -178,6 +178,7 @@ def prediction_distillation(
     teacher_out: Any,
     temperature: float = 1.0,
     loss: str = "soft_ce",
+    batch: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """Distillation of the teacher's predictions into the student's (the ``kind``'s term):
 
@@ -186,23 +187,30 @@ def prediction_distillation(
     - qa: ``½ (loss(s_start, t_start, T) + loss(s_end, t_end, T))`` over positions.
 
     ``loss`` is one of ``soft_ce`` (:func:`soft_cross_entropy`), ``kl`` (:func:`kl_divergence`) or
-    ``symmetric_kl`` (:func:`symmetric_kl`).
+    ``symmetric_kl`` (:func:`symmetric_kl`). ``batch``: the batch the outputs were computed on, where the kind
+    compares some positions only (token classification: each word's first sub-word, ``kind.distilled_positions``).
     """
     kind = kind_of(kind)
     if loss not in _PREDICTION_LOSS_FNS:
         raise DistilleryError(
             f"Unknown prediction distillation loss {loss!r}; choose one of {', '.join(PREDICTION_LOSSES)}."
         )
+    if batch is not None:
+        student_out, teacher_out = kind.distilled_positions(student_out, teacher_out, batch)
     return kind.distillation_term(student_out, teacher_out, temperature, _PREDICTION_LOSS_FNS[loss])
 
 
-def kd_gap(kind: TaskKind | str, student_out: Any, teacher_out: Any, temperature: float) -> dict[str, float]:
+def kd_gap(kind: TaskKind | str, student_out: Any, teacher_out: Any, temperature: float,
+           batch: Mapping[str, Tensor] | None = None) -> dict[str, float]:
     """``{"kl": T²·KL(p_teacher ‖ p_student)}`` at ``temperature``, for the training log, beside the soft cross-entropy
     ``kd``: the soft CE never falls below the teacher's own entropy (T²·H(p_teacher), large when the teacher's
     logits are close together), so its value alone hides how much the student still has to learn; the KL is 0 at
     a perfect match. Empty for regression, whose distillation term (MSE) already is 0 at a match."""
+    kind = kind_of(kind)
     with torch.no_grad():
-        return kind_of(kind).distillation_gap(student_out, teacher_out, temperature, kl_divergence)
+        if batch is not None:
+            student_out, teacher_out = kind.distilled_positions(student_out, teacher_out, batch)
+        return kind.distillation_gap(student_out, teacher_out, temperature, kl_divergence)
 
 
 def kd_mix(task_term: torch.Tensor, kd_term: torch.Tensor, kd_weight: float) -> torch.Tensor:
@@ -249,9 +257,9 @@ def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float
             with torch.no_grad():
                 t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0)
         ce = task_loss(kind, out, batch)
-        kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+        kd = prediction_distillation(kind, out, t_out, temperature=temperature, batch=batch)
         loss = kd_mix(ce, kd, kd_weight)
-        logs = {"ce": float(ce.detach()), "kd": float(kd.detach()), **kd_gap(kind, out, t_out, temperature)}
+        logs = {"ce": float(ce.detach()), "kd": float(kd.detach()), **kd_gap(kind, out, t_out, temperature, batch)}
         if hidden_weight > 0:
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
@@ -293,11 +301,11 @@ def pretrained_distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_we
             kd = carried_span_distillation(out, batch, temperature)
         else:
             t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
-            kd = prediction_distillation(kind, out, t_out, temperature=temperature)
+            kd = prediction_distillation(kind, out, t_out, temperature=temperature, batch=batch)
         ce = task_loss(kind, out, batch)
         loss = (1 - kd_weight) * ce + kd_weight * kd
         logs = {"ce": float(ce.detach()), "kd": float(kd.detach()),
-                **({} if "teacher_start" in batch else kd_gap(kind, out, t_out, temperature))}
+                **({} if "teacher_start" in batch else kd_gap(kind, out, t_out, temperature, batch))}
         if hidden_weight > 0:
             mask = batch.get("attention_mask")
             if layer_map is not None:
