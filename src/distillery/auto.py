@@ -39,6 +39,7 @@ logger = logging.getLogger("distillery")
 
 AUTO = "auto"
 KIND = "auto"  # the marker kind of an auto folder
+AUTO_UNHANDLED_KINDS = ("token_classification",)  # task kinds auto does not plan for yet (its methods refuse them)
 
 # --------------------------------------------------------------------------------------------
 # The plan
@@ -328,7 +329,14 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     candidates, skipped, shared = plan_for(state)
     # every candidate's settings are checked before the folder is touched
     configs = {c.name: candidate_config(c, shared, out) for c in candidates}
-    inputs = run_inputs(next(iter(configs.values())))
+    first = next(iter(configs.values()))
+    from distillery.data.loading import task_for  # here: auto's planning imports no data layer
+
+    task = task_for(first.data)
+    if task.kind in AUTO_UNHANDLED_KINDS:
+        raise DistilleryError(f"--method auto does not handle {task.kind.replace('_', ' ')} yet (task {task.name}); "
+                              f"use --method distill.")
+    inputs = run_inputs(first)
     with locked(out, wait=False):
         claim(out, KIND, overwrite=overwrite, resume=resume, inputs=inputs)
         (out / "candidates").mkdir(exist_ok=True)

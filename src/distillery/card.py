@@ -229,6 +229,12 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> l
     if head.name == "question-answering":
         code += ['inputs = tokenizer("Who wrote it?", "It was written by Ada.", return_tensors="pt")',
                  "outputs = model(**inputs)  # outputs.start_logits, outputs.end_logits"]
+    elif head.name == "token-classification":
+        code += ['inputs = tokenizer("Ada Lovelace was born in London.", return_tensors="pt")',
+                 "tags = model(**inputs).logits.argmax(-1)[0]  # one tag id a sub-word token",
+                 "# model.config.id2label[int(t)] names each tag; a word's tag is its first sub-word's",
+                 "# or, grouped into entities: transformers.pipeline(\"token-classification\", model=model_id, "
+                 "aggregation_strategy=\"simple\")"]
     elif head.name == "sequence-classification":
         what = ("logits[0, 0] is the predicted score" if getattr(student_config, "num_labels", 2) == 1
                 else "model.config.id2label[int(logits.argmax())] is the predicted class")

@@ -249,8 +249,9 @@ def linear_head(pipeline, kind: TaskKind, num_labels: int) -> tuple[torch.Tensor
 def _check_static_inputs(tokenizer, task_data, pca_dims, sif) -> None:
     task = task_data.task
     if task.kind_object.static_head is None:
-        raise DistilleryError("The static-embedding baseline takes classification and regression tasks; a bag of "
-                              "token vectors has no answer span to point at, so SQuAD has none.")
+        raise DistilleryError(f"The static-embedding baseline takes classification and regression tasks, not task "
+                              f"{task.name} ({task.kind_object.pipeline_tag}): a bag of token vectors has no answer "
+                              f"span to point at, and no per-word tagger is fitted on it yet.")
     if task_data.train is None or len(task_data.train) == 0:
         raise DistilleryError(f"The static-embedding baseline is fitted on the train split of {task.name}, "
                               "and none was prepared.")
@@ -368,8 +369,9 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
     if not static:
         return out
     if task_data.task.kind_object.static_head is None:
-        out.notes.append("No static-embedding baseline on SQuAD: a bag of token vectors has no answer span to "
-                         "point at, so only the int8 teacher is compared.")
+        out.notes.append(f"No static-embedding baseline on {task_data.task.name} "
+                         f"({task_data.task.kind_object.pipeline_tag}): a bag of token vectors has no answer span to "
+                         f"point at and no per-word tagger is fitted on it yet, so only the int8 teacher is compared.")
         return out
     started = time.time()
     model = static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=pca_dims, sif=sif, batch_size=batch_size)

@@ -262,6 +262,14 @@ class Method:
     name: ClassVar[str]
     # it reads nothing of the teacher but its outputs: an ONNX or int8 export is a teacher too
     teacher_outputs_only: ClassVar[bool] = False
+    # task kinds (distillery.kinds) it does not compress yet: refused in a sentence before anything is trained
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ()
+
+    def check_kind(self, task, config: RunConfig) -> None:
+        """Refuse a task whose kind this method (with ``config``'s options) does not handle (:attr:`unhandled_kinds`)."""
+        if task.kind in self.unhandled_kinds:
+            raise DistilleryError(f"{self.name} does not handle {task.kind.replace('_', ' ')} yet (task "
+                                  f"{task.name}); use --method distill.")
 
     @property
     def Options(self) -> type[MethodOptions]:  # noqa: N802 (a class, named as one)

@@ -222,6 +222,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     # Everything that can be checked without training is checked before the run folder is touched.
     method = get_method(config.method)
     task = task_for(config.data)
+    method.check_kind(task, config)
     # a RunConfig given whole (the Python API, a resumed run's config.yaml) has not been through resolve_settings
     check_new_rows(task, getattr(method.options(config), "augment", 0), config.data.unlabeled_file)
     if config.data.unlabeled_file:  # a bad file is refused now, not after the teacher's fine-tuning

@@ -453,6 +453,7 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
 
 class AutoTinyBert(Method):
     name: ClassVar[str] = "autotinybert"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("token_classification",)  # its heads and losses: sentences, spans
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

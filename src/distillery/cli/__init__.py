@@ -14,8 +14,9 @@ import typer
 
 from distillery.auto import compress_auto
 from distillery.card import write_card
-from distillery.cli.common import (DATA_HELP, DevFile, LabelColumn, Regression, TextColumn, TextPairColumn, TrainFile,
-                                   app, compress_and_show, custom_data, parse_options, setup_logging)
+from distillery.cli.common import (DATA_HELP, DevFile, LabelAllSubwords, LabelColumn, Regression, TagColumn,
+                                   TextColumn, TextPairColumn, TokenColumn, TrainFile, app, compress_and_show, custom_data,
+                                   parse_options, setup_logging)
 from distillery.cli.options import flag_words, preset_help, with_option_flags
 from distillery.config import (BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, dotted_settings, read_yaml_mapping,
                                resolve_data_dir, run_inputs)
@@ -74,6 +75,9 @@ def compress(
     text_pair_column: TextPairColumn = None,
     label_column: LabelColumn = None,
     regression: Regression = False,
+    token_column: TokenColumn = None,
+    tag_column: TagColumn = None,
+    label_all_subwords: LabelAllSubwords = False,
     unlabeled_file: Optional[str] = typer.Option(None, help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, in the task's own columns, else text and text_pair): the teacher labels it and the student trains on it too."),
     augment_model: Optional[str] = typer.Option(None, help="A masked LM (Hub id or folder) whose predictions augment the train split (option augment); default the teacher's own MLM head, else neighbours in its input embeddings."),
     seed: Optional[int] = typer.Option(None, help="Random seed."),
@@ -103,8 +107,9 @@ def compress(
         "data.max_length": max_length, "data.train_limit": train_limit, "data.dev_limit": dev_limit,
         "data.squad_holdout": squad_holdout,
         "data.unlabeled_file": unlabeled_file, "data.augment_model": augment_model,
+        "data.label_all_subwords": label_all_subwords or None,
         **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
-                                                  regression).items()},
+                                                  regression, token_column, tag_column).items()},
         "bench.latency_runs": latency_runs,
         **{f"bench.{k}": v for k, v in bench_flags(bench_device, dtype, threads).items()},
         "export": list(export) or None,
@@ -185,6 +190,8 @@ def teacher_cmd(
     text_pair_column: TextPairColumn = None,
     label_column: LabelColumn = None,
     regression: Regression = False,
+    token_column: TokenColumn = None,
+    tag_column: TagColumn = None,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Fine-tune the teacher on a task (cached), score it on dev, optionally save a copy."""
@@ -198,7 +205,7 @@ def teacher_cmd(
         "teacher.train.epochs": epochs, "teacher.train.lr": lr, "data.max_length": max_length,
         "data.train_limit": train_limit, "data.squad_holdout": squad_holdout,
         **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
-                                                  regression).items()}})
+                                                  regression, token_column, tag_column).items()}})
     if out:  # checked before the fine-tuning, not after it
         check_target(out, overwrite=overwrite, inputs=run_inputs(config), kind="model")
     spec = task_for(config.data)
@@ -224,6 +231,8 @@ def eval_cmd(
     text_pair_column: TextPairColumn = None,
     label_column: LabelColumn = None,
     regression: Regression = False,
+    token_column: TokenColumn = None,
+    tag_column: TagColumn = None,
     out: Optional[str] = typer.Option(None, help="Write the metrics JSON here too (a file, not inside the model or the data)."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
 ):
@@ -235,7 +244,7 @@ def eval_cmd(
         check_file_target(out, overwrite=overwrite, inputs=[model, resolve_data_dir(data_dir), dev_file])
     metrics = evaluate(model, task, data_dir=data_dir, split=split, max_length=max_length, squad_holdout=squad_holdout,
                        other_task=other_task, **custom_data(None, dev_file, text_column, text_pair_column, label_column,
-                                                            regression))
+                                                            regression, token_column, tag_column))
     text = json.dumps(metrics, indent=2)
     if out:
         write_file(out, text)

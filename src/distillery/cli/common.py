@@ -26,14 +26,18 @@ TextColumn = Annotated[Optional[str], typer.Option(help="custom: column of the t
 TextPairColumn = Annotated[Optional[str], typer.Option(help="custom: column of the second text of a pair.")]
 LabelColumn = Annotated[Optional[str], typer.Option(help="custom: column of the label (default label).")]
 Regression = Annotated[bool, typer.Option(help="custom: the label is a number to regress.")]
+TokenColumn = Annotated[Optional[int], typer.Option(help="custom token classification: the 0-based column of the word in a CoNLL-style file (default 0).")]
+TagColumn = Annotated[Optional[int], typer.Option(help="custom token classification: the 0-based column of the word's IOB tag in a CoNLL-style file (default the last).")]
+LabelAllSubwords = Annotated[bool, typer.Option(help="token classification: train on every sub-word of a word (B-X continuing as I-X), not only its first; dev is scored on first sub-words either way.")]
 
 
 def custom_data(train_file: str | None = None, dev_file: str | None = None, text_column: str | None = None,
                 text_pair_column: str | None = None, label_column: str | None = None,
-                regression: bool = False) -> dict:
+                regression: bool = False, token_column: int | None = None, tag_column: int | None = None) -> dict:
     """The custom-data options as DataConfig settings (field -> value; None: not given)."""
     return {"train_file": train_file, "dev_file": dev_file, "text_column": text_column,
-            "text_pair_column": text_pair_column, "label_column": label_column, "regression": regression or None}
+            "text_pair_column": text_pair_column, "label_column": label_column, "regression": regression or None,
+            "token_column": token_column, "tag_column": tag_column}
 
 
 class CurrentStderr(logging.StreamHandler):

@@ -83,8 +83,18 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
     return student
 
 
+# the task kinds a pretrained student (--student, its own tokenizer) is not distilled for yet
+PRETRAINED_UNHANDLED_KINDS = ("token_classification",)
+
+
 class Distill(Method):
     name: ClassVar[str] = "distill"
+
+    def check_kind(self, task, config) -> None:
+        super().check_kind(task, config)
+        if self.options(config).student is not None and task.kind in PRETRAINED_UNHANDLED_KINDS:
+            raise DistilleryError(f"distill --student (a pretrained student) does not handle token classification yet "
+                                  f"(task {task.name}); drop --student to distil the teacher's own layers.")
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

@@ -236,6 +236,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
 
 class MoEBert(Method):
     name: ClassVar[str] = "moebert"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("token_classification",)  # its heads and losses: sentences, spans
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
