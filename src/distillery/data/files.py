@@ -128,7 +128,8 @@ def _records(path: Path, size: int, mtime_ns: int) -> tuple[tuple[str, ...], tup
     """(column names, (line number, record) of every row) of a file, parsed once per version."""
     suffix = path.suffix.lower()
     if suffix not in CUSTOM_EXTENSIONS:
-        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl.")
+        raise DistilleryError(f"{path}: unknown data format {suffix or '(no extension)'}; use .csv, .tsv or .jsonl "
+                              f"(tagged words: .conll, or --tag-column for a file in CoNLL's columns).")
     if size == 0:
         raise DistilleryError(f"{path} is empty.")
     if suffix in (".jsonl", ".json"):
@@ -231,14 +232,15 @@ def _check_field_count(path: Path, number: int, header: list[str], fields: list[
 
 # A file in CoNLL's columns (a word a line, its tag in a column, a blank line between sentences) is named so;
 # any file is read so when --token-column or --tag-column is given.
-CONLL_EXTENSIONS = (".conll", ".txt", ".iob", ".bio")
+CONLL_EXTENSIONS = (".conll", ".iob", ".bio")  # a .txt file is read so with --token-column or --tag-column
 DOCSTART = "-DOCSTART-"  # CoNLL-2003's document separator line: no word of any sentence
 TOKENS, TAGS = "tokens", "tags"  # a token JSONL row's fields
 
 
 def is_token_file(path: str | Path, columns_given: bool = False) -> bool:
     """Whether ``path`` holds tagged words (token classification): a CoNLL-style file (its extension, or
-    ``columns_given``: --token-column/--tag-column), or a JSON(L) file whose rows hold a list of ``tokens``."""
+    ``columns_given``: --token-column/--tag-column), or a JSON(L) file whose first row holds a list of ``tokens``
+    or both ``tokens`` and ``tags``."""
     path = regular_file(path, "Data file")
     suffix = path.suffix.lower()
     if columns_given or suffix in CONLL_EXTENSIONS:
@@ -246,7 +248,8 @@ def is_token_file(path: str | Path, columns_given: bool = False) -> bool:
     if suffix not in (".jsonl", ".json"):
         return False
     _, records = _records(path, *_version(path))
-    return any(isinstance(record.get(TOKENS), list) for _, record in records[:1])
+    # a list of tokens, or the two fields of a token row whatever they hold (read_token_jsonl names what is wrong)
+    return any(isinstance(record.get(TOKENS), list) or {TOKENS, TAGS} <= set(record) for _, record in records[:1])
 
 
 def read_token_file(path: str | Path, token_column: int | None = None,

@@ -235,11 +235,12 @@ def token_rows(task: TaskSpec, path, sentences, source: str = "the task's tags")
     """Sentences of (line, words, tag names) as ``tokens`` and ``tags`` (ids of ``task.labels``); a tag the task
     does not have is refused with its file and line."""
     ids = {tag: i for i, tag in enumerate(task.labels)}
+    one_line = Path(path).suffix.lower() in (".jsonl", ".json")  # a JSON row is a sentence; CoNLL's, a word a line
     tags = []
     for number, words, names in sentences:
         unknown = next((t for t in names if t not in ids), None)
         if unknown is not None:
-            where = next(number + k for k, t in enumerate(names) if t == unknown) if path.suffix != ".jsonl" else number
+            where = number if one_line else next(number + k for k, t in enumerate(names) if t == unknown)
             raise DistilleryError(f"{path}, line {where}: tag {unknown!r} does not occur in {source} "
                                   f"({listed(task.labels)}).")
         tags.append([ids[t] for t in names])
