@@ -345,14 +345,26 @@ def test_compress_conll2003_end_to_end_with_int8_and_a_fresh_pipeline(monkeypatc
     config = json.loads((out / "student" / "config.json").read_text())
     assert config["architectures"] == ["BertForTokenClassification"] and config["id2label"]["4"] == "B-PER"
 
-    # a fresh process, no distillery: transformers' own pipeline groups the student's tags into named entities
-    script = ("import sys\nfrom transformers import pipeline\n"
+    # the fp32 ONNX export: parity-checked against torch and scored on the task like every export
+    code, stdout, err = run_cli(monkeypatch, capsys, "export", str(out), "--format", "onnx", "--task", "conll2003",
+                                "--data-dir", str(conll_dir))
+    assert code == 0, err
+    onnx = json.loads((out / "exports" / "student-onnx" / "distillery_export.json").read_text())
+    assert onnx["parity"]["fp32"]["passed"] and onnx["outputs"] == ["logits"]
+    assert onnx["scores"]["export"]["entity_f1"] == pytest.approx(onnx["scores"]["source"]["entity_f1"], abs=0.02)
+
+    # a fresh process, no distillery: transformers' own pipeline groups the student's tags into named entities, and
+    # the export's tokenizer is the student's
+    script = ("import sys\nfrom transformers import AutoTokenizer, pipeline\n"
               "tagger = pipeline('token-classification', model=sys.argv[1], aggregation_strategy='simple')\n"
               "found = tagger(['the actor was born in paris', 'where is london', 'first name was very fun'])\n"
-              "print(sorted({e['entity_group'] for s in found for e in s}))\n"
-              "assert 'distillery' not in sys.modules\n")
-    result = subprocess.run([sys.executable, "-c", script, str(out / "student")], capture_output=True, text=True,
-                            timeout=300, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+              "text = 'the actor was born in paris'\n"
+              "assert AutoTokenizer.from_pretrained(sys.argv[2])(text).input_ids == tagger.tokenizer(text).input_ids\n"
+              "assert 'distillery' not in sys.modules\n"
+              "print(sorted({e['entity_group'] for s in found for e in s}))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(out / "student"), str(out / "exports" / "student-onnx")],
+                            capture_output=True, text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     groups = eval(result.stdout.strip().splitlines()[-1])
     assert groups and set(groups) <= {"LOC", "ORG", "PER", "MISC"}, result.stdout
