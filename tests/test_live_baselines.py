@@ -181,7 +181,7 @@ def test_the_static_model_is_benchmarked_beside_the_teacher(tiny_family, data_di
 def test_bad_inputs_are_refused_with_a_sentence(tiny_family, data_dir):
     teacher, tokenizer, task_data = _setup(tiny_family("bert", num_layers=2), "sst2", data_dir)
     squad = SimpleNamespace(task=get_task("squad"), train=task_data.train, dev=task_data.dev)
-    with pytest.raises(DistilleryError, match="SQuAD"):
+    with pytest.raises(DistilleryError, match="not task squad .question-answering.: a bag of token vectors has no answer"):
         lb.static_embedding_baseline(teacher, tokenizer, squad)
     with pytest.raises(DistilleryError, match="pca_dims"):
         lb.static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=0)
@@ -210,7 +210,7 @@ def test_squad_gets_the_int8_teacher_only_with_a_note(monkeypatch):
     squad = SimpleNamespace(task=get_task("squad"), dev=object(), train=None)
     baselines = lb.live_baselines(None, None, squad)
     assert lb.STATIC_NAME not in baselines
-    assert any("SQuAD" in note for note in baselines.notes)
+    assert any("No static-embedding baseline on squad (question-answering)" in note for note in baselines.notes)
 
 
 # --------------------------------------------------------------------------------------------

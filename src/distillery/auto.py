@@ -39,7 +39,6 @@ logger = logging.getLogger("distillery")
 
 AUTO = "auto"
 KIND = "auto"  # the marker kind of an auto folder
-AUTO_UNHANDLED_KINDS = ("token_classification",)  # task kinds auto does not plan for yet (its methods refuse them)
 
 # --------------------------------------------------------------------------------------------
 # The plan
@@ -180,13 +179,16 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def candidate_config(candidate: Candidate, shared: Mapping[str, Any], out: Path):
     """The candidate's compress config: the shared settings, then its own method, folder and options, and the
-    int8 export measured beside its student (every candidate point has its int8 twin)."""
-    from distillery.pipeline import resolve_settings
+    int8 export measured beside its student (every candidate point has its int8 twin). A task auto does not plan
+    for yet is refused here, before the folder is touched (:func:`distillery.pipeline.check_auto_task`)."""
+    from distillery.pipeline import check_auto_task, resolve_settings
 
     export = list(dict.fromkeys([*(shared.get("export") or []), "int8"]))
-    return resolve_settings(shared, {"method": candidate.method, "out": str(out / "candidates" / candidate.name),
-                                     "export": export,
-                                     **{f"method_options.{k}": v for k, v in candidate.options.items()}})
+    config = resolve_settings(shared, {"method": candidate.method, "out": str(out / "candidates" / candidate.name),
+                                       "export": export,
+                                       **{f"method_options.{k}": v for k, v in candidate.options.items()}})
+    check_auto_task(config)
+    return config
 
 
 def finished(folder: Path) -> bool:
@@ -329,14 +331,7 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     candidates, skipped, shared = plan_for(state)
     # every candidate's settings are checked before the folder is touched
     configs = {c.name: candidate_config(c, shared, out) for c in candidates}
-    first = next(iter(configs.values()))
-    from distillery.data.loading import task_for  # here: auto's planning imports no data layer
-
-    task = task_for(first.data)
-    if task.kind in AUTO_UNHANDLED_KINDS:
-        raise DistilleryError(f"--method auto does not handle {task.kind.replace('_', ' ')} yet (task {task.name}); "
-                              f"use --method distill.")
-    inputs = run_inputs(first)
+    inputs = run_inputs(next(iter(configs.values())))
     with locked(out, wait=False):
         claim(out, KIND, overwrite=overwrite, resume=resume, inputs=inputs)
         (out / "candidates").mkdir(exist_ok=True)

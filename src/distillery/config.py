@@ -327,7 +327,6 @@ class DataConfig:
         "max_length": (8, MAX_SIZE, "tokens"), "train_limit": (1, MAX_COUNT, "examples"),
         "dev_limit": (1, MAX_COUNT, "examples"), "doc_stride": (1, MAX_SIZE, "tokens"),
         "max_answer_length": (1, MAX_SIZE, "tokens"), "n_best": (1, 1000, "candidate answers"),
-        "token_column": (0, 1000, "(a 0-based column)"), "tag_column": (0, 1000, "(a 0-based column)"),
     }
     # Settings that only task "custom" reads: given with another task they would be ignored, yet
     # recorded in config.yaml as if they had been used.

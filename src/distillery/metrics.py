@@ -123,6 +123,26 @@ def squad_metrics(predictions: dict[str, str], examples: Iterable[dict], version
 # --- token classification (seqeval) -------------------------------------------------------------------
 
 ENTITY_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
+OUTSIDE = "O"  # the IOB tag of a word outside every entity (a word cut off by the length is predicted so)
+
+
+def iob_problem(tag: str) -> str | None:
+    """Why ``tag`` is not an IOB tag (``O``, ``B-TYPE``, ``I-TYPE``), or None when it is one. ``I-`` after ``O``
+    is one (seqeval counts it as the start of an entity)."""
+    if tag == OUTSIDE:
+        return None
+    prefix, dash, kind = tag.partition("-")
+    if not dash or prefix not in ("B", "I") or not kind:
+        return f"tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)"
+    return None
+
+
+def tag_names(tags) -> tuple[str, ...]:
+    """The tag set of a task read from its data: ``O`` first, then ``B-`` and ``I-`` of every entity type that
+    occurs (both, whichever the data has), sorted."""
+    kinds = {t.partition("-")[2] for t in tags if t != OUTSIDE}
+    return (OUTSIDE, *sorted(f"{p}-{k}" for k in kinds for p in ("B", "I")))
+
 ENTITY_TYPE_F1 = "f1_"  # a prefix: "f1_PER" is the entity F1 of the type PER
 
 

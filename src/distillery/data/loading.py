@@ -27,8 +27,9 @@ import numpy as np
 
 from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
-from distillery.data.files import (check_empty_texts, custom_columns, is_token_file, numbered_lines, read_custom_rows,
-                                   read_token_file, regular_file)
+from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
+from distillery.data.tokens import (check_file_kind, columns_given, custom_token_task, is_token_file, load_tokens_hub,
+                                    ner_folder, read_token_file, token_rows)
 from distillery.errors import DistilleryError, listed
 from distillery.kinds import TaskKind, kind_of
 
@@ -221,7 +222,7 @@ def _load_tokens(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
     else:
         data_dir = _data_dir(data_config)
         if data_dir is None:
-            return _load_tokens_hub(task, split)
+            return load_tokens_hub(task, split)
         folder = ner_folder(task, data_dir)
         path = folder / f"{split}.txt"
         if not path.is_file():
@@ -229,58 +230,6 @@ def _load_tokens(task: TaskSpec, split: str, data_config: DataConfig) -> dataset
                                   f"{listed(sorted(p.name for p in folder.iterdir())) or 'no files'}).")
     return token_rows(task, path, read_token_file(path, task.token_column, task.tag_column),
                       "the train file" if task.train_file else "the model's tags")
-
-
-def token_rows(task: TaskSpec, path, sentences, source: str = "the task's tags") -> datasets.Dataset:
-    """Sentences of (line, words, tag names) as ``tokens`` and ``tags`` (ids of ``task.labels``); a tag the task
-    does not have is refused with its file and line."""
-    ids = {tag: i for i, tag in enumerate(task.labels)}
-    one_line = Path(path).suffix.lower() in (".jsonl", ".json")  # a JSON row is a sentence; CoNLL's, a word a line
-    tags = []
-    for number, words, names in sentences:
-        unknown = next((t for t in names if t not in ids), None)
-        if unknown is not None:
-            where = number if one_line else next(number + k for k, t in enumerate(names) if t == unknown)
-            raise DistilleryError(f"{path}, line {where}: tag {unknown!r} does not occur in {source} "
-                                  f"({listed(task.labels)}).")
-        tags.append([ids[t] for t in names])
-    return datasets.Dataset.from_dict({"tokens": [w for _, w, _ in sentences], "tags": tags},
-                                      features=_features(task))
-
-
-def ner_folder(task: TaskSpec, data_dir: Path) -> Path:
-    """The folder holding ``task``'s CoNLL-style {split}.txt files inside ``data_dir``."""
-    candidates = [data_dir / "ner" / task.ner_dir, data_dir / task.ner_dir, data_dir]
-    for folder in candidates:
-        if (folder / "train.txt").is_file() or (folder / "dev.txt").is_file():
-            return folder
-    looked = ", ".join(str(c) for c in candidates)
-    raise DistilleryError(f"No {task.name} files (train.txt, dev.txt, test.txt) in {data_dir}; looked in {looked}.")
-
-
-# The Hub's CoNLL-2003 tag ids where its column does not name them (the original dataset's order)
-CONLL_HUB_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
-
-
-def _load_tokens_hub(task: TaskSpec, split: str) -> datasets.Dataset:
-    hub_split = task.hub_split(split)
-    try:
-        ds = datasets.load_dataset(task.hub_id, split=hub_split)
-    except Exception as e:  # offline, no such dataset, ...
-        raise DistilleryError(
-            f"Could not load {task.hub_id} ({hub_split}) from the Hugging Face Hub ({type(e).__name__}: {e}); pass "
-            f"--data-dir with a folder holding ner/{task.ner_dir}/{split}.txt or set $DISTILLERY_DATA.") from None
-    column = next((c for c in ("ner_tags", "tags") if c in ds.column_names), None)
-    if column is None or task.hub_text not in ds.column_names:
-        raise DistilleryError(f"{task.hub_id} ({hub_split}) has no {task.hub_text!r} and 'ner_tags' columns; its "
-                              f"columns are {listed(ds.column_names)}.")
-    feature = getattr(ds.features[column], "feature", None)
-    names = list(getattr(feature, "names", None) or CONLL_HUB_TAGS)  # a ClassLabel names its ids
-    ids = {tag: i for i, tag in enumerate(task.labels)}
-    mapping = np.asarray([ids[n] for n in names], dtype=np.int64)
-    tags = [mapping[np.asarray(t, dtype=np.int64)].tolist() for t in column_values(ds, column)]
-    return datasets.Dataset.from_dict({"tokens": column_values(ds, task.hub_text), "tags": tags},
-                                      features=_features(task))
 
 
 # --- SQuAD ---------------------------------------------------------------------------------------
@@ -434,25 +383,6 @@ def _custom_path(task: TaskSpec, split: str, data_config: DataConfig) -> str:
     return path
 
 
-def _columns_given(data_config: DataConfig) -> bool:
-    return data_config.token_column is not None or data_config.tag_column is not None
-
-
-def check_file_kind(path, task: TaskSpec, data_config: DataConfig | None = None, option: str = "Data file") -> None:
-    """Refuse a token-labelled file (tagged words) for a task that classifies sentences, and a file of sentences for
-    a token-classification task, in one sentence naming the file."""
-    tokens = is_token_file(path, data_config is not None and _columns_given(data_config))
-    wanted = task.kind == "token_classification"
-    if tokens and not wanted:
-        raise DistilleryError(f"{option} {path} holds tagged words (a word and its tag a line, or JSON rows of "
-                              f"'tokens' and 'tags': token classification), but task {task.name} labels whole "
-                              f"sentences; give a CSV/TSV/JSONL file of texts and labels.")
-    if wanted and not tokens:
-        raise DistilleryError(f"{option} {path} holds sentences, but task {task.name} tags words (token "
-                              f"classification); give a CoNLL-style file (a word and its tag a line, a blank line "
-                              f"between sentences: .conll, .txt) or JSON lines of 'tokens' and 'tags'.")
-
-
 def _load_custom(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
     path = _custom_path(task, split, data_config)
     check_file_kind(path, task, data_config)
@@ -501,8 +431,8 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
     text_column = data_config.text_column or "text"
     label_column = data_config.label_column or "label"
     other = data_config.dev_file if source == data_config.train_file else None
-    if is_token_file(source, _columns_given(data_config)):
-        return _custom_token_task(data_config, source, other)
+    if is_token_file(source, columns_given(data_config)):
+        return custom_token_task(data_config, source, other)
     if other:
         check_file_kind(other, _SENTENCE_SHAPE, data_config, "--dev-file")
     _check_distinct_columns({"--text-column": text_column, "--text-pair-column": data_config.text_pair_column,
@@ -529,31 +459,6 @@ def custom_task(data_config: "DataConfig") -> TaskSpec:
             f"labels (use --regression for numeric targets)."
         )
     return TaskSpec(kind="classification", labels=labels, metrics=("accuracy", "macro_f1"), main_metric="accuracy", **common)
-
-
-def _custom_token_task(data_config: "DataConfig", source: str, other: str | None) -> TaskSpec:
-    """Task custom of token-labelled files: its tags read from ``source`` (``tag_names``: O first, both ``B-`` and
-    ``I-`` of every entity type that occurs)."""
-    from distillery.kinds.token_classification import tag_names
-
-    given = [f"--{name.replace('_', '-')}" for name in ("text_column", "text_pair_column", "label_column", "regression")
-             if getattr(data_config, name) not in (None, False)]
-    if given:
-        raise DistilleryError(f"{source} holds tagged words (token classification), which {listed(given)} do not "
-                              f"apply to; its columns are --token-column and --tag-column.")
-    task = TaskSpec(name="custom", kind="token_classification", labels=("O", "B-X", "I-X"),
-                    metrics=kind_of("token_classification").metrics, main_metric="entity_f1",
-                    train_file=data_config.train_file, dev_file=data_config.dev_file,
-                    token_column=data_config.token_column, tag_column=data_config.tag_column, hub_splits=())
-    if other:
-        check_file_kind(other, task, data_config, "--dev-file")
-    sentences = read_token_file(source, data_config.token_column, data_config.tag_column)
-    labels = tag_names({t for _, _, tags in sentences for t in tags})
-    if len(labels) < 2:
-        raise DistilleryError(f"{source}: every word is tagged O; token classification needs at least one entity.")
-    import dataclasses
-
-    return dataclasses.replace(task, labels=labels)
 
 
 def _check_distinct_columns(columns: dict[str, str | None]) -> None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import Tensor
 
+from distillery.metrics import compute_metrics
 from distillery.modeling import Head
 
 
@@ -145,8 +146,6 @@ class TaskKind:
 
     def chance_scores(self, task_data, predictions) -> dict[str, float]:
         """Every metric of the chance predictions (:meth:`chance`) on the prepared dev split."""
-        from distillery.metrics import compute_metrics  # here: see raw_features
-
         return compute_metrics(task_data.task, predictions, task_data.labels("dev"))
 
     def dev_size(self, task_data) -> int:

@@ -26,29 +26,10 @@ from torch import Tensor
 
 from distillery.errors import DistilleryError
 from distillery.kinds.base import TaskKind, logits_of
-from distillery.metrics import ENTITY_METRICS, entity_metrics
+from distillery.metrics import ENTITY_METRICS, OUTSIDE, entity_metrics
 from distillery.modeling import TOKEN_HEAD
 
 IGNORED = -100  # the label of a position that is not a word's first sub-word (transformers' ignore index)
-OUTSIDE = "O"  # the tag of a word outside every entity (IOB), which a word cut off by the length is predicted as
-
-
-def iob_problem(tag: str) -> str | None:
-    """Why ``tag`` is not an IOB tag (``O``, ``B-TYPE``, ``I-TYPE``), or None when it is one. ``I-`` after ``O``
-    is one (seqeval counts it as the start of an entity)."""
-    if tag == OUTSIDE:
-        return None
-    prefix, dash, kind = tag.partition("-")
-    if not dash or prefix not in ("B", "I") or not kind:
-        return f"tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE)"
-    return None
-
-
-def tag_names(tags) -> tuple[str, ...]:
-    """The tag set of a task read from its data: ``O`` first, then ``B-`` and ``I-`` of every entity type that
-    occurs (both, whichever the data has), sorted."""
-    kinds = {t.partition("-")[2] for t in tags if t != OUTSIDE}
-    return (OUTSIDE, *sorted(f"{p}-{k}" for k in kinds for p in ("B", "I")))
 
 
 def word_positions(batch) -> Tensor:
