@@ -385,3 +385,26 @@ def test_new_rows_for_a_tagger_are_refused(monkeypatch, capsys, tiny_bert, conll
                            "--teacher", tiny_bert, "--out", str(tmp_path / "run"), "--unlabeled-file", str(unlabeled),
                            *NO_EXTRAS)
     assert_one_line_error(code, err, "drop --unlabeled-file for task conll2003")
+
+
+def test_label_all_subwords_with_a_sentence_task_is_refused(monkeypatch, capsys, tiny_bert, glue_dir, tmp_path):
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--data-dir", str(glue_dir),
+                           "--teacher", tiny_bert, "--out", str(tmp_path / "run"), "--label-all-subwords", *NO_EXTRAS)
+    assert_one_line_error(code, err, "--label-all-subwords labels the sub-words of tagged words, but task sst2")
+
+
+def test_a_tagger_is_not_scored_on_a_sentence_task(tmp_path):
+    from transformers import BertForTokenClassification
+
+    from distillery.evaluation import check_trained_task
+    from tests.helpers import tiny_bert_config
+
+    config = tiny_bert_config(num_labels=2, architectures=["BertForTokenClassification"],
+                              id2label={0: "O", 1: "B-X"}, label2id={"O": 0, "B-X": 1})
+    folder = tmp_path / "tagger"
+    BertForTokenClassification(config).save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({**json.loads((folder / "config.json").read_text()),
+                                                    "finetuning_task": "conll2003"}))
+    with pytest.raises(DistilleryError, match=r"trained for conll2003 .* with tags O, B-X, and --task sst2 has labels "
+                                              r"negative, positive, another head"):
+        check_trained_task(folder, config, get_task("sst2"), other_task=True)

@@ -173,16 +173,20 @@ def check_trained_task(folder: Path, config, spec: TaskSpec, other_task: bool = 
     trained = trained_task(folder)
     if trained is None or trained[0] == spec.name or spec.name == "custom":
         return
-    qa, outputs = head_of(config).name == "question-answering", int(getattr(config, "num_labels", 0) or 0)
+    head, outputs = head_of(config), int(getattr(config, "num_labels", 0) or 0)
+    qa = head.name == "question-answering"
     regression = outputs == 1 or getattr(config, "problem_type", None) == "regression"
     labels = ", ".join(str(config.id2label[i]) for i in sorted(getattr(config, "id2label", None) or {}))
-    mine = "answer spans" if qa else "a regression head" if regression else f"labels {labels}"
+    what = "tags" if head.name == "token-classification" else "labels"
+    mine = "answer spans" if qa else "a regression head" if regression else f"{what} {labels}"
     theirs = spec.kind_object.head_words(spec)
-    same_shape = qa == (spec.kind_object.head.name == "question-answering") and (qa or outputs == spec.num_labels)
+    # the same head (a tagger is no sentence classifier, whatever its width) with as many outputs
+    same_shape = head is spec.kind_object.head and (qa or outputs == spec.num_labels)
     if other_task and same_shape:
         return
     task, source = trained
-    asked = f"--task {spec.name} has {theirs}" + ("" if same_shape else ", another number of outputs")
+    other = ", another head" if head is not spec.kind_object.head else ", another number of outputs"
+    asked = f"--task {spec.name} has {theirs}" + ("" if same_shape else other)
     allow = f", or add --other-task to score it on {spec.name} all the same" if same_shape else ""
     raise DistilleryError(f"{folder} was trained for {task} ({source}) with {mine}, and {asked}: its scores there "
                           f"would mean nothing. Give --task {task}{allow}.")

@@ -223,6 +223,9 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     method = get_method(config.method)
     task = task_for(config.data)
     method.check_kind(task, config)
+    if config.data.label_all_subwords and not task.kind_object.word_labels:  # it would be recorded, never used
+        raise DistilleryError(f"--label-all-subwords labels the sub-words of tagged words, but task {task.name} labels "
+                              f"whole sentences; drop it.")
     # a RunConfig given whole (the Python API, a resumed run's config.yaml) has not been through resolve_settings
     check_new_rows(task, getattr(method.options(config), "augment", 0), config.data.unlabeled_file)
     if config.data.unlabeled_file:  # a bad file is refused now, not after the teacher's fine-tuning

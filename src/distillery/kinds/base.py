@@ -59,6 +59,7 @@ class TaskKind:
     # from the teacher's own logits: distillery.distill.deep_cut)
     softened_outputs: ClassVar[bool] = False
     static_head: ClassVar[str | None] = None  # the static-embedding baseline's head; None: the kind has none
+    word_labels: ClassVar[bool] = False  # its labels sit on words (data.label_all_subwords applies)
     # The budgets' data settings: the teacher's examples at the quick budget, the longest input by budget, the
     # quick teacher's learning rate, and a document stride by budget where inputs are windows of a document.
     quick_train_limit: ClassVar[int] = 20000

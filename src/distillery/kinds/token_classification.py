@@ -54,6 +54,7 @@ class TokenClassification(TaskKind):
     pooled_output = False
     needs_offsets = True  # word_ids(): a fast tokenizer
     softened_outputs = True
+    word_labels = True
     max_lengths = {"quick": 128, "full": 128}
 
     def num_labels(self, task) -> int:
