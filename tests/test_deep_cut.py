@@ -104,4 +104,4 @@ def test_a_deep_cut_on_a_small_split_gets_augmented_rows_unless_the_kind_cannot_
     assert deep_cut.default_augment(2, 6, 2490, True)[0] == deep_cut.DEEP_CUT_AUGMENT
     assert deep_cut.default_augment(2, 6, deep_cut.SMALL_SPLIT_ROWS, True) == (0, None)  # a split the budget cut
     assert deep_cut.default_augment(3, 6, 2490, True) == (0, None)  # a shallow cut
-    assert deep_cut.default_augment(2, 6, 2490, kind_of("qa").takes_new_rows) == (0, None)
+    assert deep_cut.default_augment(2, 6, 2490, kind_of("qa").augments_by_default) == (0, None)

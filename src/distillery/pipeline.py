@@ -99,7 +99,7 @@ def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = Non
                 "method": method, "budget": budget, "data.task": task}
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
-    if spec is not None and not spec.kind_object.takes_new_rows:  # the full budget's augmentation is for sentences
+    if spec is not None and not spec.kind_object.augments_by_default:  # the full budget's augmentation: sentences
         settings.pop("method_options.augment", None)
     settings.update(_epochs_everywhere(given))
     return RunConfig.from_dict(nested_settings(settings))

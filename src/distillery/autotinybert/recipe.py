@@ -213,7 +213,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import tempfile
 
     task = ctx.task_data.task
-    if not task.kind_object.takes_new_rows:  # its loss reads the teacher's cached logits, one vector a row
+    if not task.kind_object.caches_teacher_outputs:  # its loss reads the teacher's cached logits
         raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
     train = ctx.train_with_teacher_logits()
     fit_idx, held_idx = held_out_split(len(train), int(opts.proxy_examples), int(opts.finetune_examples), seed)
@@ -485,7 +485,7 @@ class AutoTinyBert(Method):
             return student.eval()
         kind = ctx.task_data.task.kind_object
         train = ctx.task_data.train
-        if kind.takes_new_rows:
+        if kind.caches_teacher_outputs:
             train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         lr = further_lr(opts, ctx.config.student.lr, speedup)

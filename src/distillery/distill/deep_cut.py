@@ -95,11 +95,11 @@ def mean_top1(rows: np.ndarray, t: float) -> float:
     return float((1.0 / np.exp(shifted).sum(axis=1)).mean())
 
 
-def default_augment(kept: int, teacher_layers: int, train_rows: int, takes_new_rows: bool) -> tuple[int, str | None]:
+def default_augment(kept: int, teacher_layers: int, train_rows: int, kind_augments: bool) -> tuple[int, str | None]:
     """New rows per train row for a student keeping ``kept`` of ``teacher_layers`` layers where the user gave none,
     and why: :data:`DEEP_CUT_AUGMENT` for a deep cut whose train split has fewer than :data:`SMALL_SPLIT_ROWS` rows
-    and whose task kind lets the teacher label new rows; else 0 (and no reason)."""
-    if not (takes_new_rows and is_deep_cut(kept, teacher_layers) and train_rows < SMALL_SPLIT_ROWS):
+    and whose task kind takes the default augmentation (``TaskKind.augments_by_default``); else 0 (and no reason)."""
+    if not (kind_augments and is_deep_cut(kept, teacher_layers) and train_rows < SMALL_SPLIT_ROWS):
         return 0, None
     return DEEP_CUT_AUGMENT, (f"{DEEP_CUT_AUGMENT} augmented rows per train row, labelled by the teacher, in one pass "
                               f"(the train split's {train_rows} rows are few for a student keeping {kept} of "

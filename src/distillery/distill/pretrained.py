@@ -237,7 +237,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
     ctx.teacher.eval()
     whole = opts.train_examples == "all"
-    train = ctx.student_distillation_train(whole, opts.augment) if task.kind_object.takes_new_rows \
+    train = ctx.student_distillation_train(whole, opts.augment) if task.kind_object.caches_teacher_outputs \
         else squad_distillation_train(ctx, whole, opts.temperature)
     matched = same_tokenizer(ctx.tokenizer, tokenizer)
     layer_map, projection, hidden = None, None, ""

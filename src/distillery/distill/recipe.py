@@ -127,12 +127,12 @@ class Distill(Method):
         teacher.eval()
         whole = opts.train_examples == "all"
         augment, augment_reason = (opts.augment, None) if opts.augment is not None else deep_cut.default_augment(
-            len(layers), teacher.config.num_hidden_layers, len(train), kind.takes_new_rows)
+            len(layers), teacher.config.num_hidden_layers, len(train), kind.augments_by_default)
         extra = augment or ctx.config.data.unlabeled_file
         # the teacher's logits are read from the cache unless the loss runs the teacher (hidden_weight), and they
         # set a deep cut's temperature
         deep = deep_cut.is_deep_cut(len(layers), teacher.config.num_hidden_layers) and opts.temperature is None
-        if kind.takes_new_rows and (whole or extra or not opts.hidden_weight or deep):
+        if kind.caches_teacher_outputs and (whole or extra or not opts.hidden_weight or deep):
             train = ctx.distillation_train(whole, augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train, one_pass=augment_reason is not None)

@@ -49,9 +49,15 @@ class TaskKind:
     metrics: ClassVar[tuple[str, ...]]  # every metric a task of this kind may be scored with (distillery.metrics)
     main_metrics: ClassVar[tuple[str, ...]]  # those every dev set gives, which a main metric must be one of
     label_dtype: ClassVar[str | None] = None  # the raw label column's type (datasets' name); None: no label column
-    # Whether the student's text may hold rows the teacher labels (augmented, unlabeled) and the teacher's
-    # outputs may be cached per row (``teacher_logits``): one prediction a row.
+    # Whether the student's text may hold new rows the teacher labels (augmented, unlabeled: ``--augment``,
+    # ``--unlabeled-file``), their placeholder labels (:meth:`placeholder_label`) replaced by the teacher's.
     takes_new_rows: ClassVar[bool] = True
+    # Whether the teacher's outputs on the train split are cached, one entry a row (the ``teacher_logits`` column:
+    # one vector a sentence, or one a word for token classification), for the distillation term to read instead of
+    # running the teacher (:meth:`cached_teacher_outputs`).
+    caches_teacher_outputs: ClassVar[bool] = True
+    # Whether the budgets' and deep cuts' default augmentation applies (measured on GLUE's sentence tasks only).
+    augments_by_default: ClassVar[bool] = True
     pooled_output: ClassVar[bool] = True  # the head reads the first token's (pooled) state only
     needs_offsets: ClassVar[bool] = False  # encoding maps tokens back to characters: a fast tokenizer only
     scores_in_percent: ClassVar[bool] = False  # its scores are percentages (else fractions and correlations)

@@ -40,6 +40,8 @@ class QuestionAnswering(TaskKind):
     # A SQuAD answer is a span of its context, which a new row does not have; its teacher's outputs are a
     # distribution over each window's positions, not one vector a row.
     takes_new_rows = False
+    caches_teacher_outputs = False  # its distillation term runs the teacher (a pretrained student's carry reads it)
+    augments_by_default = False
     pooled_output = False
     needs_offsets = True
     scores_in_percent = True

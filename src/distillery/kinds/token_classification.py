@@ -51,6 +51,8 @@ class TokenClassification(TaskKind):
     label_dtype = "int64"
     # the teacher's outputs are a distribution a token: not cached per row, so no new rows for it to label
     takes_new_rows = False
+    caches_teacher_outputs = False
+    augments_by_default = False  # the default augmentation was measured on sentence tasks
     pooled_output = False
     needs_offsets = True  # word_ids(): a fast tokenizer
     softened_outputs = True
