@@ -379,12 +379,14 @@ def test_methods_without_token_classification_refuse_in_a_sentence(monkeypatch, 
     assert not (tmp_path / "run").exists()
 
 
-def test_new_rows_for_a_tagger_are_refused(monkeypatch, capsys, tiny_bert, conll_dir, tmp_path):
+def test_a_file_of_sentences_as_a_taggers_unlabeled_text_is_refused_before_training(monkeypatch, capsys, tiny_bert,
+                                                                                     conll_dir, tmp_path):
     unlabeled = bad(tmp_path / "more.jsonl", '{"text": "paris is a city"}\n')
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_bert, "--out", str(tmp_path / "run"), "--unlabeled-file", str(unlabeled),
                            *NO_EXTRAS)
-    assert_one_line_error(code, err, "drop --unlabeled-file for task conll2003")
+    assert_one_line_error(code, err, "more.jsonl, line 1: 'tokens' must be a non-empty list of words, not missing")
+    assert not (tmp_path / "run").exists()
 
 
 def test_label_all_subwords_with_a_sentence_task_is_refused(monkeypatch, capsys, tiny_bert, glue_dir, tmp_path):

@@ -5,7 +5,7 @@ itself, :class:`~distillery.method.Method`, and the methods' options live in :mo
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,8 @@ from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
 from distillery.config import RunConfig, cache_root
-from distillery.data.augment import WordSource, augmented_rows
-from distillery.data.encode import TaskData, content_digest, encode_rows, prepare_task_data
+from distillery.data.augment import WordSource, augmented_rows, augmented_word_rows
+from distillery.data.encode import TaskData, content_digest, prepare_task_data
 from distillery.data.loading import check_new_rows, column_values, load_raw, load_unlabeled
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
@@ -133,28 +133,24 @@ class MethodContext:
         """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
         own encoding of the same examples (and of the same new rows), each with the teacher's logits computed
         on the teacher's encoding of that example (cached as :meth:`train_with_teacher_logits`). Targets are
-        aligned by example, never by token ids: both encodings come from the same raw rows in the same order,
-        checked by their labels."""
-        import numpy as np
-
+        aligned by example, never by token ids (a tagger's, by word: ``TaskKind.carried_teacher_logits``): both
+        encodings come from the same raw rows in the same order, checked by their labels. New rows are labelled
+        from the teacher's logits so carried, as the teacher's encoding of them is."""
         teacher_data = self.whole_split() if whole_split else self.task_data
         student_data = self.whole_split(self.student_data) if whole_split else self.student_data
+        kind, originals = teacher_data.task.kind_object, len(teacher_data.train)
         new = self._new_rows(teacher_data, augment)
         if new is None:
             labelled, student_train = self.train_with_teacher_logits(teacher_data), student_data.train
         else:
-            labelled = self._labelled_with_new_rows(teacher_data, new)
+            labelled = self.train_with_teacher_logits(replace(teacher_data, train=_joined(teacher_data, new)))
             student_train = _joined(student_data, new)
-        same = len(labelled) == len(student_train) and np.allclose(
-            np.asarray(labelled["labels"], dtype=np.float64)[: len(teacher_data.train)],
-            np.asarray(student_train["labels"], dtype=np.float64)[: len(teacher_data.train)])
-        if not same:  # never expected: one loader reads the rows for both tokenizers
+        carried = kind.carried_teacher_logits(labelled, student_train, originals)
+        if carried is None:  # never expected: one loader reads the rows for both tokenizers
             raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
                                   f"line up with the teacher's ({len(labelled)} rows).")
-        if new is not None:  # the new rows' labels are the teacher's (the originals' match, checked above)
-            student_train = student_train.remove_columns("labels").add_column("labels", labelled["labels"]) \
-                .cast_column("labels", labelled.features["labels"])
-        return student_train.add_column("teacher_logits", labelled["teacher_logits"])
+        student_train = student_train.add_column("teacher_logits", carried)
+        return student_train if new is None else label_new_rows(student_train, originals, kind)
 
     def _new_rows(self, task_data: TaskData, augment: int):
         """The raw new rows (augmented, unlabeled) beside ``task_data``'s train split, or None; records what
@@ -170,20 +166,21 @@ class MethodContext:
     def _labelled_with_new_rows(self, task_data: TaskData, new):
         """``task_data``'s train split and the raw ``new`` rows encoded beside it, all with the teacher's
         logits, the new rows labelled by the teacher (:func:`label_new_rows`)."""
-        from dataclasses import replace
-
         labelled = self.train_with_teacher_logits(replace(task_data, train=_joined(task_data, new)))
         return label_new_rows(labelled, len(task_data.train), task_data.task.kind_object)
 
     def train_with_teacher_logits(self, task_data: TaskData | None = None):
         """The train split plus a ``teacher_logits`` column (classification: logits; regression: the
-        score): :meth:`teacher_outputs` on it. ``task_data``: another encoding of the task to label (default the run's)."""
+        score; token classification: a list of one vector a word): :meth:`teacher_outputs` on it.
+        ``task_data``: another encoding of the task to label (default the run's)."""
         task_data = task_data or self.task_data
-        return task_data.train.add_column("teacher_logits", self.teacher_outputs(task_data).tolist())
+        column = task_data.task.kind_object.teacher_logits_column(self.teacher_outputs(task_data), task_data.train)
+        return task_data.train.add_column("teacher_logits", column)
 
     def teacher_outputs(self, task_data: TaskData, name: str = "logits", compute=None):
         """The teacher's outputs on ``task_data``'s train split, one row per train row (classification: logits;
-        regression: the score; SQuAD: start then end logits, each padded to the longest window; or ``name``d
+        regression: the score; SQuAD: start then end logits, each padded to the longest window; token
+        classification: the logits of each word's first sub-word: ``TaskKind.cached_rows``; or ``name``d
         others, ``compute()`` giving them: a pretrained student's sentence vectors), computed once
         per teacher and data: cached under ``$DISTILLERY_CACHE/logits`` by a hash of the teacher's weights (an
         export's graph or int8 weights: ``runtime.weights_digest``) and the encoded train split, so a second
@@ -202,12 +199,12 @@ class MethodContext:
             logits = read_logits_cache(path, len(train))
             if logits is None:
                 started = time.perf_counter()
-                logits = compute() if compute is not None else predict(
-                    self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
-                    desc="teacher labels")
-                if isinstance(logits, tuple):  # SQuAD: (start, end), each (windows, longest)
-                    logits = np.concatenate(logits, axis=1)
-                logits = np.asarray(logits, dtype=np.float32).reshape(len(train), -1)
+                if compute is not None:
+                    logits = np.asarray(compute(), dtype=np.float32).reshape(len(train), -1)
+                else:
+                    logits = task_data.task.kind_object.cached_rows(predict(
+                        self.teacher, task_data, batch_size=self.config.student.eval_batch_size, split="train",
+                        desc="teacher labels"), train)
                 with writing(path, "the teacher's logits (a cache entry)"):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_file(path) as f:  # a killed run leaves no half-written cache entry
@@ -248,6 +245,7 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
     import datasets
 
     task, data = task_data.task, ctx.config.data
+    kind = task.kind_object
     facts: dict[str, Any] = {"augmented": 0, "unlabeled": 0, "augment_source": None}
     check_new_rows(task, augment, data.unlabeled_file)
     parts = []
@@ -263,8 +261,12 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
         source = augment_source(ctx)
         pairs = column_values(raw, "text_pair") if task.is_pair else None
         with distributed.local_main_first():  # under a launcher one process per node augments, the others read
-            columns = augmented_rows(column_values(raw, "text"), pairs, source, n, ctx.config.student.seed,
-                                     cache_root() / "augment")
+            if kind.word_labels:  # a sentence of words: one word for one word, so each keeps its place
+                columns = augmented_word_rows(column_values(raw, "tokens"), source, n, ctx.config.student.seed,
+                                              cache_root() / "augment")
+            else:
+                columns = augmented_rows(column_values(raw, "text"), pairs, source, n, ctx.config.student.seed,
+                                         cache_root() / "augment")
         parts.append(datasets.Dataset.from_dict(columns))
         facts.update(augmented=len(parts[-1]), augment_source=source.name)
         ctx.notes.append(f"Augmentation (TinyBERT): {n} new examples per train example from {source.name}, "
@@ -275,18 +277,18 @@ def extra_rows(ctx: MethodContext, task_data: TaskData, augment: int):
         ctx.notes.append(f"Unlabeled text: {len(parts[-1])} rows of {data.unlabeled_file}, labelled by the teacher.")
     if not parts:
         return None, facts
-    raw = datasets.concatenate_datasets(parts)
-    return raw.add_column("label", [task.kind_object.placeholder_label()] * len(raw)), facts
+    return kind.unlabelled(datasets.concatenate_datasets(parts)), facts
 
 
 def _joined(task_data: TaskData, new):
     """``task_data``'s train split followed by the raw ``new`` rows, encoded with its tokenizer as the rows
-    they join are (a DiffCat student's split holds each side on its own)."""
+    they join are (a DiffCat student's split holds each side on its own; a tagger's new words are labelled on
+    their first sub-words, which the teacher's tags then fill)."""
     import datasets
 
     pair_mode = "separate" if "input_ids_b" in task_data.train.column_names else "joint"
-    encoded = encode_rows(task_data.task, new, task_data.tokenizer, task_data.data_config.max_length, pair_mode,
-                          "new")
+    encoded = task_data.task.kind_object.encode(task_data.task, new, task_data.tokenizer, task_data.data_config,
+                                                pair_mode, "new", train=False)
     return datasets.concatenate_datasets([task_data.train, encoded.select_columns(task_data.train.column_names)])
 
 
@@ -329,13 +331,11 @@ def _mlm_device() -> str:
 
 
 def label_new_rows(train, originals: int, kind: TaskKind):
-    """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class or score, as the
-    task's ``kind`` labels them)."""
-    import numpy as np
+    """``train`` with the rows past ``originals`` labelled by their ``teacher_logits`` (class, score or a tag a
+    word, as the task's ``kind`` labels them: ``TaskKind.new_row_labels``)."""
+    import datasets
 
-    logits = np.asarray(column_values(train.select(range(originals, len(train))), "teacher_logits"), dtype=np.float32)
-    new = kind.teacher_labels(logits)
-    labels = np.concatenate([np.asarray(column_values(train.select(range(originals)), "labels")), new]) \
-        if originals else new
-    feature = train.features["labels"]
-    return train.remove_columns("labels").add_column("labels", labels.tolist()).cast_column("labels", feature)
+    new = train.select(range(originals, len(train)))
+    new = new.remove_columns("labels").add_column("labels", kind.new_row_labels(new)) \
+        .cast_column("labels", train.features["labels"]).select_columns(train.column_names)
+    return datasets.concatenate_datasets([train.select(range(originals)), new]) if originals else new

@@ -163,10 +163,31 @@ def augment_pairs(texts: Sequence[str], pairs: Sequence[str], source: WordSource
     return _versions([texts, pairs], source, n, rng, p, k)
 
 
+def augment_words(sentences: Sequence[Sequence[str]], source: WordSource, n: int, rng: np.random.Generator,
+                  p: float = P_T, k: int = K) -> list[list[list[str]]]:
+    """``n`` new versions of each sentence of words (a tagger's rows), one word for one word: the sentence is read
+    as its words joined by spaces, and a replaced word's letters become a candidate, a whole word of letters only,
+    so no word splits or merges and each keeps the place its tag has."""
+    texts = [" ".join(words) for words in sentences]
+    out = []
+    for words, text, versions in zip(sentences, texts, _drawn([texts], source, n, rng, p, k)):
+        starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]]).tolist()
+        out.append([[_render(text, swaps, s, s + len(w)) for w, s in zip(words, starts)] for (swaps,) in versions])
+    return out
+
+
 def _versions(sides: list[Sequence[str]], source: WordSource, n: int, rng: np.random.Generator, p: float,
               k: int) -> list[list[tuple[str, ...]]]:
-    """``n`` versions of each example (one text per side): one draw per distinct word of the example (case
-    aside), whose candidates are those of its first occurrence, applied wherever the word occurs."""
+    """``n`` versions of each example (one text per side): :func:`_drawn`'s replacements applied."""
+    return [[tuple(_render(text, swaps) for text, swaps in zip(texts, version)) for version in versions]
+            for texts, versions in zip(zip(*sides), _drawn(sides, source, n, rng, p, k))]
+
+
+def _drawn(sides: list[Sequence[str]], source: WordSource, n: int, rng: np.random.Generator, p: float,
+           k: int) -> list[list[list[list[tuple[int, int, str]]]]]:
+    """For each example, ``n`` versions of it as the words each side replaces, (start, end, new word) in order:
+    one draw per distinct word of the example (case aside), whose candidates are those of its first occurrence,
+    applied wherever the word occurs."""
     words = [candidates(side, source, k) for side in sides]
     result = []
     for texts, spans in zip(zip(*sides), zip(*words)):
@@ -180,18 +201,28 @@ def _versions(sides: list[Sequence[str]], source: WordSource, n: int, rng: np.ra
         choice = rng.integers(0, k, size=(n, len(first)))
         versions = []
         for i in range(n):
-            rendered = []
+            version = []
             for text, key_list, side_spans in zip(texts, keys, spans):
-                pieces, last = [], 0
+                swaps = []
                 for key, (a, b, _) in zip(key_list, side_spans):
                     j, cands = column[key], first[key]
                     if replace[i, j] and cands:
-                        pieces += [text[last:a], _cased(cands[choice[i, j] % len(cands)], text[a:b])]
-                        last = b
-                rendered.append("".join(pieces) + text[last:])
-            versions.append(tuple(rendered))
+                        swaps.append((a, b, _cased(cands[choice[i, j] % len(cands)], text[a:b])))
+                version.append(swaps)
+            versions.append(version)
         result.append(versions)
     return result
+
+
+def _render(text: str, swaps: list[tuple[int, int, str]], start: int = 0, end: int | None = None) -> str:
+    """``text[start:end]`` with the replacements ``swaps`` (start, end, new word; in order) that lie inside it."""
+    end = len(text) if end is None else end
+    pieces, last = [], start
+    for a, b, word in swaps:
+        if start <= a and b <= end:
+            pieces += [text[last:a], word]
+            last = b
+    return "".join(pieces) + text[last:end]
 
 
 def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: WordSource, n: int, seed: int,
@@ -199,32 +230,54 @@ def augmented_rows(texts: Sequence[str], pairs: Sequence[str] | None, source: Wo
     """``n`` new examples per original (``texts``, and ``pairs`` for a pair task, both sides augmented
     and kept aligned), as columns ``text`` (and ``text_pair``), read from or written to the cache
     folder ``cache`` part by part. Deterministic for ``seed``."""
+    # the part size too: a part's file holds the rows of its PART originals
+    key = [DRAWS, source.digest(), n, p, k, seed, PART, list(texts), list(pairs or [])]
+
+    def part(start: int, end: int, rng: np.random.Generator) -> list[list[str]]:
+        if pairs is None:
+            return [[version] for versions in augment_texts(texts[start:end], source, n, rng, p, k)
+                    for version in versions]
+        return [list(version) for versions in augment_pairs(texts[start:end], pairs[start:end], source, n, rng, p, k)
+                for version in versions]
+
+    return _in_parts(key, len(texts), n, seed, cache, ["text"] + (["text_pair"] if pairs is not None else []), part)
+
+
+def augmented_word_rows(sentences: Sequence[Sequence[str]], source: WordSource, n: int, seed: int, cache: Path,
+                        p: float = P_T, k: int = K) -> dict[str, list[list[str]]]:
+    """``n`` new sentences of words per original (:func:`augment_words`, a word for a word), as a column ``tokens``,
+    cached as :func:`augmented_rows` caches its texts. Deterministic for ``seed``."""
+    key = ["words", DRAWS, source.digest(), n, p, k, seed, PART, [list(s) for s in sentences]]
+
+    def part(start: int, end: int, rng: np.random.Generator) -> list[list[list[str]]]:
+        return [[version] for versions in augment_words(sentences[start:end], source, n, rng, p, k)
+                for version in versions]
+
+    return _in_parts(key, len(sentences), n, seed, cache, ["tokens"], part)
+
+
+def _in_parts(key: list, originals: int, n: int, seed: int, cache: Path, names: list[str], make) -> dict[str, list]:
+    """The columns ``names`` of ``n`` new rows per original, made ``PART`` originals at a time by ``make(start, end,
+    rng)`` (one row a list of the columns' values) and cached under ``cache`` by the content ``key``: read back where
+    a part is there (a second run, a killed run resumed), else made and written whole."""
     from tqdm.auto import tqdm
 
-    # the part size too: a part's file holds the rows of its PART originals
-    digest = hashlib.sha256(json.dumps([DRAWS, source.digest(), n, p, k, seed, PART, list(texts),
-                                        list(pairs or [])]).encode())
-    folder = cache / digest.hexdigest()[:16]
+    folder = cache / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
-    columns: dict[str, list[str]] = {"text": []} | ({"text_pair": []} if pairs is not None else {})
-    bar = tqdm(total=len(texts), desc=f"augmenting x{n}", unit="example", leave=False)
-    for part, start in enumerate(range(0, len(texts), PART)):
+    columns: dict[str, list] = {name: [] for name in names}
+    bar = tqdm(total=originals, desc=f"augmenting x{n}", unit="example", leave=False)
+    for part, start in enumerate(range(0, originals, PART)):
+        end = min(start + PART, originals)
         path = folder / f"part-{part:05d}.json"
-        rows = _read_part(path, n * len(texts[start:start + PART]))
+        rows = _read_part(path, n * (end - start))
         if rows is None:
-            rng = np.random.default_rng([seed, part])
-            if pairs is None:
-                rows = [[version] for versions in augment_texts(texts[start:start + PART], source, n, rng, p, k)
-                        for version in versions]
-            else:
-                rows = [list(version) for versions in augment_pairs(texts[start:start + PART], pairs[start:start + PART],
-                                                                    source, n, rng, p, k) for version in versions]
+            rows = make(start, end, np.random.default_rng([seed, part]))
             with atomic_file(path, "w") as f:  # a killed run leaves whole parts only
                 json.dump(rows, f)
         for row in rows:
-            for column, value in zip(columns, row):
-                columns[column].append(value)
-        bar.update(len(texts[start:start + PART]))
+            for column, value in zip(columns.values(), row):
+                column.append(value)
+        bar.update(end - start)
     bar.close()
     return columns
 

@@ -31,7 +31,8 @@ logger = logging.getLogger("distillery")
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "input_ids_b", "attention_mask_b")
 # teacher_logits: the teacher's predictions cached on the train split (MethodContext.train_with_teacher_logits),
-# read by the methods that distil predictions (distill, cmow, autotinybert); teacher_pooled: the teacher's
+# read by the methods that distil predictions (distill, cmow, autotinybert): one vector a row, or a tagger's one
+# vector a word (a list of them a row, padded with NaN past a row's words); teacher_pooled: the teacher's
 # sentence vector, which a pretrained student with another tokenizer aligns its own with
 TARGETS = ("labels", "start_positions", "end_positions", "teacher_logits", "teacher_pooled")
 # a pretrained student's SQuAD targets: the teacher's start/end distributions carried onto its own windows
@@ -91,10 +92,24 @@ class PadCollator:
         for key in TARGETS:
             if key in first and key not in batch:
                 values = [f[key] for f in features]
+                if any(len(v) and isinstance(v[0], (list, tuple)) for v in values if isinstance(v, (list, tuple))):
+                    batch[key] = self._padded_vectors(values)  # one vector a word
+                    continue
                 first_value = values[0][0] if isinstance(values[0], (list, tuple)) and values[0] else values[0]
                 dtype = torch.float32 if isinstance(first_value, float) else torch.long
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
+
+    @staticmethod
+    def _padded_vectors(rows: list) -> torch.Tensor:
+        """Rows of vectors (a tagger's cached teacher logits, one a word) as (batch, most vectors, width) float32,
+        NaN past a row's last vector: no value there, which no logit can be mistaken for."""
+        width = next(len(r[0]) for r in rows if len(r))
+        out = torch.full((len(rows), max(len(r) for r in rows), width), float("nan"))
+        for i, r in enumerate(rows):
+            if len(r):
+                out[i, : len(r)] = torch.as_tensor(r, dtype=torch.float32)
+        return out
 
     def _padded(self, rows: list, pad, dtype: torch.dtype) -> torch.Tensor:
         longest = max(len(r) for r in rows)

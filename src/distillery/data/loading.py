@@ -29,7 +29,7 @@ from distillery.config import DataConfig
 from distillery.data.tasks import TaskSpec, label_sort_key, custom_label, get_task
 from distillery.data.files import check_empty_texts, custom_columns, numbered_lines, read_custom_rows, regular_file
 from distillery.data.tokens import (check_file_kind, columns_given, custom_token_task, is_token_file, load_tokens_hub,
-                                    ner_folder, read_token_file, token_rows)
+                                    ner_folder, read_token_file, read_unlabeled_tokens, token_rows)
 from distillery.errors import DistilleryError, listed
 from distillery.kinds import TaskKind, kind_of
 
@@ -490,24 +490,26 @@ def kind_for(task_name: str, regression: bool = False) -> TaskKind:
 
 def check_new_rows(task: TaskSpec, augment: int | None, unlabeled_file: str | Path | None) -> None:
     """Refuse the student's new rows (``--augment``, ``--unlabeled-file``) for a task whose kind has no teacher
-    labels for them (``takes_new_rows`` False): a SQuAD answer is a span of its context that no new text has; a
-    token classifier's teacher labels words, which the per-row labelling does not do yet (the rows would be
-    recorded and never used)."""
+    labels for them (``takes_new_rows`` False): a SQuAD answer is a span of its context that no new text has (the
+    rows would be recorded and never used)."""
     given = [option for option, value in (("--augment", augment), ("--unlabeled-file", unlabeled_file)) if value]
     if not task.kind_object.takes_new_rows and given:
         options = " and ".join(given)
         raise DistilleryError(f"{options} {'make' if len(given) > 1 else 'makes'} new rows for the teacher to "
                               f"label, but a {task.kind_object.pipeline_tag} task's teacher does not label new rows "
-                              f"(a SQuAD answer is a span of a context no new row has; a tagger's labels are per "
-                              f"word, not yet carried); drop {options} for task {task.name}.")
+                              f"(a SQuAD answer is a span of a context no new row has); drop {options} for task "
+                              f"{task.name}.")
 
 
 def load_unlabeled(path: str | Path, task: TaskSpec) -> datasets.Dataset:
     """The rows of ``--unlabeled-file`` (CSV/TSV/JSONL, read as custom data is) as ``text`` (and
     ``text_pair`` for a pair task), no labels: the teacher labels them. The columns are the task's own where the
     file has them (:func:`unlabeled_columns`), else ``text`` and ``text_pair``: what `distillery transfer-set`
-    writes serves any task, whatever its columns are called."""
+    writes serves any task, whatever its columns are called. A token-classification task's file holds sentences
+    of words (``tokens``): :func:`distillery.data.tokens.read_unlabeled_tokens`."""
     check_new_rows(task, 0, path)
+    if task.kind_object.word_labels:
+        return read_unlabeled_tokens(path, task.token_column)
     path = regular_file(path, "--unlabeled-file")
     check_file_kind(path, task, option="--unlabeled-file")
     present = custom_columns(path)

@@ -127,6 +127,63 @@ def read_token_jsonl(path: str | Path) -> list[tuple[int, list[str], list[str]]]
     return sentences
 
 
+UNLABELED_FORMS = ("JSON lines of 'tokens' (a list of words a sentence), or a text file of one word a line with a "
+                   "blank line between sentences")
+
+
+def read_unlabeled_tokens(path: str | Path, token_column: int | None = None) -> datasets.Dataset:
+    """``--unlabeled-file`` of a token-classification task: sentences of words without tags, as a ``tokens`` column
+    for the teacher to tag. JSON lines (or a JSON list) of ``{"tokens": [words]}`` (a ``tags`` field is not read),
+    or a text file of one word a line, a blank line (or CoNLL-2003's ``-DOCSTART-`` line) between sentences; in a
+    file of CoNLL's columns (.conll, .iob, .bio, or any file with ``token_column`` given) the word is that column
+    (default the first) and the others are not read. A line of several words in a word-a-line file, a sentence
+    file (CSV/TSV), an empty or non-text word is refused with the file and line."""
+    path = regular_file(path, "--unlabeled-file")
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        raise DistilleryError(f"--unlabeled-file {path} holds sentences (a CSV/TSV file), but a token-classification "
+                              f"task tags words; give {UNLABELED_FORMS}.")
+    if suffix in (".jsonl", ".json"):
+        sentences = []
+        for number, record in _records(path, *_version(path))[1]:
+            tokens = record.get(TOKENS)
+            if not isinstance(tokens, list) or not tokens:
+                what = "missing" if tokens is None else "empty" if tokens == [] else type(tokens).__name__
+                raise DistilleryError(f"{path}, line {number}: 'tokens' must be a non-empty list of words, not {what} "
+                                      f"(an unlabeled file of a token task holds {UNLABELED_FORMS}).")
+            bad = next((w for w in tokens if not isinstance(w, str) or not w.strip() or len(w.split()) != 1), None)
+            if bad is not None:
+                raise DistilleryError(f"{path}, line {number}: every token must be one word of text (no spaces); "
+                                      f"found {bad!r}.")
+            sentences.append(tokens)
+    else:
+        columns = token_column is not None or suffix in CONLL_EXTENSIONS
+        at = int(token_column or 0)
+        sentences, words = [], []
+        for number, line in numbered_lines(path):
+            fields = line.split()
+            if not fields or fields[0] == DOCSTART:
+                if words:
+                    sentences.append(words)
+                words = []
+                continue
+            if not columns and len(fields) > 1:
+                raise DistilleryError(f"{path}, line {number}: {len(fields)} words on one line ({line.strip()!r}); an "
+                                      f"unlabeled file of a token task holds one word a line, a blank line between "
+                                      f"sentences (a CoNLL file's words are read from a .conll file, or with "
+                                      f"--token-column).")
+            if len(fields) <= at:
+                raise DistilleryError(f"{path}, line {number}: no word in column {at}; the line has {len(fields)} "
+                                      f"column{'s' if len(fields) != 1 else ''} ({line.strip()!r}).")
+            words.append(fields[at])
+        if words:
+            sentences.append(words)
+    if not sentences:
+        raise DistilleryError(f"--unlabeled-file {path} holds no sentences ({UNLABELED_FORMS}).")
+    return datasets.Dataset.from_dict({TOKENS: sentences},
+                                      features=datasets.Features({TOKENS: datasets.List(datasets.Value("string"))}))
+
+
 def token_rows(task: TaskSpec, path, sentences, source: str = "the task's tags") -> datasets.Dataset:
     """Sentences of (line, words, tag names) as ``tokens`` and ``tags`` (ids of ``task.labels``); a tag the task
     does not have is refused with its file and line."""

@@ -4,7 +4,8 @@ Instead of a shallower copy of the teacher, the student is an encoder someone al
 ``minilm`` or ``mpnet-base`` before any fine-tuning, a local folder, a Hub id), of any family distillery knows.
 It keeps its own tokenizer: teacher and student each tokenize the raw text, and the teacher's outputs are
 computed once on its own encoding and handed to the student by example (``MethodContext.student_distillation_train``),
-never by token ids, so vocabularies and hidden sizes may differ. Its head is kept when it already fits the task,
+never by token ids, so vocabularies and hidden sizes may differ: a sentence's outputs to the same sentence, a
+tagger's to the same word (its first sub-word in each encoding), SQuAD's through character offsets. Its head is kept when it already fits the task,
 else a new one is trained (with a log line). A student larger or slower than its teacher is refused: it would
 compress nothing.
 """
@@ -81,9 +82,10 @@ def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[i
                               f"{usable} positions.")
     kind = kind_for(data.task, data.regression)
     if kind.needs_offsets and not getattr(tokenizer, "is_fast", False):
-        raise DistilleryError(f"SQuAD needs a fast tokenizer (character offsets); student {name!r} has a "
+        what = "character offsets" if kind.doc_strides else "its words' sub-words"
+        raise DistilleryError(f"Task kind {kind.name} needs a fast tokenizer ({what}); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
-    if hidden_weight and not kind.pooled_output and not same_tokenizer(teacher_tokenizer, tokenizer):
+    if hidden_weight and kind.doc_strides and not same_tokenizer(teacher_tokenizer, tokenizer):
         raise DistilleryError(SQUAD_HIDDEN)
     try:
         teacher = from_config(teacher_config)
@@ -247,7 +249,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
             layer_map = layer_map_for(student.config.num_hidden_layers, ctx.teacher.config.num_hidden_layers,
                                       opts.layer_map)
             hidden = f" + {opts.hidden_weight}·hidden MSE (student layers onto teacher layers {layer_map})"
-        elif not task.kind_object.pooled_output:  # no sentence vector to compare across tokenizers
+        elif task.kind_object.doc_strides:  # windows of a document: no sentence vector to compare across tokenizers
             raise DistilleryError(SQUAD_HIDDEN)
         else:
             pooled = teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data)

@@ -83,18 +83,8 @@ def build_student(teacher: PreTrainedModel, layers: list[int]) -> PreTrainedMode
     return student
 
 
-# the task kinds a pretrained student (--student, its own tokenizer) is not distilled for yet
-PRETRAINED_UNHANDLED_KINDS = ("token_classification",)
-
-
 class Distill(Method):
     name: ClassVar[str] = "distill"
-
-    def check_kind(self, task, config) -> None:
-        super().check_kind(task, config)
-        if self.options(config).student is not None and task.kind in PRETRAINED_UNHANDLED_KINDS:
-            raise DistilleryError(f"distill --student (a pretrained student) does not handle token classification yet "
-                                  f"(task {task.name}); drop --student to distil the teacher's own layers.")
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
@@ -168,7 +158,7 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, one_pas
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
     passes = 1 if one_pass else cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
-    logits = train["teacher_logits"] if kind.softened_outputs and "teacher_logits" in train.column_names else None
+    logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
     given = {name for name in ("temperature", "hidden_weight", "min_steps", "lr_scale") if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]

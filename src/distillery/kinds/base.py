@@ -50,7 +50,7 @@ class TaskKind:
     main_metrics: ClassVar[tuple[str, ...]]  # those every dev set gives, which a main metric must be one of
     label_dtype: ClassVar[str | None] = None  # the raw label column's type (datasets' name); None: no label column
     # Whether the student's text may hold new rows the teacher labels (augmented, unlabeled: ``--augment``,
-    # ``--unlabeled-file``), their placeholder labels (:meth:`placeholder_label`) replaced by the teacher's.
+    # ``--unlabeled-file``), their placeholder labels (:meth:`unlabelled`) replaced by the teacher's.
     takes_new_rows: ClassVar[bool] = True
     # Whether the teacher's outputs on the train split are cached, one entry a row (the ``teacher_logits`` column:
     # one vector a sentence, or one a word for token classification), for the distillation term to read instead of
@@ -136,6 +136,44 @@ class TaskKind:
     def cached_teacher_outputs(self, logits: Tensor):
         """A batch's cached ``teacher_logits`` as the teacher's outputs."""
         return SimpleNamespace(logits=logits)
+
+    def cached_rows(self, outputs, train) -> np.ndarray:
+        """The teacher's outputs on the encoded ``train`` split (:meth:`predictions` of it) as its cache keeps them:
+        float32, one row a train row, a tuple of fields (SQuAD's start and end logits) side by side."""
+        if isinstance(outputs, tuple):
+            outputs = np.concatenate(outputs, axis=1)
+        return np.asarray(outputs, dtype=np.float32).reshape(len(train), -1)
+
+    def teacher_logits_column(self, cached: np.ndarray, train):
+        """The ``teacher_logits`` column of ``train`` from its cached rows (:meth:`cached_rows`)."""
+        return cached.tolist()
+
+    def cached_predictions(self, train) -> np.ndarray:
+        """``train``'s ``teacher_logits`` column as one float32 row a prediction (a sentence's; a tagger's, a word's),
+        what the teacher's temperature is read from (``distill.deep_cut``)."""
+        from distillery.data.loading import column_values  # here: see the module docstring
+
+        return np.asarray(column_values(train, "teacher_logits"), dtype=np.float32)
+
+    def unlabelled(self, raw):
+        """New raw rows (augmented, unlabeled) with the placeholder labels the teacher's replace."""
+        return raw.add_column("label", [self.placeholder_label()] * len(raw))
+
+    def new_row_labels(self, rows):
+        """The ``labels`` column of encoded new ``rows`` from their ``teacher_logits``: the teacher's labels."""
+        return self.teacher_labels(self.cached_predictions(rows)).tolist()
+
+    def carried_teacher_logits(self, labelled, other, originals: int):
+        """The ``teacher_logits`` of ``labelled`` (the teacher's encoding of the student's rows) for ``other``,
+        another tokenizer's encoding of the same rows in the same order (a pretrained student's); None where the
+        two do not line up: another number of rows, or other gold labels on the first ``originals``."""
+        from distillery.data.loading import column_values  # here: see the module docstring
+
+        if len(labelled) != len(other):
+            return None
+        gold = [np.asarray(column_values(d.select(range(originals)), "labels"), dtype=np.float64)
+                for d in (labelled, other)]
+        return labelled["teacher_logits"] if np.allclose(*gold) else None
 
     def predictions(self, chunks: list[tuple[np.ndarray, ...]], restore, task):
         """The model's outputs over a split from per-batch ``chunks`` (a tuple of the head's output fields a
