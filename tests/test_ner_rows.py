@@ -266,7 +266,7 @@ def test_compress_a_tagger_into_a_student_of_another_tokenizer(monkeypatch, caps
     out = tmp_path / "run"
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_family("bert", 4), "--out", str(out), "--option", f"student={student}",
-                           "--option", "augment=1", "--unlabeled-file", str(unlabeled),
+                           "--option", "augment=1", "--option", "hidden_weight=0.5", "--unlabeled-file", str(unlabeled),
                            "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())
@@ -275,7 +275,7 @@ def test_compress_a_tagger_into_a_student_of_another_tokenizer(monkeypatch, caps
     config = json.loads((out / "student" / "config.json").read_text())
     assert config["model_type"] == "roberta" and config["architectures"] == ["RobertaForTokenClassification"]
     train = json.loads((out / "train.json").read_text())
-    assert any("its own tokenizer" in note for note in train["notes"])
+    assert any("its own tokenizer" in note and "mean-pooled sentence vectors" in note for note in train["notes"])
     assert train["student_text"]["unlabeled"] == 1
 
 

@@ -1,5 +1,6 @@
-"""Issue 41: equal settings and seed give a bitwise-equal student, for every method; and a run killed
-between two checkpoints, then resumed, gives the uninterrupted run's student bitwise.
+"""Issue 41: equal settings and seed give a bitwise-equal student, for every method (and a tagger distilled from
+its teacher's per-word logits with augmented sentences); and a run killed between two checkpoints, then resumed,
+gives the uninterrupted run's student bitwise.
 
 Runs of the same settings share this module's cache: the first one fine-tunes the teacher and the
 others reuse it, so a student that drew its initialisation from whatever the process had done before
@@ -16,6 +17,7 @@ from distillery.training import trainer as trainer_module
 from distillery.folders import unrecorded
 from distillery.pipeline import compress
 from tests.helpers import flop_timed, tiny_config
+from tests.test_ner import write_conll_dir
 
 OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-proportional: see below)
     "distill": {},
@@ -26,6 +28,10 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
                      "method_options.population": 2, "method_options.proxy_examples": 16,
                      "method_options.budget_floor": 0},
 }
+
+# the cases: every method on SST-2; token classification (CoNLL's tiny fixture) with distill, whose student reads the
+# teacher's cached per-word logits, on augmented sentences too
+CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1})]
 
 
 def student(run) -> dict:
@@ -38,14 +44,16 @@ def assert_bitwise_equal(a: dict, b: dict) -> None:
     assert not differing, f"{len(differing)} of {len(a)} tensors differ, e.g. {differing[:3]}"
 
 
-@pytest.mark.parametrize("method", list(OPTIONS))
-def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, tiny_bert4, glue_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("method, task, more", CASES, ids=[f"{m}-{t}" for m, t, _ in CASES])
+def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, task, more, tiny_bert4, glue_dir, tmp_path,
+                                                                 monkeypatch):
     # AutoTinyBERT chooses its architecture from measured latencies: with wall-clock timings two runs may
     # choose differently (see docs/autotinybert.md); what the run does with equal timings is under test
     flop_timed(monkeypatch)
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    config = lambda name: tiny_config(tiny_bert4, glue_dir, tmp_path / name, method=method,  # noqa: E731
-                                      **{"student.epochs": 1.0, **OPTIONS[method]})
+    data = glue_dir if task == "sst2" else write_conll_dir(tmp_path / "conll", n_train=64, n_dev=16, n_test=8)
+    config = lambda name: tiny_config(tiny_bert4, data, tmp_path / name, task=task, method=method,  # noqa: E731
+                                      **{"student.epochs": 1.0, **OPTIONS[method], **more})
     saves = []
     save_last = trainer_module.save_last
 

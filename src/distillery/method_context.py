@@ -129,27 +129,31 @@ class MethodContext:
             return self.train_with_teacher_logits(task_data) if logits else task_data.train
         return self._labelled_with_new_rows(task_data, new)
 
-    def student_distillation_train(self, whole_split: bool, augment: int = 0):
+    def student_distillation_train(self, whole_split: bool, augment: int = 0, teacher_columns=None):
         """:meth:`distillation_train` for a pretrained student with its own tokenizer (``student_data``): its
         own encoding of the same examples (and of the same new rows), each with the teacher's logits computed
         on the teacher's encoding of that example (cached as :meth:`train_with_teacher_logits`). Targets are
         aligned by example, never by token ids (a tagger's, by word: ``TaskKind.carried_teacher_logits``): both
         encodings come from the same raw rows in the same order, checked by their labels. New rows are labelled
-        from the teacher's logits so carried, as the teacher's encoding of them is."""
+        from the teacher's logits so carried, as the teacher's encoding of them is. ``teacher_columns(task_data)``:
+        more columns computed on the teacher's encoding of the same rows (its sentence vectors), one value a row."""
         teacher_data = self.whole_split() if whole_split else self.task_data
         student_data = self.whole_split(self.student_data) if whole_split else self.student_data
         kind, originals = teacher_data.task.kind_object, len(teacher_data.train)
         new = self._new_rows(teacher_data, augment)
         if new is None:
-            labelled, student_train = self.train_with_teacher_logits(teacher_data), student_data.train
+            student_train = student_data.train
         else:
-            labelled = self.train_with_teacher_logits(replace(teacher_data, train=_joined(teacher_data, new)))
             student_train = _joined(student_data, new)
+            teacher_data = replace(teacher_data, train=_joined(teacher_data, new))
+        labelled = self.train_with_teacher_logits(teacher_data)
         carried = kind.carried_teacher_logits(labelled, student_train, originals)
         if carried is None:  # never expected: one loader reads the rows for both tokenizers
             raise DistilleryError(f"The student's encoding of the train split ({len(student_train)} rows) does not "
                                   f"line up with the teacher's ({len(labelled)} rows).")
         student_train = student_train.add_column("teacher_logits", carried)
+        for name, column in (teacher_columns(teacher_data) if teacher_columns else {}).items():
+            student_train = student_train.add_column(name, column)
         return student_train if new is None else label_new_rows(student_train, originals, kind)
 
     def _new_rows(self, task_data: TaskData, augment: int):

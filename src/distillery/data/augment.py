@@ -7,6 +7,9 @@ table when it is several; without an MLM (the built-in teacher has no MLM head),
 the teacher's own input embeddings serve for every word. Neighbours are whole-word vocabulary entries
 (letters only, no '##' pieces, no special tokens), by cosine, never the word itself.
 
+A tagger's sentences (lists of words) are augmented as their words joined by spaces and cut back into the same
+words (:func:`augment_words`): a candidate is one whole word, so each word keeps the place its tag has.
+
 The new text is cached under ``$DISTILLERY_CACHE/augment`` by its content (source, settings, seed and
 the original texts), in parts written as they are done, so a second run and a killed run resumed read
 them instead of augmenting again. Labels are not part of it: the teacher labels every new example.

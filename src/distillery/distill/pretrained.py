@@ -239,9 +239,12 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     ctx.student_data = prepare_task_data(task, tokenizer, ctx.config.data, pair_mode=ctx.task_data.pair_mode)
     ctx.teacher.eval()
     whole = opts.train_examples == "all"
-    train = ctx.student_distillation_train(whole, opts.augment) if task.kind_object.caches_teacher_outputs \
-        else squad_distillation_train(ctx, whole, opts.temperature)
     matched = same_tokenizer(ctx.tokenizer, tokenizer)
+    # the teacher's sentence vectors, on its own encoding of the student's rows (new rows too), where they are aligned
+    vectors = bool(opts.hidden_weight) and not matched and not task.kind_object.doc_strides
+    pooled = (lambda data: {"teacher_pooled": teacher_pooled(ctx, data).tolist()}) if vectors else None
+    train = ctx.student_distillation_train(whole, opts.augment, pooled) if task.kind_object.caches_teacher_outputs \
+        else squad_distillation_train(ctx, whole, opts.temperature)
     layer_map, projection, hidden = None, None, ""
     if opts.hidden_weight:
         projection = HiddenProjection(student.config.hidden_size, ctx.teacher.config.hidden_size)
@@ -252,8 +255,6 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
         elif task.kind_object.doc_strides:  # windows of a document: no sentence vector to compare across tokenizers
             raise DistilleryError(SQUAD_HIDDEN)
         else:
-            pooled = teacher_pooled(ctx, ctx.whole_split() if whole else ctx.task_data)
-            train = train.add_column("teacher_pooled", pooled.tolist())
             hidden = f" + {opts.hidden_weight}·MSE of the mean-pooled sentence vectors (the tokenizers differ)"
     words = "the teacher's" if matched else "its own"
     ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "

@@ -250,7 +250,8 @@ class TokenClassification(TaskKind):
         line up: another number of rows, or other gold tags on a word both kept among the first ``originals``."""
         if len(labelled) != len(other):
             return None
-        (t_tags, t_count), (s_tags, s_count) = (self._word_tags_of(d.select(range(originals))) for d in (labelled, other))
+        (t_tags, t_count), (s_tags, s_count) = (self._word_tags_of(d.select(range(originals)))
+                                                for d in (labelled, other))
         width = min(t_tags.shape[1], s_tags.shape[1])
         both = np.arange(width)[None, :] < np.minimum(t_count, s_count)[:, None]
         if not (t_tags[:, :width][both] == s_tags[:, :width][both]).all():
