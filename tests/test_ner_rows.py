@@ -157,6 +157,25 @@ def test_a_student_of_another_tokenizer_learns_each_word_from_the_teachers_same_
     assert_close(torch.tensor(logs["kd"]), torch.stack(terms).mean(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_student_of_the_teachers_tokenizer_reads_the_teachers_cache_as_it_is(tiny_bert, conll_dir, tmp_path):
+    from distillery.data.encode import prepare_task_data
+    from distillery.distill.pretrained import same_tokenizer
+    from distillery.training.losses import distillation_loss, pretrained_distillation_loss
+
+    ctx = context(tiny_bert, conll_dir, tmp_path, max_length=9)
+    ctx.student_tokenizer = ctx.tokenizer
+    ctx.student_data = prepare_task_data(CONLL, ctx.tokenizer, ctx.config.data)
+    assert same_tokenizer(ctx.tokenizer, ctx.student_tokenizer)
+    train = ctx.student_distillation_train(False)
+    assert train["teacher_logits"] == ctx.train_with_teacher_logits()["teacher_logits"]
+    student = token_model(tiny_bert, seed=3)
+    batch = ctx.student_data.collate([train[i] for i in range(10)])
+    _, logs = pretrained_distillation_loss(CONLL.kind_object, ctx.teacher, 0.5, 2.0)(student, batch)
+    live = {k: v for k, v in batch.items() if k != "teacher_logits"}
+    _, live_logs = distillation_loss(CONLL.kind_object, ctx.teacher, 0.5, 2.0)(student, live)
+    assert_close(logs["kd"], live_logs["kd"], rtol=1e-5, atol=1e-6)
+
+
 # -- augmentation a word for a word -----------------------------------------------------------------------------
 
 
@@ -277,6 +296,20 @@ def test_compress_a_tagger_into_a_student_of_another_tokenizer(monkeypatch, caps
     train = json.loads((out / "train.json").read_text())
     assert any("its own tokenizer" in note and "mean-pooled sentence vectors" in note for note in train["notes"])
     assert train["student_text"]["unlabeled"] == 1
+
+
+def test_compress_a_tagger_into_a_pretrained_student_of_the_teachers_tokenizer(monkeypatch, capsys, tiny_family,
+                                                                              conll_dir, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
+                           "--teacher", tiny_family("bert", 4), "--out", str(out), "--option",
+                           f"student={tiny_family('bert', 2)}", "--option", "hidden_weight=0.5",
+                           "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"entity_f1", "f1_LOC", "token_accuracy"} <= set(metrics["student"])
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("the teacher's tokenizer" in note and "student layers onto teacher layers" in note for note in notes)
 
 
 def test_a_tagger_distils_from_the_cache_not_the_live_teacher(monkeypatch, capsys, tiny_bert4, conll_dir, tmp_path):

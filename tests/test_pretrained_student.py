@@ -452,7 +452,9 @@ def test_a_pretrained_student_learns_from_augmented_and_unlabeled_pairs_in_its_o
     run = distillery.compress(method="distill", task="stsb", teacher=tiny_family("mpnet", 4), data_dir=str(glue_dir),
                               out=str(tmp_path / "run"),
                               overrides={**CELL, "method_options.student": tiny_family("roberta", 2),
-                                         "method_options.augment": 2, "data.unlabeled_file": str(unlabeled)})
+                                         "method_options.augment": 2, "data.unlabeled_file": str(unlabeled),
+                                         # the teacher's sentence vectors of the new rows too, on its own encoding
+                                         "method_options.hidden_weight": 0.5})
     text = json.loads((run / "train.json").read_text())["student_text"]
     assert text["augmented"] == 2 * text["labelled"] and text["unlabeled"] == 2
     assert "embeddings" in text["augment_source"]
