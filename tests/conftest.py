@@ -21,7 +21,8 @@ torch.set_num_threads(1)
 # million: collecting less often took a tenth off the family cells.
 gc.set_threshold(50_000, 50, 1000)
 
-from tests.helpers import TINY_BERT, make_tiny_bert, make_tiny_roberta, write_byte_bpe, write_glue  # noqa: E402
+from tests.helpers import (TINY_BERT, make_tiny_bert, make_tiny_roberta, write_byte_bpe, write_conll_dir,  # noqa: E402
+                           write_glue)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -48,6 +49,12 @@ def tiny_bert4(tmp_path_factory):
 def glue_dir(tmp_path_factory):
     """Tiny SST-2 and STS-B files in GLUE's layout (tests/helpers.py's write_glue)."""
     return write_glue(tmp_path_factory.mktemp("glue"))
+
+
+@pytest.fixture(scope="session")
+def conll_dir(tmp_path_factory):
+    """A tiny synthetic CoNLL-2003 in its folder layout (tests/helpers.py's write_conll_dir)."""
+    return write_conll_dir(tmp_path_factory.mktemp("conll"))
 
 
 @pytest.fixture(scope="session")

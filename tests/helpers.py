@@ -222,6 +222,44 @@ def write_corpus(path, lines=60, seed=0):
     return path
 
 
+# -- a learnable synthetic CoNLL-2003 (the tiny vocabulary's words; one type a word) ------------------------------
+
+ENTITIES = {"LOC": [["paris"], ["london"], ["france"]], "ORG": [["first", "name"]], "PER": [["actor"]]}
+FILLERS = "the a is was good bad movie film plot very really fun what who where when how many born year".split()
+
+
+def synthetic_sentences(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """``n`` sentences of (word, tag): 3 to 6 filler words and one or two entities, drawn with ``seed``."""
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(n):
+        words = [(w, "O") for w in rng.sample(FILLERS, rng.randint(3, 6))]
+        for _ in range(rng.randint(1, 2)):
+            kind = rng.choice(sorted(ENTITIES))
+            entity = rng.choice(ENTITIES[kind])
+            at = rng.randint(0, len(words))
+            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(entity)]
+        sentences.append(words)
+    return sentences
+
+
+def conll_text(sentences) -> str:
+    """CoNLL-2003's layout: word POS chunk NER, a blank line between sentences, a -DOCSTART- line first."""
+    blocks = ["\n".join(f"{w} NN I-NP {t}" for w, t in s) for s in sentences]
+    return "-DOCSTART- -X- -X- O\n\n" + "\n\n".join(blocks) + "\n"
+
+
+def write_conll_dir(root, n_train=160, n_dev=32, n_test=24):
+    """CoNLL-2003's folder layout (ner/conll2003/{train,dev,test}.txt) of synthetic sentences under ``root``."""
+    from pathlib import Path
+
+    folder = Path(root) / "ner" / "conll2003"
+    folder.mkdir(parents=True)
+    for split, n, seed in (("train", n_train, 0), ("dev", n_dev, 1), ("test", n_test, 2)):
+        (folder / f"{split}.txt").write_text(conll_text(synthetic_sentences(n, seed)))
+    return root
+
+
 # -- tiny runs -------------------------------------------------------------------------------------
 
 TINY_RUN = {  # dotted overrides that make a run of any method take seconds
@@ -237,6 +275,18 @@ TINY_RUN = {  # dotted overrides that make a run of any method take seconds
 }
 LIVE_EXTRAS = {"baselines": True, "int8": True}
 NO_EXTRAS = ["--no-baselines", "--no-int8"]  # TINY_RUN's baselines and int8 on a command line
+
+
+def tiny_ner_settings(path, **more):
+    """A settings file (--config) of a tiny token-classification run that learns the synthetic CoNLL fixture."""
+    import yaml
+
+    from distillery.config import nested_settings
+
+    settings = {**TINY_RUN, "data.max_length": 48, "teacher.train.epochs": 8.0, "student.epochs": 4.0,
+                "teacher.train.batch_size": 8, "student.batch_size": 8, "student.eval_every": None, **more}
+    path.write_text(yaml.safe_dump(nested_settings(settings)))
+    return path
 
 
 def tiny_config(teacher, data_dir, out, task="sst2", method="distill", **more):

@@ -7,7 +7,6 @@ through transformers' token-classification pipeline with entity names."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,54 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from torch.testing import assert_close
 
 from distillery.config import DataConfig
 from distillery.data.loading import custom_task, load_raw, load_unlabeled, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
-from tests.helpers import NO_EXTRAS, TINY_RUN, assert_one_line_error, run_cli
+from tests.helpers import NO_EXTRAS, assert_one_line_error, run_cli, synthetic_sentences, tiny_ner_settings
 
 SHARED_CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "ner" / "conll2003"
 
-# -- a learnable synthetic CoNLL-2003 (the tiny vocabulary's words; one type a word) ---------------------------
-
-ENTITIES = {"LOC": [["paris"], ["london"], ["france"]], "ORG": [["first", "name"]], "PER": [["actor"]]}
-FILLERS = "the a is was good bad movie film plot very really fun what who where when how many born year".split()
-
-
-def synthetic_sentences(n: int, seed: int) -> list[list[tuple[str, str]]]:
-    rng = random.Random(seed)
-    sentences = []
-    for _ in range(n):
-        words = [(w, "O") for w in rng.sample(FILLERS, rng.randint(3, 6))]
-        for _ in range(rng.randint(1, 2)):
-            kind = rng.choice(sorted(ENTITIES))
-            entity = rng.choice(ENTITIES[kind])
-            at = rng.randint(0, len(words))
-            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(entity)]
-        sentences.append(words)
-    return sentences
-
-
-def conll_text(sentences) -> str:
-    """CoNLL-2003's layout: word POS chunk NER, a blank line between sentences, a -DOCSTART- line first."""
-    blocks = ["\n".join(f"{w} NN I-NP {t}" for w, t in s) for s in sentences]
-    return "-DOCSTART- -X- -X- O\n\n" + "\n\n".join(blocks) + "\n"
-
-
-def write_conll_dir(root: Path, n_train=160, n_dev=32, n_test=24) -> Path:
-    folder = root / "ner" / "conll2003"
-    folder.mkdir(parents=True)
-    for split, n, seed in (("train", n_train, 0), ("dev", n_dev, 1), ("test", n_test, 2)):
-        (folder / f"{split}.txt").write_text(conll_text(synthetic_sentences(n, seed)))
-    return root
-
-
-@pytest.fixture(scope="module")
-def conll_dir(tmp_path_factory):
-    return write_conll_dir(tmp_path_factory.mktemp("conll"))
+# -- the tiny CoNLL fixture: conftest's conll_dir (tests/helpers.py's write_conll_dir) --------------------------
 
 
 def conll(data_dir, **kw) -> DataConfig:
@@ -311,20 +273,11 @@ def test_token_files_and_sentence_files_are_not_mixed(tmp_path):
 # -- end to end -------------------------------------------------------------------------------------------------
 
 
-def tiny_settings(path: Path, **more) -> Path:
-    from distillery.config import nested_settings
-
-    settings = {**TINY_RUN, "data.max_length": 48, "teacher.train.epochs": 8.0, "student.epochs": 4.0,
-                "teacher.train.batch_size": 8, "student.batch_size": 8, "student.eval_every": None, **more}
-    path.write_text(yaml.safe_dump(nested_settings(settings)))
-    return path
-
-
 def test_compress_conll2003_end_to_end_with_int8_and_a_fresh_pipeline(monkeypatch, capsys, tiny_bert, conll_dir,
                                                                       tmp_path):
     out = tmp_path / "run"
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
-                           "--teacher", tiny_bert, "--out", str(out), "--config", str(tiny_settings(tmp_path / "s.yaml")),
+                           "--teacher", tiny_bert, "--out", str(out), "--config", str(tiny_ner_settings(tmp_path / "s.yaml")),
                            "--int8", "--no-baselines")
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())

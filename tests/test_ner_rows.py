@@ -15,8 +15,7 @@ from torch.testing import assert_close
 from distillery.data.loading import load_unlabeled
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
-from tests.helpers import NO_EXTRAS, assert_one_line_error, run_cli, tiny_config
-from tests.test_ner import conll, conll_dir, tiny_settings  # noqa: F401  (conll_dir: the module's fixture)
+from tests.helpers import NO_EXTRAS, assert_one_line_error, run_cli, tiny_config, tiny_ner_settings
 
 CONLL = get_task("conll2003")
 
@@ -261,7 +260,7 @@ def test_compress_a_tagger_with_augmented_and_unlabeled_sentences(monkeypatch, c
     out = tmp_path / "run"
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_bert4, "--out", str(out), "--option", "augment=2", "--unlabeled-file",
-                           str(unlabeled), "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
+                           str(unlabeled), "--config", str(tiny_ner_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     text = json.loads((out / "train.json").read_text())["student_text"]
     n = text["labelled"]
@@ -286,7 +285,7 @@ def test_compress_a_tagger_into_a_student_of_another_tokenizer(monkeypatch, caps
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_family("bert", 4), "--out", str(out), "--option", f"student={student}",
                            "--option", "augment=1", "--option", "hidden_weight=0.5", "--unlabeled-file", str(unlabeled),
-                           "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
+                           "--config", str(tiny_ner_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"} <= set(metrics["student"])
@@ -304,7 +303,7 @@ def test_compress_a_tagger_into_a_pretrained_student_of_the_teachers_tokenizer(m
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_family("bert", 4), "--out", str(out), "--option",
                            f"student={tiny_family('bert', 2)}", "--option", "hidden_weight=0.5",
-                           "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
+                           "--config", str(tiny_ner_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"entity_f1", "f1_LOC", "token_accuracy"} <= set(metrics["student"])
@@ -335,7 +334,7 @@ def test_a_tagger_distils_from_the_cache_not_the_live_teacher(monkeypatch, capsy
     monkeypatch.setattr("distillery.distill.recipe.distillation_loss", counting)
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_bert4, "--out", str(tmp_path / "run"), "--option", "hidden_weight=0",
-                           "--config", str(tiny_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
+                           "--config", str(tiny_ner_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     assert steps and not calls, "the student's loss ran the teacher"
 

@@ -16,8 +16,7 @@ from safetensors.torch import load_file
 from distillery.training import trainer as trainer_module
 from distillery.folders import unrecorded
 from distillery.pipeline import compress
-from tests.helpers import flop_timed, tiny_config
-from tests.test_ner import write_conll_dir
+from tests.helpers import flop_timed, tiny_config, write_conll_dir
 
 OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-proportional: see below)
     "distill": {},

@@ -26,6 +26,12 @@ def output_field(outputs: Any, name: str) -> Tensor | None:
     return getattr(outputs, name, None)
 
 
+def arrow_column(dataset, name: str):
+    """Column ``name`` of a ``datasets.Dataset``'s rows (its selection, in order) as Arrow data, read without
+    Python rows (and without the data layer, which imports this module)."""
+    return dataset.select_columns([name]).with_format("arrow")[:][name]
+
+
 def logits_of(outputs: Any) -> Tensor:
     """The logits tensor of a model output, a dict, or the tensor itself."""
     if isinstance(outputs, Tensor):
@@ -151,9 +157,7 @@ class TaskKind:
     def cached_predictions(self, train) -> np.ndarray:
         """``train``'s ``teacher_logits`` column as one float32 row a prediction (a sentence's; a tagger's, a word's),
         what the teacher's temperature is read from (``distill.deep_cut``)."""
-        from distillery.data.loading import column_values  # here: see the module docstring
-
-        return np.asarray(column_values(train, "teacher_logits"), dtype=np.float32)
+        return np.asarray(arrow_column(train, "teacher_logits").to_pylist(), dtype=np.float32)
 
     def unlabelled(self, raw):
         """New raw rows (augmented, unlabeled) with the placeholder labels the teacher's replace."""
@@ -167,11 +171,9 @@ class TaskKind:
         """The ``teacher_logits`` of ``labelled`` (the teacher's encoding of the student's rows) for ``other``,
         another tokenizer's encoding of the same rows in the same order (a pretrained student's); None where the
         two do not line up: another number of rows, or other gold labels on the first ``originals``."""
-        from distillery.data.loading import column_values  # here: see the module docstring
-
         if len(labelled) != len(other):
             return None
-        gold = [np.asarray(column_values(d.select(range(originals)), "labels"), dtype=np.float64)
+        gold = [np.asarray(arrow_column(d.select(range(originals)), "labels").to_pylist(), dtype=np.float64)
                 for d in (labelled, other)]
         return labelled["teacher_logits"] if np.allclose(*gold) else None
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from distillery.errors import DistilleryError
-from distillery.kinds.base import TaskKind, logits_of
+from distillery.kinds.base import TaskKind, arrow_column, logits_of
 from distillery.metrics import ENTITY_METRICS, OUTSIDE, entity_metrics
 from distillery.modeling import TOKEN_HEAD
 
@@ -49,11 +49,6 @@ class WordLogits(SimpleNamespace):
     """A batch's cached teacher logits (``logits``: (rows, words, labels)), one vector a word of each row in order,
     NaN past a row's last: the words the student's rows and the teacher's share (:meth:`TokenClassification.
     distilled_positions` pairs word i of each with the row's i-th first sub-word)."""
-
-
-def arrow_column(dataset, name: str):
-    """Column ``name`` of ``dataset``'s rows (its selection, in order) as Arrow data, read without Python rows."""
-    return dataset.select_columns([name]).with_format("arrow")[:][name]
 
 
 def padded(column) -> tuple[np.ndarray, np.ndarray]:
