@@ -259,14 +259,14 @@ def test_compress_a_tagger_with_augmented_and_unlabeled_sentences(monkeypatch, c
     unlabeled.write_text("the\nactor\nwas\nborn\nin\nparis\n\nwhere\nis\nlondon\n")
     out = tmp_path / "run"
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
-                           "--teacher", tiny_bert4, "--out", str(out), "--option", "augment=2", "--unlabeled-file",
+                           "--teacher", tiny_bert4, "--out", str(out), "--option", "augment=1", "--unlabeled-file",
                            str(unlabeled), "--config", str(tiny_ner_settings(tmp_path / "s.yaml")), *NO_EXTRAS)
     assert code == 0, err
     text = json.loads((out / "train.json").read_text())["student_text"]
     n = text["labelled"]
-    assert text["augmented"] == 2 * n and text["unlabeled"] == 2
+    assert text["augmented"] == n and text["unlabeled"] == 2
     train = seen["train"]
-    assert len(train) == 3 * n + 2
+    assert len(train) == 2 * n + 2
     new = train.select(range(n, len(train)))  # each new word tagged by the teacher: the argmax of its vector
     for row in new:
         tags = [label for label, word in zip(row["labels"], row["word_mask"]) if word]
