@@ -323,7 +323,7 @@ def test_compress_conll2003_end_to_end_with_int8_and_a_fresh_pipeline(monkeypatc
     assert groups and set(groups) <= {"LOC", "ORG", "PER", "MISC"}, result.stdout
 
 
-@pytest.mark.parametrize("method", ["moebert", "cmow", "autotinybert"])
+@pytest.mark.parametrize("method", ["moebert", "autotinybert"])
 def test_methods_without_token_classification_refuse_in_a_sentence(monkeypatch, capsys, tiny_bert, conll_dir,
                                                                     tmp_path, method):
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),

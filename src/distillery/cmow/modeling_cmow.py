@@ -40,15 +40,17 @@ import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
+from transformers import (AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification,
+                          AutoModelForTokenClassification, PreTrainedConfig, PreTrainedModel)
 from transformers import initialization as init
-from transformers.loss.loss_utils import ForSequenceClassificationLoss
-from transformers.modeling_outputs import ModelOutput
+from transformers.loss.loss_utils import ForSequenceClassificationLoss, ForTokenClassification
+from transformers.modeling_outputs import ModelOutput, TokenClassifierOutput
 
 from distillery.training.losses import soft_cross_entropy_to
 from distillery.errors import DistilleryError
 from distillery.modeling import OnnxSpec, wants_dict
 
+from distillery.cmow.heads import TAG_HEADS, BiLSTMHead, CNNHead, make_head, make_tag_head  # noqa: F401 (re-exported)
 from distillery.cmow.options import COMPONENTS, HEADS, PAIR_MODES  # noqa: F401 (the options' choices)
 from distillery.cmow.products import (  # noqa: F401 (re-exported)
     EXPORT_CHUNK,
@@ -153,6 +155,17 @@ class CMOWConfig(PreTrainedConfig):
     def token_size(self) -> int:
         """Size of the per-token (MLM) representation h_i: prefix and suffix sums when bidirectional."""
         return self.directions * (self.matrix_dim ** 2 * self.uses_matrices + self.vector_dim * self.uses_vectors)
+
+    @property
+    def own_size(self) -> int:
+        """Size of a token's own embedding beside its per-token state in a tagger: its CBOW vector, else its
+        forward matrix."""
+        return self.vector_dim if self.uses_vectors else self.matrix_dim ** 2
+
+    @property
+    def tag_size(self) -> int:
+        """Size of a tagger's per-position input: h_i and the token's own embedding."""
+        return self.token_size + self.own_size
 
     @property
     def embedding_size(self) -> int:
@@ -267,10 +280,13 @@ class CMOWEncoder(nn.Module):
             parts.append(tok["vec"].sum(1))
         return torch.cat(parts, dim=-1), tok
 
-    def per_token(self, input_ids: Tensor, keep: Tensor) -> Tensor:
-        """h_i for every position (B, T, token_size): prefix (and suffix) products and sums."""
+    def per_token(self, input_ids: Tensor, keep: Tensor, own: bool = False) -> Tensor:
+        """h_i for every position (B, T, token_size): prefix (and suffix) products and sums; with ``own`` the
+        token's own embedding too (B, T, tag_size): a prefix and a suffix both hold token i, but only mixed
+        with its context (its vector in a sum whose total a linear map cannot take apart), and a tagger reads
+        the word itself first."""
         tok = self.tokens(input_ids, keep)
-        parts = []
+        parts = [(tok["vec"] if "vec" in tok else tok["fw"].flatten(2))] if own else []
         if "fw" in tok:
             parts.append(prefix_products(tok["fw"]).flatten(2))  # X_1 ⋯ X_i
         if "bw" in tok:
@@ -281,66 +297,6 @@ class CMOWEncoder(nn.Module):
             if self.config.bidirectional:
                 parts.append(tok["vec"].sum(1, keepdim=True) - prefix + tok["vec"])  # Σ_{j ≥ i}
         return torch.cat(parts, dim=-1)
-
-
-# ------------------------------------------------------------------------------------------------
-# Heads (appendix A)
-
-
-class CNNHead(nn.Module):
-    """The paper's 2D-CNN over the aggregated d×d maps (fw, bw, CBOW reshaped; ×3 with DiffCat):
-    a 4× transposed-conv upsampling, three convolutions, batch norm, dropout 0.4, linear."""
-
-    def __init__(self, channels: int, d: int, num_outputs: int):
-        super().__init__()
-        c = channels
-        self.d = d
-        self.net = nn.Sequential(
-            nn.ConvTranspose2d(c, c, 4, stride=4), nn.Conv2d(c, c, 4), nn.ReLU(),
-            nn.Conv2d(c, c + 2, 3, stride=2), nn.ReLU(), nn.Conv2d(c + 2, c + 2, 3, stride=2), nn.ReLU(),
-            nn.BatchNorm2d(c + 2), nn.Flatten(), nn.Dropout(0.4),
-        )
-        with torch.no_grad():
-            size = self.net(torch.zeros(2, c, d, d)).shape[1]
-        self.out = nn.Linear(size, num_outputs)
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.out(self.net(h.view(h.shape[0], -1, self.d, self.d)))
-
-
-class BiLSTMHead(nn.Module):
-    """A BiLSTM over each sentence's token embeddings (the paper's appendix A), final states of both
-    directions as the sentence, then DiffCat for pairs, then two linear layers (ReLU, dropout 0.5)."""
-
-    def __init__(self, config: CMOWConfig, num_outputs: int, pieces: int):
-        super().__init__()
-        hidden = config.lstm_hidden
-        self.lstm = nn.LSTM(config.embedding_size, hidden, batch_first=True, bidirectional=True)
-        self.mlp = nn.Sequential(nn.Linear(2 * hidden * pieces, config.head_hidden), nn.ReLU(), nn.Dropout(0.5),
-                                 nn.Linear(config.head_hidden, num_outputs))
-
-    def sentence(self, tok: dict[str, Tensor], keep: Tensor) -> Tensor:
-        x = torch.cat([v.flatten(2) for v in tok.values()], dim=-1).to(self.lstm.weight_ih_l0.dtype)  # (B, T, embedding_size)
-        order = torch.argsort((~keep).int(), dim=1, stable=True)  # the sentence's tokens first, in order
-        x = x.gather(1, order.unsqueeze(-1).expand_as(x))
-        lengths = keep.sum(1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        _, (h, _) = self.lstm(packed)  # h: (2, B, hidden)
-        return torch.cat([h[0], h[1]], dim=-1)
-
-
-def make_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
-    pieces = 3 if config.pair_mode == "diffcat" else 1
-    size = config.sentence_size * pieces
-    if config.head == "linear":
-        return nn.Sequential(nn.LayerNorm(size), nn.Linear(size, num_outputs))
-    if config.head == "mlp":
-        return nn.Sequential(nn.Linear(size, config.head_hidden), nn.LayerNorm(config.head_hidden), nn.ReLU(),
-                             nn.Dropout(config.head_dropout), nn.Linear(config.head_hidden, num_outputs))
-    if config.head == "cnn":
-        maps = config.directions * config.uses_matrices + config.uses_vectors
-        return CNNHead(maps * pieces, config.matrix_dim, num_outputs)
-    return BiLSTMHead(config, num_outputs, pieces)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -529,6 +485,32 @@ class CMOWForMaskedLM(CMOWPreTrainedModel):
         return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
+class CMOWForTokenClassification(CMOWPreTrainedModel):
+    """A tagger with no attention: at each position, the token's own embedding and its bidirectional per-token
+    state h_i (the products of the tokens up to it and from it, and the CBOW sums; :meth:`CMOWEncoder.per_token`,
+    the scans of the MLM pretraining) → dropout → a tag head at every position (:func:`make_tag_head`).
+    Padding is the identity, so a real position's tags do not depend on how much padding follows."""
+
+    def __init__(self, config: CMOWConfig):
+        super().__init__(config)
+        self.encoder = CMOWEncoder(config)
+        self.num_labels = config.num_labels
+        self.head_dropout = nn.Dropout(config.dropout)
+        self.head = make_tag_head(config, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                **kwargs) -> TokenClassifierOutput:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        hidden = self._cast_for_head(self.encoder.per_token(input_ids, kept_tokens(input_ids, attention_mask), own=True))
+        logits = self.head(self.head_dropout(hidden))  # (B, T, num_labels)
+        loss = ForTokenClassification(logits, labels, self.config) if labels is not None else None  # -100 ignored
+        result = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=(hidden,) if output_hidden_states else None)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
+
+
 def bin_values(config: CMOWConfig) -> Tensor:
     """The regression bins' values (fp32), or a placeholder for a classifier."""
     return torch.tensor(config.score_bins or [0.0], dtype=torch.float32)
@@ -551,3 +533,4 @@ AutoConfig.register("cmow", CMOWConfig, exist_ok=True)
 AutoModel.register(CMOWConfig, CMOWModel, exist_ok=True)
 AutoModelForSequenceClassification.register(CMOWConfig, CMOWForSequenceClassification, exist_ok=True)
 AutoModelForMaskedLM.register(CMOWConfig, CMOWForMaskedLM, exist_ok=True)
+AutoModelForTokenClassification.register(CMOWConfig, CMOWForTokenClassification, exist_ok=True)

@@ -22,7 +22,8 @@ class CMOWOptions(MethodOptions):
     pair_mode: str | None = option(None, one_of(*PAIR_MODES, optional=True), "sentence pairs: both encoded "
                                    "together, or each alone and combined", default_text="diffcat for pairs",
                                    paper="DiffCat")
-    head: str = option("mlp", one_of(*HEADS), "the classifier over the sentence embedding")
+    head: str | None = option(None, one_of(*HEADS, optional=True), "the classifier over the sentence embedding "
+                              "(a tagger's at each token: linear or mlp)", default_text="mlp; linear for tags")
     dropout: float = option(0.1, number(0, below=1), "dropout on the embeddings")
     head_dropout: float = option(0.2, number(0, below=1), "dropout in the head")
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own "

@@ -58,6 +58,8 @@ def _tree_product_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
 
 def prefix_products(x: Tensor) -> Tensor:
     """Inclusive prefix products P_i = x_1 ⋯ x_i along dim 1 (Hillis–Steele: ⌈log2 T⌉ batched steps)."""
+    if torch.compiler.is_exporting():
+        return _scan_fixed_depth(x, reverse=False)
     k, length = 1, x.shape[1]
     while k < length:
         x = torch.cat([x[:, :k], x[:, :-k] @ x[:, k:]], dim=1)  # P_i ← P_{i−k} · P_i
@@ -67,8 +69,44 @@ def prefix_products(x: Tensor) -> Tensor:
 
 def suffix_products(x: Tensor) -> Tensor:
     """Inclusive suffix products S_i = x_T ⋯ x_i along dim 1 (the backward direction, aligned at i)."""
+    if torch.compiler.is_exporting():
+        return _scan_fixed_depth(x, reverse=True)
     k, length = 1, x.shape[1]
     while k < length:
         x = torch.cat([x[:, k:] @ x[:, :-k], x[:, -k:]], dim=1)  # S_i ← S_{i+k} · S_i
         k *= 2
     return x
+
+
+def _shifted(x: Tensor, k: int, eye: Tensor, later: bool) -> Tensor:
+    """x moved k places along dim 1 (``later``: position i holds x_{i+k}, else x_{i−k}), identities
+    shifted in: a pad and a slice, whatever the (symbolic) length."""
+    deviation = x - eye
+    if later:
+        return F.pad(deviation, (0, 0, 0, 0, 0, k))[:, k:] + eye
+    return F.pad(deviation, (0, 0, 0, 0, k, 0))[:, : x.shape[1]] + eye
+
+
+def _scan_fixed_depth(x: Tensor, reverse: bool) -> Tensor:
+    """:func:`prefix_products` (or with ``reverse`` :func:`suffix_products`) of (B, T, d, d) with T ≤
+    EXPORT_MAX_LENGTH in shape-independent steps, as :func:`_tree_product_fixed_depth` does for the whole
+    product: a static scan inside each EXPORT_CHUNK block, a fixed number of doubling steps over the block
+    products (the products of the blocks before, or after, each block), then one product a position."""
+    batch, length, d, _ = x.shape
+    pad = (-length) % EXPORT_CHUNK
+    # identities at the end change no prefix; a suffix then starts with them, which changes nothing either
+    x = torch.cat([x, identity_like(x[:, :1]).expand(batch, pad, d, d)], dim=1)
+    blocks = x.reshape(batch, (length + pad) // EXPORT_CHUNK, EXPORT_CHUNK, d, d)
+    local = blocks.flatten(0, 1)  # (B·n, C, d, d): each block's own inclusive scan, static
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    k = 1
+    while k < EXPORT_CHUNK:
+        local = _shifted(local, k, eye, later=reverse) @ local  # P_i ← P_{i−k} · P_i; S_i ← S_{i+k} · S_i
+        k *= 2
+    local = local.reshape(blocks.shape)
+    whole = local[:, :, 0] if reverse else local[:, :, -1]  # (B, n, d, d): each block's own product
+    for step in range((EXPORT_MAX_LENGTH // EXPORT_CHUNK).bit_length() - 1):  # the same scan over the blocks
+        whole = _shifted(whole, 2 ** step, eye, later=reverse) @ whole
+    before = _shifted(whole, 1, eye, later=reverse)  # the blocks strictly before (after) each block
+    out = before[:, :, None] @ local
+    return out.reshape(batch, length + pad, d, d)[:, :length]

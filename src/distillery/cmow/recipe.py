@@ -1,9 +1,12 @@
 """Method ``cmow``: a bidirectional CMOW/CBOW-Hybrid student by task-specific distillation (§2.3, §3.2).
 
 setup:  a CMOW classifier over the teacher's vocabulary (random init, or the encoder of a general-
-        distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise.
+        distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise. Token
+        classification: a CMOW tagger (``CMOWForTokenClassification``), a tag head on each position's per-token
+        state (the bidirectional prefix/suffix products of the MLM pretraining), no attention.
 train:  L = (1 − w)·CE(y) + w·CE(softmax(teacher / T), student) (w: kd_weight) with the one trainer; the teacher's
-        logits are computed once and cached. Regression (STS-B) is trained as classification over
+        logits are computed once and cached (a tagger's teacher runs beside it, per word: the kind caches no
+        per-token outputs). Regression (STS-B) is trained as classification over
         score bins (``bin_width``, 0.2 as in the paper): the targets are two-hot distributions whose
         expected value is the gold (or the teacher's) score, and the model predicts the expected score.
         Early stopping on dev (``student.patience`` evaluations without a new best).
@@ -18,7 +21,10 @@ from typing import ClassVar
 
 from transformers import PreTrainedModel
 
-from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification, checked_config, two_hot
+import torch
+
+from distillery.cmow.modeling_cmow import (TAG_HEADS, CMOWConfig, CMOWForSequenceClassification,
+                                          CMOWForTokenClassification, checked_config, two_hot)
 from distillery.cmow.options import CMOWOptions
 from distillery.data.encode import model_inputs
 from distillery.data.loading import kind_for
@@ -26,11 +32,15 @@ from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind
 from distillery.method import Method
 from distillery.method_context import MethodContext
-from distillery.modeling import model_folder, read_config
+from distillery.modeling import SEQUENCE_HEAD, TOKEN_HEAD, model_folder, read_config
 from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.weights import verify_weights
 
 logger = logging.getLogger("distillery")
+
+# the student for each head a task kind trains (distillery.kinds): a CMOW classifier reads the sentence, a tagger
+# each token; SQuAD's span head has none
+STUDENTS = {SEQUENCE_HEAD.name: CMOWForSequenceClassification, TOKEN_HEAD.name: CMOWForTokenClassification}
 
 
 def _model_dir(path):
@@ -54,21 +64,28 @@ def score_bins(labels, width: float) -> list[float]:
     return [lo + i * width for i in range(n)] if n > 1 else [lo, lo + width]
 
 
-def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClassification:
+def student_head(kind: TaskKind, head: str | None) -> str:
+    """The head option for ``kind``'s student: the one asked for, else an MLP over a sentence and a linear map at
+    each token (a tagger's head runs at every position: an MLP there would cost more than the products)."""
+    return head or ("linear" if kind.head is TOKEN_HEAD else "mlp")
+
+
+def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClassification | CMOWForTokenClassification:
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
+    kind = task.kind_object
     pair_mode = opts.pair_mode or ("diffcat" if task.is_pair else "joint")
     bins = None
     if task.num_labels == 1:  # a score (no task has a single class), classified over bins
         bins = score_bins(ctx.task_data.train["labels"], float(opts.bin_width))
     config = CMOWConfig(
         vocab_size=ctx.teacher.config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
-        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), pair_mode=pair_mode, head=opts.head,
-        dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
+        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), pair_mode=pair_mode,
+        head=student_head(kind, opts.head), dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
         num_labels=1 if bins else ctx.teacher.config.num_labels, score_bins=bins,
         pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
         id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),
     )
-    student = CMOWForSequenceClassification(config)
+    student = STUDENTS[kind.head.name](config)
     if opts.init is not None:
         from safetensors.torch import load_file
 
@@ -82,28 +99,35 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
         encoder = {k.split("encoder.", 1)[1]: v for k, v in state.items() if "encoder." in k}
         student.encoder.load_state_dict(encoder, strict=True)
         ctx.notes.append(f"Student encoder initialised from the general-distilled {opts.init}.")
+    reads = "a tag at each word's first sub-word from its per-token state" if kind.head is TOKEN_HEAD \
+        else f"{pair_mode} encoding"
     ctx.notes.append(f"Student: {'bidirectional ' if config.bidirectional else ''}CMOW/CBOW {config.component} "
-                     f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {pair_mode} encoding"
+                     f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {reads}"
                      + (f", {len(bins)} score bins of {opts.bin_width}" if bins else "") + ".")
     return student
 
 
-def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
+def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float, teacher=None):
     """loss_fn for the trainer: (1 − kd_weight)·CE(label) + kd_weight·soft CE(teacher), :func:`kd_mix` (the label:
     gold on the task's rows, the teacher's class or score on augmented and unlabeled rows). Binned regression: both
     targets are two-hot distributions over the bins (gold score, teacher's score); else the task ``kind``'s loss and
-    distillation term."""
+    distillation term, given the batch (a tagger's term compares each word's first sub-word). The teacher's outputs
+    are the batch's cached ``teacher_logits``, or ``teacher`` run on the batch where it has none."""
 
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model))
-        teacher = batch["teacher_logits"]
-        if out.bin_logits is not None:
+        if "teacher_logits" in batch:
+            t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
+        else:
+            with torch.no_grad():
+                t_out = teacher(**model_inputs(batch, teacher))
+        if getattr(out, "bin_logits", None) is not None:
             bins = model.bin_values
             ce = soft_cross_entropy_to(out.bin_logits, two_hot(batch["labels"].float(), bins))
-            kd = soft_cross_entropy_to(out.bin_logits, two_hot(teacher.squeeze(-1), bins))
+            kd = soft_cross_entropy_to(out.bin_logits, two_hot(batch["teacher_logits"].squeeze(-1), bins))
         else:
             ce = task_loss(kind, out, batch)
-            kd = prediction_distillation(kind, out, teacher, temperature=temperature)
+            kd = prediction_distillation(kind, out, t_out, temperature=temperature, batch=batch)
         return kd_mix(ce, kd, kd_weight), {"ce": float(ce.detach()), "kd": float(kd.detach())}
 
     return loss_fn
@@ -111,18 +135,23 @@ def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
 
 class CMOW(Method):
     name: ClassVar[str] = "cmow"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("token_classification",)  # its heads and losses: sentences, spans
     # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
     # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
     teacher_outputs_only: ClassVar[bool] = True
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
-        if not kind_for(config.data.task, config.data.regression).pooled_output:
-            raise DistilleryError("cmow encodes whole sentences: it has no per-token span head for SQuAD.")
+        kind = kind_for(config.data.task, config.data.regression)
+        if kind.head.name not in STUDENTS:
+            raise DistilleryError(f"cmow has no {kind.head.name} student: it classifies sentences or tags words, and "
+                                  "has no span head for SQuAD.")
+        head = student_head(kind, opts.head)
+        if kind.head is TOKEN_HEAD and head not in TAG_HEADS:
+            raise DistilleryError(f"--option head={head} reads a whole sentence; a cmow tagger's head is one of "
+                                  f"{', '.join(TAG_HEADS)}, at each token.")
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
-                       matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=opts.head)
+                       matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=head)
         if opts.init is not None:
             init_config = init_model_config(opts.init)
             if init_config.vocab_size != teacher_config.vocab_size:
@@ -134,7 +163,11 @@ class CMOW(Method):
         ctx.teacher.eval()
         student = build_student(ctx, opts)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
+        kind = ctx.task_data.task.kind_object
+        cached = kind.takes_new_rows  # the kind's teacher outputs are cached per row; else the teacher runs beside
         ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or the "
-                         "teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
-        train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
-        return ctx.train(student, cmow_loss(ctx.task_data.task.kind_object, kd_weight, t), desc="cmow", train_dataset=train)
+                         "teacher's on augmented and unlabeled rows); "
+                         + ("teacher outputs computed once and cached." if cached else
+                            "the teacher's tags run beside the student, compared on each word's first sub-word."))
+        train = ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=cached)
+        return ctx.train(student, cmow_loss(kind, kd_weight, t, ctx.teacher), desc="cmow", train_dataset=train)
