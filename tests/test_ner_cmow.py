@@ -15,17 +15,11 @@ from torch.testing import assert_close
 
 from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForTokenClassification
 from distillery.cmow.products import _scan_fixed_depth, prefix_products, suffix_products
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import assert_one_line_error, run_cli, tiny_ner_settings
 from tests.oracles import sequential_product
-from tests.test_ner import tiny_settings, write_conll_dir
 
 VOCAB, SEP, TAGS = 99, 3, 5
 TOL = dict(atol=1e-5, rtol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def conll_dir(tmp_path_factory):
-    return write_conll_dir(tmp_path_factory.mktemp("conll"))
 
 
 def tagger(**kw) -> CMOWForTokenClassification:
@@ -97,7 +91,7 @@ def test_tagger_save_load_and_auto_class(tmp_path):
 
 def test_compress_conll2003_with_cmow_end_to_end(monkeypatch, capsys, tiny_bert, conll_dir, tmp_path):
     out = tmp_path / "run"
-    settings = tiny_settings(tmp_path / "s.yaml", **{"method_options.matrix_dim": 4, "method_options.vector_dim": 32,
+    settings = tiny_ner_settings(tmp_path / "s.yaml", **{"method_options.matrix_dim": 4, "method_options.vector_dim": 32,
                                                     "student.lr": 3e-3})
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
                            "--teacher", tiny_bert, "--method", "cmow", "--out", str(out), "--config", str(settings),

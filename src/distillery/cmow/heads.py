@@ -3,13 +3,11 @@ aggregated matrices, a BiLSTM over the token embeddings) and, for a tagger, over
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor, nn
+from transformers import PreTrainedConfig
 
-if TYPE_CHECKING:
-    from distillery.cmow.modeling_cmow import CMOWConfig
+# ``config`` below is a distillery.cmow.modeling_cmow.CMOWConfig (which imports this module)
 
 
 class CNNHead(nn.Module):
@@ -37,7 +35,7 @@ class BiLSTMHead(nn.Module):
     """A BiLSTM over each sentence's token embeddings (the paper's appendix A), final states of both
     directions as the sentence, then DiffCat for pairs, then two linear layers (ReLU, dropout 0.5)."""
 
-    def __init__(self, config: CMOWConfig, num_outputs: int, pieces: int):
+    def __init__(self, config: PreTrainedConfig, num_outputs: int, pieces: int):
         super().__init__()
         hidden = config.lstm_hidden
         self.lstm = nn.LSTM(config.embedding_size, hidden, batch_first=True, bidirectional=True)
@@ -54,7 +52,7 @@ class BiLSTMHead(nn.Module):
         return torch.cat([h[0], h[1]], dim=-1)
 
 
-def make_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
+def make_head(config: PreTrainedConfig, num_outputs: int) -> nn.Module:
     pieces = 3 if config.pair_mode == "diffcat" else 1
     size = config.sentence_size * pieces
     if config.head == "linear":
@@ -73,7 +71,7 @@ def make_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
 TAG_HEADS = ("linear", "mlp")
 
 
-def make_tag_head(config: CMOWConfig, num_outputs: int) -> nn.Module:
+def make_tag_head(config: PreTrainedConfig, num_outputs: int) -> nn.Module:
     """The tagger's head, applied at every position of (B, T, tag_size): a LayerNorm and a linear map (``linear``),
     or the sentence MLP's layers (``mlp``). The per-token states mix products (entries near 1) and CBOW sums
     (growing with the position), hence the normalisation first."""
