@@ -29,6 +29,7 @@ from torch import Tensor
 
 from distillery.errors import DistilleryError
 from distillery.kinds.base import TaskKind, arrow_column, logits_of
+from distillery.kinds.classification import Classification
 from distillery.metrics import ENTITY_METRICS, OUTSIDE, entity_metrics
 from distillery.modeling import TOKEN_HEAD
 
@@ -116,6 +117,11 @@ class TokenClassification(TaskKind):
     softened_outputs = True
     word_labels = True
     max_lengths = {"quick": 128, "full": 128}
+    # the static-embedding baseline tags each word (live_baselines.StaticTaggerModel) by a classifier over its
+    # token vectors: the same logistic regression as a sentence's class, a word a row
+    static_head = "logistic-regression"
+    fit_static_head = Classification.fit_static_head
+    static_head_weights = Classification.static_head_weights
 
     def num_labels(self, task) -> int:
         return len(task.labels) if task.labels else 0
