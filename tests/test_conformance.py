@@ -39,6 +39,7 @@ from transformers import BertConfig  # noqa: E402
 from transformers.models.auto.modeling_auto import (  # noqa: E402
     MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
     MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
     MODEL_MAPPING_NAMES,
 )
 
@@ -48,7 +49,12 @@ from distillery.autotinybert.modeling_autotinybert import (  # noqa: E402
     AutoTinyBertForSequenceClassification,
     AutoTinyBertModel,
 )
-from distillery.cmow.modeling_cmow import CMOWConfig, CMOWForSequenceClassification, CMOWModel  # noqa: E402
+from distillery.cmow.modeling_cmow import (  # noqa: E402
+    CMOWConfig,
+    CMOWForSequenceClassification,
+    CMOWForTokenClassification,
+    CMOWModel,
+)
 from distillery.moebert.modeling_moebert import (  # noqa: E402
     MoEBertConfig,
     MoEBertForQuestionAnswering,
@@ -102,7 +108,8 @@ def cmow_regression_config(**kw):
 
 # (class name suffix, the table of model type -> class name of that head)
 HEAD_TABLES = (("Model", MODEL_MAPPING_NAMES), ("ForSequenceClassification", MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
-               ("ForQuestionAnswering", MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES))
+               ("ForQuestionAnswering", MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES),
+               ("ForTokenClassification", MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES))
 
 
 def not_applicable(reason):
@@ -193,3 +200,12 @@ class CMOWRegressionConformanceTest(CMOWConformanceTest):
     test_problem_types = not_applicable(BINNED)
     test_load_with_mismatched_shapes = not_applicable(BINNED)
     test_can_load_ignoring_mismatched_shapes = not_applicable(BINNED)
+
+
+class CMOWTaggerConformanceTest(CMOWConformanceTest):
+    """The token-classification student: a tag head on each position's per-token state."""
+
+    all_model_classes = (CMOWForTokenClassification,)
+    make_config = staticmethod(lambda **kw: cmow_config(**{"head": "linear", **kw}))
+    # its per-token states are on the way to the tags: transformers' own test of their gradients applies
+    test_retain_grad_hidden_states_attentions = ModelTesterMixin.test_retain_grad_hidden_states_attentions
