@@ -66,8 +66,13 @@ def score_bins(labels, width: float) -> list[float]:
 
 def student_head(kind: TaskKind, head: str | None) -> str:
     """The head option for ``kind``'s student: the one asked for, else an MLP over a sentence and a linear map at
-    each token (a tagger's head runs at every position: an MLP there would cost more than the products)."""
-    return head or ("linear" if kind.head is TOKEN_HEAD else "mlp")
+    each token (a tagger's head runs at every position: an MLP there would cost more than the products). A head
+    that reads a whole sentence is refused for a tagger."""
+    head = head or ("linear" if kind.head is TOKEN_HEAD else "mlp")
+    if kind.head is TOKEN_HEAD and head not in TAG_HEADS:
+        raise DistilleryError(f"--option head={head} reads a whole sentence; a cmow tagger's head is one of "
+                              f"{', '.join(TAG_HEADS)}, at each token.")
+    return head
 
 
 def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClassification | CMOWForTokenClassification:
@@ -145,10 +150,7 @@ class CMOW(Method):
         if kind.head.name not in STUDENTS:
             raise DistilleryError(f"cmow has no {kind.head.name} student: it classifies sentences or tags words, and "
                                   "has no span head for SQuAD.")
-        head = student_head(kind, opts.head)
-        if kind.head is TOKEN_HEAD and head not in TAG_HEADS:
-            raise DistilleryError(f"--option head={head} reads a whole sentence; a cmow tagger's head is one of "
-                                  f"{', '.join(TAG_HEADS)}, at each token.")
+        head = student_head(kind, opts.head)  # a custom token file's kind is known once it is read: build_student
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
                        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=head)
