@@ -5,8 +5,8 @@ setup:  a CMOW classifier over the teacher's vocabulary (random init, or the enc
         classification: a CMOW tagger (``CMOWForTokenClassification``), a tag head on each position's per-token
         state (the bidirectional prefix/suffix products of the MLM pretraining), no attention.
 train:  L = (1 − w)·CE(y) + w·CE(softmax(teacher / T), student) (w: kd_weight) with the one trainer; the teacher's
-        logits are computed once and cached (a tagger's teacher runs beside it, per word: the kind caches no
-        per-token outputs). Regression (STS-B) is trained as classification over
+        logits are computed once and cached (a tagger's: one vector a word, compared with the student's first
+        sub-words). Regression (STS-B) is trained as classification over
         score bins (``bin_width``, 0.2 as in the paper): the targets are two-hot distributions whose
         expected value is the gold (or the teacher's) score, and the model predicts the expected score.
         Early stopping on dev (``student.patience`` evaluations without a new best).
@@ -20,8 +20,6 @@ import logging
 from typing import ClassVar
 
 from transformers import PreTrainedModel
-
-import torch
 
 from distillery.cmow.modeling_cmow import (TAG_HEADS, CMOWConfig, CMOWForSequenceClassification,
                                           CMOWForTokenClassification, checked_config, two_hot)
@@ -112,27 +110,24 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
     return student
 
 
-def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float, teacher=None):
+def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
     """loss_fn for the trainer: (1 − kd_weight)·CE(label) + kd_weight·soft CE(teacher), :func:`kd_mix` (the label:
     gold on the task's rows, the teacher's class or score on augmented and unlabeled rows). Binned regression: both
     targets are two-hot distributions over the bins (gold score, teacher's score); else the task ``kind``'s loss and
-    distillation term, given the batch (a tagger's term compares each word's first sub-word). The teacher's outputs
-    are the batch's cached ``teacher_logits``, or ``teacher`` run on the batch where it has none."""
+    distillation term, given the batch (a tagger's compares each word's first sub-word with the teacher's cached
+    logits of that word)."""
 
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model))
-        if "teacher_logits" in batch:
-            t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
-        else:
-            with torch.no_grad():
-                t_out = teacher(**model_inputs(batch, teacher))
+        teacher = batch["teacher_logits"]
         if getattr(out, "bin_logits", None) is not None:
             bins = model.bin_values
             ce = soft_cross_entropy_to(out.bin_logits, two_hot(batch["labels"].float(), bins))
-            kd = soft_cross_entropy_to(out.bin_logits, two_hot(batch["teacher_logits"].squeeze(-1), bins))
+            kd = soft_cross_entropy_to(out.bin_logits, two_hot(teacher.squeeze(-1), bins))
         else:
             ce = task_loss(kind, out, batch)
-            kd = prediction_distillation(kind, out, t_out, temperature=temperature, batch=batch)
+            kd = prediction_distillation(kind, out, kind.cached_teacher_outputs(teacher), temperature=temperature,
+                                         batch=batch)
         return kd_mix(ce, kd, kd_weight), {"ce": float(ce.detach()), "kd": float(kd.detach())}
 
     return loss_fn
@@ -165,11 +160,7 @@ class CMOW(Method):
         ctx.teacher.eval()
         student = build_student(ctx, opts)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-        kind = ctx.task_data.task.kind_object
-        cached = kind.takes_new_rows  # the kind's teacher outputs are cached per row; else the teacher runs beside
         ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or the "
-                         "teacher's on augmented and unlabeled rows); "
-                         + ("teacher outputs computed once and cached." if cached else
-                            "the teacher's tags run beside the student, compared on each word's first sub-word."))
-        train = ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=cached)
-        return ctx.train(student, cmow_loss(kind, kd_weight, t, ctx.teacher), desc="cmow", train_dataset=train)
+                         "teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
+        train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
+        return ctx.train(student, cmow_loss(ctx.task_data.task.kind_object, kd_weight, t), desc="cmow", train_dataset=train)
