@@ -9,11 +9,12 @@ import random
 import pytest
 import torch
 from torch.testing import assert_close
-from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification
+from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 
 from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertForSequenceClassification
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
+from distillery.kinds import kind_of
 from tests.helpers import (TINY_BERT, TINY_RUN, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
                            write_glue)
 
@@ -22,7 +23,7 @@ TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
 def tiny_teacher(cls=BertForSequenceClassification, **kw):
     torch.manual_seed(0)
-    labels = 2 if cls is BertForQuestionAnswering else 3
+    labels = kw.pop("num_labels", 2 if cls is BertForQuestionAnswering else 3)
     config = tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")
     return cls(config).eval()
 
@@ -38,7 +39,8 @@ def batch():
 
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
-@pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits")])
+@pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits"),
+                                      (BertForTokenClassification, "logits")])
 def test_full_size_supernet_equals_its_bert(strategy, cls, key):
     teacher = tiny_teacher(cls)
     net = SuperNet.from_teacher(teacher, strategy).eval()
@@ -70,6 +72,56 @@ def test_extraction_equals_the_supernet_slice(strategy, tmp_path):
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         assert_close(loaded(**batch()).logits, model(**batch()).logits)
+
+
+def test_a_tagger_supernet_extracts_a_token_classifier_equal_to_its_slice(tmp_path):
+    """A token-classification teacher's super-net: its head is the task kind's (every token's logits), a
+    sub-network extracts to the AutoTinyBERT token classifier the Auto class loads, with the tag names."""
+    from transformers import AutoModelForTokenClassification
+
+    import distillery
+
+    teacher = tiny_teacher(BertForTokenClassification, num_labels=5, id2label={i: f"T{i}" for i in range(5)})
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    assert net.kind is kind_of("token_classification") and net.bert.pooler is None
+    arch = net.space.sample(random.Random(1))
+    model = net.extract(arch)
+    assert type(model).__name__ == "AutoTinyBertForTokenClassification"
+    with torch.no_grad():
+        assert_close(model(**batch()).logits, net(**batch(), arch=arch)["logits"])
+        assert net(**batch(), arch=arch)["logits"].shape == (3, 11, 5)
+    model.save_pretrained(tmp_path)
+    distillery.register_models()
+    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    assert loaded.config.id2label[4] == "T4"
+    labels = torch.full((3, 11), -100)
+    labels[:, 1:4] = 2
+    with torch.no_grad():
+        out = loaded(**batch(), labels=labels)
+        assert_close(out.logits, model(**batch()).logits)
+    assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[:, 1:4].reshape(-1, 5), labels[:, 1:4].reshape(-1)))
+
+
+def test_a_saved_supernet_keeps_its_heads_kind():
+    """supernet.json names the head's kind; a folder written before the kinds ("classification" for a
+    regressor too) loads a one-output head as regression."""
+    import json
+    import tempfile
+
+    from distillery.autotinybert.oneshot import load_supernet, save_supernet
+
+    for cls, labels, kind in ((BertForTokenClassification, 5, "token_classification"),
+                              (BertForSequenceClassification, 1, "regression")):
+        net = SuperNet.from_teacher(tiny_teacher(cls, num_labels=labels))
+        assert net.kind is kind_of(kind)
+        with tempfile.TemporaryDirectory() as tmp:
+            save_supernet(net, None, tmp)
+            assert json.loads(open(f"{tmp}/supernet.json").read())["head_kind"] == kind
+            assert load_supernet(tmp).kind is kind_of(kind)
+            if kind == "regression":
+                facts = json.loads(open(f"{tmp}/supernet.json").read())
+                open(f"{tmp}/supernet.json", "w").write(json.dumps({**facts, "head_kind": "classification"}))
+                assert load_supernet(tmp).kind is kind_of("regression")
 
 
 def test_qkv_rows_keep_whole_heads_or_head_boundaries():
@@ -272,6 +324,28 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
     assert terms.hidden.item() < 1e-10 and terms.attention.item() < 1e-10 and abs(terms.prediction.item()) < 1e-6
 
 
+def test_a_taggers_prediction_kd_is_on_words_only():
+    """The one-shot prediction term of a tagger: KL of the teacher's and α's tag distributions on the words' first
+    sub-words (the batch's word_mask), zero at full size."""
+    from distillery.autotinybert.oneshot import kd_loss, make_projection, teacher_targets
+    from distillery.training.losses import kl_divergence
+
+    teacher = tiny_teacher(BertForTokenClassification, num_labels=5)
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    proj = make_projection(net, teacher.config.hidden_size)
+    words = torch.zeros(3, 11, dtype=torch.long)
+    words[:, [1, 2, 4, 6]] = 1
+    b = {**batch(), "word_mask": words, "labels": torch.where(words.bool(), 1, -100)}
+    targets = teacher_targets(teacher, b)
+    assert abs(kd_loss(net, proj, net.space.full(), b, targets).prediction.item()) < 1e-6
+    arch = net.space.smallest()
+    with torch.no_grad():
+        got = kd_loss(net, proj, arch, b, targets, temperature=2.0).prediction
+        student = net(**batch(), arch=arch)["logits"]
+    mask = words.bool()
+    assert_close(got, kl_divergence(student[mask], targets.head["logits"][mask], 2.0))
+
+
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
     from distillery.autotinybert.oneshot import batch_rng, kd_loss, make_projection, one_shot_loss, sandwich, teacher_targets
@@ -362,6 +436,47 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     assert "loaded from" in (out2 / "report.md").read_text()
 
 
+def test_compress_autotinybert_tags_conll2003(tiny_bert, tmp_path, monkeypatch):
+    """AutoTinyBERT end to end on a tagger: a super-net with the token head trained one-shot with the per-word
+    prediction KD, the search scoring candidates by a per-word probe, the chosen sub-network extracted into a token
+    classifier and trained further with per-word KD; it loads through AutoModelForTokenClassification with its
+    tag names, and transformers' pipeline groups its tags into entities."""
+    import json
+
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    import distillery
+    from distillery.pipeline import build_run_config, compress
+    from tests.test_ner import NER_RUN, write_conll_dir
+
+    flop_timed(monkeypatch)
+    data = write_conll_dir(tmp_path / "data")
+    opts = {"supernet_steps": 10, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
+            "proxy_examples": 16, "probe_examples": 32, "speedup": 1.5, "budget_floor": 0}
+    config = build_run_config(method="autotinybert", task="conll2003", budget="quick", teacher=str(tiny_bert),
+                              data_dir=str(data), out=str(tmp_path / "run"),
+                              overrides={**NER_RUN, **{f"method_options.{k}": v for k, v in opts.items()}})
+    out = compress(config)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "entity_f1"
+    assert {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"} <= set(metrics["student"])
+    assert metrics["teacher"]["entity_f1"] > 0.5 and metrics["student"]["entity_f1"] > 0.3
+    assert json.loads((out / "supernet" / "supernet.json").read_text())["head_kind"] == "token_classification"
+    # the per-word probe's held-out log-likelihoods (the QA fallback, the KD proxy, would say so in the report)
+    assert all(c["score"] <= 0 for c in json.loads((out / "search.json").read_text())["candidates"])
+    assert "KD proxy" not in (out / "report.md").read_text()
+    distillery.register_models()
+    student = AutoModelForTokenClassification.from_pretrained(out / "student").eval()
+    arch = json.loads((out / "architecture.json").read_text())
+    assert type(student).__name__ == "AutoTinyBertForTokenClassification"
+    assert student.config.num_hidden_layers == arch["layers"] and student.config.qkv_size == arch["qkv"]
+    assert student.config.id2label[4] == "B-PER" and student.config.label2id["I-LOC"] == 5
+    tagger = pipeline("token-classification", model=student, tokenizer=AutoTokenizer.from_pretrained(out / "student"),
+                      aggregation_strategy="simple")
+    found = tagger(["the actor was born in paris", "where is london"])
+    assert {e["entity_group"] for s in found for e in s} <= {"LOC", "ORG", "PER", "MISC"}
+
+
 def test_probe_evaluator_scores_the_extracted_sub_network_as_sklearn_does_by_hand(tiny_bert, tmp_path):
     """The probe reads α's [CLS] state in the super-net: the same as the extracted standalone model's,
     fitted and scored on the same split as a reference written out by hand."""
@@ -409,7 +524,7 @@ def test_saved_supernet_with_head_and_projection_reloads_exactly(tmp_path):
     projection = make_projection(net, 48)
     save_supernet(net, projection, tmp_path / "sn", facts={"steps": 0})
     again, proj = load_supernet(tmp_path / "sn").eval(), load_projection(tmp_path / "sn")
-    assert again.head_kind == "classification" and again.space == net.space
+    assert again.kind is kind_of("classification") and again.space == net.space
     ids = torch.randint(5, 99, (2, 9))
     arch = net.space.sample(random.Random(0))
     with torch.no_grad():

@@ -118,12 +118,13 @@ def test_qa_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family)
 
     from distillery.autotinybert.space import Arch
     from distillery.autotinybert.supernet import SuperNet
+    from distillery.kinds import kind_of
 
     _, batch = family_teacher(tiny_family(family))
     torch.manual_seed(0)
     teacher = AutoModelForQuestionAnswering.from_pretrained(tiny_family(family)).eval()
     net = SuperNet.from_teacher(teacher, "head-dims").eval()
-    assert net.head_kind == "qa"
+    assert net.kind is kind_of("qa")
     real = batch["attention_mask"].bool()  # DeBERTa zeroes padded tokens' embeddings and attention rows; the
     with torch.no_grad():                  # student computes them as any token: no real token's output changes
         expected = teacher(**batch)
@@ -132,6 +133,33 @@ def test_qa_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family)
         student = net.extract(arch)
         assert_close(student(**batch).end_logits, net(**batch, arch=arch)["end_logits"])
         assert_close(net.extract(net.space.full())(**batch).start_logits[real], expected.start_logits[real])
+
+
+@pytest.mark.parametrize("family", ["roberta", "electra", "modernbert"])
+def test_token_classification_teacher_of_a_family_is_its_full_size_subnetwork(family, tiny_family):
+    """A tagger's super-net (ModernBERT runs its prediction head on every token before the classifier, the
+    others the classifier alone) is the teacher at full size, and a slice extracts to a token classifier."""
+    from transformers import AutoModelForTokenClassification
+
+    from distillery.autotinybert.space import Arch
+    from distillery.autotinybert.supernet import SuperNet
+    from distillery.kinds import kind_of
+
+    _, batch = family_teacher(tiny_family(family))
+    torch.manual_seed(0)
+    teacher = AutoModelForTokenClassification.from_pretrained(tiny_family(family), num_labels=5).eval()
+    net = SuperNet.from_teacher(teacher, "head-dims").eval()
+    assert net.kind is kind_of("token_classification")
+    assert (net.bert.pooler is not None) == (family == "modernbert")
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        expected = teacher(**batch).logits
+        assert_close(net(**batch)["logits"][real], expected[real])
+        assert_close(net.extract(net.space.full())(**batch).logits[real], expected[real])
+        arch = Arch(2, 24, 24, 4, 16)
+        student = net.extract(arch)
+        assert type(student).__name__ == "AutoTinyBertForTokenClassification"
+        assert_close(student(**batch).logits, net(**batch, arch=arch)["logits"])
 
 
 def test_a_bert_supernet_folder_from_before_the_families_loads(tmp_path):

@@ -597,3 +597,98 @@ def test_onnx_int8_export_of_stacked_expert_weights_runs(tiny_bert, tmp_path):
     with torch.no_grad():
         got, expected = distillery.load_student(out)(**inputs).logits, student(**inputs).logits
     assert got.shape == expected.shape and torch.isfinite(got).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# Token classification (NER)
+
+
+@pytest.fixture(scope="module")
+def conll_dir(tmp_path_factory):
+    from tests.test_ner import write_conll_dir
+
+    return write_conll_dir(tmp_path_factory.mktemp("conll"))
+
+
+def token_examples(n=10):
+    """``examples`` with a tag a position: -100 on the first and on a few others (a word's later sub-words)."""
+    items = examples("classification", n=n).items
+    g = torch.Generator().manual_seed(3)
+    for item in items:
+        tags = torch.randint(0, 5, (len(item["input_ids"]),), generator=g)
+        tags[0] = -100
+        tags[torch.rand(len(tags), generator=g) < 0.3] = -100
+        item["labels"] = tags.tolist()
+    return items
+
+
+def test_importance_of_a_tagger_equals_the_per_example_autograd_reference():
+    """Eq. 4 with the token head's loss (each sentence's mean cross-entropy over its tagged positions)."""
+    from transformers import BertForTokenClassification
+
+    from distillery.data.encode import PadCollator
+    from tests.helpers import Examples, tiny_bert_config
+
+    torch.manual_seed(0)
+    model = BertForTokenClassification(tiny_bert_config(num_labels=5)).eval()
+    data, pad = Examples(token_examples()), PadCollator(0, "right")
+    fast = ffn_importance(model, data, pad, "token_classification", batch_size=4, progress=False)
+    assert_close(fast, reference_importance(model, data, pad, "token_classification"), rtol=1e-5, atol=1e-5)
+
+
+def test_layerwise_loss_of_a_tagger_distils_words_only():
+    """L_pred on a tagger compares the words' first sub-words: the converted teacher is at zero, and
+    the term moves with a word's logits but not with a position that is no word's first sub-word."""
+    from transformers import BertForTokenClassification
+
+    from tests.helpers import tiny_bert_config
+
+    torch.manual_seed(0)
+    teacher = BertForTokenClassification(tiny_bert_config(num_labels=5)).eval()
+    student = convert(teacher, IMPORTANCE, num_experts=1, expert_size=D_H, shared_size=0).eval()
+    assert type(student).__name__ == "MoEBertForTokenClassification"
+    labels = torch.randint(0, 5, (3, 11), generator=torch.Generator().manual_seed(0))
+    labels[:, 0] = labels[:, 5:] = -100
+    x = {**batch(), "labels": labels, "word_mask": (labels != -100).long()}
+    loss_fn = layerwise_distillation_loss("token_classification", teacher, 2.0, [0, 1, 2])
+    loss, logs = loss_fn(student, x)
+    assert logs["trm"] < 1e-10 and abs(logs["pred"]) < 1e-6
+    assert_close(loss, torch.tensor(logs["ce"]))
+    head = student.classifier
+    with torch.no_grad():  # a bias on one label moves every position's logits, words' included
+        head.bias[0] += 1.0
+    assert loss_fn(student, x)[1]["pred"] > 1e-4
+
+
+def test_compress_moebert_tags_conll2003(tiny_bert, conll_dir, tmp_path):
+    """MoEBERT end to end on a tagger: importance with the token head's loss, the conversion of the token
+    head's teacher, layer-wise distillation with the per-word prediction term, its int8 export scored on entities;
+    the student loads as a token classifier with its tag names, and transformers' pipeline groups its tags."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    from tests.test_ner import NER_RUN
+
+    out = compress(build_run_config(method="moebert", task="conll2003", budget="quick", teacher=str(tiny_bert),
+                                    data_dir=str(conll_dir), out=str(tmp_path / "run"), overrides={
+                                        **NER_RUN, "int8": True, "method_options.experts": 2,
+                                        "method_options.importance_examples": 40}))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "entity_f1"
+    assert {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"} <= set(metrics["student"])
+    assert metrics["teacher"]["entity_f1"] > 0.5 and metrics["student"]["entity_f1"] > 0.3
+    (int8,) = [name for name in metrics["others"] if "int8" in name]
+    assert set(metrics["others"][int8]) == set(metrics["student"])
+    manifest = json.loads(next((out / "exports").glob("*/distillery_export.json")).read_text())
+    assert manifest["architecture"] == "MoEBertForTokenClassification" and manifest["outputs"] == ["logits"]
+    assert manifest["parity"]["fp32"]["passed"] and manifest["parity"]["int8_vs_fp32"]["argmax_agreement"] > 0.9
+    assert "symmetric KL of predictions" in (out / "report.md").read_text()
+    for name in ("importance.safetensors", "expert_load.json"):
+        assert (out / name).is_file(), name
+    distillery.register_models()
+    student = AutoModelForTokenClassification.from_pretrained(out / "student").eval()
+    assert type(student).__name__ == "MoEBertForTokenClassification" and student.config.num_experts == 2
+    assert student.config.id2label[4] == "B-PER" and student.config.label2id["I-LOC"] == 5
+    tagger = pipeline("token-classification", model=student, tokenizer=AutoTokenizer.from_pretrained(out / "student"),
+                      aggregation_strategy="simple")
+    found = tagger(["the actor was born in paris", "where is london"])
+    assert {e["entity_group"] for s in found for e in s} <= {"LOC", "ORG", "PER", "MISC"}

@@ -71,13 +71,16 @@ class EncoderLayout:
     position_key: str | None = None
     position_query: str | None = None
     # The sequence-classification head, from the task model: a dense layer on the pooled token (then its
-    # activation, and a norm), and the linear layer to the labels; QA reads every token through qa_outputs.
+    # activation, and a norm), and the linear layer to the labels; QA reads every token through qa_outputs, token
+    # classification through token_classifier (every family's token model names it "classifier").
     pooler_dense: str | None = None
     pooler_activation: str = "tanh"  # a name, or "config:<key>" for the config field naming it
     pooler_norm: str | None = None
     classifier: str = "classifier"
     qa_outputs: str = "qa_outputs"
-    qa_token_head: bool = False  # the QA model runs the pooler's dense / activation / norm on every token first
+    token_classifier: str = "classifier"
+    # the QA and token-classification models run the pooler's dense / activation / norm on every token first
+    qa_token_head: bool = False
     pooling_key: str | None = None  # the config field choosing "cls" or "mean" pooling (default: cls)
     # absolute positions numbered after this fixed padding index whatever pad_token_id is (MPNet's embeddings: 1);
     # "absolute-after-padding" families number them after pad_token_id

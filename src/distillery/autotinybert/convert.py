@@ -28,7 +28,8 @@ from distillery.encoders import (
     submodule,
 )
 from distillery.errors import DistilleryError
-from distillery.modeling import QUESTION_ANSWERING_HEAD, SEQUENCE_HEAD, head_of_class
+from distillery.kinds import TaskKind, kind_for_head
+from distillery.modeling import QUESTION_ANSWERING_HEAD, SEQUENCE_HEAD, TOKEN_HEAD, head_of_class
 
 
 def check_family(config) -> EncoderLayout:
@@ -75,8 +76,8 @@ def _activation(config, name: str) -> str:
     return getattr(config, name.split(":", 1)[1]) if name.startswith("config:") else name
 
 
-def student_config(teacher: PreTrainedModel, layout: EncoderLayout, head_kind: str | None) -> AutoTinyBertConfig:
-    """The AutoTinyBertConfig of ``teacher`` at full size."""
+def student_config(teacher: PreTrainedModel, layout: EncoderLayout, kind: TaskKind | None) -> AutoTinyBertConfig:
+    """The AutoTinyBertConfig of ``teacher`` at full size, whose head is of task kind ``kind`` (None: no head)."""
     c, base = teacher.config, teacher.base_model
     layer = encoder_layers(teacher)[0]
     word = submodule(base, layout.word_embeddings)
@@ -90,6 +91,7 @@ def student_config(teacher: PreTrainedModel, layout: EncoderLayout, head_kind: s
               max_position_embeddings=positions.num_embeddings if positions is not None else c.max_position_embeddings,
               type_vocab_size=types.num_embeddings if types is not None else 0, layer_norm_eps=norm.eps,
               pad_token_id=c.pad_token_id, family=layout.family, id2label=dict(c.id2label),
+              label2id=dict(c.label2id) if getattr(c, "label2id", None) else None,
               hidden_dropout_prob=_dropout(c, "hidden_dropout_prob", "dropout", "mlp_dropout"),
               attention_probs_dropout_prob=_dropout(c, "attention_probs_dropout_prob", "attention_dropout"),
               embedding_size=word.embedding_dim if optional_submodule(base, layout.embedding_projection) else None,
@@ -100,7 +102,7 @@ def student_config(teacher: PreTrainedModel, layout: EncoderLayout, head_kind: s
               norm_bias=norm.bias is not None, pooling=getattr(c, layout.pooling_key) if layout.pooling_key else "cls",
               pooler_activation=_activation(c, layout.pooler_activation), pooler_norm=layout.pooler_norm is not None,
               pooler_bias=pooler is None or pooler.bias is not None,
-              token_head=head_kind == "qa" and layout.qa_token_head, **_relative(c, layout))
+              token_head=reads_every_token(kind) and layout.qa_token_head, **_relative(c, layout))
     return AutoTinyBertConfig(**kw)
 
 
@@ -161,26 +163,34 @@ def _load_layer(dst, src, layout: EncoderLayout, shared_bias: nn.Embedding | Non
         copy_linear(getattr(s, name, None), optional_submodule(src, path))
 
 
-def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linear | None, str | None]:
-    """The teacher's last linear layer and the head kind ("classification", "qa"; None for an encoder
-    without one), by the Hugging Face task class the teacher is."""
+def reads_every_token(kind: TaskKind | None) -> bool:
+    """Whether a head of task kind ``kind`` reads every token's state (QA, token classification), not one pooled."""
+    return kind is not None and not kind.pooled_output
+
+
+def task_head(teacher: PreTrainedModel, layout: EncoderLayout) -> tuple[nn.Linear | None, TaskKind | None]:
+    """The teacher's last linear layer and the task kind it predicts for (None, None for an encoder without a
+    head), by the Hugging Face task class the teacher is and its outputs (one: a regressor)."""
     head = head_of_class(type(teacher).__name__)
-    if head is QUESTION_ANSWERING_HEAD:
-        return _from_task(teacher, layout.qa_outputs), "qa"
-    if head is SEQUENCE_HEAD:
-        return _from_task(teacher, layout.classifier), "classification"
-    return None, None
+    path = {SEQUENCE_HEAD: layout.classifier, QUESTION_ANSWERING_HEAD: layout.qa_outputs,
+            TOKEN_HEAD: layout.token_classifier}.get(head)
+    linear = _from_task(teacher, path)
+    if linear is None:
+        return None, None
+    return linear, kind_for_head(head, linear.out_features)
 
 
-def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Linear | None, str | None]:
-    """(the full-size AutoTinyBertModel, the task's last linear layer, the head kind "classification",
-    "qa" or None) computing what ``teacher`` computes."""
+def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Linear | None, TaskKind | None]:
+    """(the full-size AutoTinyBertModel, the task's last linear layer, the task kind of its head or None)
+    computing what ``teacher`` computes."""
     layout = check_family(teacher.config)
-    head, head_kind = task_head(teacher, layout)
+    head, kind = task_head(teacher, layout)
     base = teacher.base_model
     pooler = _from_task(teacher, layout.pooler_dense)
-    config = student_config(teacher, layout, head_kind)
-    model = AutoTinyBertModel(config, add_pooling_layer=pooler is not None and (head_kind != "qa" or config.token_head))
+    config = student_config(teacher, layout, kind)
+    # a per-token head keeps the pooler only as the prediction head it runs on every token (ModernBERT)
+    model = AutoTinyBertModel(config, add_pooling_layer=pooler is not None and (
+        not reads_every_token(kind) or config.token_head))
     with torch.no_grad():
         emb = model.embeddings
         for dst, path in ((emb.word_embeddings, layout.word_embeddings), (emb.position_embeddings, layout.position_embeddings),
@@ -199,4 +209,4 @@ def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Lin
     if head is not None:
         source, head = head, nn.Linear(head.in_features, head.out_features)
         copy_linear(head, source)
-    return model.eval(), head, head_kind
+    return model.eval(), head, kind

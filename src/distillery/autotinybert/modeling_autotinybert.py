@@ -18,8 +18,9 @@ with what a family needs recorded in the config (so that save -> load rebuilds i
 - layers: ``pre_norm`` (with ``first_attention_norm`` and ``final_norm``), ``glu`` (``intermediate.gate``
   beside ``intermediate.dense``: act(dense) · gate), ``linear_bias``, ``norm_bias``;
 - head: ``pooling`` ("cls" or "mean"), the pooler's dense layer (``pooler_bias``), ``pooler_activation``,
-  ``pooler_norm``, then the classifier; for QA with ``token_head`` (ModernBERT) that dense layer,
-  activation and norm run on every token before ``qa_outputs``.
+  ``pooler_norm``, then the classifier; the token classifier (``AutoTinyBertForTokenClassification``) and
+  ``qa_outputs`` read every token, and with ``token_head`` (ModernBERT) that dense layer, activation and norm
+  run on every token before them.
 
 The defaults are BERT's, with BERT's parameter names, so a student folder whose config holds only BERT's
 fields loads as a BERT-shaped student. The forward of :class:`AutoTinyBertModel` takes an optional :class:`Slice`: the super-net is a
@@ -43,11 +44,12 @@ from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertConfig,
     PreTrainedModel,
 )
 from transformers.activations import ACT2FN
-from transformers.loss.loss_utils import ForSequenceClassificationLoss
+from transformers.loss.loss_utils import ForSequenceClassificationLoss, ForTokenClassification
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput
 
@@ -89,7 +91,8 @@ class AutoTinyBertConfig(BertConfig):
     pooler_activation: str = "tanh"
     pooler_bias: bool = True
     pooler_norm: bool = False
-    token_head: bool = False  # QA: the pooler's dense, activation and norm on every token before qa_outputs
+    # QA, token classification: the pooler's dense, activation and norm on every token before the last linear
+    token_head: bool = False
 
     def __post_init__(self, **kwargs):
         if self.qkv_size is None:
@@ -508,6 +511,8 @@ class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
 
 
 class AutoTinyBertForSequenceClassification(AutoTinyBertPreTrainedModel):
+    HEAD_LINEAR = "classifier"  # the head's last linear layer (what a super-net's head is copied into)
+
     def __init__(self, config: AutoTinyBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -530,7 +535,38 @@ class AutoTinyBertForSequenceClassification(AutoTinyBertPreTrainedModel):
         return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
+class AutoTinyBertForTokenClassification(AutoTinyBertPreTrainedModel):
+    """A tag distribution a token: dropout and the classifier on every token's last state (after the prediction
+    head the family runs on each, ``token_head``: ModernBERT), as the families' token classifiers."""
+
+    HEAD_LINEAR = "classifier"
+
+    def __init__(self, config: AutoTinyBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = AutoTinyBertModel(config, add_pooling_layer=config.token_head)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                labels=None, output_hidden_states=None, output_attentions=None, return_dict=None,
+                **kwargs) -> AutoTinyBertClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                        output_hidden_states=output_hidden_states, output_attentions=output_attentions, return_dict=True)
+        h = out.last_hidden_state if self.bert.pooler is None else self.bert.pooler.transform(out.last_hidden_state)
+        logits = self.classifier(self.dropout(h))
+        # transformers' loss of its own token classifiers: cross-entropy, labels -100 ignored
+        loss = ForTokenClassification(logits, labels, self.config) if labels is not None else None
+        result = AutoTinyBertClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                              attentions=out.attentions)
+        return result if wants_dict(return_dict, self.config) else result.to_tuple()
+
+
 class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
+    HEAD_LINEAR = "qa_outputs"
+
     def __init__(self, config: AutoTinyBertConfig):
         super().__init__(config)
         self.bert = AutoTinyBertModel(config, add_pooling_layer=config.token_head)
@@ -558,4 +594,5 @@ class AutoTinyBertForQuestionAnswering(AutoTinyBertPreTrainedModel):
 AutoConfig.register("autotinybert", AutoTinyBertConfig, exist_ok=True)
 AutoModel.register(AutoTinyBertConfig, AutoTinyBertModel, exist_ok=True)
 AutoModelForSequenceClassification.register(AutoTinyBertConfig, AutoTinyBertForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(AutoTinyBertConfig, AutoTinyBertForTokenClassification, exist_ok=True)
 AutoModelForQuestionAnswering.register(AutoTinyBertConfig, AutoTinyBertForQuestionAnswering, exist_ok=True)

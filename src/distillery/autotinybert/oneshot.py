@@ -13,7 +13,7 @@ narrower sub-network), against the teacher's (MSE), plus the MSE between the las
 attention scores (padding entries zeroed), sub-network head j against teacher head j. A super-net
 trained on a task (cut from a fine-tuned teacher with its head) adds the prediction layer's KD, as
 TinyBERT's task-specific stage does: the sub-network's head outputs against the teacher's (KL at
-temperature T; MSE for regression). Without it the one-shot phase never trains the
+temperature T; MSE for regression; a tagger's on each word's first sub-word). Without it the one-shot phase never trains the
 pooler and head that every sub-network shares, and the search's proxy, the same loss on held-out
 examples, would judge sub-networks on hidden states alone rather than on the task's predictions.
 
@@ -39,6 +39,7 @@ from distillery.data.encode import model_inputs
 from distillery.encoders import encoder_layers, layout_of
 from distillery.errors import DistilleryError
 from distillery.folders import record
+from distillery.kinds import kind_for_head, kind_of
 from distillery.modeling import load_checked
 from distillery.training.losses import prediction_distillation
 from distillery.weights import record_weights
@@ -117,9 +118,10 @@ def kd_loss(supernet: SuperNet, projection: nn.Linear, arch: Arch, batch: dict, 
     pair = (real[:, None, :, None] & real[:, None, None, :]).to(scores.dtype)  # (B, 1, T, T): padding entries zeroed
     heads = scores.shape[1]
     att = F.mse_loss(scores * pair, targets.scores[:, :heads] * pair)
-    if supernet.task_kind is not None and targets.head is not None:
-        # KL rather than soft cross-entropy: the same gradients, and zero when α predicts as the teacher
-        prediction = prediction_distillation(supernet.task_kind, encoded, targets.head, temperature, loss="kl")
+    if supernet.kind is not None and targets.head is not None:
+        # KL rather than soft cross-entropy: the same gradients, and zero when α predicts as the teacher; the batch
+        # says which outputs are compared (a tagger's: each word's first sub-word)
+        prediction = prediction_distillation(supernet.kind, encoded, targets.head, temperature, loss="kl", batch=batch)
     else:
         prediction = hidden.new_zeros(())
     return KDTerms(hidden, att, prediction)
@@ -184,7 +186,8 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     for name, linear in (("head", supernet.head), ("projection", projection)):
         if linear is not None:
             save_file({k: v.contiguous() for k, v in linear.state_dict().items()}, folder / f"{name}.safetensors")
-    info = {**(facts or {}), "strategy": supernet.space.strategy, "head_kind": supernet.head_kind,
+    info = {**(facts or {}), "strategy": supernet.space.strategy,
+            "head_kind": None if supernet.kind is None else supernet.kind.name,
             "layer_rule": LAYER_RULE}
     (folder / "supernet.json").write_text(json.dumps(info, indent=2))
     record_weights(folder)
@@ -192,9 +195,8 @@ def save_supernet(supernet: SuperNet, projection: nn.Linear | None, folder, toke
     return folder
 
 
-def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
-    """A trained super-net saved by :func:`save_supernet`, with its task head when it was saved with one
-    (``head``/``head_kind`` give one to slice otherwise)."""
+def load_supernet(folder) -> SuperNet:
+    """A trained super-net saved by :func:`save_supernet`, with its task head when it was saved with one."""
     import json
     from pathlib import Path
 
@@ -209,10 +211,11 @@ def load_supernet(folder, head=None, head_kind: str | None = None) -> SuperNet:
                               f"spread over the depth, so its ranking does not carry over: train it again.")
     # an AutoTinyBERT model (or a BERT one with BERT's config: SuperNet converts it); verifies its weights record too
     bert, _ = load_checked(AutoModel, folder, f"the super-net {folder}", new_head=True, strict=True)
-    saved_head = _load_linear(folder / "head.safetensors")
-    if head is None and saved_head is not None:
-        head, head_kind = saved_head, facts.get("head_kind")
-    return SuperNet(bert, head, head_kind, facts["strategy"])
+    head, kind = _load_linear(folder / "head.safetensors"), None
+    if head is not None:
+        # the kind of the head saved (a folder of before the kinds wrote "classification" for a regressor too)
+        kind = kind_for_head(kind_of(facts.get("head_kind")).head, head.out_features)
+    return SuperNet(bert, head, kind, facts["strategy"])
 
 
 def load_projection(folder) -> nn.Linear | None:

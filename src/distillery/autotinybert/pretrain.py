@@ -228,7 +228,7 @@ def for_task(folder, teacher, teacher_name: str | None, strategy: str):
     from (None when it was given fine-tuned: only its shape can be compared then)."""
     facts = supernet_facts(folder)
     pretrained, projection = load_supernet(folder), load_projection(folder)
-    task_bert, head, head_kind = convert_teacher(teacher)
+    task_bert, head, kind = convert_teacher(teacher)
     encoder = {k: v for k, v in pretrained.bert.state_dict().items() if not k.startswith("pooler.")}
     ours = {k: v for k, v in task_bert.state_dict().items() if not k.startswith("pooler.")}
     shapes = lambda d: {k: tuple(v.shape) for k, v in d.items()}  # noqa: E731
@@ -247,4 +247,4 @@ def for_task(folder, teacher, teacher_name: str | None, strategy: str):
     note = (f"Super-net: pre-trained on {facts.get('lines', '?')} corpus lines for {facts.get('steps', '?')} steps "
             f"from {facts.get('teacher')} ({folder})" + ("" if teacher_name else "; the run's teacher was given "
             "fine-tuned, so only its shape was checked against the super-net's") + ".")
-    return SuperNet(task_bert, head, head_kind, strategy), projection, note
+    return SuperNet(task_bert, head, kind, strategy), projection, note

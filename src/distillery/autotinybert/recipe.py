@@ -45,6 +45,7 @@ from distillery.distill.recipe import select_layers
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.folders import record, write_file
+from distillery.kinds.token_classification import IGNORED
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.training.losses import distillation_loss
@@ -78,9 +79,10 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         return _one_shot_on_task(ctx, opts, supernet, projection, {"pretrained": str(opts.supernet)})
     if opts.supernet:
         supernet, projection = load_supernet(opts.supernet), load_projection(opts.supernet)
-        if supernet.task_head is not ctx.task_data.task.kind_object.head or projection is None:
-            raise DistilleryError(f"{opts.supernet} is not a super-net trained on a task like this one (head "
-                                  f"{supernet.head_kind!r}, projection {'saved' if projection is not None else 'missing'}).")
+        if supernet.kind is not ctx.task_data.task.kind_object or projection is None:
+            head = "no task head" if supernet.kind is None else f"a {supernet.kind.name.replace('_', ' ')} head"
+            raise DistilleryError(f"{opts.supernet} is not a super-net trained on a task like this one ({head}, "
+                                  f"projection {'saved' if projection is not None else 'missing'}).")
         if supernet.head.out_features != getattr(ctx.teacher, "num_labels", supernet.head.out_features) \
                 or supernet.config.vocab_size != ctx.teacher.config.vocab_size:
             raise DistilleryError(f"{opts.supernet} has another head size or vocabulary than this task's teacher.")
@@ -160,46 +162,69 @@ def proxy_evaluator(supernet, teacher, projection, task_data, examples: int, see
     return evaluate
 
 
+def probe_positions(task_data) -> Callable | None:
+    """Where the probe reads a batch's last hidden states, given its labels: (rows, positions, their labels), the
+    first token of each row with the row's label (a head on the pooled state), or each tagged token with its tag
+    (tags on words); None for a kind with neither (QA's spans)."""
+    kind = task_data.task.kind_object
+    if kind.pooled_output:
+        return lambda labels: (torch.arange(len(labels)), torch.zeros(len(labels), dtype=torch.long), labels)
+    if kind.word_labels:
+        def words(labels):
+            rows, cols = (labels != IGNORED).nonzero(as_tuple=True)
+            return rows, cols, labels[rows, cols]
+        return words
+    return None
+
+
 def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, seed: int, C: float = 0.1):
     """How much of the task a sub-network's representation still carries, as inherited from the
-    super-net: a linear probe (L2-regularised logistic regression on the standardised [CLS] state; ridge
-    regression for a regression task) fitted on ``fit_examples`` train examples and scored on
-    ``held_examples`` others by the gold label's mean log-likelihood (classification) or −MSE
-    (regression). A probe refits the head, so a sub-network whose sliced pooler and head were barely
-    trained one-shot is still judged by what its encoder knows; on SST-2 it ranked 8 sub-networks by
-    their trained dev accuracy far better than the KD loss (benchmarks/results/autotinybert-ranking.json)."""
+    super-net: a linear probe (L2-regularised logistic regression on the standardised [CLS] state, or on each
+    tagged word's first sub-word state for a tagger; ridge regression for a regression task) fitted on
+    ``fit_examples`` train examples and scored on ``held_examples`` others by the gold label's mean
+    log-likelihood (classification, tags) or −MSE (regression). A probe refits the head, so a sub-network whose
+    sliced pooler and head were barely trained one-shot is still judged by what its encoder knows; on SST-2 it
+    ranked 8 sub-networks by their trained dev accuracy far better than the KD loss
+    (benchmarks/results/autotinybert-ranking.json)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     from torch.utils.data import DataLoader
 
-    if not task_data.task.kind_object.pooled_output:  # the probe reads the first token's state
-        raise DistilleryError("The probe evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
+    positions = probe_positions(task_data)
+    if positions is None:
+        raise DistilleryError("The probe evaluator scores tasks with a label a row or a tag a word; use evaluator=proxy "
+                              "for QA.")
     n = len(task_data.train)
     held = min(held_examples, n // 4)
     fit_idx, held_idx = held_out_split(n, held, fit_examples, seed)
     idx = fit_idx + held_idx
     loader = DataLoader(task_data.train.select(idx), batch_size=128, collate_fn=task_data.collate)
     batches = list(loader)
-    labels = torch.cat([b["labels"] for b in batches]).numpy()
-    fit = len(idx) - held
-    if task_data.task.class_names and len(set(labels[:fit].tolist())) < 2:
-        raise DistilleryError(f"The probe evaluator's {fit} fit examples hold one class only: raise probe_examples "
-                              f"(the train split has {n} examples) or use evaluator=proxy.")
+    picked = [positions(b["labels"]) for b in batches]
+    labels = torch.cat([y for _, _, y in picked]).numpy()
+    starts = np.cumsum([0] + [len(b["labels"]) for b in batches])  # each batch's first row in ``idx``
+    fitted = torch.cat([rows + int(s) for (rows, _, _), s in zip(picked, starts)]).numpy() < len(idx) - held
+    if task_data.task.class_names and len(set(labels[fitted].tolist())) < 2:
+        raise DistilleryError(f"The probe evaluator's {len(idx) - held} fit examples hold one class only: raise "
+                              f"probe_examples (the train split has {n} examples) or use evaluator=proxy.")
 
     @torch.no_grad()
     def evaluate(arch: Arch) -> float:
         supernet.eval()
-        feats = np.concatenate([supernet.encode(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), arch)[0][:, 0]
-                                .float().numpy() for b in batches])
+        feats = np.concatenate([supernet.encode(b["input_ids"], b["attention_mask"], b.get("token_type_ids"), arch)[0]
+                                [rows, cols].float().numpy() for b, (rows, cols, _) in zip(batches, picked)])
+        x_fit, y_fit, x_held, y_held = feats[fitted], labels[fitted], feats[~fitted], labels[~fitted]
         if not task_data.task.class_names:  # a score
-            probe = make_pipeline(StandardScaler(), Ridge(alpha=1.0 / C)).fit(feats[:fit], labels[:fit])
-            return -float(((probe.predict(feats[fit:]) - labels[fit:]) ** 2).mean())
-        probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=500)).fit(feats[:fit], labels[:fit])
-        proba = probe.predict_proba(feats[fit:])
-        column = np.searchsorted(probe.classes_, labels[fit:])
-        return float(np.log(proba[np.arange(held), column] + 1e-9).mean())
+            probe = make_pipeline(StandardScaler(), Ridge(alpha=1.0 / C)).fit(x_fit, y_fit)
+            return -float(((probe.predict(x_held) - y_held) ** 2).mean())
+        probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=500)).fit(x_fit, y_fit)
+        proba = probe.predict_proba(x_held)
+        # a held label the fit rows never had (a rare tag) gets the floor's likelihood
+        column = np.searchsorted(probe.classes_, y_held).clip(max=len(probe.classes_) - 1)
+        seen = probe.classes_[column] == y_held
+        return float(np.log(np.where(seen, proba[np.arange(len(y_held)), column], 0.0) + 1e-9).mean())
 
     return evaluate
 
@@ -235,9 +260,10 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
 def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: int):
     """The search's score of a candidate (higher is better) per ``evaluator``, and its plot label."""
     evaluator = opts.evaluator
-    if evaluator == "probe" and not ctx.task_data.task.kind_object.pooled_output:
+    if evaluator == "probe" and probe_positions(ctx.task_data) is None:
         evaluator = "proxy"
-        ctx.notes.append("Search: the probe evaluator needs a label per example; QA candidates are scored by the KD proxy.")
+        ctx.notes.append("Search: the probe evaluator needs a label a row or a tag a word; QA candidates are scored "
+                         "by the KD proxy.")
     if evaluator == "finetune":
         return (finetune_evaluator(supernet, ctx, opts, seed),
                 f"{ctx.task_data.task.main_metric} after {opts.finetune_steps} fine-tune steps (held-out train)")
@@ -453,7 +479,6 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
 
 class AutoTinyBert(Method):
     name: ClassVar[str] = "autotinybert"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("token_classification",)  # its heads and losses: sentences, spans
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

@@ -16,7 +16,9 @@ Hidden dimensions are not rewired: the residual stream ties one order across emb
 and the head, and the slice of it is a projection that no single permutation makes lossless.
 A LayerNorm of a sub-network normalises over its own d_m dimensions. At full size the super-net is
 exactly the teacher it was built from (a test per family), and :meth:`SuperNet.extract` turns α into a
-standalone :class:`AutoTinyBertForSequenceClassification` (or QA / encoder) equal to the slice (a test).
+standalone AutoTinyBERT model of the head's Auto class (:class:`AutoTinyBertForSequenceClassification`, token
+classification, QA, or the encoder) equal to the slice (a test). The head is the task kind's
+(:mod:`distillery.kinds`): a kind whose head reads one pooled state runs the pooler, the others read every token.
 With rotary positions (ModernBERT) a head keeping d of its dimensions keeps the first d / 2 of each
 half, the pairs rotated together, at their own frequencies; a relative bias table (MPNet) loses the
 columns of the heads a sub-network drops; DeBERTa's relative embeddings are projected by the same sliced
@@ -33,18 +35,12 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from distillery.autotinybert.convert import convert_teacher
-from distillery.autotinybert.modeling_autotinybert import (
-    AutoTinyBertConfig,
-    AutoTinyBertForQuestionAnswering,
-    AutoTinyBertForSequenceClassification,
-    AutoTinyBertModel,
-    Slice,
-    split_heads,
-)
+from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, AutoTinyBertModel, Slice, split_heads
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.distill.recipe import select_layers
 from distillery.errors import DistilleryError
-from distillery.modeling import QUESTION_ANSWERING_HEAD, SEQUENCE_HEAD, Head
+from distillery.kinds import TaskKind, kind_of
+from distillery.modeling import Head
 
 
 def attention_scores(q: Tensor, k: Tensor, heads: int) -> Tensor:
@@ -109,14 +105,15 @@ class SuperNet(nn.Module):
     """A full-size AutoTinyBERT model of the teacher's family (base model plus an optional task head) that
     runs sub-architectures by slicing its weights."""
 
-    def __init__(self, bert: AutoTinyBertModel, head: nn.Module | None = None, head_kind: str | None = None,
+    def __init__(self, bert: AutoTinyBertModel, head: nn.Module | None = None, kind: TaskKind | str | None = None,
                  strategy: str = "heads", dropout: float | None = None):
         super().__init__()
         if not isinstance(bert, AutoTinyBertModel):  # a super-net folder saved as a BertModel
             bert = convert_teacher(bert)[0]
         self.bert = bert
         self.head = head
-        self.head_kind = head_kind  # "classification", "qa" or None (encoder only)
+        # the task kind the head predicts for (its object, or its name); None: an encoder only
+        self.kind: TaskKind | None = None if kind is None or head is None else kind_of(kind)
         self.config: AutoTinyBertConfig = bert.config
         c = self.config
         self.space = SearchSpace.from_supernet(c.num_hidden_layers, c.hidden_size, c.intermediate_size,
@@ -127,8 +124,8 @@ class SuperNet(nn.Module):
     @classmethod
     def from_teacher(cls, teacher: PreTrainedModel, strategy: str = "heads") -> "SuperNet":
         """A super-net initialised from a (fine-tuned) teacher of any family distillery knows: a copy of its weights."""
-        bert, head, head_kind = convert_teacher(teacher)
-        return cls(bert, head, head_kind, strategy)
+        bert, head, kind = convert_teacher(teacher)
+        return cls(bert, head, kind, strategy)
 
     @torch.no_grad()
     def rewire(self, neuron_scores: Tensor, head_scores: Tensor | None = None) -> dict[str, list[list[int]]]:
@@ -176,32 +173,30 @@ class SuperNet(nn.Module):
     @property
     def task_head(self) -> Head | None:
         """The Hugging Face head the super-net's head is (None: an encoder only)."""
-        return {"classification": SEQUENCE_HEAD, "qa": QUESTION_ANSWERING_HEAD}.get(self.head_kind)
-
-    @property
-    def task_kind(self) -> str | None:
-        """The task kind of the head (what its predictions are distilled as), None without a head."""
-        if self.head_kind == "classification":
-            return "regression" if self.head.out_features == 1 else "classification"
-        return self.head_kind
+        return None if self.kind is None else self.kind.head
 
     def head_outputs(self, x: Tensor, d: int, attention_mask: Tensor | None = None) -> dict[str, Tensor]:
-        """The task head on a last hidden state of width ``d``: ``logits`` (pooler + linear) or
-        ``start_logits``/``end_logits``; empty without a head."""
-        if self.head_kind == "classification":
-            pooled = self.bert.pooler(x, attention_mask, d)
-            return {"logits": F.linear(self.classifier_dropout(pooled), self.head.weight[:, :d], self.head.bias)}
-        if self.head_kind == "qa":
-            if self.bert.pooler is not None:  # a prediction head on every token (ModernBERT)
-                x = self.bert.pooler.transform(x, d)
-            start, end = F.linear(x, self.head.weight[:, :d], self.head.bias).split(1, dim=-1)
-            return {"start_logits": start.squeeze(-1), "end_logits": end.squeeze(-1)}
-        return {}
+        """The task head on a last hidden state of width ``d``, as the extracted model's head computes it: the
+        head's output fields (``logits``: of the pooled state, or of every token; ``start_logits`` and
+        ``end_logits``: one column each); empty without a head."""
+        if self.kind is None:
+            return {}
+        if self.kind.pooled_output:
+            states = self.bert.pooler(x, attention_mask, d)
+        else:  # every token, through the prediction head the family runs on each (ModernBERT) where it has one
+            states = x if self.bert.pooler is None else self.bert.pooler.transform(x, d)
+        fields = self.kind.head.outputs
+        if len(fields) == 1:  # a classifier's head: dropout before its linear layer (a span head has none)
+            states = self.classifier_dropout(states)
+        out = F.linear(states, self.head.weight[:, :d], self.head.bias)
+        if len(fields) == 1:
+            return {fields[0]: out}
+        return {name: column.squeeze(-1) for name, column in zip(fields, out.split(1, dim=-1), strict=True)}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 arch: Arch | None = None, output_hidden_states: bool = False, sub_networks: list[Arch] | None = None,
                 **kwargs) -> dict[str, Tensor]:
-        """Outputs of sub-network α: ``logits`` (classification), ``start_logits``/``end_logits`` (QA),
+        """Outputs of sub-network α: the head's (``logits``; ``start_logits``/``end_logits`` for QA),
         ``last_hidden_state`` always, ``hidden_states`` when asked.
 
         With ``sub_networks``, instead ``{"sub_networks": [outputs, ...]}``, each sub-network's
@@ -241,15 +236,16 @@ class SuperNet(nn.Module):
         """α as a standalone dense model with copies of the sliced weights (what ships)."""
         self.check(arch)
         config = self.extract_config(arch)
-        model_cls = {"classification": AutoTinyBertForSequenceClassification, "qa": AutoTinyBertForQuestionAnswering}
-        model = model_cls.get(self.head_kind, AutoTinyBertModel)(config)
+        # the AutoTinyBERT class of the head's Auto class (registered with it by modeling_autotinybert)
+        model_cls = AutoTinyBertModel if self.kind is None else self.kind.head.auto_class._model_mapping[AutoTinyBertConfig]
+        model = model_cls(config)
         base = model if isinstance(model, AutoTinyBertModel) else model.bert
         sub = self.slice(arch)
         source = self.bert.state_dict()
         for name, dst in base.state_dict().items():
             dst.copy_(sliced_weight(name, source, dst.shape, sub))
-        if self.head is not None:
-            head = model.classifier if self.head_kind == "classification" else model.qa_outputs
+        if self.kind is not None:
+            head = getattr(model, model_cls.HEAD_LINEAR)
             head.weight.copy_(self.head.weight[:, : arch.hidden])
             head.bias.copy_(self.head.bias)
         return model.eval()

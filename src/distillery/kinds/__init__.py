@@ -12,7 +12,7 @@ from functools import cache
 
 from distillery.errors import DistilleryError
 from distillery.kinds.base import TaskKind
-from distillery.modeling import head_of
+from distillery.modeling import Head, head_of
 
 # name -> "module:Class"; a kind's module is imported when the kind is first asked for.
 KINDS: dict[str, str] = {
@@ -39,6 +39,14 @@ def kind_of(kind) -> TaskKind:
     return _instance(KINDS[name])
 
 
+def kind_for_head(head: Head, outputs: int) -> TaskKind | None:
+    """The kind a task head of ``outputs`` outputs is trained for (a model known by its head alone: a teacher's
+    class, a saved super-net's head): the first kind with that head that takes that many outputs
+    (:meth:`TaskKind.takes_outputs`: a sequence head of one output is a regressor); None for no kind's head."""
+    return next((kind for kind in map(_instance, KINDS.values()) if kind.head is head and kind.takes_outputs(outputs)),
+                None)
+
+
 def pipeline_tag_of(config) -> str | None:
     """The Hub's pipeline tag of a model (its ``config``'s head): that of the first kind trained with that head; a
     bare encoder has none."""
@@ -46,4 +54,4 @@ def pipeline_tag_of(config) -> str | None:
     return next((kind.pipeline_tag for kind in map(_instance, KINDS.values()) if kind.head is head), None)
 
 
-__all__ = ["KINDS", "TaskKind", "kind_of", "pipeline_tag_of"]
+__all__ = ["KINDS", "TaskKind", "kind_for_head", "kind_of", "pipeline_tag_of"]

@@ -90,6 +90,11 @@ class TaskKind:
         """Config overrides that give a model the head of ``task``."""
         return {}
 
+    def takes_outputs(self, outputs: int) -> bool:
+        """Whether a head (:attr:`head`) of ``outputs`` outputs is one of this kind (:func:`kind_for_head`): any
+        width, unless kinds share a head."""
+        return True
+
     def head_words(self, task) -> str:
         """What the head of ``task`` predicts, in a sentence that compares it with a model's."""
         raise NotImplementedError

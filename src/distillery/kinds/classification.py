@@ -25,6 +25,9 @@ class Classification(SentenceKind):
     def num_labels(self, task) -> int:
         return len(task.labels) if task.labels else 0
 
+    def takes_outputs(self, outputs: int) -> bool:
+        return outputs != 1  # one output is a regressor, as transformers reads num_labels 1
+
     def head_config(self, task) -> dict:
         names = list(task.class_names)
         return {

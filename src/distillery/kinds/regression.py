@@ -34,6 +34,9 @@ class Regression(SentenceKind):
     label_dtype = "float32"
     static_head = "ridge"
 
+    def takes_outputs(self, outputs: int) -> bool:
+        return outputs == 1
+
     def num_labels(self, task) -> int:
         return 1
 

@@ -28,6 +28,7 @@ from distillery.moebert.modeling_moebert import (
     MoEBertConfig,
     MoEBertForQuestionAnswering,
     MoEBertForSequenceClassification,
+    MoEBertForTokenClassification,
     MoEBertModel,
     MoEBertPreTrainedModel,
     choices_problem,
@@ -35,8 +36,8 @@ from distillery.moebert.modeling_moebert import (
 )
 
 # The MoEBERT class of each head (distillery.modeling.HEADS, by the Auto class its family model is built with)
-STUDENT_CLASSES = {cls.FAMILY_HEAD: cls for cls in (MoEBertForSequenceClassification, MoEBertForQuestionAnswering,
-                                                    MoEBertModel)}
+STUDENT_CLASSES = {cls.FAMILY_HEAD: cls for cls in (MoEBertForSequenceClassification, MoEBertForTokenClassification,
+                                                    MoEBertForQuestionAnswering, MoEBertModel)}
 
 from distillery.moebert.options import SPLITS
 
@@ -119,7 +120,8 @@ def student_class(teacher) -> type[MoEBertPreTrainedModel]:
     head = head_of_class(name)
     if head is not None and head.auto_class in STUDENT_CLASSES:
         return STUDENT_CLASSES[head.auto_class]
-    raise DistilleryError(f"Cannot convert {name}: MoEBERT has sequence-classification, QA and bare-encoder heads.")
+    raise DistilleryError(f"Cannot convert {name}: MoEBERT has sequence-classification, token-classification, QA and "
+                          f"bare-encoder heads.")
 
 
 def convert(

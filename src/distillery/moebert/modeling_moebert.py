@@ -63,6 +63,7 @@ from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     PreTrainedConfig,
     PreTrainedModel,
 )
@@ -357,6 +358,16 @@ class MoEBertSequenceClassifierOutput(ModelOutput):
 
 
 @dataclass
+class MoEBertTokenClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # (B, T, labels): one tag distribution a token
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    balance_loss: Tensor | None = None
+    expert_load: Tensor | None = None
+
+
+@dataclass
 class MoEBertQuestionAnsweringOutput(ModelOutput):
     loss: Tensor | None = None
     start_logits: Tensor | None = None
@@ -541,7 +552,8 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         return result if wants_dict(return_dict, self.config) else result.to_tuple()
 
 
-for _output in (MoEBertModelOutput, MoEBertSequenceClassifierOutput, MoEBertQuestionAnsweringOutput):
+for _output in (MoEBertModelOutput, MoEBertSequenceClassifierOutput, MoEBertTokenClassifierOutput,
+                MoEBertQuestionAnsweringOutput):
     # the fields read from the family model's output (the rest are the mixture's own)
     _output.FAMILY_FIELDS = tuple(n for n in _output.__dataclass_fields__ if n not in ("balance_loss", "expert_load"))
 
@@ -561,6 +573,11 @@ class MoEBertForSequenceClassification(MoEBertPreTrainedModel):
     OUTPUT = MoEBertSequenceClassifierOutput
 
 
+class MoEBertForTokenClassification(MoEBertPreTrainedModel):
+    FAMILY_HEAD = AutoModelForTokenClassification
+    OUTPUT = MoEBertTokenClassifierOutput
+
+
 class MoEBertForQuestionAnswering(MoEBertPreTrainedModel):
     FAMILY_HEAD = AutoModelForQuestionAnswering
     OUTPUT = MoEBertQuestionAnsweringOutput
@@ -569,4 +586,5 @@ class MoEBertForQuestionAnswering(MoEBertPreTrainedModel):
 AutoConfig.register("moebert", MoEBertConfig, exist_ok=True)
 AutoModel.register(MoEBertConfig, MoEBertModel, exist_ok=True)
 AutoModelForSequenceClassification.register(MoEBertConfig, MoEBertForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(MoEBertConfig, MoEBertForTokenClassification, exist_ok=True)
 AutoModelForQuestionAnswering.register(MoEBertConfig, MoEBertForQuestionAnswering, exist_ok=True)

@@ -42,9 +42,10 @@ class MoEBertOptions(MethodOptions):
     importance_examples: int | None = option(2048, number(1, whole=True, optional=True),
                                              "training examples sampled for the importance scores (unset: all)",
                                              paper="Eq. 4", flag=True, steps=("importance",))
-    # on for classification and regression, off for QA, where it lost (SQuAD quick: F1 39.6 with, 45.3 without)
+    # on for classification and regression, off for QA, where it lost (SQuAD quick: F1 39.6 with, 45.3 without),
+    # and for token classification, whose head reads every token as QA's does
     refit: bool | None = option(None, flag(optional=True), "least-squares refit of the experts' output weights "
-                                "after conversion (ours; off: the paper's conversion)", default_text="on, off for QA",
+                                "after conversion (ours; off: the paper's conversion)", default_text="on, off for QA and NER",
                                 flag=True, steps=("convert",))
     augment: int = augment_option()
     train_examples: str = option("all", one_of("all", "budget"), "all: the whole train split (the teacher's hidden "

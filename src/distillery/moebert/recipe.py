@@ -2,14 +2,16 @@
 
 setup:  importance of every FFN neuron on the task's train split (Eq. 4), then the fine-tuned
         teacher's FFNs cut into experts (§3.1), routed by hash or a sentence gate; with ``refit``
-        (ours, on by default except for QA) the experts' output weights are then refitted by least squares to
-        reproduce the dense FFN on the same train sample (:mod:`distillery.moebert.refit`).
+        (ours, on by default where the head reads one pooled state: off for QA and token classification) the
+        experts' output weights are then refitted by least squares to reproduce the dense FFN on the same train
+        sample (:mod:`distillery.moebert.refit`).
 train:  L = CE(f(x), y) + λ·(L_trm + L_pred) (§3.2–3.3) with the one trainer, the teacher being the
         dense model the student was converted from:
         L_trm = Σ_l MSE(X_l, X_l_teacher) over the distilled layers (l = 0 is the embedding output),
         L_pred = ½(KL(p‖p_t) + KL(p_t‖p)); regression: MSE of the predictions; QA: the mean over
-        start and end. ``distill_layers``: all (Eq. 5), last, skip (every other: 0, 2, 4, …),
-        none (no distillation at all: Table 3's "−distill").
+        start and end; token classification: over each word's first sub-word (the batch's word_mask).
+        ``distill_layers``: all (Eq. 5), last, skip (every other: 0, 2, 4, …), none (no distillation at
+        all: Table 3's "−distill").
 save:   the run folder as every method; plus importance.safetensors and the per-expert load on dev
         (expert_load.json, expert_load.png).
 
@@ -83,7 +85,7 @@ def layerwise_distillation_loss(kind: TaskKind | str, teacher: PreTrainedModel, 
         if distill:
             with torch.no_grad():
                 t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden)
-            pred = prediction_distillation(kind, out, t_out, loss="symmetric_kl")
+            pred = prediction_distillation(kind, out, t_out, loss="symmetric_kl", batch=batch)
             trm = sum((hidden_mse(out.hidden_states[i], t_out.hidden_states[i], attention_mask=batch.get("attention_mask"))
                        for i in layers), torch.zeros((), device=ce.device))
             loss = loss + lam * (trm + pred)
@@ -236,7 +238,6 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
 
 class MoEBert(Method):
     name: ClassVar[str] = "moebert"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("token_classification",)  # its heads and losses: sentences, spans
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
