@@ -47,6 +47,7 @@ from distillery.autotinybert.modeling_autotinybert import (  # noqa: E402
     AutoTinyBertConfig,
     AutoTinyBertForQuestionAnswering,
     AutoTinyBertForSequenceClassification,
+    AutoTinyBertForTokenClassification,
     AutoTinyBertModel,
 )
 from distillery.cmow.modeling_cmow import (  # noqa: E402
@@ -59,6 +60,7 @@ from distillery.moebert.modeling_moebert import (  # noqa: E402
     MoEBertConfig,
     MoEBertForQuestionAnswering,
     MoEBertForSequenceClassification,
+    MoEBertForTokenClassification,
     MoEBertModel,
 )
 
@@ -164,7 +166,8 @@ class _Common(ModelTesterMixin):
 
 
 class MoEBertConformanceTest(_Common, unittest.TestCase):
-    all_model_classes = (MoEBertModel, MoEBertForSequenceClassification, MoEBertForQuestionAnswering)
+    all_model_classes = (MoEBertModel, MoEBertForSequenceClassification, MoEBertForQuestionAnswering,
+                         MoEBertForTokenClassification)
     make_config = staticmethod(moebert_config)
     config_kwargs = {"num_experts": 4, "expert_size": 9, "shared_size": 3}
     common_properties = ["hidden_size", "num_attention_heads", "num_hidden_layers"]
@@ -174,7 +177,8 @@ class MoEBertConformanceTest(_Common, unittest.TestCase):
 
 
 class AutoTinyBertConformanceTest(_Common, unittest.TestCase):
-    all_model_classes = (AutoTinyBertModel, AutoTinyBertForSequenceClassification, AutoTinyBertForQuestionAnswering)
+    all_model_classes = (AutoTinyBertModel, AutoTinyBertForSequenceClassification, AutoTinyBertForQuestionAnswering,
+                         AutoTinyBertForTokenClassification)
     make_config = staticmethod(autotinybert_config)
     config_kwargs = {"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 4, "qkv_size": 16}
 

@@ -2,7 +2,8 @@
 
 Each type is built tiny, the way its own tests build it: distill's layer-drop BERT student, a
 converted MoEBERT, a CMOW/CBOW-Hybrid, and a sub-network extracted from an AutoTinyBERT super-net;
-with a classification head, and with a QA head where the type has one (CMOW has none). Every one
+with a classification head, and with a QA and a token-classification head where the type has them (CMOW has
+neither). Every one
 must give the head's output shapes, survive ``save_pretrained`` → load (safetensors only) equal
 within 1e-5 on the same inputs, round-trip through ``AutoConfig`` / ``AutoModelFor*`` once the
 student types are registered, and come back equal from ``distillery.load_student``.
@@ -21,8 +22,10 @@ from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
 )
 
 import distillery
@@ -30,16 +33,18 @@ from tests.helpers import TINY_BERT, tiny_bert_config
 
 VOCAB, NUM_LABELS, BSZ, SEQ = TINY_BERT["vocab_size"], 3, 3, 11
 TOL = dict(atol=1e-5, rtol=1e-5)
-AUTO = {"classification": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering}
+AUTO = {"classification": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering,
+        "token": AutoModelForTokenClassification}
+BERT = {"classification": BertForSequenceClassification, "qa": BertForQuestionAnswering,
+        "token": BertForTokenClassification}
 
 
 def tiny_bert(head: str, layers: int = 2):
     """transformers' tiny test config (hidden 32, 4 heads, intermediate 37, vocab 99), non-zero biases."""
     torch.manual_seed(0)
-    cls = BertForSequenceClassification if head == "classification" else BertForQuestionAnswering
     config = tiny_bert_config(num_hidden_layers=layers, max_position_embeddings=64,
-                              num_labels=NUM_LABELS if head == "classification" else 2)
-    model = cls(config).eval()
+                              num_labels=2 if head == "qa" else NUM_LABELS)
+    model = BERT[head](config).eval()
     with torch.no_grad():  # a bias lost on the way through save/load would show
         for name, p in model.named_parameters():
             if name.endswith("bias"):
@@ -80,7 +85,8 @@ def build_autotinybert(head):
 BUILDERS = {"distill": build_distill, "moebert": build_moebert, "cmow": build_cmow, "autotinybert": build_autotinybert}
 MODEL_TYPE = {"distill": "bert", "moebert": "moebert", "cmow": "cmow", "autotinybert": "autotinybert"}
 CASES = [("distill", "classification"), ("distill", "qa"), ("moebert", "classification"), ("moebert", "qa"),
-         ("cmow", "classification"), ("autotinybert", "classification"), ("autotinybert", "qa")]
+         ("cmow", "classification"), ("autotinybert", "classification"), ("autotinybert", "qa"),
+         ("distill", "token"), ("moebert", "token"), ("autotinybert", "token")]
 IDS = [f"{kind}-{head}" for kind, head in CASES]
 
 
@@ -96,7 +102,7 @@ def inputs():
 def outputs(model, head) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model(**inputs())
-    return [out.logits] if head == "classification" else [out.start_logits, out.end_logits]
+    return [out.start_logits, out.end_logits] if head == "qa" else [out.logits]
 
 
 def assert_same_outputs(a, b, head):
@@ -116,7 +122,8 @@ def saved(request, tmp_path):
 def test_output_shapes(saved):
     _, head, model, _ = saved
     shapes = [tuple(t.shape) for t in outputs(model, head)]
-    assert shapes == ([(BSZ, NUM_LABELS)] if head == "classification" else [(BSZ, SEQ), (BSZ, SEQ)])
+    assert shapes == {"classification": [(BSZ, NUM_LABELS)], "qa": [(BSZ, SEQ), (BSZ, SEQ)],
+                      "token": [(BSZ, SEQ, NUM_LABELS)]}[head]
 
 
 def test_save_load_equal(saved):
@@ -163,11 +170,13 @@ def test_register_models_is_all_the_auto_classes_need():
     code = (
         "import distillery\n"
         "from transformers import AutoConfig, AutoModelForQuestionAnswering as QA, AutoModelForSequenceClassification as SC\n"
+        "from transformers import AutoModelForTokenClassification as TC\n"
         "distillery.register_models()\n"
         "for t in ('moebert', 'cmow', 'autotinybert'):\n"
         "    c = AutoConfig.for_model(t)\n"
         "    assert type(c) in SC._model_mapping, t\n"
         "    assert (type(c) in QA._model_mapping) == (t != 'cmow'), t\n"
+        "    assert type(c) in TC._model_mapping or t == 'cmow', t\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
