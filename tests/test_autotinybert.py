@@ -15,7 +15,7 @@ from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, Au
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 from distillery.kinds import kind_of
-from tests.helpers import (TINY_BERT, TINY_RUN, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
+from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
                            write_glue)
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
@@ -436,7 +436,7 @@ def test_compress_autotinybert_searches_extracts_and_trains(tiny_bert, tmp_path,
     assert "loaded from" in (out2 / "report.md").read_text()
 
 
-def test_compress_autotinybert_tags_conll2003(tiny_bert, tmp_path, monkeypatch):
+def test_compress_autotinybert_tags_conll2003(tiny_bert, conll_dir, tmp_path, monkeypatch):
     """AutoTinyBERT end to end on a tagger: a super-net with the token head trained one-shot with the per-word
     prediction KD, the search scoring candidates by a per-word probe, the chosen sub-network extracted into a token
     classifier and trained further with per-word KD; it loads through AutoModelForTokenClassification with its
@@ -447,14 +447,11 @@ def test_compress_autotinybert_tags_conll2003(tiny_bert, tmp_path, monkeypatch):
 
     import distillery
     from distillery.pipeline import build_run_config, compress
-    from tests.test_ner import NER_RUN, write_conll_dir
-
     flop_timed(monkeypatch)
-    data = write_conll_dir(tmp_path / "data")
     opts = {"supernet_steps": 10, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
             "proxy_examples": 16, "probe_examples": 32, "speedup": 1.5, "budget_floor": 0}
     config = build_run_config(method="autotinybert", task="conll2003", budget="quick", teacher=str(tiny_bert),
-                              data_dir=str(data), out=str(tmp_path / "run"),
+                              data_dir=str(conll_dir), out=str(tmp_path / "run"),
                               overrides={**NER_RUN, **{f"method_options.{k}": v for k, v in opts.items()}})
     out = compress(config)
     metrics = json.loads((out / "metrics.json").read_text())

@@ -10,10 +10,12 @@ from transformers import (
     AutoModelForSequenceClassification,
     BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     RobertaForSequenceClassification,
 )
 
 import distillery
+from distillery.data.encode import PadCollator
 from distillery.errors import DistilleryError
 from distillery.moebert.convert import (balanced_hash_table, convert, count_tokens, dense_ffns, expert_indices,
                                         neuron_ranking)
@@ -24,7 +26,8 @@ from distillery.moebert.recipe import distilled_layers, layerwise_distillation_l
 from distillery.pipeline import build_run_config, compress
 
 from tests.oracles import moe_ffn_reference, reference_importance
-from tests.helpers import TINY_BERT, TINY_RUN, collate, examples, tiny_config, tiny_teacher, write_squad
+from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, Examples, collate, examples, tiny_bert_config, tiny_config,
+                           tiny_teacher, write_squad)
 
 D_H = TINY_BERT["intermediate_size"]
 
@@ -603,13 +606,6 @@ def test_onnx_int8_export_of_stacked_expert_weights_runs(tiny_bert, tmp_path):
 # Token classification (NER)
 
 
-@pytest.fixture(scope="module")
-def conll_dir(tmp_path_factory):
-    from tests.test_ner import write_conll_dir
-
-    return write_conll_dir(tmp_path_factory.mktemp("conll"))
-
-
 def token_examples(n=10):
     """``examples`` with a tag a position: -100 on the first and on a few others (a word's later sub-words)."""
     items = examples("classification", n=n).items
@@ -624,11 +620,6 @@ def token_examples(n=10):
 
 def test_importance_of_a_tagger_equals_the_per_example_autograd_reference():
     """Eq. 4 with the token head's loss (each sentence's mean cross-entropy over its tagged positions)."""
-    from transformers import BertForTokenClassification
-
-    from distillery.data.encode import PadCollator
-    from tests.helpers import Examples, tiny_bert_config
-
     torch.manual_seed(0)
     model = BertForTokenClassification(tiny_bert_config(num_labels=5)).eval()
     data, pad = Examples(token_examples()), PadCollator(0, "right")
@@ -637,11 +628,9 @@ def test_importance_of_a_tagger_equals_the_per_example_autograd_reference():
 
 
 def test_layerwise_loss_of_a_tagger_distils_words_only():
-    """L_pred on a tagger compares the words' first sub-words: the converted teacher is at zero, and
-    the term moves with a word's logits but not with a position that is no word's first sub-word."""
-    from transformers import BertForTokenClassification
-
-    from tests.helpers import tiny_bert_config
+    """L_pred on a tagger is the symmetric KL over the words' first sub-words only (the batch's word_mask): zero
+    for the converted teacher, and that of a slow reference on those positions once the student moves."""
+    from distillery.training.losses import symmetric_kl
 
     torch.manual_seed(0)
     teacher = BertForTokenClassification(tiny_bert_config(num_labels=5)).eval()
@@ -654,10 +643,11 @@ def test_layerwise_loss_of_a_tagger_distils_words_only():
     loss, logs = loss_fn(student, x)
     assert logs["trm"] < 1e-10 and abs(logs["pred"]) < 1e-6
     assert_close(loss, torch.tensor(logs["ce"]))
-    head = student.classifier
-    with torch.no_grad():  # a bias on one label moves every position's logits, words' included
-        head.bias[0] += 1.0
-    assert loss_fn(student, x)[1]["pred"] > 1e-4
+    with torch.no_grad():
+        student.classifier.weight.add_(0.5 * torch.randn_like(student.classifier.weight))
+        s, t = student(**batch()).logits, teacher(**batch()).logits
+    words = labels != -100
+    assert_close(loss_fn(student, x)[1]["pred"], float(symmetric_kl(s[words], t[words])), rtol=1e-5, atol=1e-6)
 
 
 def test_compress_moebert_tags_conll2003(tiny_bert, conll_dir, tmp_path):
@@ -665,8 +655,6 @@ def test_compress_moebert_tags_conll2003(tiny_bert, conll_dir, tmp_path):
     head's teacher, layer-wise distillation with the per-word prediction term, its int8 export scored on entities;
     the student loads as a token classifier with its tag names, and transformers' pipeline groups its tags."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
-
-    from tests.test_ner import NER_RUN
 
     out = compress(build_run_config(method="moebert", task="conll2003", budget="quick", teacher=str(tiny_bert),
                                     data_dir=str(conll_dir), out=str(tmp_path / "run"), overrides={
