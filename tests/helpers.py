@@ -277,6 +277,12 @@ LIVE_EXTRAS = {"baselines": True, "int8": True}
 NO_EXTRAS = ["--no-baselines", "--no-int8"]  # TINY_RUN's baselines and int8 on a command line
 
 
+def write_unlabeled_sentences(path, n: int, seed: int = 5) -> str:
+    """``n`` synthetic sentences of words without tags, as an unlabeled token file (JSON lines of ``tokens``)."""
+    path.write_text("".join(json.dumps({"tokens": [w for w, _ in s]}) + "\n" for s in synthetic_sentences(n, seed)))
+    return str(path)
+
+
 # the dotted overrides of a tiny token-classification run that learns the synthetic CoNLL fixture (its entities take
 # the teacher more epochs); every method's test runs with them, so the session fine-tunes one teacher (cached)
 NER_RUN = {**TINY_RUN, "data.max_length": 48, "teacher.train.epochs": 8.0, "student.epochs": 4.0,

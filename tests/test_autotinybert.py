@@ -15,7 +15,7 @@ from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, Au
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 from distillery.kinds import kind_of
-from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
+from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, write_unlabeled_sentences, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
                            write_glue)
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
@@ -450,10 +450,14 @@ def test_compress_autotinybert_tags_conll2003(tiny_bert, conll_dir, tmp_path, mo
     flop_timed(monkeypatch)
     opts = {"supernet_steps": 10, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
             "proxy_examples": 16, "probe_examples": 32, "speedup": 1.5, "budget_floor": 0}
+    unlabeled = write_unlabeled_sentences(tmp_path / "more.jsonl", 12)
     config = build_run_config(method="autotinybert", task="conll2003", budget="quick", teacher=str(tiny_bert),
                               data_dir=str(conll_dir), out=str(tmp_path / "run"),
-                              overrides={**NER_RUN, **{f"method_options.{k}": v for k, v in opts.items()}})
+                              overrides={**NER_RUN, "data.unlabeled_file": unlabeled,
+                                         **{f"method_options.{k}": v for k, v in opts.items()}})
     out = compress(config)
+    # sentences without tags, each word tagged by the teacher: in the one-shot phase and the further training
+    assert json.loads((out / "train.json").read_text())["student_text"]["unlabeled"] == 12
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["main_metric"] == "entity_f1"
     assert {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"} <= set(metrics["student"])
@@ -472,6 +476,16 @@ def test_compress_autotinybert_tags_conll2003(tiny_bert, conll_dir, tmp_path, mo
                       aggregation_strategy="simple")
     found = tagger(["the actor was born in paris", "where is london"])
     assert {e["entity_group"] for s in found for e in s} <= {"LOC", "ORG", "PER", "MISC"}
+
+
+def test_the_finetune_evaluator_on_a_tagger_is_refused_before_anything_trains(monkeypatch, capsys, tiny_bert,
+                                                                              conll_dir, tmp_path):
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "conll2003", "--data-dir", str(conll_dir),
+                           "--teacher", tiny_bert, "--method", "autotinybert", "--option", "evaluator=finetune",
+                           "--out", str(tmp_path / "run"))
+    assert_one_line_error(code, err, "The finetune evaluator scores classification and regression tasks, not token "
+                                     "classification (task conll2003); use evaluator=probe")
+    assert not (tmp_path / "run").exists()
 
 
 def test_probe_evaluator_scores_the_extracted_sub_network_as_sklearn_does_by_hand(tiny_bert, tmp_path):

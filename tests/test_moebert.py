@@ -27,7 +27,7 @@ from distillery.pipeline import build_run_config, compress
 
 from tests.oracles import moe_ffn_reference, reference_importance
 from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, Examples, collate, examples, tiny_bert_config, tiny_config,
-                           tiny_teacher, write_squad)
+                           tiny_teacher, write_squad, write_unlabeled_sentences)
 
 D_H = TINY_BERT["intermediate_size"]
 
@@ -656,10 +656,13 @@ def test_compress_moebert_tags_conll2003(tiny_bert, conll_dir, tmp_path):
     the student loads as a token classifier with its tag names, and transformers' pipeline groups its tags."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
+    unlabeled = write_unlabeled_sentences(tmp_path / "more.jsonl", 12)
     out = compress(build_run_config(method="moebert", task="conll2003", budget="quick", teacher=str(tiny_bert),
                                     data_dir=str(conll_dir), out=str(tmp_path / "run"), overrides={
                                         **NER_RUN, "int8": True, "method_options.experts": 2,
-                                        "method_options.importance_examples": 40}))
+                                        "method_options.importance_examples": 40, "data.unlabeled_file": unlabeled}))
+    # sentences without tags: the teacher tags their words, and the layer-wise loss runs on them too
+    assert json.loads((out / "train.json").read_text())["student_text"]["unlabeled"] == 12
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["main_metric"] == "entity_f1"
     assert {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"} <= set(metrics["student"])

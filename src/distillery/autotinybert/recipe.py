@@ -229,6 +229,17 @@ def probe_evaluator(supernet, task_data, fit_examples: int, held_examples: int, 
     return evaluate
 
 
+def check_finetune_evaluator(task) -> None:
+    """Refuse the finetune evaluator for ``task`` where it cannot score: its loss reads the teacher's cached logits,
+    and it scores held-out train rows as they are encoded, where a sentence kind's labels are (a tagger's words and
+    QA's answers are scored against raw dev examples)."""
+    kind = task.kind_object
+    if not (kind.caches_teacher_outputs and kind.pooled_output):
+        raise DistilleryError(f"The finetune evaluator scores classification and regression tasks, not "
+                              f"{task.kind.replace('_', ' ')} (task {task.name}); use evaluator=probe (the default) "
+                              f"or proxy.")
+
+
 def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     """The main metric of a candidate after a short fine-tune: extracted, trained ``finetune_steps`` steps
     by the one trainer on a fixed slice of the train split (the further-training loss: CE + KD from the
@@ -238,8 +249,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     import tempfile
 
     task = ctx.task_data.task
-    if not task.kind_object.caches_teacher_outputs:  # its loss reads the teacher's cached logits
-        raise DistilleryError("The finetune evaluator scores classification and regression tasks; use evaluator=proxy for QA.")
+    check_finetune_evaluator(task)
     train = ctx.train_with_teacher_logits()
     fit_idx, held_idx = held_out_split(len(train), int(opts.proxy_examples), int(opts.finetune_examples), seed)
     fit = train.select(fit_idx)
@@ -494,6 +504,11 @@ class AutoTinyBert(Method):
             # the search runs on the main process alone, and a fine-tune there would wait for the others
             raise DistilleryError("evaluator=finetune trains each candidate on one process: run the search without a "
                                   "launcher of several processes, or use evaluator=probe (the default) or proxy.")
+
+    def check_kind(self, task, config) -> None:
+        super().check_kind(task, config)
+        if self.options(config).evaluator == "finetune":  # before the one-shot phase, not at the search
+            check_finetune_evaluator(task)
 
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
