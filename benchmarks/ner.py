@@ -86,11 +86,11 @@ def record(out: Path, point: str, seed: int, args) -> dict:
     rows = {r["model"]: r for r in run_rows(load_run(out))}
     models = [name for name in rows if name == "student" or name.startswith("student-")]
     on_test = {"student": (test.get("student") or {}).get(main),
-               **test_scores(out, [m.removeprefix("student-") for m in models if m != "student"], args)}
+               **test_scores(out, [m for m in models if m != "student"], args)}
     pts = []
     for name in models:
         r = rows[name]
-        t = on_test.get(name if name == "student" else name.removeprefix("student-"))
+        t = on_test.get(name)
         pts.append({"model": name, "score": r["main"], "speedup": r["latency_speedup"],
                     "retention": r["main"] / teacher_dev if r["main"] is not None and teacher_dev else None,
                     "test_score": t, "test_retention": t / teacher_test if t is not None and teacher_test else None})
