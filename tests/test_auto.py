@@ -391,3 +391,28 @@ def test_points_within_the_dev_sets_sampling_noise_are_tied_and_the_fastest_is_c
     # apart by more than the noise: the most accurate, as before
     chosen, why = choose([{**cmow, "main": 0.90}, atb], Target(speedup=4.0), "accuracy")
     assert chosen["point"] == "cmow" and "is the most accurate of the 2 model(s)" in why
+
+
+@pytest.mark.slow  # 30 s quiet, minutes on a loaded machine: every candidate of a tagger, each with its int8 export
+def test_auto_plans_and_chooses_a_tagger(tiny_bert4, conll_dir, tmp_path, monkeypatch, capsys):
+    """--method auto on a token-classification task: the same plan as for sentences (every method compresses a
+    tagger), each candidate scored by entity F1 with its int8 export, the static tagger among the baselines."""
+    from tests.helpers import NER_RUN
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    flop_timed(monkeypatch)
+    settings = tmp_path / "tiny.yaml"
+    settings.write_text(yaml.safe_dump(nested_settings({**NER_RUN, **LIVE_EXTRAS, "student.epochs": 1.0,
+                                                         "teacher.train.epochs": 4.0})))
+    out = tmp_path / "auto-ner"
+    options = [a for k, v in TINY_OPTIONS.items() for a in ("--option", f"{k}={v}")]
+    run_ok(monkeypatch, capsys, "compress", "--task", "conll2003", "--teacher", str(tiny_bert4), "--data-dir",
+           str(conll_dir), "--out", str(out), "--config", str(settings), *options, "--method", "auto",
+           "--speedup", "2", "--time-budget", "30m")
+    summary = json.loads((out / "auto.json").read_text())
+    ran = {c["method"] for c in summary["candidates"] if c["points"]}
+    assert {"distill", "cmow", "autotinybert"} <= ran, summary["candidates"]
+    assert any("int8" in p["model"] for c in summary["candidates"] for p in c["points"])
+    assert "static-embeddings" in {b["model"] for b in summary["baselines"]}
+    assert summary["chosen"] is not None, summary["why"]
+    assert "entity_f1" in (out / "report.md").read_text()

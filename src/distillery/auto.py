@@ -179,15 +179,13 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def candidate_config(candidate: Candidate, shared: Mapping[str, Any], out: Path):
     """The candidate's compress config: the shared settings, then its own method, folder and options, and the
-    int8 export measured beside its student (every candidate point has its int8 twin). A task auto does not plan
-    for yet is refused here, before the folder is touched (:func:`distillery.pipeline.check_auto_task`)."""
-    from distillery.pipeline import check_auto_task, resolve_settings
+    int8 export measured beside its student (every candidate point has its int8 twin)."""
+    from distillery.pipeline import resolve_settings
 
     export = list(dict.fromkeys([*(shared.get("export") or []), "int8"]))
     config = resolve_settings(shared, {"method": candidate.method, "out": str(out / "candidates" / candidate.name),
                                        "export": export,
                                        **{f"method_options.{k}": v for k, v in candidate.options.items()}})
-    check_auto_task(config)
     return config
 
 

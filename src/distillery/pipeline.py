@@ -318,17 +318,6 @@ def _teacher(config: RunConfig, task):
     return teacher, tokenizer, task_data, teacher_info
 
 
-AUTO_UNHANDLED_KINDS = ("token_classification",)  # task kinds --method auto does not plan for yet
-
-
-def check_auto_task(config: RunConfig) -> None:
-    """Refuse, for ``--method auto``, a task whose kind it does not plan candidates for yet."""
-    task = task_for(config.data)
-    if task.kind in AUTO_UNHANDLED_KINDS:
-        raise DistilleryError(f"--method auto does not handle {task.kind.replace('_', ' ')} yet (task {task.name}); "
-                              f"use --method distill.")
-
-
 def prepare_teacher(config: RunConfig) -> dict[str, Any]:
     """The run's teacher fine-tuned now, or read from the cache, ahead of any run (``--method auto`` times it
     apart from its candidates, which then read it from the cache): its record (``seconds``, ``cached``,
