@@ -393,7 +393,7 @@ def test_points_within_the_dev_sets_sampling_noise_are_tied_and_the_fastest_is_c
     assert chosen["point"] == "cmow" and "is the most accurate of the 2 model(s)" in why
 
 
-@pytest.mark.slow  # 30 s quiet, minutes on a loaded machine: every candidate of a tagger, each with its int8 export
+@pytest.mark.slow  # every candidate of a tagger, each with its int8 export: 223 s on a loaded 2-core machine
 def test_auto_plans_and_chooses_a_tagger(tiny_bert4, conll_dir, tmp_path, monkeypatch, capsys):
     """--method auto on a token-classification task: the same plan as for sentences (every method compresses a
     tagger), each candidate scored by entity F1 with its int8 export, the static tagger among the baselines."""
