@@ -112,6 +112,12 @@ def best_at(records: list[dict], speedup: float) -> dict | None:
     return max(candidates, key=lambda p: p["test_retention"], default=None)
 
 
+def speedup_cell(speedups: list[float | None]) -> str:
+    """The mean of the measured speed-ups; — where none was kept (a run whose timings were disturbed)."""
+    kept = [v for v in speedups if v]
+    return f"{statistics.mean(kept):.2f}×" if kept else "—"
+
+
 def table(records: list[dict]) -> str:
     lines = ["| point | model | seeds | entity F1 dev | retention dev | entity F1 test | retention test | "
              "latency speed-up | training (s) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -127,7 +133,7 @@ def table(records: list[dict]) -> str:
         lines.append(f"| {point} | `{model}` | {len(ps)} | {mean_std([p['score'] for p in ps])} | "
                      f"{mean_std([100 * p['retention'] for p in ps], 1)} % | {mean_std(tests) if tests else '—'} | "
                      f"{mean_std(test_ret, 1) + ' %' if test_ret else '—'} | "
-                     f"{statistics.mean(p['speedup'] for p in ps):.2f}× | "
+                     f"{speedup_cell([p['speedup'] for p in ps])} | "
                      f"{statistics.mean(r['train_seconds'] or 0 for r, _ in items):.0f} |")
     if not records:
         return "\n".join(lines)
@@ -137,7 +143,7 @@ def table(records: list[dict]) -> str:
         lines.append(f"| *live baseline: static embeddings* | — | {len(statics)} | "
                      f"{mean_std([s['score'] for s in statics])} | "
                      f"{mean_std([100 * s['score'] / first['teacher_score'] for s in statics], 1)} % | — | — | "
-                     f"{statistics.mean(s['speedup'] or 0 for s in statics):.1f}× | — |")
+                     f"{speedup_cell([s['speedup'] for s in statics])} | — |")
     hw = first["hardware"]
     lines += ["", f"Teacher ({first['teacher']}, fine-tuned at the {first['budget']} budget): entity F1 "
                   f"{first['teacher_score']:.4f} on dev, "
