@@ -36,6 +36,7 @@ ModelTesterMixin, ids_tensor, random_attention_mask = (_common.ModelTesterMixin,
 ConfigTester = _config_common.ConfigTester
 
 from transformers import BertConfig  # noqa: E402
+from transformers.utils import logging as transformers_logging  # noqa: E402
 from transformers.models.auto.modeling_auto import (  # noqa: E402
     MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
     MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
@@ -155,9 +156,14 @@ class _Common(ModelTesterMixin):
                        if model_class.__name__.endswith(suffix) and "For" not in model_class.__name__.removesuffix(suffix)]
         for patch in cls._tables:
             patch.start()
+        # transformers' warnings at their default level: the mismatched-shape tests read them, and a command run in
+        # this process before (the CLI's setup_logging) leaves transformers at errors only
+        cls._verbosity = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_warning()
 
     @classmethod
     def tearDownClass(cls):
+        transformers_logging.set_verbosity(cls._verbosity)
         for patch in cls._tables:
             patch.stop()
 
