@@ -466,22 +466,12 @@ def read_metrics(folder: str | os.PathLike) -> Metrics:
 SCORE_GROUPS = ("teacher", "student", "others.*", "baselines.*", "other_splits.*.*", "chain.*.metrics")
 
 
-def scores_in_percent(task: Any) -> bool:
-    """Whether a registered task's scores are percentages (its kind's, SQuAD's); a custom task's are not."""
-    from distillery.data.tasks import TASKS, get_task
-
-    try:
-        return bool(task) and str(task).lower() in TASKS and get_task(str(task)).kind_object.scores_in_percent
-    except DistilleryError:
-        return False
-
-
 def check_score_ranges(path: Path, data: Mapping[str, Any]) -> None:
     """Refuse a score outside the range of its metric (:func:`metrics.score_range`): an accuracy of 5.0 would
     otherwise be reported, and a student deployed, on it. SQuAD's (its task's, or a group with exact_match)
     are percentages; the ``chance`` level is in the main metric's units. NaN and inf are refused: the metrics
     never give them (a constant prediction correlates 0.0), and a NaN passes every comparison unseen."""
-    squad = scores_in_percent(data.get("task"))
+    squad = str(data.get("task")).startswith("squad")
     scores = [(f"{where}.{name}", name, value, squad or "exact_match" in group) for pattern in SCORE_GROUPS
               for where, group in _found(data, pattern.split(".")) if isinstance(group, dict)
               for name, value in group.items()]
