@@ -125,9 +125,7 @@ class Distill(Method):
         if kind.caches_teacher_outputs and (whole or extra or not opts.hidden_weight or deep):
             train = ctx.distillation_train(whole, augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
-        chosen = student_defaults(ctx, opts, layers, train, one_pass=augment_reason is not None)
-        if augment_reason:
-            chosen.reasons.append(augment_reason)
+        chosen = student_defaults(ctx, opts, layers, train, augment_reason)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
                          f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={chosen.temperature:g})"
                          + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
@@ -149,10 +147,12 @@ class Chosen:
     reasons: list[str]
 
 
-def student_defaults(ctx: MethodContext, opts, layers: list[int], train, one_pass: bool = False) -> Chosen:
+def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None) -> Chosen:
     """Resolve the options left unset (temperature, hidden_weight, min_steps, lr_scale) by the deep-cut rule, given
-    the teacher's logits on ``train`` and the optimizer steps the budget gives it; ``one_pass``: ``train`` holds
-    the rule's augmented rows, which the student reads once (at least the rule's steps)."""
+    the teacher's logits on ``train`` and the optimizer steps the budget gives it; ``augment_reason``: why ``train``
+    holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the student then reads once (at
+    least the rule's steps)."""
+    one_pass = augment_reason is not None
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
@@ -161,7 +161,7 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, one_pas
     logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
     given = {name for name in ("temperature", "hidden_weight", "min_steps", "lr_scale") if getattr(opts, name) is not None}
-    reasons = [reason for name, reason in rule.reasons.items() if name not in given]
+    reasons = [reason for name, reason in rule.reasons.items() if name not in given] + ([augment_reason] if one_pass else [])
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
     # a deep cut's layers learn the top of the block they stand for (the rule's map); a shallow one's, the layer
