@@ -161,7 +161,8 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
     given = {name for name in ("temperature", "hidden_weight", "min_steps", "lr_scale") if getattr(opts, name) is not None}
-    reasons = [reason for name, reason in rule.reasons.items() if name not in given] + ([augment_reason] if one_pass else [])
+    reasons = [reason for name, reason in rule.reasons.items() if name not in given]
+    reasons += [augment_reason] if one_pass else []
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
     # a deep cut's layers learn the top of the block they stand for (the rule's map); a shallow one's, the layer
