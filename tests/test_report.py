@@ -148,7 +148,9 @@ def test_scores_at_the_ends_of_their_ranges_and_squads_percentages_are_read(tmp_
                                  {"task": "cola", "main_metric": "mcc", "teacher": {"mcc": 1.0},
                                   "student": {"mcc": -1.0}, "chance": {"main": 0.0, "margin": 0.06}},
                                  {"task": "squad_v2", "main_metric": "f1", "teacher": squad, "student": squad,
-                                  "others": {"int8": {"exact_match": 79.0, "f1": 87.0}}}]):
+                                  "others": {"int8": {"exact_match": 79.0, "f1": 87.0}},
+                                  # a group without exact_match and the chance level are percentages too
+                                  "baselines": {"static": {"f1": 40.0}}, "chance": {"main": 8.0, "margin": 1.0}}]):
         assert write_report(_with_metrics(make_run(tmp_path / str(i)), **changes)).is_file()
 
 

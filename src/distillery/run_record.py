@@ -468,13 +468,14 @@ SCORE_GROUPS = ("teacher", "student", "others.*", "baselines.*", "other_splits.*
 
 def check_score_ranges(path: Path, data: Mapping[str, Any]) -> None:
     """Refuse a score outside the range of its metric (:func:`metrics.score_range`): an accuracy of 5.0 would
-    otherwise be reported, and a student deployed, on it. SQuAD's (its task's, or a group with exact_match)
-    are percentages; the ``chance`` level is in the main metric's units. NaN and inf are refused: the metrics
-    never give them (a constant prediction correlates 0.0), and a NaN passes every comparison unseen."""
-    squad = str(data.get("task")).startswith("squad")
-    scores = [(f"{where}.{name}", name, value, squad or "exact_match" in group) for pattern in SCORE_GROUPS
-              for where, group in _found(data, pattern.split(".")) if isinstance(group, dict)
-              for name, value in group.items()]
+    otherwise be reported, and a student deployed, on it. A run scored with exact_match is a QA run, whose F1
+    too is a percentage (the task's name is not asked: a custom QA task is one); the ``chance`` level is in the
+    main metric's units. NaN and inf are refused: the metrics never give them (a constant prediction correlates
+    0.0), and a NaN passes every comparison unseen."""
+    groups = [(where, group) for pattern in SCORE_GROUPS for where, group in _found(data, pattern.split("."))
+              if isinstance(group, dict)]
+    squad = any("exact_match" in group for _, group in groups)
+    scores = [(f"{where}.{name}", name, value, squad) for where, group in groups for name, value in group.items()]
     if isinstance(data.get("chance"), dict):
         scores.append(("chance.main", data.get("main_metric"), data["chance"].get("main"), squad))
     for key, name, value, percent in scores:
