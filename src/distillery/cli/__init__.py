@@ -51,7 +51,7 @@ import distillery.cli.hub  # noqa: E402,F401 (registers `distillery push`)
 def compress(
     # None means "not given" (so that --resume can tell what was): the defaults are distill, sst2, minilm, quick
     method: Optional[str] = typer.Option(None, help=f"Compression method: {', '.join(METHODS)} (default distill, the layer-drop baseline), or auto: the most accurate of them (and their int8 exports) that meets --speedup or --latency-ms as measured here, within --time-budget."),
-    task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 custom"),
+    task: Optional[str] = typer.Option(None, help="cola sst2 (default) mrpc stsb qqp mnli qnli rte wnli squad squad_v2 conll2003 custom"),
     teacher: Optional[str] = typer.Option(None, help="minilm (built in, default), a local model folder or a Hub id."),
     teacher_finetuned: bool = typer.Option(False, help="The teacher already has this task's head: skip fine-tuning."),
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
