@@ -150,6 +150,9 @@ def test_entity_scores_are_seqevals():
     assert scores["token_accuracy"] == pytest.approx(5 / 8)  # tags compared as written: I-ORG is not B-ORG
     # I- after O starts an entity (seqeval's default mode, conlleval's): the ORG is found
     assert scores["f1_PER"] == 1.0 and scores["f1_ORG"] == 1.0 and scores["f1_LOC"] == 0.0
+    # a type's precision and recall: two gold PER, one predicted and right
+    by_type = entity_metrics([["B-PER", "O", "B-PER"]], [["B-PER", "O", "O"]])
+    assert (by_type["precision_PER"], by_type["recall_PER"], by_type["f1_PER"]) == pytest.approx((1.0, 0.5, 2 / 3))
     assert entity_metrics([["O"]], [["O"]])["entity_f1"] == 0.0  # no entity at all: 0, never NaN
 
 

@@ -143,13 +143,14 @@ def tag_names(tags) -> tuple[str, ...]:
     kinds = {t.partition("-")[2] for t in tags if t != OUTSIDE}
     return (OUTSIDE, *sorted(f"{p}-{k}" for k in kinds for p in ("B", "I")))
 
-ENTITY_TYPE_F1 = "f1_"  # a prefix: "f1_PER" is the entity F1 of the type PER
+# prefixes of an entity type's scores: "f1_PER", "precision_PER" and "recall_PER" are those of the type PER
+ENTITY_TYPE_SCORES = {"f1-score": "f1_", "precision": "precision_", "recall": "recall_"}
 
 
 def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
     """Entity-level precision, recall and F1 over all entities (seqeval's micro average, its default mode: the
-    CoNLL-2003 ``conlleval`` definition, where ``I-X`` after ``O`` starts an entity), the F1 of each entity type
-    (``f1_PER``, ...), and the share of words whose tag is right (``token_accuracy``). ``gold`` and
+    CoNLL-2003 ``conlleval`` definition, where ``I-X`` after ``O`` starts an entity), the same of each entity type
+    (``f1_PER``, ``precision_PER``, ``recall_PER``, ...), and the share of words whose tag is right (``token_accuracy``). ``gold`` and
     ``predicted``: one list of IOB tags a sentence, as long as each other. A set with no entity at all, gold or
     predicted, scores 0.0, never NaN."""
     from seqeval.metrics import classification_report
@@ -167,7 +168,7 @@ def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[st
            "token_accuracy": float((flat_gold == flat_pred).mean()) if flat_gold.size else 0.0}
     for name, row in report.items():
         if not name.endswith(" avg"):
-            out[f"{ENTITY_TYPE_F1}{name}"] = row["f1-score"]
+            out.update({f"{prefix}{name}": row[field] for field, prefix in ENTITY_TYPE_SCORES.items()})
     return {k: 0.0 if not np.isfinite(float(v)) else float(v) for k, v in out.items()}
 
 
@@ -183,7 +184,7 @@ SCORE_RANGES = {"accuracy": FRACTION, "f1": FRACTION, "macro_f1": FRACTION, "mcc
 def score_range(name: str, squad: bool) -> tuple[float, float] | None:
     """The range of the score ``name`` (None: not one this module computes); ``squad``: a SQuAD score,
     whose F1 is a percentage."""
-    if name.startswith(ENTITY_TYPE_F1):
+    if name.startswith(tuple(ENTITY_TYPE_SCORES.values())):
         return FRACTION
     return PERCENTAGE if squad and name == "f1" else SCORE_RANGES.get(name)
 
