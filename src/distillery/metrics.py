@@ -172,12 +172,50 @@ def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[st
     return {k: 0.0 if not np.isfinite(float(v)) else float(v) for k, v in out.items()}
 
 
+
+# --- sentence embeddings (the embedding kind) -----------------------------------------------------------------
+
+EMBEDDING_METRICS = ("sts_spearman", "sts_pearson", "mrr_at_10", "recall_at_1", "recall_at_10")
+
+
+def sts_correlations(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """Spearman and Pearson correlation of the cosine of each pair of sentence vectors (``a[i]``, ``b[i]``) with
+    its gold similarity score (STS-B's), as sentence-transformers' EmbeddingSimilarityEvaluator reports them."""
+    from scipy.stats import pearsonr, spearmanr
+
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    cosine = np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
+    gold = np.asarray(gold, dtype=np.float64)
+    if len(cosine) < 2 or np.ptp(cosine) == 0 or np.ptp(gold) == 0:  # a constant: no correlation, never NaN
+        return {"sts_spearman": 0.0, "sts_pearson": 0.0}
+    return {"sts_spearman": float(spearmanr(cosine, gold)[0]), "sts_pearson": float(pearsonr(cosine, gold)[0])}
+
+
+def retrieval_scores(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray, k: int = 10) -> dict[str, float]:
+    """Each query (row of ``queries``) against every passage by cosine, in one matrix product: the mean
+    reciprocal rank of its ``gold`` passage (an index into ``passages``) within the first ``k`` (0 past it), and
+    recall at 1 and at ``k`` (the gold passage among the first 1 or ``k``). A tie with the gold passage counts
+    against it (its rank is 1 + the passages scored strictly higher)."""
+    q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    p = passages / np.maximum(np.linalg.norm(passages, axis=1, keepdims=True), 1e-12)
+    similarity = q.astype(np.float32) @ p.astype(np.float32).T  # (queries, passages)
+    gold = np.asarray(gold, dtype=np.int64)
+    own = similarity[np.arange(len(gold)), gold]
+    rank = 1 + (similarity > own[:, None]).sum(axis=1)
+    return {"mrr_at_10": float(np.where(rank <= k, 1.0 / rank, 0.0).mean()) if len(rank) else 0.0,
+            "recall_at_1": float((rank <= 1).mean()) if len(rank) else 0.0,
+            "recall_at_10": float((rank <= k).mean()) if len(rank) else 0.0}
+
+
 # Where each score this module computes lies (the module docstring): rates are fractions, correlations
 # (MCC, Pearson, Spearman) in [-1, 1], SQuAD's scores percentages, its F1 too. A run file's score outside its
 # range was damaged or edited by hand (run_record refuses it).
 FRACTION, CORRELATION, PERCENTAGE = (0.0, 1.0), (-1.0, 1.0), (0.0, 100.0)
 SCORE_RANGES = {"accuracy": FRACTION, "f1": FRACTION, "macro_f1": FRACTION, "mcc": CORRELATION,
                 "pearson": CORRELATION, "spearman": CORRELATION, **{name: FRACTION for name in ENTITY_METRICS},
+                "sts_spearman": CORRELATION, "sts_pearson": CORRELATION,
+                **{name: FRACTION for name in ("mrr_at_10", "recall_at_1", "recall_at_10")},
                 **{name: PERCENTAGE for name in ("exact_match", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")}}
 
 

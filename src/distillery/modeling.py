@@ -283,13 +283,15 @@ def check_loading_info(model, info: dict, what: str, *, new_head: bool = False, 
 FINETUNING_TASK = "finetuning_task"
 
 
-def save_model(model, tokenizer, folder: Path, kind: str = "model") -> None:
+def save_model(model, tokenizer, folder: Path, kind: str = "model", more_files=None) -> None:
     """save_pretrained (safetensors), the tokenizer and the weights' SHA-256 record into a temporary
     folder, marked as distillery's, then moved into place; an existing ``folder`` is replaced only if
-    distillery wrote it."""
+    distillery wrote it. ``more_files(tmp)``: adds files (a task kind's) before the weights are recorded."""
     with atomic_folder(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if more_files is not None:
+            more_files(tmp)
         record_weights(tmp)
         mark(tmp, kind)
 

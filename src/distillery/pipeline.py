@@ -39,8 +39,8 @@ from distillery.modeling import FINETUNING_TASK, save_model
 from distillery.report import write_report
 from distillery.run_record import Bench, Metrics, Train, chain_link, save
 from distillery.runtime import is_export, load_model
-from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, teacher_chain,
-                                teacher_config, teacher_identity, teacher_tokenizer)
+from distillery.teacher import (check_export_teacher, check_teacher, get_finetuned_teacher, resolve_teacher,
+                                teacher_chain, teacher_config, teacher_identity, teacher_tokenizer)
 
 logger = logging.getLogger("distillery")
 
@@ -228,11 +228,15 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
                               f"whole sentences; drop it.")
     # a RunConfig given whole (the Python API, a resumed run's config.yaml) has not been through resolve_settings
     check_new_rows(task, getattr(method.options(config), "augment", 0), config.data.unlabeled_file)
+    task.kind_object.check_data(task, config.data)
+    if config.export and not task.kind_object.exports:
+        raise DistilleryError(f"--export: a {task.kind} student is not exported yet; drop --export.")
     if config.data.unlabeled_file:  # a bad file is refused now, not after the teacher's fine-tuning
         load_unlabeled(config.data.unlabeled_file, task)
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
+    task.kind_object.check_teacher(config.teacher.name, resolve_teacher(config.teacher.name))
     check_export_teacher(config.teacher, config.method, method.teacher_outputs_only)
     method.check(config, model_config)
     config.out = str(out)
@@ -279,7 +283,8 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
         return out
     setattr(student.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
     with writing(out / "student", "the trained student"):
-        save_model(student, ctx.student_side[0], out / "student")  # a pretrained student keeps its own tokenizer
+        save_model(student, ctx.student_side[0], out / "student",  # a pretrained student keeps its own tokenizer
+                   more_files=lambda tmp: task.kind_object.write_files(tmp, config.data.max_length))
     # scored, exported and timed as saved: metrics.json describes the model a user loads, to the last bit (an
     # in-memory parameter's layout can change a score in its ninth decimal)
     student = load_model(out / "student").to(model_device(student))
@@ -374,7 +379,9 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
                 sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
             variants.update(made)
             metrics.others.update(scores)
-    if config.int8:
+    if not task.kind_object.exports and (config.int8 or config.baselines):
+        ctx.notes.append(f"No int8 export and no free baselines: a {task.kind} student is not exported yet.")
+    elif config.int8:
         try:
             exported, scores = student_int8(student, student_tokenizer, student_data, student_metrics, out, variants)
         except DistilleryError as e:  # asked for by default, not by the user: the run keeps its fp32 student
@@ -384,7 +391,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             variants.update(exported)
             if scores:
                 metrics.others = {**(metrics.others or {}), **scores}
-    if config.baselines:
+    if config.baselines and task.kind_object.exports:
         variants.update(_baselines(config, ctx, metrics, variants))
     if config.data.dev_limit:
         metrics.dev_limit = config.data.dev_limit

@@ -376,7 +376,7 @@ def _finetuned_teacher(teacher: TeacherConfig, task: TaskSpec, data: DataConfig,
     """get_finetuned_teacher's model wherever it was loaded or trained, its tokenizer and info."""
     check_teacher(teacher.name, teacher_config(teacher.name), data)
     check_export_teacher(teacher)
-    if teacher.finetuned:
+    if teacher.finetuned or not task.kind_object.finetunes_teacher:  # an embedder is distilled as it is given
         model, tokenizer = load_teacher(teacher.name, task, finetuned=True)
         return model, tokenizer, {"path": resolve_teacher(teacher.name), "cached": True, "seconds": 0.0}
 

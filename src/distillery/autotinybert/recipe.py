@@ -489,6 +489,7 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
 
 class AutoTinyBert(Method):
     name: ClassVar[str] = "autotinybert"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

@@ -135,6 +135,7 @@ def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
 
 class CMOW(Method):
     name: ClassVar[str] = "cmow"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
     # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
     # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
     teacher_outputs_only: ClassVar[bool] = True

@@ -17,6 +17,7 @@ A local folder that lacks a file is an error, never a silent fall back to the Hu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -57,6 +58,8 @@ def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Da
     article (see ``squad_holdout_split``).
     """
     split = _canonical_split(task, split)
+    if task.kind == "embedding":
+        return _load_embedding(task, split, data_config)
     if task.kind == "qa":
         ds = _load_squad(task, split, data_config)
     elif task.kind == "token_classification":
@@ -72,6 +75,16 @@ def load_raw(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Da
     if split != "train" and data_config.dev_limit is not None and data_config.dev_limit < len(ds):
         ds = ds.select(range(data_config.dev_limit))
     return ds
+
+
+def _load_embedding(task: TaskSpec, split: str, data_config: DataConfig) -> datasets.Dataset:
+    """The embedding task's rows: no train rows (its texts are the student's new rows, --unlabeled-file); as dev,
+    STS-B's dev pairs and SQuAD v1.1's dev questions and paragraphs (``dev_limit``: at most that many of each)."""
+    if split == "train":
+        return datasets.Dataset.from_dict({"text": [], "label": []}, features=_features(task))
+    whole = dataclasses.replace(data_config, dev_limit=None)
+    sts = load_raw(get_task("stsb"), "dev", whole)
+    return task.kind_object.dev_rows(sts, load_raw(get_task("squad"), "dev", whole), data_config.dev_limit)
 
 
 def _canonical_split(task: TaskSpec, split: str) -> str:

@@ -181,6 +181,11 @@ TASKS: dict[str, TaskSpec] = {
         ner_dir="conll2003", hub_id="eriktnl/conll2003", hub_text="tokens",
         hub_splits=(("train", "train"), ("dev", "validation"), ("test", "test")),
     ),
+    # sentence embeddings: the texts are --unlabeled-file's; scored on STS-B dev and retrieval from SQuAD dev
+    "embedding": TaskSpec(
+        name="embedding", kind="embedding", labels=None, metrics=kind_of("embedding").metrics,
+        main_metric="sts_spearman", glue_dir="STS-B", hub_id="nyu-mll/glue", hub_name="stsb",  # the main score's
+    ),
 }
 
 

@@ -1,4 +1,5 @@
-"""The task kinds: one module a kind (``classification``, ``regression``, ``qa``, ``token_classification``), each an object that owns every
+"""The task kinds: one module a kind (``classification``, ``regression``, ``qa``, ``token_classification``,
+``embedding``), each an object that owns every
 decision depending on what the model predicts (:class:`distillery.kinds.base.TaskKind`).
 
 Adding a kind is adding its module and one line in :data:`KINDS`; everything else asks the kind object
@@ -20,6 +21,7 @@ KINDS: dict[str, str] = {
     "regression": "distillery.kinds.regression:Regression",
     "qa": "distillery.kinds.qa:QuestionAnswering",
     "token_classification": "distillery.kinds.token_classification:TokenClassification",
+    "embedding": "distillery.kinds.embedding:Embedding",
 }
 
 

@@ -67,6 +67,10 @@ class TaskKind:
     pooled_output: ClassVar[bool] = True  # the head reads the first token's (pooled) state only
     needs_offsets: ClassVar[bool] = False  # encoding maps tokens back to characters: a fast tokenizer only
     scores_in_percent: ClassVar[bool] = False  # its scores are percentages (else fractions and correlations)
+    finetunes_teacher: ClassVar[bool] = True  # the teacher is fine-tuned on the task (else used as it is given)
+    # the run exports the student (int8, --export) and measures the free baselines beside it (ONNX of the
+    # embedding kind's pooling is not built yet)
+    exports: ClassVar[bool] = True
     # the distillation term compares class distributions softened by a temperature (whose value can be read
     # from the teacher's own logits: distillery.distill.deep_cut)
     softened_outputs: ClassVar[bool] = False
@@ -117,6 +121,21 @@ class TaskKind:
             cols["text_pair"] = datasets.Value("string")
         cols["label"] = datasets.Value(self.label_dtype)
         return datasets.Features(cols)
+
+    def check_data(self, task, data_config) -> None:
+        """Refuse, before anything is loaded, data settings the kind cannot learn from (an embedder's missing text)."""
+
+    def check_teacher(self, name: str, folder: str) -> None:
+        """Refuse a teacher (``name``, resolved to ``folder``) whose own files say it computes something else than
+        the kind distils (an embedder's pooling)."""
+
+    def write_files(self, folder, max_length: int) -> None:
+        """Add the kind's files to a model saved in ``folder`` (an embedder's sentence-transformers modules)."""
+
+    def batch_outputs(self, fields: tuple[Tensor, ...], batch: Mapping[str, Tensor]) -> tuple[Tensor, ...]:
+        """A batch's outputs as :meth:`predictions` collects them, given the head's output ``fields`` and the batch
+        (an embedder pools its hidden states over the batch's attention mask): the fields as they are."""
+        return fields
 
     def check_encoding(self, tokenizer, pair_mode: str) -> None:
         """Refuse a tokenizer or pair mode the kind cannot be encoded with, before any file is read."""

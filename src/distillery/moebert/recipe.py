@@ -238,6 +238,7 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
 
 class MoEBert(Method):
     name: ClassVar[str] = "moebert"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind, kind_of
+from distillery.kinds.embedding import mean_pooled
 from distillery.kinds.qa import span_logits
 from distillery.kinds.regression import mse
 
@@ -270,14 +271,6 @@ def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float
         return loss, logs
 
     return loss_fn
-
-
-def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
-    """The mean of a sequence's hidden states over its tokens, padding left out: ``(B, L, d) -> (B, d)``."""
-    if attention_mask is None:
-        return hidden.mean(dim=1)
-    mask = attention_mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, L, 1)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
 
 def pretrained_distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,

@@ -1,0 +1,212 @@
+"""Sentence embeddings: the model reads one text and gives one vector for it (mean pooling of its last hidden
+states over the text's tokens, unit length), as a sentence-transformers embedder does; no labels.
+
+The teacher is an embedder (a sentence-transformers folder, whose ``modules.json`` and pooling config are read and
+must say mean pooling, or any encoder, mean-pooled) and is never fine-tuned. The student learns the teacher's vector
+of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is ``2(1 − cos)/d``: the two
+terms agree, the MSE keeps sentence-transformers' distillation recipe's form). The texts are the student's new rows
+(``--unlabeled-file``: a corpus slice, ``distillery transfer-set --single``); the task's own train split is empty.
+The teacher's vectors are computed once and cached by content as every kind's teacher outputs are
+(``teacher_logits``: one vector a text).
+
+Scores need no labels trained on: the dev split is a list of texts with their roles (``role``: an STS-B dev pair's
+first or second sentence, a SQuAD dev question or a distinct paragraph; ``target``: the row of its partner or its
+gold paragraph), built by ``distillery.data.loading``; :meth:`Embedding.scores` gives the Spearman and Pearson
+correlation of the pairs' cosines with STS-B's gold scores (the main metric: Spearman) and retrieval of each question's
+paragraph among all of them (MRR@10, recall@1, recall@10), each in one matrix product.
+
+The student is saved as a sentence-transformers folder (:meth:`Embedding.write_files`), so
+``SentenceTransformer(folder).encode(texts)`` gives the vectors distillery scored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from distillery.errors import DistilleryError
+from distillery.kinds.base import arrow_column, output_field
+from distillery.kinds.sentence import SentenceKind
+from distillery.metrics import EMBEDDING_METRICS, retrieval_scores, sts_correlations
+from distillery.modeling import BASE_HEAD
+
+# The dev rows' roles (the ``role`` column of the raw dev split)
+STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
+
+
+def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """The mean of a sequence's hidden states over its tokens, padding left out: ``(B, L, d) -> (B, d)``."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    mask = attention_mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+
+
+def sentence_vectors(outputs, batch) -> Tensor:
+    """A batch's unit sentence vectors from an encoder's outputs (mean pooling over ``attention_mask``), or the
+    cached vectors of outputs that carry them (``logits``: the teacher's, read from the cache), (B, d) float32."""
+    cached = output_field(outputs, "logits")
+    if cached is not None:
+        return F.normalize(cached.float(), dim=-1)
+    hidden = output_field(outputs, "last_hidden_state")
+    if hidden is None:
+        hidden = outputs[0]
+    return F.normalize(mean_pooled(hidden.float(), batch.get("attention_mask")), dim=-1)
+
+
+def embedding_distance(student: Tensor, teacher: Tensor) -> Tensor:
+    """``mean_i (1 − cos(s_i, t_i)) + MSE(ŝ, t̂)`` over unit vectors (the module docstring)."""
+    if student.shape != teacher.shape:
+        raise DistilleryError(f"The student's sentence vectors have {student.shape[-1]} dimensions and the "
+                              f"teacher's {teacher.shape[-1]}; an embedding student keeps the teacher's width so far.")
+    s, t = F.normalize(student.float(), dim=-1), F.normalize(teacher.float().to(student.device), dim=-1)
+    return (1 - (s * t).sum(dim=-1)).mean() + F.mse_loss(s, t)
+
+
+class Embedding(SentenceKind):
+    name = "embedding"
+    head = BASE_HEAD  # the bare encoder: its last hidden states, pooled
+    pipeline_tag = "sentence-similarity"
+    metrics = EMBEDDING_METRICS
+    main_metrics = ("sts_spearman", "sts_pearson")  # STS-B dev is always read; SQuAD's retrieval too, so far
+    label_dtype = "float32"  # a placeholder: a text's target is the teacher's vector (teacher_logits)
+    finetunes_teacher = False
+    exports = False
+    augments_by_default = False
+    pooled_output = False
+    static_head = None
+    # SQuAD paragraphs are long: the quick budget's 64 tokens of single sentences would cut most of them
+    max_lengths = {"quick": 128, "full": 256}
+
+    def takes_outputs(self, outputs: int) -> bool:
+        return False  # a bare encoder is no embedding head: a model is known as an embedder by its folder only
+
+    def head_words(self, task) -> str:
+        return "sentence embeddings"
+
+    def budget_data(self, budget, single_sentence):
+        return {"train_limit": None, "max_length": self.max_lengths[budget]}
+
+    def check_data(self, task, data_config) -> None:
+        if not data_config.unlabeled_file:
+            raise DistilleryError("--task embedding learns from text alone and none was given: give the texts with "
+                                  "--unlabeled-file FILE (a 'text' column; `distillery transfer-set --single` "
+                                  "writes one from a corpus).")
+
+    def check_teacher(self, name: str, folder: str) -> None:
+        """Refuse a sentence-transformers teacher whose pipeline is not a transformer, mean pooling and (optionally)
+        normalisation: its vectors would not be the ones the student learns to give."""
+        modules_file = Path(folder) / "modules.json"
+        if not modules_file.is_file():
+            return  # a plain encoder: mean pooling
+        try:
+            modules = json.loads(modules_file.read_text())
+            kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+            pooling = next((Path(folder) / m["path"] / "config.json" for m in modules
+                            if m["type"].endswith("Pooling")), None)
+            modes = json.loads(pooling.read_text()) if pooling is not None and pooling.is_file() else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DistilleryError(f"Teacher {name}: {modules_file} is not a sentence-transformers modules list "
+                                  f"({type(e).__name__}: {e}).") from None
+        # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
+        mode = modes.get("pooling_mode")
+        used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
+                                                         for k, v in modes.items() if k.startswith("pooling_mode") and v)
+        if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"} or used != ["mean"]:
+            raise DistilleryError(f"Teacher {name} is a sentence-transformers model of modules {', '.join(kinds)} with "
+                                  f"pooling {', '.join(used) or 'unknown'}; distillery distils a transformer with "
+                                  f"mean pooling (and normalisation) so far.")
+
+    def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
+        if len(raw):
+            return super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
+        # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
+        one = raw.from_dict({"text": ["."], "label": [0.0]}, features=raw.features)
+        return super().encode(task, one, tokenizer, data_config, pair_mode, split_name, train).select([])
+
+    def task_loss(self, outputs, batch, reduction="mean"):
+        if "teacher_logits" not in batch:
+            raise ValueError("an embedding batch needs the teacher's vectors (teacher_logits): its only target.")
+        student = sentence_vectors(outputs, batch)
+        if reduction == "none":
+            return 1 - (student * F.normalize(batch["teacher_logits"].float().to(student.device), dim=-1)).sum(-1)
+        return embedding_distance(student, batch["teacher_logits"])
+
+    def distilled_positions(self, student_out, teacher_out, batch):
+        return sentence_vectors(student_out, batch), sentence_vectors(teacher_out, batch)
+
+    def distillation_term(self, student_out, teacher_out, temperature, distribution_loss):
+        """:func:`embedding_distance` of the sentence vectors: no distribution, no temperature."""
+        return embedding_distance(student_out, teacher_out)
+
+    def distillation_gap(self, student_out, teacher_out, temperature, kl):
+        return {}  # the term is 0 at a match already
+
+    def batch_outputs(self, fields, batch):
+        return (sentence_vectors({"last_hidden_state": fields[0]}, batch),)
+
+    def predictions(self, chunks, restore, task):
+        return restore(np.concatenate([chunk[0] for chunk in chunks]))
+
+    def scores(self, task_data, predictions):
+        raw = task_data.dev_examples
+        role, target = (np.asarray(arrow_column(raw, c), dtype=np.int64) for c in ("role", "target"))
+        gold = np.asarray(arrow_column(raw, "label"), dtype=np.float64)
+        first = np.flatnonzero(role == STS_FIRST)
+        scores = sts_correlations(predictions[first], predictions[target[first]], gold[first])
+        questions, passages = np.flatnonzero(role == QUESTION), np.flatnonzero(role == PASSAGE)
+        if len(questions):
+            index = np.full(len(role), -1, dtype=np.int64)
+            index[passages] = np.arange(len(passages))  # a row of the dev split -> its column among the passages
+            scores.update(retrieval_scores(predictions[questions], predictions[passages], index[target[questions]]))
+        return scores
+
+    def placeholder_label(self):
+        return 0.0
+
+    def teacher_labels(self, logits):
+        return np.zeros(len(logits), dtype=np.float32)  # a text's target is its vector, not a label
+
+    def dev_rows(self, sts, squad, limit: int | None):
+        """The dev split's raw rows (``text``, ``label``, ``role``, ``target``) from STS-B's dev pairs (``text``,
+        ``text_pair``, ``label``) and SQuAD's dev questions (``question``, ``context``), or None: at most ``limit``
+        pairs and ``limit`` questions (with their paragraphs)."""
+        import datasets
+
+        sts = sts.select(range(min(len(sts), limit))) if limit else sts
+        first, second = list(sts["text"]), list(sts["text_pair"])
+        n = len(first)
+        texts = [t for pair in zip(first, second) for t in pair]
+        role, target = [STS_FIRST, STS_SECOND] * n, [x for i in range(n) for x in (2 * i + 1, 2 * i)]
+        label = [x for score in sts["label"] for x in (float(score), 0.0)]
+        if squad is not None:
+            squad = squad.select(range(min(len(squad), limit))) if limit else squad
+            contexts = list(dict.fromkeys(squad["context"]))
+            start = len(texts) + len(squad)
+            where = {c: start + i for i, c in enumerate(contexts)}
+            texts += list(squad["question"]) + contexts
+            role += [QUESTION] * len(squad) + [PASSAGE] * len(contexts)
+            target += [where[c] for c in squad["context"]] + [-1] * len(contexts)
+            label += [0.0] * (len(squad) + len(contexts))
+        features = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("float32"),
+                                      "role": datasets.Value("int64"), "target": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"text": texts, "label": label, "role": role, "target": target},
+                                          features=features)
+
+    def write_files(self, folder: Path, max_length: int) -> None:
+        """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, mean pooling,
+        normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
+        sentence-transformers itself."""
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.base.modules import Normalize, Transformer
+        from sentence_transformers.sentence_transformer.modules import Pooling
+
+        encoder = Transformer(str(folder), max_seq_length=max_length)
+        model = SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
+                                    device="cpu")
+        model.save(str(folder), create_model_card=False)
