@@ -1,0 +1,158 @@
+"""Issue 55: the embedding task kind. An embedder (a tiny sentence-transformers folder built from a tiny random BERT)
+is distilled into a smaller embedder, by layer drop and into a pretrained student with another tokenizer; the
+student folder loads in sentence-transformers, in a fresh process without distillery, and gives the vectors
+distillery scored; bad input is one sentence."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from distillery.data.encode import prepare_task_data
+from distillery.data.loading import task_for
+from distillery.errors import DistilleryError
+from distillery.evaluation import predict
+from distillery.kinds import kind_of
+from distillery.metrics import retrieval_scores, sts_correlations
+from distillery.modeling import load_tokenizer
+from distillery.pipeline import compress
+from distillery.runtime import load_model
+from tests.helpers import (NO_EXTRAS, assert_one_line_error, make_tiny_bert, run_cli, sentence, tiny_config,
+                           write_glue, write_squad)
+
+
+def write_sentence_transformer(source: str, folder, max_length: int = 64) -> str:
+    """``source`` (an encoder folder) as a sentence-transformers embedder: mean pooling, normalised."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    encoder = Transformer(source, max_seq_length=max_length)
+    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
+                        device="cpu").save(str(folder), create_model_card=False)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=4), root / "st")
+
+
+@pytest.fixture(scope="module")
+def embedding_data(tmp_path_factory):
+    """A data folder with STS-B dev and SQuAD dev, and an unlabeled file of 64 texts."""
+    root = tmp_path_factory.mktemp("embedding-data")
+    write_squad(write_glue(root / "data", n_train=8, n_dev=24))
+    rng = random.Random(3)
+    (root / "texts.csv").write_text("text\n" + "\n".join(sentence(rng, i % 2) for i in range(64)) + "\n")
+    return root / "data", str(root / "texts.csv")
+
+
+def run(teacher, data, out, **more):
+    data_dir, texts = data
+    return compress(tiny_config(teacher, data_dir, out, task="embedding",
+                                **{"data.unlabeled_file": texts, "method_options.student_layers": 2, **more}))
+
+
+def dev_vectors(folder, config) -> tuple[np.ndarray, list[str]]:
+    """The student's dev vectors as distillery scores them, and the dev texts."""
+    task = task_for(config.data)
+    data = prepare_task_data(task, load_tokenizer(str(folder)), config.data, splits=("dev",))
+    return predict(load_model(folder), data), list(data.dev_examples["text"])
+
+
+def test_distill_makes_an_embedder_that_sentence_transformers_loads_in_a_fresh_process(embedder, embedding_data,
+                                                                                       tmp_path):
+    out = run(embedder, embedding_data, tmp_path / "run")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "sts_spearman"
+    assert {"sts_spearman", "mrr_at_10", "recall_at_1", "recall_at_10"} <= set(metrics["student"])
+    assert load_model(out / "student").config.num_hidden_layers == 2
+    from distillery.config import RunConfig
+
+    config = RunConfig.load(out / "config.yaml")
+    ours, texts = dev_vectors(out / "student", config)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = ("import json, sys, numpy as np\n"
+              "from sentence_transformers import SentenceTransformer\n"
+              f"model = SentenceTransformer({str(out / 'student')!r}, device='cpu')\n"
+              f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
+              f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
+              "assert 'distillery' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+    theirs = np.load(tmp_path / "st.npy")
+    torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)
+    # the scores distillery recorded are those of these vectors
+    scores = kind_of("embedding").scores(prepare_task_data(task_for(config.data), load_tokenizer(str(out / "student")),
+                                                           config.data, splits=("dev",)), theirs)
+    assert scores["sts_spearman"] == pytest.approx(metrics["student"]["sts_spearman"], abs=1e-4)
+
+
+def test_same_seed_same_embedder(embedder, embedding_data, tmp_path):
+    first, second = (load_file(str(run(embedder, embedding_data, tmp_path / n) / "student" / "model.safetensors"))
+                     for n in ("a", "b"))
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_pretrained_student_with_another_tokenizer_learns_the_embeddings(embedder, embedding_data, tiny_roberta,
+                                                                           tmp_path):
+    out = run(embedder, embedding_data, tmp_path / "run", **{"method_options.student": tiny_roberta,
+                                                              "method_options.student_layers": None})
+    assert load_model(out / "student").config.model_type == "roberta"
+    assert (out / "student" / "modules.json").is_file()
+    assert "sts_spearman" in json.loads((out / "metrics.json").read_text())["student"]
+
+
+def test_the_metrics_are_those_of_the_cosines():
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    b = np.array([[1.0, 0.1], [1.0, 0.0], [1.0, 0.9]])
+    gold = np.array([4.0, 0.0, 5.0])
+    assert sts_correlations(a, b, gold)["sts_spearman"] == pytest.approx(1.0)
+    queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    passages = np.array([[0.0, 1.0], [1.0, 0.0]])
+    got = retrieval_scores(queries, passages, np.array([1, 0, 1]))
+    assert got["recall_at_1"] == pytest.approx(2 / 3)  # the third ties: a tie counts against the gold passage
+    assert got["mrr_at_10"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert got["recall_at_10"] == 1.0
+
+
+def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path, monkeypatch, capsys):
+    data_dir, texts = embedding_data
+    common = ["compress", "--task", "embedding", "--data-dir", str(data_dir), *NO_EXTRAS]
+
+    def refused(fragment, *args):
+        code, _, err = run_cli(monkeypatch, capsys, *common, "--out", str(tmp_path / "out"), *args)
+        assert_one_line_error(code, err, fragment)
+
+    refused("learns from text alone", "--teacher", embedder)
+    no_text = tmp_path / "no-text.csv"
+    no_text.write_text("sentence\nhello there\n")
+    refused("has no column 'text'", "--teacher", embedder, "--unlabeled-file", str(no_text))
+    refused(" ", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
+    refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "moebert")
+    # an STS-B dev file without its score column
+    bad = tmp_path / "bad-data"
+    write_squad(write_glue(bad, n_train=4, n_dev=4))
+    sts = bad / "glue" / "STS-B" / "dev.tsv"
+    sts.write_text("\n".join("\t".join(line.split("\t")[:-1]) for line in sts.read_text().splitlines()) + "\n")
+    with pytest.raises(DistilleryError, match="score"):
+        run(embedder, (bad, texts), tmp_path / "run")
+
+
+def test_a_teacher_of_another_pooling_is_refused(embedder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "cls"
+    shutil.copytree(embedder, folder)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "cls"}))
+    with pytest.raises(DistilleryError, match="mean pooling"):
+        kind_of("embedding").check_teacher(str(folder), str(folder))
