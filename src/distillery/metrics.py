@@ -196,13 +196,13 @@ def retrieval_scores(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray
     """Each query (row of ``queries``) against every passage by cosine, in one matrix product: the mean
     reciprocal rank of its ``gold`` passage (an index into ``passages``) within the first ``k`` (0 past it), and
     recall at 1 and at ``k`` (the gold passage among the first 1 or ``k``). A tie with the gold passage counts
-    against it (its rank is 1 + the passages scored strictly higher)."""
+    against it (its rank is the number of passages scored at least as high, itself included)."""
     q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
     p = passages / np.maximum(np.linalg.norm(passages, axis=1, keepdims=True), 1e-12)
     similarity = q.astype(np.float32) @ p.astype(np.float32).T  # (queries, passages)
     gold = np.asarray(gold, dtype=np.int64)
     own = similarity[np.arange(len(gold)), gold]
-    rank = 1 + (similarity > own[:, None]).sum(axis=1)
+    rank = (similarity >= own[:, None]).sum(axis=1)  # the gold passage counts itself, and every tie
     return {"mrr_at_10": float(np.where(rank <= k, 1.0 / rank, 0.0).mean()) if len(rank) else 0.0,
             "recall_at_1": float((rank <= 1).mean()) if len(rank) else 0.0,
             "recall_at_10": float((rank <= k).mean()) if len(rank) else 0.0}
