@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from distillery.training import trainer as trainer_module
 from distillery.folders import unrecorded
 from distillery.pipeline import compress
-from tests.helpers import flop_timed, tiny_config, write_conll_dir
+from tests.helpers import flop_timed, tiny_config, write_conll_dir, write_glue, write_squad
 
 OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-proportional: see below)
     "distill": {},
@@ -30,7 +30,9 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
 
 # the cases: every method on SST-2; token classification (CoNLL's tiny fixture) with distill, whose student reads the
 # teacher's cached per-word logits, on augmented sentences too
-CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1})]
+# and an embedder (issue 55: the teacher a plain encoder, mean-pooled) learning from unlabeled texts
+CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1}),
+                                                        ("distill", "embedding", {})]
 
 
 def student(run) -> dict:
@@ -51,6 +53,10 @@ def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, task, m
     flop_timed(monkeypatch)
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     data = glue_dir if task == "sst2" else write_conll_dir(tmp_path / "conll", n_train=64, n_dev=16, n_test=8)
+    if task == "embedding":
+        data = write_squad(write_glue(tmp_path / "embedding", n_train=4, n_dev=16))
+        (tmp_path / "texts.csv").write_text("text\n" + "\n".join(f"text number {i} is here" for i in range(96)))
+        more = {**more, "data.unlabeled_file": str(tmp_path / "texts.csv")}
     config = lambda name: tiny_config(tiny_bert4, data, tmp_path / name, task=task, method=method,  # noqa: E731
                                       **{"student.epochs": 1.0, **OPTIONS[method], **more})
     saves = []
