@@ -32,7 +32,7 @@ def test_a_registered_kind_is_a_kind_a_task_can_name(toy):
     assert kind is kind_of("toy") and kind.name == "toy" and get_task(toy).num_labels == 1
     with pytest.raises(DistilleryError, match="'accuracy' that a toy task is not scored with; use pearson, spearman"):
         TaskSpec(name="mine", kind="toy", labels=None, metrics=("accuracy",), main_metric="accuracy")
-    with pytest.raises(DistilleryError, match="unknown kind 'tagging'; use one of classification, regression, qa, token_classification, toy"):
+    with pytest.raises(DistilleryError, match="unknown kind 'tagging'; use one of classification, regression, qa, token_classification, embedding, toy"):
         TaskSpec(name="mine", kind="tagging", labels=None, metrics=("f1",), main_metric="f1")
 
 

@@ -314,6 +314,9 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     ``settings``: dotted run settings as ``compress`` takes them (``data.task``, ``teacher.name``,
     ``student.epochs``, ``method_options.kd_weight``...), every candidate's; the method options go to
     the methods that have them. ``time_budget``: "2h", "30m", seconds."""
+    # an embedder is made by distill only so far (issue 55); the task's name, as its kind would load torch here
+    if str(settings.get("data.task") or "").lower() == "embedding":
+        raise DistilleryError("--method auto does not choose an embedder yet (--task embedding); use --method distill.")
     budget_s = parse_time_budget(time_budget)
     out = default_out(settings)
     given_target = None if resume and speedup is None and latency_ms is None else make_target(speedup, latency_ms)
