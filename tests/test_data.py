@@ -83,7 +83,7 @@ def glue_dir(tmp_path):
 
 def test_registry_describes_every_task():
     assert set(TASKS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad", "squad_v2",
-                          "conll2003"}
+                          "conll2003", "embedding"}
     assert get_task("cola").metrics == ("mcc",)
     assert get_task("mrpc").main_metric == "f1" and get_task("qqp").metrics == ("f1", "accuracy")
     assert get_task("stsb").kind == "regression" and get_task("stsb").num_labels == 1

@@ -134,6 +134,13 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "moebert")
     refused("does not choose an embedder", "--teacher", embedder, "--unlabeled-file", texts, "--method", "auto",
             "--speedup", "2")
+    from transformers import BertModel
+
+    wide = make_tiny_bert(tmp_path / "wide")  # its tokenizer, and a model of another width
+    config = BertModel.config_class.from_pretrained(wide)
+    config.hidden_size, config.intermediate_size = 2 * config.hidden_size, 2 * config.intermediate_size
+    BertModel(config).save_pretrained(wide)
+    refused("hidden size", "--teacher", embedder, "--unlabeled-file", texts, "--student", str(tmp_path / "wide"))
     # an STS-B dev file without its score column
     bad = tmp_path / "bad-data"
     write_squad(write_glue(bad, n_train=4, n_dev=4))

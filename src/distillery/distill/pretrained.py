@@ -85,6 +85,10 @@ def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[i
         what = "character offsets" if kind.doc_strides else "its words' sub-words"
         raise DistilleryError(f"Task kind {kind.name} needs a fast tokenizer ({what}); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
+    width, wanted = getattr(config, "hidden_size", None), getattr(teacher_config, "hidden_size", None)
+    if kind.student_keeps_width and width != wanted:
+        raise DistilleryError(f"Student {name!r} has hidden size {width} and the teacher {wanted}: a {kind.name} "
+                              f"student gives vectors of the teacher's width so far (no learned projection yet).")
     if hidden_weight and kind.doc_strides and not same_tokenizer(teacher_tokenizer, tokenizer):
         raise DistilleryError(SQUAD_HIDDEN)
     try:

@@ -68,6 +68,9 @@ class TaskKind:
     needs_offsets: ClassVar[bool] = False  # encoding maps tokens back to characters: a fast tokenizer only
     scores_in_percent: ClassVar[bool] = False  # its scores are percentages (else fractions and correlations)
     finetunes_teacher: ClassVar[bool] = True  # the teacher is fine-tuned on the task (else used as it is given)
+    # a pretrained student (distill --student) must have the teacher's hidden size: its outputs are compared
+    # with the teacher's as they are (an embedder's vectors; no learned projection yet)
+    student_keeps_width: ClassVar[bool] = False
     # the run exports the student (int8, --export) and measures the free baselines beside it (ONNX of the
     # embedding kind's pooling is not built yet)
     exports: ClassVar[bool] = True

@@ -76,6 +76,7 @@ class Embedding(SentenceKind):
     main_metrics = ("sts_spearman", "sts_pearson")  # STS-B dev is always read; SQuAD's retrieval too, so far
     label_dtype = "float32"  # a placeholder: a text's target is the teacher's vector (teacher_logits)
     finetunes_teacher = False
+    student_keeps_width = True  # no learned projection to the teacher's width yet
     exports = False
     augments_by_default = False
     pooled_output = False
