@@ -71,3 +71,88 @@ def test_removal_equals_masking(cls, key, seed):
     assert c.layer_heads == [int(h) for h in gates["heads"].sum(-1)]
     assert c.hidden_size == int(gates["hidden"].sum()) < model.config.hidden_size
     assert_close(got, expected)
+
+
+def test_a_removed_sub_layer_passes_its_input_through():
+    """Deterministic gates removing a whole attention and a whole FFN: the layers without them are identities where
+    they were, and the smaller model equals the masked one."""
+    model, _ = full_size(tiny_teacher())
+    masks = random_masks(model, 3)
+    with torch.no_grad():
+        masks.attention.copy_(torch.tensor([5.0, -5.0, 5.0]) / 200.0)
+        masks.ffn.copy_(torch.tensor([-5.0, 5.0, 5.0]) / 200.0)
+    gates = fold(masks.gates("deterministic"))
+    assert gates["heads"][1].sum() == 0 and gates["neurons"][0].sum() == 0
+    small = extract(model, gates)
+    assert small.bert.encoder.layer[1].attention is None and small.bert.encoder.layer[0].intermediate is None
+    masked = MaskedModel(model, masks).eval()
+    with torch.no_grad():
+        assert_close(small(**batch()).logits, masked(**batch()).logits)
+
+
+def test_gates_expected_and_deterministic():
+    masks = Masks(2, 4, 8, 16, init=3.0)
+    p = masks.gates("expected")
+    assert all(bool((v > 0.9).all()) for v in p.values())
+    with torch.no_grad():
+        masks.heads.copy_(torch.tensor([9.0, -9.0, 9.0, -9.0, 9.0, 9.0, 9.0, 9.0]) / 200.0)
+    g = masks.gates("deterministic")
+    assert g["heads"].tolist() == [[1, 0, 1, 0], [1, 1, 1, 1]]
+    torch.manual_seed(0)
+    drawn = masks.gates("sample")["heads"]
+    assert ((drawn >= 0) & (drawn <= 1)).all() and drawn[0, 1] == 0
+    shape = masks.expected_shape()
+    assert shape["heads"].shape == (2,) and float(shape["hidden"].detach()) <= 16
+    assert keep_probability(torch.tensor(-5.0)) < 0.5 < keep_probability(torch.tensor(0.0)) < keep_probability(torch.tensor(3.0))
+
+
+def test_per_layer_shapes_save_and_reload(tmp_path):
+    model, _ = full_size(tiny_teacher())
+    masks = random_masks(model, 4)
+    small = extract(model, fold(masks.gates("deterministic")))
+    small.save_pretrained(tmp_path)
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path, trust_remote_code=False).eval()
+    assert isinstance(loaded, PrunedBertForSequenceClassification)
+    assert loaded.config.layer_heads == small.config.layer_heads
+    assert loaded.config.layer_intermediate_sizes == small.config.layer_intermediate_sizes
+    with torch.no_grad():
+        assert_close(loaded(**batch()).logits, small(**batch()).logits)
+
+
+def test_a_bad_per_layer_shape_is_refused():
+    with pytest.raises(Exception, match="layer_heads needs 3 counts"):
+        PrunedBertConfig(**TINY, layer_heads=[1, 2])
+
+
+def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_path, monkeypatch):
+    import json
+
+    from distillery.export import export_model
+    from distillery.pipeline import build_run_config, compress
+    from tests.helpers import TINY_RUN, write_glue
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    # timings differ from run to run, and the masks follow the latency model: time by parameter count here, so that
+    # the two runs see one latency model (a run's latency.json, which a resume reads, fixes it the same way)
+    monkeypatch.setattr("distillery.prune.latency.latency_ms", lambda models, **_: {
+        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()})
+    data = write_glue(tmp_path / "data")
+    opts = {"mask_steps": 4, "latency_shapes": 8, "latency_runs": 2, "speedup": 2.0}
+    students = []
+    for name in ("run", "again"):
+        config = build_run_config(method="prune", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
+                                  out=str(tmp_path / name), overrides={**TINY_RUN, "student.epochs": 1.0,
+                                                                       **{f"method_options.{k}": v for k, v in opts.items()}})
+        out = compress(config)
+        shape = json.loads((out / "pruned_shape.json").read_text())
+        assert shape["predicted_ms"] > 0 and shape["target_ms"] > 0
+        assert (out / "latency.json").is_file() and "latency model expects" in (out / "report.md").read_text()
+        students.append(distillery.load_student(out))
+    assert type(students[0]).__name__ == "PrunedBertForSequenceClassification"
+    onnx = export_model(tmp_path / "run" / "student", "onnx", tmp_path / "onnx")  # parity-checked on export
+    assert (onnx / "model.onnx").is_file() or any(onnx.glob("*.onnx"))
+    a, b = (s.state_dict() for s in students)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k

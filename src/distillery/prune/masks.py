@@ -55,17 +55,20 @@ class Masks(nn.Module):
     dimensions (flat 1-D parameters: the trainer's weight decay skips them). ``init``: the starting log α
     (CoFi's 10 · 0.5 initial drop rate → most gates open, P(z ≠ 0) ≈ 0.99)."""
 
-    def __init__(self, layers: int, heads: int, ffn: int, hidden: int, init: float = 3.0, prune_hidden: bool = True):
+    def __init__(self, layers: int, heads: int, ffn: int, hidden: int, init: float = 3.0, prune_hidden: bool = True,
+                 lr_scale: float = LR_SCALE):
         super().__init__()
+        self.lr_scale = lr_scale
         self.shapes = {"heads": (layers, heads), "neurons": (layers, ffn), "hidden": (hidden,),
                        "attention": (layers,), "ffn": (layers,)}
         self.prune_hidden = prune_hidden
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))  # loss calls so far (the target's ramp)
         for name, shape in self.shapes.items():
             if name != "hidden" or prune_hidden:
-                self.register_parameter(name, nn.Parameter(torch.full((math.prod(shape),), init / LR_SCALE)))
+                self.register_parameter(name, nn.Parameter(torch.full((math.prod(shape),), init / lr_scale)))
 
     def log_alpha(self, name: str) -> Tensor:
-        return getattr(self, name).view(self.shapes[name]) * LR_SCALE
+        return getattr(self, name).view(self.shapes[name]) * self.lr_scale
 
     def names(self) -> list[str]:
         return [n for n in GROUPS if n != "hidden" or self.prune_hidden]
