@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from distillery.autotinybert.convert import convert_teacher
+from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind
 from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertModel
 
@@ -51,7 +52,12 @@ def full_size(teacher: PreTrainedModel) -> tuple[PreTrainedModel, TaskKind | Non
 def kept_units(gates: dict[str, Tensor], hidden: int) -> dict:
     """Indices kept: ``heads`` and ``neurons`` a layer, ``hidden`` (all when the hidden dimension is not pruned)."""
     keep = lambda row: torch.nonzero(row > 0).flatten().cpu()  # noqa: E731
-    return {"heads": [keep(r) for r in gates["heads"]], "neurons": [keep(r) for r in gates["neurons"]],
+    # a layer left with neither sub-layer is an identity: dropped (its weights would hold nothing)
+    layers = [i for i in range(len(gates["heads"])) if gates["heads"][i].sum() > 0 or gates["neurons"][i].sum() > 0]
+    if not layers:
+        raise DistilleryError("The masks removed every layer of the teacher; ask for a smaller --speedup.")
+    return {"layers": layers, "heads": [keep(gates["heads"][i]) for i in layers],
+            "neurons": [keep(gates["neurons"][i]) for i in layers],
             "hidden": keep(gates["hidden"]) if "hidden" in gates else torch.arange(hidden)}
 
 
@@ -59,7 +65,9 @@ def pruned_config(config: PrunedBertConfig, kept: dict) -> PrunedBertConfig:
     c = config.to_dict()
     for key in ("model_type", "architectures", "transformers_version", "_name_or_path", "dtype", "torch_dtype"):
         c.pop(key, None)
-    c.update(hidden_size=len(kept["hidden"]), layer_heads=[len(h) for h in kept["heads"]],
+    windows = c.get("layer_windows")
+    c.update(num_hidden_layers=len(kept["layers"]), layer_windows=None if windows is None else [windows[i] for i in kept["layers"]],
+             hidden_size=len(kept["hidden"]), layer_heads=[len(h) for h in kept["heads"]],
              layer_intermediate_sizes=[len(n) for n in kept["neurons"]])
     return PrunedBertConfig(**c)
 
@@ -89,7 +97,10 @@ def extract(model: PreTrainedModel, gates: dict[str, Tensor]) -> PreTrainedModel
     small = type(model)(config)
     source = base.state_dict()
     for name, dst in _base(small).state_dict().items():
-        t = source[name]
+        parts = name.split(".")
+        if name.startswith("encoder.layer."):  # layer i of the smaller model is kept layer kept["layers"][i]
+            parts[2] = str(kept["layers"][int(parts[2])])
+        t = source[".".join(parts)]
         for dim, size in enumerate(dst.shape):
             if t.shape[dim] != size:
                 t = t.index_select(dim, _index(name, dim, kept, base.config.head_size).to(t.device))

@@ -117,7 +117,7 @@ def describe(gates: dict, latency: LatencyModel, teacher_ms: float, target_ms: f
     predicted = float(latency(shape))
     return {"layer_heads": [int(h) for h in shape["heads"]], "layer_intermediate_sizes": [int(f) for f in shape["neurons"]],
             "hidden_size": int(shape["hidden"]), "teacher_ms": teacher_ms, "target_ms": target_ms,
-            "predicted_ms": predicted, "predicted_speedup": teacher_ms / predicted if predicted > 0 else None}
+            "predicted_ms": predicted, "predicted_speedup": teacher_ms / max(predicted, 1e-9)}
 
 
 class Prune(Method):
@@ -142,7 +142,7 @@ class Prune(Method):
         ctx.notes.append(f"Pruned: heads a layer {facts['layer_heads']}, FFN neurons a layer {facts['layer_intermediate_sizes']}, "
                          f"hidden {facts['hidden_size']} of {full.config.hidden_size}; the latency model expects "
                          f"{facts['predicted_ms']:.2f} ms against a target of {target_ms:.2f} ms "
-                         f"(x{facts['predicted_speedup']:.2f}; the bench measures what was achieved).")
+                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved).")
         if not opts.finetune:
             return student
         train = ctx.task_data.train
