@@ -10,7 +10,7 @@ def test_unknown_task(monkeypatch, capsys):
 
 
 def test_unknown_method(monkeypatch, capsys):
-    code, _, err = run_cli(monkeypatch, capsys, "compress", "--method", "prune")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--method", "no-such-method")
     assert_one_line_error(code, err, "Unknown method")
 
 

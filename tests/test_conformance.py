@@ -51,6 +51,13 @@ from distillery.autotinybert.modeling_autotinybert import (  # noqa: E402
     AutoTinyBertForTokenClassification,
     AutoTinyBertModel,
 )
+from distillery.prune.modeling_prune import (  # noqa: E402
+    PrunedBertConfig,
+    PrunedBertForQuestionAnswering,
+    PrunedBertForSequenceClassification,
+    PrunedBertForTokenClassification,
+    PrunedBertModel,
+)
 from distillery.cmow.modeling_cmow import (  # noqa: E402
     CMOWConfig,
     CMOWForSequenceClassification,
@@ -98,6 +105,12 @@ def moebert_config(**kw):
 
 def autotinybert_config(**kw):
     return AutoTinyBertConfig(**{**TINY, "qkv_size": 16, **kw})
+
+
+def prunedbert_config(**kw):
+    """Per-layer shapes: the second layer's FFN narrower (every layer keeps its heads: the common tests read one head
+    count for every layer's attention weights)."""
+    return PrunedBertConfig(**{**TINY, "qkv_size": 16, "layer_intermediate_sizes": [37, 20], **kw})
 
 
 def cmow_config(**kw):
@@ -187,6 +200,14 @@ class AutoTinyBertConformanceTest(_Common, unittest.TestCase):
                          AutoTinyBertForTokenClassification)
     make_config = staticmethod(autotinybert_config)
     config_kwargs = {"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 4, "qkv_size": 16}
+
+
+class PrunedBertConformanceTest(_Common, unittest.TestCase):
+    all_model_classes = (PrunedBertModel, PrunedBertForSequenceClassification, PrunedBertForQuestionAnswering,
+                         PrunedBertForTokenClassification)
+    make_config = staticmethod(prunedbert_config)
+    config_kwargs = {"vocab_size": 99, "hidden_size": 32, "num_attention_heads": 4, "qkv_size": 16,
+                     "num_hidden_layers": 2, "layer_intermediate_sizes": [37, 20]}
 
 
 class CMOWConformanceTest(_Common, unittest.TestCase):

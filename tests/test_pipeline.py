@@ -57,7 +57,7 @@ def test_existing_run_folder_is_refused(tiny_bert4, glue_dir, tmp_path):
 
 def test_unknown_method_and_task():
     with pytest.raises(DistilleryError, match="Unknown method"):
-        build_run_config(method="prune")
+        build_run_config(method="no-such-method")
     with pytest.raises(DistilleryError, match="sst2"):
         build_run_config(task="sst3")
 

@@ -331,6 +331,7 @@ METHODS: dict[str, str] = {
     "moebert": "distillery.moebert.recipe:MoEBert",
     "cmow": "distillery.cmow.recipe:CMOW",
     "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",
+    "prune": "distillery.prune.recipe:Prune",
 }
 
 

@@ -1,0 +1,137 @@
+"""CoFi's hard-concrete masks (Louizos et al. 2018; Xia et al. 2022 §3) on a full-size pruned-student model.
+
+Five kinds of mask, each unit's gate z = min(1, max(0, sigmoid((log u − log(1 − u) + log α) / β)·(r − l) + l)),
+u ~ U(0, 1) while training: attention heads (L, H), FFN neurons (L, d_f), the hidden dimension (d_m), and whole
+attention and FFN sub-layers (L each). A head's effective gate is z_head · z_attention, a neuron's z_neuron · z_ffn.
+P(z ≠ 0) = sigmoid(log α − β log(−l / r)) gives the expected architecture, which the latency model prices
+(:mod:`distillery.prune.latency`). At the end the masks are made deterministic as CoFi does: of each group, the
+round(Σ P(z ≠ 0)) units of the largest log α are kept (z = 1), the others removed (z = 0), and then
+:mod:`distillery.prune.extract` removes them.
+
+The log α are stored divided by ``LR_SCALE``: the one trainer gives every parameter one learning rate (the
+student's, ~5e-5), and CoFi trains the masks and the Lagrange multipliers at 0.01 — Adam's step is about the
+learning rate whatever the gradient's scale, so a parameter read times 200 moves 200 times as fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from distillery.prune.modeling_prune import LayerMasks, ModelMasks
+
+BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
+LR_SCALE = 200.0
+GROUPS = ("heads", "neurons", "hidden", "attention", "ffn")
+
+
+def keep_probability(log_alpha: Tensor) -> Tensor:
+    """P(z ≠ 0) of each gate: 1 − Q(0), the hard-concrete's mass above zero."""
+    return torch.sigmoid(log_alpha - BETA * math.log(-LOW / HIGH))
+
+
+def sample_gates(log_alpha: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """A training draw of the gates (reparametrised: differentiable in log α)."""
+    eps = 1e-6
+    u = torch.rand(log_alpha.shape, generator=generator, device=log_alpha.device).clamp(eps, 1 - eps)
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
+    return (s * (HIGH - LOW) + LOW).clamp(0.0, 1.0)
+
+
+def deterministic_gates(log_alpha: Tensor) -> Tensor:
+    """0/1 gates of each row: its round(Σ P(z ≠ 0)) units of the largest log α kept (CoFi's deterministic z)."""
+    rows = log_alpha.reshape(-1, log_alpha.shape[-1]) if log_alpha.dim() else log_alpha.reshape(1, 1)
+    kept = keep_probability(rows).sum(-1).round().long()
+    order = torch.argsort(rows, dim=-1, descending=True, stable=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(rows.shape[-1], device=rows.device).expand_as(order))
+    return (rank < kept[:, None]).to(log_alpha.dtype).reshape(log_alpha.shape)
+
+
+class Masks(nn.Module):
+    """The log α of every gate of a model of ``layers`` layers, ``heads`` heads, ``ffn`` neurons and ``hidden``
+    dimensions (flat 1-D parameters: the trainer's weight decay skips them). ``init``: the starting log α
+    (CoFi's: a drop rate of 0.5, log α = 0, P(z ≠ 0) ≈ 0.83: a quick budget's few hundred steps can still close them)."""
+
+    def __init__(self, layers: int, heads: int, ffn: int, hidden: int, init: float = 0.0, prune_hidden: bool = True,
+                 lr_scale: float = LR_SCALE):
+        super().__init__()
+        self.lr_scale = lr_scale
+        self.shapes = {"heads": (layers, heads), "neurons": (layers, ffn), "hidden": (hidden,),
+                       "attention": (layers,), "ffn": (layers,)}
+        self.prune_hidden = prune_hidden
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))  # loss calls so far (the target's ramp)
+        for name, shape in self.shapes.items():
+            if name != "hidden" or prune_hidden:
+                self.register_parameter(name, nn.Parameter(torch.full((math.prod(shape),), init / lr_scale)))
+
+    def log_alpha(self, name: str) -> Tensor:
+        return getattr(self, name).view(self.shapes[name]) * self.lr_scale
+
+    def names(self) -> list[str]:
+        return [n for n in GROUPS if n != "hidden" or self.prune_hidden]
+
+    def gates(self, mode: str, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """Each group's gates: ``sample`` (training), ``expected`` (P(z ≠ 0)) or ``deterministic`` (0/1)."""
+        fn = {"sample": lambda a: sample_gates(a, generator), "expected": keep_probability,
+              "deterministic": deterministic_gates}[mode]
+        return {name: fn(self.log_alpha(name)) for name in self.names()}
+
+    def expected_shape(self) -> dict[str, Tensor]:
+        """The expected architecture: heads and neurons a layer (their P(z ≠ 0) summed, times the sub-layer's),
+        the hidden width, and each sub-layer's probability of staying."""
+        p = self.gates("expected")
+        return shape_of(p, self.shapes["hidden"][0])
+
+    def final_shape(self) -> dict[str, Tensor]:
+        return shape_of(fold(self.gates("deterministic")), self.shapes["hidden"][0])
+
+
+def fold(gates: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Deterministic gates made consistent: a sub-layer with no unit left is removed, a removed one keeps no unit."""
+    g = dict(gates)
+    g["attention"] = g["attention"] * (g["heads"].sum(-1) > 0)
+    g["ffn"] = g["ffn"] * (g["neurons"].sum(-1) > 0)
+    g["heads"] = g["heads"] * g["attention"][:, None]
+    g["neurons"] = g["neurons"] * g["ffn"][:, None]
+    return g
+
+
+def shape_of(g: dict[str, Tensor], hidden: int) -> dict[str, Tensor]:
+    """Heads (L,), neurons (L,), hidden width and sub-layer presence (L,) of gates or their expectations."""
+    return {"heads": g["heads"].sum(-1) * g["attention"], "neurons": g["neurons"].sum(-1) * g["ffn"],
+            "hidden": g["hidden"].sum() if "hidden" in g else torch.tensor(float(hidden)),
+            "attention": g["attention"], "ffn": g["ffn"]}
+
+
+def model_masks(gates: dict[str, Tensor]) -> ModelMasks:
+    """The gates as the masks the pruned-student model reads in its forward."""
+    layers = [LayerMasks(heads=gates["heads"][i], neurons=gates["neurons"][i], attention=gates["attention"][i],
+                         ffn=gates["ffn"][i]) for i in range(len(gates["attention"]))]
+    return ModelMasks(hidden=gates.get("hidden"), layers=layers)
+
+
+class MaskedModel(nn.Module):
+    """A full-size pruned-student task model and its :class:`Masks`: each forward in training draws the gates,
+    in eval uses the deterministic ones; called as the task model is (its outputs)."""
+
+    def __init__(self, model: nn.Module, masks: Masks):
+        super().__init__()
+        self.model, self.masks = model, masks
+        self.last_gates: dict[str, Tensor] | None = None
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def forward(self, **inputs):
+        gates = self.masks.gates("sample" if self.training else "deterministic")
+        gates = gates if self.training else fold(gates)
+        self.last_gates = gates
+        self.model.bert.masks = model_masks(gates)
+        try:
+            return self.model(**inputs)
+        finally:
+            self.model.bert.masks = None

@@ -1,0 +1,48 @@
+"""Options of method ``prune`` (:mod:`distillery.prune.recipe`); ``presets.yaml`` sizes the full budget (these
+defaults are the quick one's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from distillery.errors import DistilleryError
+from distillery.method import MethodOptions, augment_option, flag, number, option
+
+
+def _steps(low: int = 1):
+    return number(low, whole=True)
+
+
+@dataclass
+class PruneOptions(MethodOptions):
+    """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
+
+    METHOD: ClassVar[str] = "prune"
+    speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
+                            flag=True)
+    mask_steps: int = option(300, _steps(), "optimizer steps of the masks' phase (masks and weights learned with "
+                             "layer-wise distillation)", paper="CoFi's pruning epochs")
+    # CoFi ramps the target sparsity over its first epochs; a latency target reached at once prunes before
+    # the distillation has told the masks what matters
+    target_warmup: float = option(0.5, number(0, 1), "share of the masks' phase over which the latency target "
+                                  "falls linearly from the teacher's to the one asked", paper="Lagrangian warm-up")
+    prune_hidden: bool = option(True, flag(), "prune the hidden dimension too (off: heads, neurons and sub-layers)")
+    layer_weight: float = option(1.0, number(0), "weight of the layer-wise hidden-state distillation in the masks' "
+                                 "phase", paper="λ (Eq. 6)")
+    mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
+                                  "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
+    latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
+    latency_runs: int = option(10, _steps(), "timed runs per shape")
+    finetune: bool = option(True, flag(), "fine-tune the pruned model with the masks fixed (off: as extracted)")
+    augment: int = augment_option()
+    kd_weight: float = option(0.5, number(0, 1), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own "
+                              "loss)", flag=True)
+    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
+
+    def check(self) -> None:
+        if self.speedup <= 1.0:
+            raise DistilleryError(f"Option speedup must be above 1 (a student faster than the teacher), got {self.speedup}.")
+
+
+Options = PruneOptions

@@ -1,0 +1,153 @@
+"""Method ``prune``: CoFi's structured pruning (Xia et al. 2022) to a latency measured on this machine.
+
+latency: random pruned shapes timed here beside the teacher at 1 × 128 → a line in the shape
+         (:mod:`distillery.prune.latency`) → latency.json; the target is the teacher's latency / ``speedup``.
+masks:   the teacher as a full-size pruned-student model (AutoTinyBERT's conversion: every family it converts),
+         hard-concrete masks on heads, FFN neurons, the hidden dimension and whole attention / FFN sub-layers
+         (:mod:`distillery.prune.masks`), learned with the weights for ``mask_steps`` steps on
+         L = KD(predictions, T) + w_layer · Σ_l MSE(W h_l, h_l^teacher) + λ1 (E − T_t) + λ2 (E − T_t)²,
+         E the latency model's price of the masks' expected architecture, T_t the target (falling from the
+         teacher's latency over ``target_warmup`` of the phase, CoFi's warm-up), both over the teacher's latency;
+         λ1, λ2 learned by gradient ascent (CoFi's Lagrangian), W a projection starting as the identity.
+prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept), and
+         the units they drop removed (:mod:`distillery.prune.extract`): a smaller dense model with each layer's
+         heads and FFN width → pruned_shape.json, with the latency the model expects of it.
+finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w·KD(T), w = kd_weight.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import ClassVar
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+import distillery.distributed as distributed
+from distillery.autotinybert.convert import check_family
+from distillery.data.encode import model_inputs
+from distillery.folders import write_file
+from distillery.method import Method
+from distillery.method_context import MethodContext
+from distillery.prune.extract import extract, full_size
+from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, save_record
+from distillery.prune.masks import Masks, MaskedModel, fold, shape_of
+from distillery.prune.options import PruneOptions
+from distillery.training.losses import HiddenProjection, distillation_loss, hidden_mse, prediction_distillation
+from distillery.training.trainer import Trainer
+
+
+def reversed_gradient(p: torch.Tensor) -> torch.Tensor:
+    """``p`` whose gradient is negated: minimising the loss maximises it in ``p`` (the Lagrange multipliers)."""
+    return 2 * p.detach() - p
+
+
+def mask_loss(kind, teacher, latency: LatencyModel, teacher_ms: float, target_ms: float, lambdas: nn.Parameter,
+              projection: HiddenProjection, total_steps: int, warmup: float, temperature: float, layer_weight: float,
+              lr_scale: float):
+    """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and target."""
+    def loss_fn(model, batch):
+        net: MaskedModel = getattr(model, "module", model)
+        out = model(**model_inputs(batch, net.model), output_hidden_states=layer_weight > 0)
+        with torch.no_grad():
+            t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=layer_weight > 0)
+        kd = prediction_distillation(kind, out, t_out, temperature, loss="kl", batch=batch)
+        layer = kd.new_zeros(())
+        if layer_weight > 0:
+            mask = batch.get("attention_mask")
+            layer = sum(hidden_mse(s, t, projection, attention_mask=mask)
+                        for s, t in zip(out.hidden_states[1:], t_out.hidden_states[1:])) / (len(out.hidden_states) - 1)
+        done = int(net.masks.step)  # a buffer of the model: a resumed run continues the ramp where it was
+        ramp = min(1.0, done / max(1.0, warmup * total_steps)) if warmup > 0 else 1.0
+        net.masks.step += 1
+        target = teacher_ms - (teacher_ms - target_ms) * ramp
+        expected = latency(net.masks.expected_shape())
+        gap = (expected - target) / teacher_ms
+        lam = reversed_gradient(lambdas) * lr_scale
+        lagrangian = lam[0] * gap + lam[1] * gap ** 2
+        loss = kd + layer_weight * layer + lagrangian
+        return loss, {"kd": float(kd.detach()), "layer": float(layer.detach()), "lagrangian": float(lagrangian.detach()),
+                      "expected_ms": float(expected.detach()), "target_ms": float(target)}
+
+    return loss_fn
+
+
+def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tuple[LatencyModel, float]:
+    """The latency model and the teacher's latency: latency.json of this run (a resumed run reads it), else measured
+    on the main process (timings on cores the processes share would disagree) and written."""
+    path = ctx.out_dir / "latency.json"
+    if not path.is_file():
+        def measure():
+            model, teacher_ms, record = fit_latency_model(full, ctx.teacher, int(opts.latency_shapes), int(opts.latency_runs),
+                                                          ctx.config.student.seed)
+            save_record(path, record)
+        distributed.on_main(measure)
+    model, teacher_ms, record = load_record(path)
+    ctx.notes.append(f"Latency model: {len(record['measurements'])} pruned shapes timed here beside the teacher "
+                     f"({teacher_ms:.1f} ms at 1x128), held-out MAPE {record['held_out_mape']:.1f} % (latency.json).")
+    return model, teacher_ms
+
+
+def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel,
+                teacher_ms: float, target_ms: float) -> MaskedModel:
+    c = full.config
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
+                  prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
+    masked = MaskedModel(full.train(), masks)
+    lambdas = nn.Parameter(torch.zeros(2))
+    hidden = c.hidden_size
+    projection = HiddenProjection(hidden, ctx.teacher.config.hidden_size)
+    cfg = ctx.config.student
+    steps = int(opts.mask_steps)
+    cfg = replace(cfg, max_steps=steps, epochs=1.0, eval_every=None, select_best=False, patience=None)
+    kind = ctx.task_data.task.kind_object
+    train = ctx.distillation_train(True, opts.augment, logits=False) if kind.takes_new_rows else ctx.task_data.train
+    loss = mask_loss(kind, ctx.teacher, latency, teacher_ms, target_ms, lambdas, projection, steps * cfg.grad_accum,
+                     float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale))
+    trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
+                      extra_parameters=[projection, lambdas], desc="prune masks", checkpoint_every=100)
+    ctx.teacher.to(trainer.device)
+    return trainer.train().model.eval().cpu()
+
+
+def describe(gates: dict, latency: LatencyModel, teacher_ms: float, target_ms: float, full_config) -> dict:
+    shape = shape_of(gates, full_config.hidden_size)
+    predicted = float(latency(shape))
+    return {"layer_heads": [int(h) for h in shape["heads"]], "layer_intermediate_sizes": [int(f) for f in shape["neurons"]],
+            "hidden_size": int(shape["hidden"]), "teacher_ms": teacher_ms, "target_ms": target_ms,
+            "predicted_ms": predicted, "predicted_speedup": teacher_ms / max(predicted, 1e-9)}
+
+
+class Prune(Method):
+    name: ClassVar[str] = "prune"
+
+    def check(self, config, teacher_config) -> None:
+        self.options(config)
+        check_family(teacher_config)  # AutoTinyBERT's families, or a sentence saying what the student lacks
+
+    def run(self, ctx: MethodContext) -> PreTrainedModel:
+        opts: PruneOptions = self.options(ctx.config)
+        ctx.teacher.eval()
+        full, kind = full_size(ctx.teacher)
+        latency, teacher_ms = latency_model(ctx, opts, full)
+        target_ms = teacher_ms / float(opts.speedup)
+        masked = learn_masks(ctx, opts, full, latency, teacher_ms, target_ms)
+        gates = fold(masked.masks.gates("deterministic"))
+        student = extract(masked.model, gates)
+        facts = describe(gates, latency, teacher_ms, target_ms, full.config)
+        if distributed.is_main():
+            write_file(ctx.out_dir / "pruned_shape.json", json.dumps(facts, indent=2))
+        ctx.notes.append(f"Pruned: heads a layer {facts['layer_heads']}, FFN neurons a layer {facts['layer_intermediate_sizes']}, "
+                         f"hidden {facts['hidden_size']} of {full.config.hidden_size}; the latency model expects "
+                         f"{facts['predicted_ms']:.2f} ms against a target of {target_ms:.2f} ms "
+                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved).")
+        if not opts.finetune:
+            return student
+        train = ctx.task_data.train
+        if kind.caches_teacher_outputs:
+            train = ctx.distillation_train(True, opts.augment)
+        ctx.notes.append(f"Fine-tuning with the masks fixed: (1 − {opts.kd_weight})·CE + {opts.kd_weight}·KD(T = {opts.temperature}).")
+        return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, float(opts.kd_weight), float(opts.temperature)),
+                         desc="prune finetune", train_dataset=train)

@@ -1,0 +1,159 @@
+"""Method prune: hard-concrete masks, removal equal to masking, per-layer shapes through save/reload."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import (AutoModelForSequenceClassification, BertForQuestionAnswering, BertForSequenceClassification,
+                          BertForTokenClassification)
+
+import distillery
+from distillery.prune.extract import extract, full_size
+from distillery.prune.masks import Masks, MaskedModel, deterministic_gates, fold, keep_probability, model_masks
+from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertForSequenceClassification
+from tests.helpers import TINY_BERT, tiny_bert_config
+
+TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
+
+
+def tiny_teacher(cls=BertForSequenceClassification, **kw):
+    torch.manual_seed(0)
+    labels = kw.pop("num_labels", 2 if cls is BertForQuestionAnswering else 3)
+    return cls(tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 99, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+
+
+def random_masks(model, seed=0, prune_hidden=True) -> Masks:
+    c = model.config
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=prune_hidden)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in masks.names():
+            p = getattr(masks, name)
+            p.copy_(torch.randn(p.shape, generator=g) * 4.0 / 200.0)
+    return masks
+
+
+@pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits"),
+                                      (BertForTokenClassification, "logits")])
+def test_full_size_model_equals_the_teacher(cls, key):
+    teacher = tiny_teacher(cls)
+    model, _ = full_size(teacher)
+    with torch.no_grad():
+        expected, got = teacher(**batch(), output_hidden_states=True), model(**batch(), output_hidden_states=True)
+    assert_close(getattr(got, key), getattr(expected, key))
+    for a, b in zip(got.hidden_states, expected.hidden_states):
+        assert_close(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "end_logits"),
+                                      (BertForTokenClassification, "logits")])
+def test_removal_equals_masking(cls, key, seed):
+    model, _ = full_size(tiny_teacher(cls))
+    masked = MaskedModel(model, random_masks(model, seed)).eval()
+    with torch.no_grad():
+        expected = getattr(masked(**batch()), key)
+        gates = masked.last_gates
+        small = extract(model, gates)
+        got = getattr(small(**batch()), key)
+    c = small.config
+    kept = [h for h, f in zip(gates["heads"].sum(-1), gates["neurons"].sum(-1)) if h + f > 0]
+    assert c.layer_heads == [int(h) for h in kept]
+    assert c.hidden_size == int(gates["hidden"].sum()) < model.config.hidden_size
+    assert_close(got, expected)
+
+
+def test_a_removed_sub_layer_passes_its_input_through():
+    """Deterministic gates removing a whole attention and a whole FFN: the layers without them are identities where
+    they were, and the smaller model equals the masked one."""
+    model, _ = full_size(tiny_teacher())
+    masks = random_masks(model, 3)
+    with torch.no_grad():
+        masks.attention.copy_(torch.tensor([5.0, -5.0, 5.0]) / 200.0)
+        masks.ffn.copy_(torch.tensor([-5.0, 5.0, 5.0]) / 200.0)
+    gates = fold(masks.gates("deterministic"))
+    assert gates["heads"][1].sum() == 0 and gates["neurons"][0].sum() == 0
+    small = extract(model, gates)
+    assert small.bert.encoder.layer[1].attention is None and small.bert.encoder.layer[0].intermediate is None
+    masked = MaskedModel(model, masks).eval()
+    with torch.no_grad():
+        assert_close(small(**batch()).logits, masked(**batch()).logits)
+
+
+def test_gates_expected_and_deterministic():
+    masks = Masks(2, 4, 8, 16, init=3.0)
+    p = masks.gates("expected")
+    assert all(bool((v > 0.9).all()) for v in p.values())
+    with torch.no_grad():
+        masks.heads.copy_(torch.tensor([9.0, -9.0, 9.0, -9.0, 9.0, 9.0, 9.0, 9.0]) / 200.0)
+    g = masks.gates("deterministic")
+    assert g["heads"].tolist() == [[1, 0, 1, 0], [1, 1, 1, 1]]
+    torch.manual_seed(0)
+    drawn = masks.gates("sample")["heads"]
+    assert ((drawn >= 0) & (drawn <= 1)).all() and drawn[0, 1] == 0
+    shape = masks.expected_shape()
+    assert shape["heads"].shape == (2,) and float(shape["hidden"].detach()) <= 16
+    assert keep_probability(torch.tensor(-5.0)) < 0.5 < keep_probability(torch.tensor(0.0)) < keep_probability(torch.tensor(3.0))
+
+
+def test_per_layer_shapes_save_and_reload(tmp_path):
+    model, _ = full_size(tiny_teacher())
+    masks = random_masks(model, 4)
+    small = extract(model, fold(masks.gates("deterministic")))
+    small.save_pretrained(tmp_path)
+    distillery.register_models()
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path, trust_remote_code=False).eval()
+    assert isinstance(loaded, PrunedBertForSequenceClassification)
+    assert loaded.config.layer_heads == small.config.layer_heads
+    assert loaded.config.layer_intermediate_sizes == small.config.layer_intermediate_sizes
+    with torch.no_grad():
+        assert_close(loaded(**batch()).logits, small(**batch()).logits)
+
+
+def test_a_bad_per_layer_shape_is_refused():
+    with pytest.raises(Exception, match="layer_heads needs 3 counts"):
+        PrunedBertConfig(**TINY, layer_heads=[1, 2])
+
+
+def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_path, monkeypatch):
+    import json
+
+    from distillery.export import export_model
+    from distillery.pipeline import build_run_config, compress
+    from tests.helpers import TINY_RUN, write_glue
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    # timings differ from run to run, and the masks follow the latency model: time by parameter count here, so that
+    # the two runs see one latency model (a run's latency.json, which a resume reads, fixes it the same way)
+    monkeypatch.setattr("distillery.prune.latency.latency_ms", lambda models, **_: {
+        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()})
+    data = write_glue(tmp_path / "data")
+    opts = {"mask_steps": 4, "latency_shapes": 8, "latency_runs": 2, "speedup": 2.0}
+    students = []
+    for name in ("run", "again"):
+        config = build_run_config(method="prune", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
+                                  out=str(tmp_path / name), overrides={**TINY_RUN, "student.epochs": 1.0,
+                                                                       **{f"method_options.{k}": v for k, v in opts.items()}})
+        out = compress(config)
+        shape = json.loads((out / "pruned_shape.json").read_text())
+        assert shape["predicted_ms"] > 0 and shape["target_ms"] > 0
+        assert (out / "latency.json").is_file() and "latency model expects" in (out / "report.md").read_text()
+        students.append(distillery.load_student(out))
+    assert type(students[0]).__name__ == "PrunedBertForSequenceClassification"
+    onnx = export_model(tmp_path / "run" / "student", "onnx", tmp_path / "onnx")  # parity-checked on export
+    assert (onnx / "model.onnx").is_file() or any(onnx.glob("*.onnx"))
+    a, b = (s.state_dict() for s in students)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
