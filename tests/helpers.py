@@ -141,6 +141,17 @@ def collate(items):
     return out
 
 
+def pair_batch():
+    """Three tiny-vocabulary rows of 11 tokens, a pair each (token types 0 then 1), the last padded after 7."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 99, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+
+
 def examples(kind, n=10, fixed_length=None):
     """``n`` random token sequences over the tiny vocabulary with targets of task ``kind``
     (classification, regression, or otherwise question answering)."""

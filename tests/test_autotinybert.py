@@ -15,7 +15,7 @@ from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, Au
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 from distillery.kinds import kind_of
-from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, write_unlabeled_sentences, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
+from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, pair_batch, write_unlabeled_sentences, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
                            write_glue)
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
@@ -28,16 +28,6 @@ def tiny_teacher(cls=BertForSequenceClassification, **kw):
     return cls(config).eval()
 
 
-def batch():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, 99, (3, 11), generator=g)
-    mask = torch.ones_like(ids)
-    mask[2, 7:] = 0
-    types = torch.zeros_like(ids)
-    types[:, 6:] = 1
-    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
-
-
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
 @pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits"),
                                       (BertForTokenClassification, "logits")])
@@ -46,8 +36,8 @@ def test_full_size_supernet_equals_its_bert(strategy, cls, key):
     net = SuperNet.from_teacher(teacher, strategy).eval()
     assert net.space.full() == Arch(3, 32, 37, 4, 32)
     with torch.no_grad():
-        expected = teacher(**batch(), output_hidden_states=True)
-        got = net(**batch(), output_hidden_states=True)
+        expected = teacher(**pair_batch(), output_hidden_states=True)
+        got = net(**pair_batch(), output_hidden_states=True)
     assert_close(got[key], getattr(expected, key))
     for a, b in zip(got["hidden_states"], expected.hidden_states):
         assert_close(a, b)
@@ -63,7 +53,7 @@ def test_extraction_equals_the_supernet_slice(strategy, tmp_path):
         assert isinstance(model, AutoTinyBertForSequenceClassification)
         assert (model.config.hidden_size, model.config.qkv_size, model.config.num_attention_heads) == (arch.hidden, arch.qkv, arch.heads)
         with torch.no_grad():
-            assert_close(model(**batch()).logits, net(**batch(), arch=arch)["logits"])
+            assert_close(model(**pair_batch()).logits, net(**pair_batch(), arch=arch)["logits"])
     model.save_pretrained(tmp_path)
     import distillery
     from transformers import AutoModelForSequenceClassification
@@ -71,7 +61,7 @@ def test_extraction_equals_the_supernet_slice(strategy, tmp_path):
     distillery.register_models()
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():
-        assert_close(loaded(**batch()).logits, model(**batch()).logits)
+        assert_close(loaded(**pair_batch()).logits, model(**pair_batch()).logits)
 
 
 def test_a_tagger_supernet_extracts_a_token_classifier_equal_to_its_slice(tmp_path):
@@ -88,8 +78,8 @@ def test_a_tagger_supernet_extracts_a_token_classifier_equal_to_its_slice(tmp_pa
     model = net.extract(arch)
     assert type(model).__name__ == "AutoTinyBertForTokenClassification"
     with torch.no_grad():
-        assert_close(model(**batch()).logits, net(**batch(), arch=arch)["logits"])
-        assert net(**batch(), arch=arch)["logits"].shape == (3, 11, 5)
+        assert_close(model(**pair_batch()).logits, net(**pair_batch(), arch=arch)["logits"])
+        assert net(**pair_batch(), arch=arch)["logits"].shape == (3, 11, 5)
     model.save_pretrained(tmp_path)
     distillery.register_models()
     loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
@@ -97,8 +87,8 @@ def test_a_tagger_supernet_extracts_a_token_classifier_equal_to_its_slice(tmp_pa
     labels = torch.full((3, 11), -100)
     labels[:, 1:4] = 2
     with torch.no_grad():
-        out = loaded(**batch(), labels=labels)
-        assert_close(out.logits, model(**batch()).logits)
+        out = loaded(**pair_batch(), labels=labels)
+        assert_close(out.logits, model(**pair_batch()).logits)
     assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[:, 1:4].reshape(-1, 5), labels[:, 1:4].reshape(-1)))
 
 
@@ -167,7 +157,7 @@ def test_qa_extraction_equals_the_slice():
     arch = Arch(2, 64 // 2, 37, 4, 16)
     model = net.extract(arch)
     with torch.no_grad():
-        out, ref = model(**batch()), net(**batch(), arch=arch)
+        out, ref = model(**pair_batch()), net(**pair_batch(), arch=arch)
     assert_close(out.start_logits, ref["start_logits"])
     assert_close(out.end_logits, ref["end_logits"])
 
@@ -319,7 +309,7 @@ def test_full_size_kd_loss_is_zero_for_a_supernet_cut_from_its_teacher():
     teacher = tiny_teacher()
     net = SuperNet.from_teacher(teacher, "head-dims").eval()
     proj = make_projection(net, teacher.config.hidden_size)
-    b = batch()
+    b = pair_batch()
     terms = kd_loss(net, proj, net.space.full(), b, teacher_targets(teacher, b))
     assert terms.hidden.item() < 1e-10 and terms.attention.item() < 1e-10 and abs(terms.prediction.item()) < 1e-6
 
@@ -335,13 +325,13 @@ def test_a_taggers_prediction_kd_is_on_words_only():
     proj = make_projection(net, teacher.config.hidden_size)
     words = torch.zeros(3, 11, dtype=torch.long)
     words[:, [1, 2, 4, 6]] = 1
-    b = {**batch(), "word_mask": words, "labels": torch.where(words.bool(), 1, -100)}
+    b = {**pair_batch(), "word_mask": words, "labels": torch.where(words.bool(), 1, -100)}
     targets = teacher_targets(teacher, b)
     assert abs(kd_loss(net, proj, net.space.full(), b, targets).prediction.item()) < 1e-6
     arch = net.space.smallest()
     with torch.no_grad():
         got = kd_loss(net, proj, arch, b, targets, temperature=2.0).prediction
-        student = net(**batch(), arch=arch)["logits"]
+        student = net(**pair_batch(), arch=arch)["logits"]
     mask = words.bool()
     assert_close(got, kl_divergence(student[mask], targets.head["logits"][mask], 2.0))
 
@@ -356,7 +346,7 @@ def test_accumulated_gradient_equals_one_backward_per_subnetwork(strategy):
         for p in net.parameters():
             p.add_(0.05 * torch.randn_like(p))
     proj = make_projection(net, teacher.config.hidden_size)
-    b = batch()
+    b = pair_batch()
     loss, logs = one_shot_loss(teacher, proj, samples=3, seed=4)(net, b)
     loss.backward()
     got = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
@@ -639,8 +629,8 @@ def test_rewired_full_size_supernet_equals_the_teacher(strategy):
     orders = net.rewire(*random_scores(net))
     assert orders["neurons"][0] != list(range(37)) and orders["heads"][0] != list(range(4))  # something moved
     with torch.no_grad():
-        expected = teacher(**batch(), output_hidden_states=True)
-        got = net(**batch(), output_hidden_states=True)
+        expected = teacher(**pair_batch(), output_hidden_states=True)
+        got = net(**pair_batch(), output_hidden_states=True)
     assert_close(got["logits"], expected.logits)
     for a, b in zip(got["hidden_states"], expected.hidden_states):
         assert_close(a, b)
@@ -662,8 +652,8 @@ def test_rewired_slice_keeps_the_most_important_units():
             layer.output.dense.weight[:, dropped] = 0
             dropped_heads = torch.argsort(heads[i], descending=True)[arch.heads:]
             layer.attention.output.dense.weight[:, head_rows(dropped_heads, 8)] = 0
-        assert_close(net(**batch(), arch=arch)["logits"], reference(**batch()).logits)
-        assert_close(net.extract(arch)(**batch()).logits, reference(**batch()).logits)
+        assert_close(net(**pair_batch(), arch=arch)["logits"], reference(**pair_batch()).logits)
+        assert_close(net.extract(arch)(**pair_batch()).logits, reference(**pair_batch()).logits)
 
 
 @pytest.mark.parametrize("strategy", ["heads", "head-dims"])
@@ -678,9 +668,9 @@ def test_the_distill_baselines_shape_is_in_the_space_and_extracts_to_the_baselin
     assert net.space.contains(arch) and sub_layers(2, 4) == select_layers(4, None) == [0, 2]
     student = build_student(teacher, select_layers(4, None)).eval()
     with torch.no_grad():
-        expected = student(**batch()).logits
-        assert_close(net(**batch(), arch=arch)["logits"], expected)
-        assert_close(net.extract(arch)(**batch()).logits, expected)
+        expected = student(**pair_batch()).logits
+        assert_close(net(**pair_batch(), arch=arch)["logits"], expected)
+        assert_close(net.extract(arch)(**pair_batch()).logits, expected)
 
 
 def test_inplace_distillation_from_an_untrained_supernet_equals_distillation_from_its_teacher():
@@ -694,7 +684,7 @@ def test_inplace_distillation_from_an_untrained_supernet_equals_distillation_fro
     grads = []
     for inplace in (False, True):
         net.zero_grad()
-        loss, logs = one_shot_loss(teacher, proj, samples=4, seed=2, inplace=inplace)(net, batch())
+        loss, logs = one_shot_loss(teacher, proj, samples=4, seed=2, inplace=inplace)(net, pair_batch())
         loss.backward()
         grads.append((loss.detach(), {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}))
     assert logs["hidden"] > 0

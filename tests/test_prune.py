@@ -12,7 +12,7 @@ import distillery
 from distillery.prune.extract import extract, full_size
 from distillery.prune.masks import Masks, MaskedModel, deterministic_gates, fold, keep_probability, model_masks
 from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertForSequenceClassification
-from tests.helpers import TINY_BERT, tiny_bert_config
+from tests.helpers import TINY_BERT, pair_batch, tiny_bert_config
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
@@ -21,16 +21,6 @@ def tiny_teacher(cls=BertForSequenceClassification, **kw):
     torch.manual_seed(0)
     labels = kw.pop("num_labels", 2 if cls is BertForQuestionAnswering else 3)
     return cls(tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")).eval()
-
-
-def batch():
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, 99, (3, 11), generator=g)
-    mask = torch.ones_like(ids)
-    mask[2, 7:] = 0
-    types = torch.zeros_like(ids)
-    types[:, 6:] = 1
-    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
 
 
 def random_masks(model, seed=0, prune_hidden=True) -> Masks:
@@ -50,7 +40,7 @@ def test_full_size_model_equals_the_teacher(cls, key):
     teacher = tiny_teacher(cls)
     model, _ = full_size(teacher)
     with torch.no_grad():
-        expected, got = teacher(**batch(), output_hidden_states=True), model(**batch(), output_hidden_states=True)
+        expected, got = teacher(**pair_batch(), output_hidden_states=True), model(**pair_batch(), output_hidden_states=True)
     assert_close(getattr(got, key), getattr(expected, key))
     for a, b in zip(got.hidden_states, expected.hidden_states):
         assert_close(a, b)
@@ -63,10 +53,10 @@ def test_removal_equals_masking(cls, key, seed):
     model, _ = full_size(tiny_teacher(cls))
     masked = MaskedModel(model, random_masks(model, seed)).eval()
     with torch.no_grad():
-        expected = getattr(masked(**batch()), key)
+        expected = getattr(masked(**pair_batch()), key)
         gates = masked.last_gates
         small = extract(model, gates)
-        got = getattr(small(**batch()), key)
+        got = getattr(small(**pair_batch()), key)
     c = small.config
     kept = [h for h, f in zip(gates["heads"].sum(-1), gates["neurons"].sum(-1)) if h + f > 0]
     assert c.layer_heads == [int(h) for h in kept]
@@ -88,7 +78,7 @@ def test_a_removed_sub_layer_passes_its_input_through():
     assert small.bert.encoder.layer[1].attention is None and small.bert.encoder.layer[0].intermediate is None
     masked = MaskedModel(model, masks).eval()
     with torch.no_grad():
-        assert_close(small(**batch()).logits, masked(**batch()).logits)
+        assert_close(small(**pair_batch()).logits, masked(**pair_batch()).logits)
 
 
 def test_gates_expected_and_deterministic():
@@ -118,7 +108,7 @@ def test_per_layer_shapes_save_and_reload(tmp_path):
     assert loaded.config.layer_heads == small.config.layer_heads
     assert loaded.config.layer_intermediate_sizes == small.config.layer_intermediate_sizes
     with torch.no_grad():
-        assert_close(loaded(**batch()).logits, small(**batch()).logits)
+        assert_close(loaded(**pair_batch()).logits, small(**pair_batch()).logits)
 
 
 def test_a_bad_per_layer_shape_is_refused():
