@@ -1,0 +1,37 @@
+"""Method prune on every encoder family (tests/families.py's tiny random teachers): the full-size pruned student
+computes the teacher, and a smaller model cut by random masks computes what the masked one does. The method's own
+training runs end to end in tests/test_prune.py; here each family's conversion and removal are checked alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from distillery.prune.extract import extract, full_size
+from distillery.prune.masks import MaskedModel
+from tests.families import FAMILY_NAMES
+from tests.test_prune import random_masks
+
+
+def sentences(folder):
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return dict(tokenizer(["the movie was good", "a bad and boring film with a dull plot"], padding=True,
+                          return_tensors="pt"))
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_family_converts_and_removal_equals_masking(family, tiny_family):
+    folder = tiny_family(family, 2)
+    torch.manual_seed(0)
+    teacher = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=3, trust_remote_code=False).eval()
+    batch = sentences(folder)
+    model, _ = full_size(teacher)
+    with torch.no_grad():
+        assert_close(model(**batch).logits, teacher(**batch).logits, atol=1e-5, rtol=1e-4)
+        masked = MaskedModel(model, random_masks(model, seed=1)).eval()
+        expected = masked(**batch).logits
+        small = extract(model, masked.last_gates)
+        assert_close(small(**batch).logits, expected, atol=1e-5, rtol=1e-4)
+    assert sum(small.config.layer_heads) < model.config.num_hidden_layers * model.config.num_attention_heads
