@@ -149,6 +149,9 @@ class Embedding(SentenceKind):
         """:func:`embedding_distance` of the sentence vectors: no distribution, no temperature."""
         return embedding_distance(student_out, teacher_out)
 
+    def loss_words(self, kd_weight, temperature):
+        return "1 − cos + MSE between the student's and the teacher's unit sentence vectors"
+
     def distillation_gap(self, student_out, teacher_out, temperature, kl):
         return {}  # the term is 0 at a match already
 

@@ -12,7 +12,7 @@ from distillery.method import MethodOptions, flag, number, option
 class StaticOptions(MethodOptions):
     METHOD: ClassVar[str] = "static"
     pca_dims: int | None = option(256, number(1, whole=True, optional=True), "width of the token vectors after PCA "
-                                  "(unset: the teacher's width)", paper="pca_dims", flag=True)
+                                  "(unset: the teacher's width)", paper="pca_dims")
     sif: float | None = option(1e-4, number(above=0, below=1, optional=True), "SIF weight a / (a + p(token)), p "
                                "counted on the run's text (unset: a plain mean)", paper="sif_coefficient")
     fine_tune: bool = option(True, flag(), "train the token vectors on the teacher's sentence vectors of the run's "
