@@ -100,7 +100,9 @@ def record(out: Path, point: str, seed: int, args) -> dict:
         if before is not None else None,
         "transfer_text": {"file": str(args.texts), "texts": texts, "source": args.texts_source},
         "dev_limit": config["data"].get("dev_limit"), "max_length": config["data"].get("max_length"),
-        "student_epochs": config["student"].get("epochs"),
+        # a pass over the whole split (distill's whole_split_epochs) where the method trains on it, else epochs
+        "student_epochs": config["student"].get("whole_split_epochs") if method == "distill"
+        else config["student"].get("epochs"),
         "train_seconds": base["train_seconds"], "notes": base["notes"],
         "hardware": base.get("hardware") or hardware_fingerprint(), "noise": base.get("noise"), "run": str(out),
     }
@@ -120,9 +122,9 @@ def times(value: float | None) -> str:
 
 def best_at(records: list[dict], speedup: float) -> dict | None:
     """The point with the highest of its STS-B and MRR@10 retentions' minimum among those measured at least
-    ``speedup``× the teacher's throughput."""
-    fast = [{**p, "point": r["point"]} for r in records for p in r["points"]
-            if (p["speedup"]["throughput"] or 0) >= speedup and p["sts_retention"] is not None]
+    ``speedup``× the teacher's throughput (a static student has a bar of its own)."""
+    fast = [{**p, "point": r["point"]} for r in records for p in r["points"] if r["method"] != "static"
+            and (p["speedup"]["throughput"] or 0) >= speedup and p["sts_retention"] is not None]
     return max(fast, key=lambda p: min(p["sts_retention"], p["mrr_at_10_retention"] or 0), default=None)
 
 
@@ -148,16 +150,20 @@ def table(records: list[dict]) -> str:
     first, t = records[0], records[0]["teacher_scores"]
     hw = first["hardware"]
     text = first["transfer_text"]
+    passes = ", ".join(f"{r['point']} {r.get('student_epochs') or '?'}" for r in records)
+    unstable = [r["point"] for r in records if not (r.get("noise") or {}).get("stable", True)]
+    disturbed = (f"; the timings of {', '.join(unstable)} were disturbed by other work on the cores (the runs' noise "
+                 "check), so their speed-ups are rough" if unstable else "")
     limited = (f" (dev: the first {first['dev_limit']} STS-B pairs and SQuAD questions with their paragraphs)"
                if first.get("dev_limit") else "")
     lines += ["", f"Teacher {first['teacher']} (all-MiniLM-L6-v2, not fine-tuned): STS-B dev Spearman "
                   f"{number(t.get('sts_spearman'))}, SQuAD-dev retrieval MRR@10 {number(t.get('mrr_at_10'))}, "
                   f"R@1 {number(t.get('recall_at_1'), 3)}, R@10 {number(t.get('recall_at_10'), 3)}{limited}.",
-              f"Transfer text: {text['texts']} texts, {text.get('source') or text['file']}; {first['budget']} budget, "
-              f"{first.get('student_epochs')} epoch(s), max_length {first.get('max_length')}.",
+              f"Transfer text: {text['texts']} texts, {text.get('source') or text['file']}; {first['budget']} budget "
+              f"(its passes over the text: {passes}), max_length {first.get('max_length')}.",
               f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), GPU: "
-              f"{hw.get('gpu') or 'none'}, shared with other work while it ran; throughput at 256×64, latency at 1×128, "
-              "teacher and student in one process.", ""]
+              f"{hw.get('gpu') or 'none'}; throughput at 256×64, latency at 1×128, teacher and student in one process"
+              f"{disturbed}.", ""]
     for speedup, bar, label in BARS:
         best = best_at(records, speedup)
         if best is None:
