@@ -518,3 +518,38 @@ def _pip_download_sdist(requirement: str, folder, timeout: float) -> None:
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"pip could not fetch {requirement}'s source ({last}); {by_hand}")
+
+
+# -- embedders (issue 55) -----------------------------------------------------------------------------
+
+def write_sentence_transformer(source: str, folder, max_length: int = 64) -> str:
+    """``source`` (an encoder folder) as a sentence-transformers embedder: mean pooling, normalised."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    encoder = Transformer(source, max_seq_length=max_length)
+    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
+                        device="cpu").save(str(folder), create_model_card=False)
+    return str(folder)
+
+
+def write_embedding_data(root):
+    """A data folder with STS-B dev and SQuAD dev, and an unlabeled file of 64 texts: (data folder, texts file)."""
+    write_squad(write_glue(root / "data", n_train=8, n_dev=24))
+    rng = random.Random(3)
+    (root / "texts.csv").write_text("text\n" + "\n".join(sentence(rng, i % 2) for i in range(64)) + "\n")
+    return root / "data", str(root / "texts.csv")
+
+
+def dev_vectors(folder, config):
+    """The student's dev vectors as distillery scores them (N, d), and the dev texts."""
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.loading import task_for
+    from distillery.evaluation import predict
+    from distillery.modeling import load_tokenizer
+    from distillery.runtime import load_model
+
+    task = task_for(config.data)
+    data = prepare_task_data(task, load_tokenizer(str(folder)), config.data, splits=("dev",))
+    return predict(load_model(folder), data), list(data.dev_examples["text"])

@@ -21,7 +21,7 @@ LAYERS = [
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",
                   "distillery.markdown", "distillery.run_record")),
     ("methods and export", ("distillery.method", "distillery.method_context", "distillery.distill", "distillery.moebert", "distillery.cmow",
-                            "distillery.autotinybert", "distillery.prune", "distillery.export")),
+                            "distillery.autotinybert", "distillery.prune", "distillery.static", "distillery.export")),
     ("pipeline", ("distillery.pipeline", "distillery.auto", "distillery.auto_budget", "distillery.auto_choice", "distillery.auto_report", "distillery.report", "distillery.report_parts", "distillery.card", "distillery.live_baselines", "distillery.plot")),
     ("cli", ("distillery.cli",)),
 ]

@@ -7,7 +7,6 @@ tests/test_reproducible.py."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 
@@ -18,26 +17,13 @@ import torch
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
-from distillery.evaluation import predict
 from distillery.kinds import kind_of
 from distillery.metrics import retrieval_scores, sts_correlations
 from distillery.modeling import load_tokenizer
 from distillery.pipeline import compress
 from distillery.runtime import load_model
-from tests.helpers import (NO_EXTRAS, assert_one_line_error, make_tiny_bert, run_cli, sentence, tiny_config,
-                           write_glue, write_squad)
-
-
-def write_sentence_transformer(source: str, folder, max_length: int = 64) -> str:
-    """``source`` (an encoder folder) as a sentence-transformers embedder: mean pooling, normalised."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules import Normalize, Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
-    encoder = Transformer(source, max_seq_length=max_length)
-    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
-                        device="cpu").save(str(folder), create_model_card=False)
-    return str(folder)
+from tests.helpers import (NO_EXTRAS, assert_one_line_error, dev_vectors, make_tiny_bert, run_cli, tiny_config,
+                           write_embedding_data, write_glue, write_sentence_transformer, write_squad)
 
 
 @pytest.fixture(scope="module")
@@ -49,24 +35,13 @@ def embedder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def embedding_data(tmp_path_factory):
     """A data folder with STS-B dev and SQuAD dev, and an unlabeled file of 64 texts."""
-    root = tmp_path_factory.mktemp("embedding-data")
-    write_squad(write_glue(root / "data", n_train=8, n_dev=24))
-    rng = random.Random(3)
-    (root / "texts.csv").write_text("text\n" + "\n".join(sentence(rng, i % 2) for i in range(64)) + "\n")
-    return root / "data", str(root / "texts.csv")
+    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
 
 
 def run(teacher, data, out, **more):
     data_dir, texts = data
     return compress(tiny_config(teacher, data_dir, out, task="embedding",
                                 **{"data.unlabeled_file": texts, "method_options.student_layers": 2, **more}))
-
-
-def dev_vectors(folder, config) -> tuple[np.ndarray, list[str]]:
-    """The student's dev vectors as distillery scores them, and the dev texts."""
-    task = task_for(config.data)
-    data = prepare_task_data(task, load_tokenizer(str(folder)), config.data, splits=("dev",))
-    return predict(load_model(folder), data), list(data.dev_examples["text"])
 
 
 def test_distill_makes_an_embedder_that_sentence_transformers_loads_in_a_fresh_process(embedder, embedding_data,

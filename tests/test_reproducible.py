@@ -32,7 +32,7 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
 # teacher's cached per-word logits, on augmented sentences too
 # and an embedder (issue 55: the teacher a plain encoder, mean-pooled) learning from unlabeled texts
 CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1}),
-                                                        ("distill", "embedding", {})]
+                                                        ("distill", "embedding", {}), ("static", "embedding", {})]
 
 
 def student(run) -> dict:
@@ -58,7 +58,7 @@ def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, task, m
         (tmp_path / "texts.csv").write_text("text\n" + "\n".join(f"text number {i} is here" for i in range(96)))
         more = {**more, "data.unlabeled_file": str(tmp_path / "texts.csv")}
     config = lambda name: tiny_config(tiny_bert4, data, tmp_path / name, task=task, method=method,  # noqa: E731
-                                      **{"student.epochs": 1.0, **OPTIONS[method], **more})
+                                      **{"student.epochs": 1.0, **OPTIONS.get(method, {}), **more})
     saves = []
     save_last = trainer_module.save_last
 

@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
-from distillery.data.encode import example_lengths, length_batches, model_inputs
+from distillery.data.encode import example_lengths, length_batches
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
 from distillery.export import build_variants
@@ -41,6 +41,7 @@ from distillery.export.formats import resolve_format
 from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
 from distillery.runtime import require_onnx
+from distillery.static.vectors import counted_tokens, reduce_dims, sif_weights, token_vectors
 
 logger = logging.getLogger("distillery")
 
@@ -48,7 +49,6 @@ LOGIT_ABSENT = -1e4  # the logit of a class the train split never shows: never t
 # A tagger's head is fitted on at most this many of the train split's words (drawn with a fixed seed): CoNLL-2003's
 # 204k words of 3 × 256 features are 1.2 GB of float64 and minutes of fitting, for no better a baseline.
 TAGGER_FIT_WORDS = 50_000
-PROBE_TEXT = "a"  # one ordinary word: where its ids sit between the special tokens gives the template
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,110 +156,6 @@ class StaticTaggerModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> TokenClassifierOutput:
         return TokenClassifierOutput(logits=self.head(self.features(input_ids, attention_mask, token_type_ids)))
-
-
-# --------------------------------------------------------------------------------------------
-# Token vectors from the teacher
-
-
-def special_template(tokenizer) -> tuple[list[int], list[int]]:
-    """The ids the tokenizer puts before and after a single sentence ([CLS] … [SEP], <s> … </s>)."""
-    with_specials = list(tokenizer(PROBE_TEXT)["input_ids"])
-    plain = list(tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
-    n = len(plain)
-    for start in range(len(with_specials) - n + 1):
-        if n and with_specials[start:start + n] == plain:
-            return with_specials[:start], with_specials[start + n:]
-    raise DistilleryError(f"Cannot tell which special tokens {type(tokenizer).__name__} adds around a sentence, "
-                          "so the teacher's token vectors cannot be computed.")
-
-
-def _encoder_output(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """(B, H): each one-token sentence's mean output over its positions (model2vec's default pooling).
-
-    The model is called whole, as it runs on a task (a MoEBERT student routes tokens in its own
-    forward; calling its base model alone would skip that), and its last hidden state is read: the
-    ``last_hidden_state`` of a bare encoder, else the last entry of ``hidden_states`` (a model with a
-    head); for a model that exposes no per-token states (a cmow student) its logits: the vector is then
-    the teacher's own prediction for the token."""
-    given = model_inputs(dict(inputs), model)
-    try:
-        out = model(**given, output_hidden_states=True)
-    except TypeError:  # a forward without the flag (a cmow student): its logits are read below
-        out = model(**given)
-    hidden = getattr(out, "last_hidden_state", None)
-    if hidden is None:
-        states = getattr(out, "hidden_states", None)
-        hidden = states[-1] if states else None
-    if hidden is None:
-        logits = getattr(out, "logits", None)
-        if logits is None:
-            raise DistilleryError(f"The teacher ({type(model).__name__}) returns neither hidden states nor logits, "
-                                  "so no static embeddings can be distilled from it.")
-        return logits.float().reshape(len(logits), -1)
-    return hidden.float().mean(1)  # every position is real: one token and its specials
-
-
-def token_vectors(model: nn.Module, tokenizer, batch_size: int = 1024) -> torch.Tensor:
-    """(V, H) float32 on the CPU: the teacher's output for every vocabulary id as a one-token sentence.
-
-    All ids go through in batches of ``batch_size`` sentences of the same length (no padding)."""
-    vocab = int(model.get_input_embeddings().num_embeddings) if hasattr(model, "get_input_embeddings") \
-        else int(model.config.vocab_size)
-    before, after = special_template(tokenizer)
-    device = next(model.parameters()).device
-    ids = torch.arange(vocab)[:, None]  # (V, 1)
-    side = lambda t: torch.tensor(t, dtype=torch.long).expand(vocab, len(t))  # noqa: E731
-    sentences = torch.cat([side(before), ids, side(after)], dim=1)  # (V, L)
-    was_training = model.training
-    model.eval()
-    chunks = []
-    try:
-        with torch.inference_mode():
-            for start in range(0, vocab, batch_size):
-                batch = sentences[start:start + batch_size].to(device)  # (b, L)
-                inputs = {"input_ids": batch, "attention_mask": torch.ones_like(batch),
-                          "token_type_ids": torch.zeros_like(batch)}
-                chunks.append(_encoder_output(model, inputs).cpu())
-    finally:
-        model.train(was_training)
-    vectors = torch.cat(chunks)
-    if not torch.isfinite(vectors).all():
-        raise DistilleryError("The teacher's outputs for its vocabulary are not finite (NaN or inf): its weights "
-                              "are damaged, so no static embeddings can be distilled from it.")
-    return vectors
-
-
-def counted_tokens(tokenizer, vocab: int) -> torch.Tensor:
-    """(V,) 1.0 for ids that enter a sentence's mean, 0.0 for the special tokens (the unknown token counts:
-    it stands for a real word)."""
-    counted = torch.ones(vocab)
-    special = [i for i in tokenizer.all_special_ids if i is not None and 0 <= i < vocab and i != tokenizer.unk_token_id]
-    counted[torch.tensor(special, dtype=torch.long)] = 0.0
-    return counted
-
-
-def reduce_dims(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> torch.Tensor:
-    """PCA of the token vectors to ``pca_dims`` (fewer numbers per token, decorrelated for the linear head);
-    unchanged where ``pca_dims`` is None or not below the teacher's width."""
-    if pca_dims is None or pca_dims >= min(vectors.shape):
-        return vectors
-    from sklearn.decomposition import PCA
-
-    reduced = PCA(n_components=int(pca_dims), random_state=seed).fit_transform(vectors.double().numpy())
-    return torch.from_numpy(reduced).float()  # (V, pca_dims)
-
-
-def sif_weights(train, counted: torch.Tensor, a: float) -> torch.Tensor:
-    """(V,) SIF weights a / (a + p(token)) (Arora et al., 2017), p counted on the run's train split:
-    frequent tokens ("the", "a") weigh little in a sentence's mean."""
-    import pyarrow.compute as pc
-
-    column = train.select_columns(["input_ids"]).with_format("arrow")[:]["input_ids"]
-    ids = torch.from_numpy(pc.list_flatten(column).to_numpy(zero_copy_only=False).astype("int64"))
-    counts = torch.bincount(ids, minlength=len(counted))[: len(counted)].double() * counted.double()
-    p = counts / counts.sum().clamp_min(1.0)
-    return (a / (a + p)).float()
 
 
 # --------------------------------------------------------------------------------------------

@@ -332,6 +332,7 @@ METHODS: dict[str, str] = {
     "cmow": "distillery.cmow.recipe:CMOW",
     "autotinybert": "distillery.autotinybert.recipe:AutoTinyBert",
     "prune": "distillery.prune.recipe:Prune",
+    "static": "distillery.static.recipe:Static",
 }
 
 

@@ -380,7 +380,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             variants.update(made)
             metrics.others.update(scores)
     if not task.kind_object.exports and (config.int8 or config.baselines):
-        ctx.notes.append(f"No int8 export and no free baselines: a {task.kind} student is not exported yet.")
+        ctx.notes.append(f"No int8 export and no free baselines: a student of kind {task.kind} is not exported yet.")
     elif config.int8:
         try:
             exported, scores = student_int8(student, student_tokenizer, student_data, student_metrics, out, variants)

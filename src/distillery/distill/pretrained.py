@@ -262,8 +262,8 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
             hidden = f" + {opts.hidden_weight}·MSE of the mean-pooled sentence vectors (the tokenizers differ)"
     words = "the teacher's" if matched else "its own"
     ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "
-                     f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss (1-{opts.kd_weight})·CE + "
-                     f"{opts.kd_weight}·KD(T={opts.temperature}) on the "
+                     f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss "
+                     f"{task.kind_object.loss_words(opts.kd_weight, opts.temperature)} on the "
                      f"teacher's outputs{hidden}.")
     logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
     loss_fn = pretrained_distillation_loss(task.kind_object, ctx.teacher, opts.kd_weight, opts.temperature,

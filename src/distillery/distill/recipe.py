@@ -127,7 +127,7 @@ class Distill(Method):
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train, augment_reason)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                         f"loss (1-{opts.kd_weight})·CE + {opts.kd_weight}·KD(T={chosen.temperature:g})"
+                         f"loss {kind.loss_words(opts.kd_weight, chosen.temperature)}"
                          + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
                             f"{chosen.hidden_layers})" if chosen.hidden_weight else "") + ".")
         ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)

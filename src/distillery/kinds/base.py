@@ -166,6 +166,10 @@ class TaskKind:
         """``{"kl": ...}`` for the training log beside the distillation term (``kl``: that loss's KL form)."""
         return {"kl": float(self.distillation_term(student_out, teacher_out, temperature, kl))}
 
+    def loss_words(self, kd_weight: float, temperature: float) -> str:
+        """The task and distillation terms as the report's notes write them."""
+        return f"(1-{kd_weight:g})·CE + {kd_weight:g}·KD(T={temperature:g})"
+
     def cached_teacher_outputs(self, logits: Tensor):
         """A batch's cached ``teacher_logits`` as the teacher's outputs."""
         return SimpleNamespace(logits=logits)

@@ -35,6 +35,10 @@ from distillery.kinds.sentence import SentenceKind
 from distillery.metrics import EMBEDDING_METRICS, retrieval_scores, sts_correlations
 from distillery.modeling import BASE_HEAD
 
+# The model type of method static's student (distillery.static.modeling_static), saved as sentence-transformers'
+# StaticEmbedding rather than a transformer with pooling
+STATIC_MODEL_TYPE = "static-embedder"
+
 # The dev rows' roles (the ``role`` column of the raw dev split)
 STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
 
@@ -145,6 +149,9 @@ class Embedding(SentenceKind):
         """:func:`embedding_distance` of the sentence vectors: no distribution, no temperature."""
         return embedding_distance(student_out, teacher_out)
 
+    def loss_words(self, kd_weight, temperature):
+        return "1 − cos + MSE between the student's and the teacher's unit sentence vectors"
+
     def distillation_gap(self, student_out, teacher_out, temperature, kl):
         return {}  # the term is 0 at a match already
 
@@ -202,7 +209,9 @@ class Embedding(SentenceKind):
     def write_files(self, folder: Path, max_length: int) -> None:
         """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, mean pooling,
         normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
-        sentence-transformers itself."""
+        sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``."""
+        if json.loads((Path(folder) / "config.json").read_text()).get("model_type") == STATIC_MODEL_TYPE:
+            return write_static_files(Path(folder), max_length)
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.base.modules import Normalize, Transformer
         from sentence_transformers.sentence_transformer.modules import Pooling
@@ -211,3 +220,28 @@ class Embedding(SentenceKind):
         model = SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
                                     device="cpu")
         model.save(str(folder), create_model_card=False)
+
+
+def write_static_files(folder: Path, max_length: int) -> None:
+    """sentence-transformers' files for a static embedder saved in ``folder``: ``StaticEmbedding`` (the folder itself:
+    its ``model.safetensors`` holds ``embedding.weight``, the one tensor both read) then ``Normalize``. Its
+    tokenizer.json cuts a text at the ``max_length`` tokens distillery read, less the special tokens that
+    ``StaticEmbedding`` does not add (transformers' tokenizer sets its own truncation at each call)."""
+    import shutil
+    import tempfile
+
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    specials = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
+    tokenizer.enable_truncation(max_length - specials)
+    module = StaticEmbedding(tokenizer, embedding_weights=load_file(str(folder / "model.safetensors"))["embedding.weight"])
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        SentenceTransformer(modules=[module, Normalize()], device="cpu").save(tmp, create_model_card=False)
+        for item in Path(tmp).iterdir():
+            if item.name != "model.safetensors":  # the same tensor as the folder's own, saved without its metadata
+                shutil.move(str(item), str(folder / item.name))

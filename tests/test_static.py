@@ -1,0 +1,87 @@
+"""Method static (issue 55): a static embedder distilled from a tiny embedding teacher (model2vec's recipe, then
+fine-tuned on the teacher's sentence vectors), saved so that sentence-transformers loads it as ``StaticEmbedding`` in
+a fresh process without distillery, giving the vectors distillery scored; another task kind is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from distillery.config import RunConfig
+from distillery.errors import DistilleryError
+from distillery.kinds import kind_of
+from distillery.pipeline import compress
+from distillery.runtime import load_model
+from distillery.static.modeling_static import StaticEmbedder
+from tests.helpers import dev_vectors, make_tiny_bert, tiny_config, write_embedding_data, write_sentence_transformer
+
+
+@pytest.fixture(scope="module")
+def embedding_data(tmp_path_factory):
+    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("static-embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
+
+
+def run_static(teacher, data, out, **more):
+    data_dir, texts = data
+    return compress(tiny_config(teacher, data_dir, out, task="embedding", method="static",
+                                **{"data.unlabeled_file": texts, "method_options.pca_dims": 16, **more}))
+
+
+def test_static_makes_a_static_embedding_that_sentence_transformers_loads_in_a_fresh_process(embedder, embedding_data,
+                                                                                            tmp_path):
+    out = run_static(embedder, embedding_data, tmp_path / "run")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
+    student = load_model(out / "student")
+    assert isinstance(student, StaticEmbedder) and student.config.hidden_size == 16
+    modules = json.loads((out / "student" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["StaticEmbedding", "Normalize"]
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("before fine-tuning" in n for n in notes)
+    config = RunConfig.load(out / "config.yaml")
+    ours, texts = dev_vectors(out / "student", config)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = ("import json, sys, numpy as np\n"
+              "from sentence_transformers import SentenceTransformer\n"
+              f"model = SentenceTransformer({str(out / 'student')!r}, device='cpu')\n"
+              "assert type(model[0]).__name__ == 'StaticEmbedding', type(model[0])\n"
+              f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
+              f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
+              "assert 'distillery' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+    theirs = np.load(tmp_path / "st.npy")
+    torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.loading import task_for
+    from distillery.modeling import load_tokenizer
+
+    data = prepare_task_data(task_for(config.data), load_tokenizer(str(out / "student")), config.data, splits=("dev",))
+    assert kind_of("embedding").scores(data, theirs)["sts_spearman"] == pytest.approx(
+        metrics["student"]["sts_spearman"], abs=1e-4)
+
+
+def test_fine_tuning_moves_the_static_vectors_towards_the_teacher(embedder, embedding_data, tmp_path):
+    """Without fine-tuning the student is model2vec's table; with it, the table changes (and special tokens stay
+    out of every mean)."""
+    plain = load_model(run_static(embedder, embedding_data, tmp_path / "plain",
+                                  **{"method_options.fine_tune": False}) / "student")
+    tuned = load_model(run_static(embedder, embedding_data, tmp_path / "tuned") / "student")
+    assert not torch.equal(plain.embedding.weight, tuned.embedding.weight)
+    specials = torch.tensor(tuned.config.special_ids)
+    assert len(specials) and not tuned.embedding.weight[specials].any()
+
+
+def test_static_refuses_another_task_kind(tiny_bert4, glue_dir, tmp_path):
+    with pytest.raises(DistilleryError, match="static makes a sentence embedder"):
+        compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "run", method="static"))
