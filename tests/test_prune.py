@@ -126,8 +126,8 @@ def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_pat
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     # timings differ from run to run, and the masks follow the latency model: time by parameter count here, so that
     # the two runs see one latency model (a run's latency.json, which a resume reads, fixes it the same way)
-    monkeypatch.setattr("distillery.prune.latency.latency_ms", lambda models, **_: {
-        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()})
+    monkeypatch.setattr("distillery.prune.latency.checked_latency_ms", lambda models, **_: ({
+        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()}, {"stable": True, "reasons": []}))
     data = write_glue(tmp_path / "data")
     opts = {"mask_steps": 4, "latency_shapes": 8, "latency_runs": 2, "speedup": 2.0}
     students = []

@@ -44,10 +44,11 @@ def reversed_gradient(p: torch.Tensor) -> torch.Tensor:
     return 2 * p.detach() - p
 
 
-def mask_loss(kind, teacher, latency: LatencyModel, teacher_ms: float, target_ms: float, lambdas: nn.Parameter,
+def mask_loss(kind, teacher, latency: LatencyModel, target: float, lambdas: nn.Parameter,
               projection: HiddenProjection, total_steps: int, warmup: float, temperature: float, layer_weight: float,
               lr_scale: float):
-    """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and target."""
+    """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and the target
+    (ratios to the teacher's latency: ``target`` is 1 / speedup)."""
     def loss_fn(model, batch):
         net: MaskedModel = getattr(model, "module", model)
         out = model(**model_inputs(batch, net.model), output_hidden_states=layer_weight > 0)
@@ -62,14 +63,14 @@ def mask_loss(kind, teacher, latency: LatencyModel, teacher_ms: float, target_ms
         done = int(net.masks.step)  # a buffer of the model: a resumed run continues the ramp where it was
         ramp = min(1.0, done / max(1.0, warmup * total_steps)) if warmup > 0 else 1.0
         net.masks.step += 1
-        target = teacher_ms - (teacher_ms - target_ms) * ramp
+        now = 1.0 - (1.0 - target) * ramp
         expected = latency(net.masks.expected_shape())
-        gap = (expected - target) / teacher_ms
+        gap = expected - now
         lam = reversed_gradient(lambdas) * lr_scale
         lagrangian = lam[0] * gap + lam[1] * gap ** 2
         loss = kd + layer_weight * layer + lagrangian
         return loss, {"kd": float(kd.detach()), "layer": float(layer.detach()), "lagrangian": float(lagrangian.detach()),
-                      "expected_ms": float(expected.detach()), "target_ms": float(target)}
+                      "expected": float(expected.detach()), "target": float(now)}
 
     return loss_fn
 
@@ -85,13 +86,17 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
             save_record(path, record)
         distributed.on_main(measure)
     model, teacher_ms, record = load_record(path)
-    ctx.notes.append(f"Latency model: {len(record['measurements'])} pruned shapes timed here beside the teacher "
-                     f"({teacher_ms:.1f} ms at 1x128), held-out MAPE {record['held_out_mape']:.1f} % (latency.json).")
+    checked = record["noise"]
+    ctx.notes.append(f"Latency model: {len(record['measurements'])} pruned shapes timed here with the teacher, "
+                     f"interleaved ({teacher_ms:.1f} ms at 1x128), fitted as a ratio to the teacher's latency; "
+                     f"cross-validated error {record['fit_error_mape']:.1f} % (latency.json).")
+    if not checked["stable"]:
+        ctx.notes.append(f"The latency model's timing was unstable after {checked['rounds']} round(s) "
+                         f"({'; '.join(checked['reasons'])}): its ratios are the medians over the rounds.")
     return model, teacher_ms
 
 
-def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel,
-                teacher_ms: float, target_ms: float) -> MaskedModel:
+def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
                   prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
@@ -104,7 +109,7 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     cfg = replace(cfg, max_steps=steps, epochs=1.0, eval_every=None, select_best=False, patience=None)
     kind = ctx.task_data.task.kind_object
     train = ctx.distillation_train(True, opts.augment, logits=False) if kind.takes_new_rows else ctx.task_data.train
-    loss = mask_loss(kind, ctx.teacher, latency, teacher_ms, target_ms, lambdas, projection, steps * cfg.grad_accum,
+    loss = mask_loss(kind, ctx.teacher, latency, 1.0 / float(opts.speedup), lambdas, projection, steps * cfg.grad_accum,
                      float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale))
     trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
                       extra_parameters=[projection, lambdas], desc="prune masks", checkpoint_every=100)
@@ -114,10 +119,10 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
 
 def describe(gates: dict, latency: LatencyModel, teacher_ms: float, target_ms: float, full_config) -> dict:
     shape = shape_of(gates, full_config.hidden_size)
-    predicted = float(latency(shape))
+    ratio = float(latency(shape))
     return {"layer_heads": [int(h) for h in shape["heads"]], "layer_intermediate_sizes": [int(f) for f in shape["neurons"]],
             "hidden_size": int(shape["hidden"]), "teacher_ms": teacher_ms, "target_ms": target_ms,
-            "predicted_ms": predicted, "predicted_speedup": teacher_ms / max(predicted, 1e-9)}
+            "predicted_ratio": ratio, "predicted_ms": ratio * teacher_ms, "predicted_speedup": 1.0 / max(ratio, 1e-9)}
 
 
 class Prune(Method):
@@ -133,7 +138,7 @@ class Prune(Method):
         full, kind = full_size(ctx.teacher)
         latency, teacher_ms = latency_model(ctx, opts, full)
         target_ms = teacher_ms / float(opts.speedup)
-        masked = learn_masks(ctx, opts, full, latency, teacher_ms, target_ms)
+        masked = learn_masks(ctx, opts, full, latency)
         gates = fold(masked.masks.gates("deterministic"))
         student = extract(masked.model, gates)
         facts = describe(gates, latency, teacher_ms, target_ms, full.config)
