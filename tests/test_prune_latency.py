@@ -82,3 +82,27 @@ def test_too_few_shapes_are_refused():
     full, _ = full_size(teacher)
     with pytest.raises(Exception, match="at least 8 measured shapes"):
         fit_latency_model(full, teacher, count=4, runs=2, seed=0)
+
+
+def test_the_kept_units_are_shifted_to_meet_the_target_and_keep_the_masks_order():
+    from distillery.prune.masks import Masks, calibrated_gates, deterministic_gates, shape_of
+
+    full, shapes, ratios = synthetic()
+    c = full.config
+    model = LatencyModel.fit(shapes, ratios, c.hidden_size)
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name in masks.names():
+            getattr(masks, name).copy_(torch.randn(getattr(masks, name).shape, generator=g) / 200.0)
+    full_ratio = float(model(shape_of(masks.gates("deterministic"), c.hidden_size)))
+    for speedup in (1.5, 2.0, 4.0):
+        gates, shift = calibrated_gates(masks, model, full_ratio / speedup)
+        predicted = float(model(shape_of(gates, c.hidden_size)))
+        # a tiny model's units are coarse (a sub-layer is 0.05 of 0.23 here): near the target, from below
+        assert 0.75 * full_ratio / speedup < predicted <= full_ratio / speedup
+        # the largest shape that fits: one more unit (a slightly larger shift) would not
+        more, _ = calibrated_gates(masks, lambda s: model(s) - 1e-9, predicted + 0.02)
+        assert float(model(shape_of(more, c.hidden_size))) >= predicted
+        kept = deterministic_gates(masks.log_alpha("neurons") + shift)
+        assert torch.equal(gates["neurons"] > 0, (kept * gates["ffn"][:, None]) > 0)  # the masks' order, shifted

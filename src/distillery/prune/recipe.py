@@ -9,7 +9,9 @@ masks:   the teacher as a full-size pruned-student model (AutoTinyBERT's convers
          E the latency model's price of the masks' expected architecture, T_t the target (falling from the
          teacher's latency over ``target_warmup`` of the phase, CoFi's warm-up), both over the teacher's latency;
          λ1, λ2 learned by gradient ascent (CoFi's Lagrangian), W a projection starting as the identity.
-prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept), and
+prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept) of the
+         log α shifted by one δ so that the latency model puts the shape at the target (bisection:
+         :func:`distillery.prune.masks.calibrated_gates`; the phase ends near it, not on it), and
          the units they drop removed (:mod:`distillery.prune.extract`): a smaller dense model with each layer's
          heads and FFN width → pruned_shape.json, with the latency the model expects of it.
 finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w·KD(T), w = kd_weight.
@@ -33,7 +35,7 @@ from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.prune.extract import extract, full_size
 from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, save_record
-from distillery.prune.masks import Masks, MaskedModel, fold, shape_of
+from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
 from distillery.training.losses import HiddenProjection, distillation_loss, hidden_mse, prediction_distillation
 from distillery.training.trainer import Trainer
@@ -139,15 +141,19 @@ class Prune(Method):
         latency, teacher_ms = latency_model(ctx, opts, full)
         target_ms = teacher_ms / float(opts.speedup)
         masked = learn_masks(ctx, opts, full, latency)
-        gates = fold(masked.masks.gates("deterministic"))
+        gates, shift = calibrated_gates(masked.masks, latency, 1.0 / float(opts.speedup))
         student = extract(masked.model, gates)
         facts = describe(gates, latency, teacher_ms, target_ms, full.config)
+        with torch.no_grad():
+            facts.update(masks_expected_ratio=float(latency(masked.masks.expected_shape())), calibration_shift=shift)
         if distributed.is_main():
             write_file(ctx.out_dir / "pruned_shape.json", json.dumps(facts, indent=2))
         ctx.notes.append(f"Pruned: heads a layer {facts['layer_heads']}, FFN neurons a layer {facts['layer_intermediate_sizes']}, "
                          f"hidden {facts['hidden_size']} of {full.config.hidden_size}; the latency model expects "
                          f"{facts['predicted_ms']:.2f} ms against a target of {target_ms:.2f} ms "
-                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved).")
+                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved). The masks' phase ended at an "
+                         f"expected x{1 / facts['masks_expected_ratio']:.3g}; the units kept are the largest log α shifted "
+                         f"by {shift:+.2f} to meet the target.")
         if not opts.finetune:
             return student
         train = ctx.task_data.train
