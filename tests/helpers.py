@@ -383,6 +383,19 @@ def flop_timed(monkeypatch):
     patch_everywhere(monkeypatch, latency, "measure", measure)
 
 
+def size_timed(monkeypatch):
+    """Method prune's timings (the shapes with the teacher, :func:`distillery.bench.checked_latency_ms`) made
+    proportional to the square root of each model's parameter count, steady: two runs fit one latency model."""
+    from distillery.prune import latency
+    import distillery.prune.recipe  # noqa: F401  (see flop_timed)
+
+    def timing(models, **_):
+        return ({name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()},
+                {"stable": True, "reasons": []})
+
+    patch_everywhere(monkeypatch, latency, "checked_latency_ms", timing)
+
+
 def patch_everywhere(monkeypatch, module, name: str, value) -> None:
     """Replace ``module.name``, and the same object wherever a loaded distillery module bound it (a module imports
     what it uses at its top, so replacing the source alone would not reach it)."""

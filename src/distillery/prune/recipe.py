@@ -114,7 +114,8 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     loss = mask_loss(kind, ctx.teacher, latency, 1.0 / float(opts.speedup), lambdas, projection, steps * cfg.grad_accum,
                      float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale))
     trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
-                      extra_parameters=[projection, lambdas], desc="prune masks", checkpoint_every=100)
+                      extra_parameters=[projection, lambdas], desc="prune masks",
+                      checkpoint_every=max(1, min(100, steps // 4)))  # a kill loses at most a quarter of the phase
     ctx.teacher.to(trainer.device)
     return trainer.train().model.eval().cpu()
 
