@@ -91,7 +91,7 @@ class Masks(nn.Module):
 
 
 def calibrated_gates(masks: Masks, price: Callable[[dict[str, Tensor]], Tensor], target: float,
-                     iterations: int = 50, bound: float = 30.0) -> tuple[dict[str, Tensor], float]:
+                     iterations: int = 60) -> tuple[dict[str, Tensor], float]:
     """The deterministic gates (folded) of every log α shifted by one δ, the largest δ whose shape ``price`` (the
     latency model) puts at most at ``target``; and δ. The masks' phase ends near the target, not on it (the
     Lagrangian oscillates about it, and a short phase may not reach it): one shift, found by bisection, lands the
@@ -105,6 +105,7 @@ def calibrated_gates(masks: Masks, price: Callable[[dict[str, Tensor]], Tensor],
         return float(price(shape_of(gates_at(delta), hidden))) <= target
 
     with torch.no_grad():
+        bound = 10.0 + max(float(masks.log_alpha(name).abs().max()) for name in masks.names())  # all kept / none
         low, high = -bound, bound
         if fits(high):
             return gates_at(high), high

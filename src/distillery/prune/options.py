@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, augment_option, flag, number, option
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option
 
 
 def _steps(low: int = 1):
@@ -19,6 +19,10 @@ class PruneOptions(MethodOptions):
     """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "prune"
+    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation; "
+                       "cheap: retraining-free, heads and neurons kept by Fisher information per latency saved "
+                       "(Kwon et al. 2022), no masks' phase", paper="Kwon et al. 2022 (cheap)")
+    fisher_examples: int = option(512, _steps(), "cheap mode: training examples that score the heads and neurons")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
     mask_steps: int = option(300, _steps(), "optimizer steps of the masks' phase (masks and weights learned with "

@@ -34,6 +34,7 @@ from distillery.folders import write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.prune.extract import extract, full_size
+from distillery.prune.fisher import fisher_masks
 from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, save_record
 from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
@@ -141,20 +142,28 @@ class Prune(Method):
         full, kind = full_size(ctx.teacher)
         latency, teacher_ms = latency_model(ctx, opts, full)
         target_ms = teacher_ms / float(opts.speedup)
-        masked = learn_masks(ctx, opts, full, latency)
-        gates, shift = calibrated_gates(masked.masks, latency, 1.0 / float(opts.speedup))
-        student = extract(masked.model, gates)
+        if opts.mode == "cheap":
+            masks, model = fisher_masks(ctx, int(opts.fisher_examples), full, latency), full
+            ctx.notes.append(f"Cheap mode: heads and FFN neurons ranked by Fisher information per latency saved on "
+                             f"{opts.fisher_examples} training examples (Kwon et al. 2022); no masks' phase.")
+        else:
+            masked = learn_masks(ctx, opts, full, latency)
+            masks, model = masked.masks, masked.model
+        gates, shift = calibrated_gates(masks, latency, 1.0 / float(opts.speedup))
+        student = extract(model, gates)
         facts = describe(gates, latency, teacher_ms, target_ms, full.config)
         with torch.no_grad():
-            facts.update(masks_expected_ratio=float(latency(masked.masks.expected_shape())), calibration_shift=shift)
+            facts.update(masks_expected_ratio=float(latency(masks.expected_shape())), calibration_shift=shift,
+                         mode=opts.mode)
         if distributed.is_main():
             write_file(ctx.out_dir / "pruned_shape.json", json.dumps(facts, indent=2))
         ctx.notes.append(f"Pruned: heads a layer {facts['layer_heads']}, FFN neurons a layer {facts['layer_intermediate_sizes']}, "
                          f"hidden {facts['hidden_size']} of {full.config.hidden_size}; the latency model expects "
                          f"{facts['predicted_ms']:.2f} ms against a target of {target_ms:.2f} ms "
-                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved). The masks' phase ended at an "
-                         f"expected x{1 / facts['masks_expected_ratio']:.3g}; the units kept are the largest log α shifted "
-                         f"by {shift:+.2f} to meet the target.")
+                         f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved).")
+        if opts.mode == "full":
+            ctx.notes.append(f"The masks' phase ended at an expected x{1 / facts['masks_expected_ratio']:.3g}; the units "
+                             f"kept are those of the largest log α shifted by {shift:+.2f} to meet the target.")
         if not opts.finetune:
             return student
         train = ctx.task_data.train
