@@ -11,13 +11,13 @@ import torch
 from distillery.prune import latency
 from distillery.prune.extract import full_size
 from distillery.prune.latency import LatencyModel, features, fit_error, fit_latency_model, random_shape
-from tests.test_prune import tiny_teacher
+from tests.helpers import tiny_teacher
 
-TRUE = torch.tensor([0.05, 0.02, 0.004, 0.001, 0.03, 0.0005])  # a ratio per unit of each feature
+TRUE = torch.tensor([0.01, 0.02, 0.004, 0.001, 0.03, 0.0005])  # a ratio per unit of each feature
 
 
 def synthetic(count=24, noise=0.0, seed=0):
-    full, _ = full_size(tiny_teacher())
+    full, _ = full_size(tiny_teacher(num_hidden_layers=3))
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
     shapes = [random_shape(full.config, rng) for _ in range(count)]
     ratios = [float(features(s, full.config.hidden_size) @ TRUE) * (1 + noise * float(torch.randn((), generator=g)))
@@ -99,8 +99,8 @@ def test_the_kept_units_are_shifted_to_meet_the_target_and_keep_the_masks_order(
     for speedup in (1.5, 2.0, 4.0):
         gates, shift = calibrated_gates(masks, model, full_ratio / speedup)
         predicted = float(model(shape_of(gates, c.hidden_size)))
-        # a tiny model's units are coarse (a sub-layer is 0.05 of 0.23 here): near the target, from below
-        assert 0.75 * full_ratio / speedup < predicted <= full_ratio / speedup
+        # a tiny model's units are coarse (a sub-layer is 0.02-0.03 of 0.2 here): near the target, from below
+        assert 0.6 * full_ratio / speedup < predicted <= full_ratio / speedup
         # the largest shape that fits: one more unit (a slightly larger shift) would not
         more, _ = calibrated_gates(masks, lambda s: model(s) - 1e-9, predicted + 0.02)
         assert float(model(shape_of(more, c.hidden_size))) >= predicted
