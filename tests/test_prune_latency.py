@@ -106,3 +106,26 @@ def test_the_kept_units_are_shifted_to_meet_the_target_and_keep_the_masks_order(
         assert float(model(shape_of(more, c.hidden_size))) >= predicted
         kept = deterministic_gates(masks.log_alpha("neurons") + shift)
         assert torch.equal(gates["neurons"] > 0, (kept * gates["ffn"][:, None]) > 0)  # the masks' order, shifted
+
+
+def test_an_earlier_latency_json_is_reused_or_refused_in_a_sentence(tmp_path, monkeypatch):
+    import json
+
+    from distillery.errors import DistilleryError
+    from distillery.prune.latency import reused_record, save_record
+
+    teacher = tiny_teacher(num_hidden_layers=3)
+    full, _ = full_size(teacher)
+    timing, _ = fake_timing([10.0], [True])
+    monkeypatch.setattr(latency, "checked_latency_ms", timing)
+    _, _, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0)
+    path = save_record(tmp_path / "latency.json", record)
+    assert reused_record(path, full)["model"] == record["model"]
+    with pytest.raises(DistilleryError, match="another teacher's shape"):
+        reused_record(path, full_size(tiny_teacher(num_hidden_layers=2))[0])
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**record, "hardware": {"cpu": "a CPU elsewhere"}}))
+    with pytest.raises(DistilleryError, match="not on this machine"):
+        reused_record(other, full)
+    with pytest.raises(DistilleryError, match="not a readable latency.json"):
+        reused_record(tmp_path / "missing.json", full)

@@ -167,3 +167,21 @@ def load_record(path: str | Path) -> tuple[LatencyModel, float, dict[str, Any]]:
     record = json.loads(Path(path).read_text())
     m = record["model"]
     return LatencyModel(m["coefficients"], m["full_hidden"]), float(record["teacher_ms"]), record
+
+
+def reused_record(path: str | Path, full: nn.Module) -> dict[str, Any]:
+    """An earlier run's latency.json (option latency_from), refused in a sentence when it is missing, unreadable,
+    of another teacher's shape or timed on another CPU: its ratios hold for that teacher on that machine only."""
+    try:
+        record = json.loads(Path(path).read_text())
+        model = record["model"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DistilleryError(f"Option latency_from: {path} is not a readable latency.json of a prune run ({e}).") from None
+    if model.get("full_hidden") != full.config.hidden_size or len(record.get("measurements", [{}])[0].get("heads", [])) \
+            != full.config.num_hidden_layers:
+        raise DistilleryError(f"Option latency_from: {path} was measured for another teacher's shape.")
+    here = hardware_fingerprint()["cpu"]
+    if record.get("hardware", {}).get("cpu") != here:
+        raise DistilleryError(f"Option latency_from: {path} was timed on {record.get('hardware', {}).get('cpu')!r}, "
+                              f"not on this machine's {here!r}.")
+    return {**record, "reused_from": str(path)}

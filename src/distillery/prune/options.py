@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, augment_option, flag, number, one_of, option
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
 
 def _steps(low: int = 1):
@@ -37,7 +37,9 @@ class PruneOptions(MethodOptions):
     mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
                                   "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
     latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
-    latency_runs: int = option(10, _steps(), "timed runs per shape")
+    latency_runs: int = option(10, _steps(), "timed runs per shape (a round: all shapes and the teacher interleaved)")
+    latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "
+                                      "machine and teacher, read instead of timing again (one model, several targets)")
     finetune: bool = option(True, flag(), "fine-tune the pruned model with the masks fixed (off: as extracted)")
     augment: int = augment_option()
     kd_weight: float = option(0.5, number(0, 1), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own "

@@ -35,7 +35,7 @@ from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.prune.extract import extract, full_size
 from distillery.prune.fisher import fisher_masks
-from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, save_record
+from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, reused_record, save_record
 from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
 from distillery.training.losses import HiddenProjection, distillation_loss, hidden_mse, prediction_distillation
@@ -82,6 +82,9 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
     """The latency model and the teacher's latency: latency.json of this run (a resumed run reads it), else measured
     on the main process (timings on cores the processes share would disagree) and written."""
     path = ctx.out_dir / "latency.json"
+    if not path.is_file() and opts.latency_from:
+        reused = reused_record(opts.latency_from, full)
+        distributed.on_main(lambda: save_record(path, reused))
     if not path.is_file():
         def measure():
             model, teacher_ms, record = fit_latency_model(full, ctx.teacher, int(opts.latency_shapes), int(opts.latency_runs),
