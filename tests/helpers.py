@@ -531,3 +531,17 @@ def _pip_download_sdist(requirement: str, folder, timeout: float) -> None:
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"pip could not fetch {requirement}'s source ({last}); {by_hand}")
+
+
+def random_masks(model, seed=0, prune_hidden=True):
+    """Method prune's masks of ``model``'s sizes with random log α (spread enough that some gates close)."""
+    from distillery.prune.masks import Masks
+
+    c = model.config
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=prune_hidden)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in masks.names():
+            p = getattr(masks, name)
+            p.copy_(torch.randn(p.shape, generator=g) * 4.0 / 200.0)
+    return masks

@@ -12,7 +12,7 @@ import distillery
 from distillery.prune.extract import extract, full_size
 from distillery.prune.masks import Masks, MaskedModel, deterministic_gates, fold, keep_probability, model_masks
 from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertForSequenceClassification
-from tests.helpers import TINY_BERT, pair_batch, tiny_bert_config
+from tests.helpers import TINY_BERT, pair_batch, random_masks, tiny_bert_config
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
@@ -21,17 +21,6 @@ def tiny_teacher(cls=BertForSequenceClassification, **kw):
     torch.manual_seed(0)
     labels = kw.pop("num_labels", 2 if cls is BertForQuestionAnswering else 3)
     return cls(tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")).eval()
-
-
-def random_masks(model, seed=0, prune_hidden=True) -> Masks:
-    c = model.config
-    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=prune_hidden)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name in masks.names():
-            p = getattr(masks, name)
-            p.copy_(torch.randn(p.shape, generator=g) * 4.0 / 200.0)
-    return masks
 
 
 @pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits"),
