@@ -383,6 +383,19 @@ def flop_timed(monkeypatch):
     patch_everywhere(monkeypatch, latency, "measure", measure)
 
 
+def size_timed(monkeypatch):
+    """Method prune's timings (the shapes with the teacher, :func:`distillery.bench.checked_latency_ms`) made
+    proportional to the square root of each model's parameter count, steady: two runs fit one latency model."""
+    from distillery.prune import latency
+    import distillery.prune.recipe  # noqa: F401  (see flop_timed)
+
+    def timing(models, **_):
+        return ({name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()},
+                {"stable": True, "reasons": []})
+
+    patch_everywhere(monkeypatch, latency, "checked_latency_ms", timing)
+
+
 def patch_everywhere(monkeypatch, module, name: str, value) -> None:
     """Replace ``module.name``, and the same object wherever a loaded distillery module bound it (a module imports
     what it uses at its top, so replacing the source alone would not reach it)."""
@@ -553,3 +566,17 @@ def dev_vectors(folder, config):
     task = task_for(config.data)
     data = prepare_task_data(task, load_tokenizer(str(folder)), config.data, splits=("dev",))
     return predict(load_model(folder), data), list(data.dev_examples["text"])
+
+
+def random_masks(model, seed=0, prune_hidden=True):
+    """Method prune's masks of ``model``'s sizes with random log α (spread enough that some gates close)."""
+    from distillery.prune.masks import Masks
+
+    c = model.config
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=prune_hidden)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in masks.names():
+            p = getattr(masks, name)
+            p.copy_(torch.randn(p.shape, generator=g) * 4.0 / 200.0)
+    return masks

@@ -47,7 +47,7 @@ def test_plan_keeps_the_candidates_that_can_meet_the_target_likely_best_first(mo
     candidates, skipped = plan(_bert(), 2.0, 128, options)
     names = [c.name for c in candidates]
     # what each is expected to keep decides the order (a time budget runs the likely best first), not cost alone
-    assert names == ["autotinybert", "distill-6l", "distill-5l", "cmow"]
+    assert names == ["autotinybert", "distill-6l", "prune", "distill-5l", "cmow"]
     assert [s["name"] for s in skipped] == ["moebert"] and "1.95×" in skipped[0]["reason"]
     assert [c.expected for c in candidates] == sorted((c.expected for c in candidates), reverse=True)
     candidates, skipped = plan(_bert(), 1.5, 128, options)

@@ -332,7 +332,8 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
     from tests.helpers import TINY_RUN, run_ok
 
     for planned in ("distillery.distill.auto.layer_candidates", "distillery.moebert.auto.candidates",
-                    "distillery.cmow.auto.candidates", "distillery.autotinybert.auto.candidates"):
+                    "distillery.cmow.auto.candidates", "distillery.autotinybert.auto.candidates",
+                    "distillery.prune.auto.candidates"):
         monkeypatch.setattr(planned, lambda ask: ([], []))
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0,

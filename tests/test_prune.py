@@ -12,7 +12,7 @@ import distillery
 from distillery.prune.extract import extract, full_size
 from distillery.prune.masks import Masks, MaskedModel, deterministic_gates, fold, keep_probability, model_masks
 from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertForSequenceClassification
-from tests.helpers import TINY_BERT, pair_batch, tiny_bert_config
+from tests.helpers import TINY_BERT, pair_batch, random_masks, tiny_bert_config
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
 
@@ -21,17 +21,6 @@ def tiny_teacher(cls=BertForSequenceClassification, **kw):
     torch.manual_seed(0)
     labels = kw.pop("num_labels", 2 if cls is BertForQuestionAnswering else 3)
     return cls(tiny_bert_config(**{**TINY, **kw}, num_labels=labels, attn_implementation="sdpa")).eval()
-
-
-def random_masks(model, seed=0, prune_hidden=True) -> Masks:
-    c = model.config
-    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=prune_hidden)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name in masks.names():
-            p = getattr(masks, name)
-            p.copy_(torch.randn(p.shape, generator=g) * 4.0 / 200.0)
-    return masks
 
 
 @pytest.mark.parametrize("cls, key", [(BertForSequenceClassification, "logits"), (BertForQuestionAnswering, "start_logits"),
@@ -126,8 +115,8 @@ def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_pat
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     # timings differ from run to run, and the masks follow the latency model: time by parameter count here, so that
     # the two runs see one latency model (a run's latency.json, which a resume reads, fixes it the same way)
-    monkeypatch.setattr("distillery.prune.latency.latency_ms", lambda models, **_: {
-        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()})
+    monkeypatch.setattr("distillery.prune.latency.checked_latency_ms", lambda models, **_: ({
+        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()}, {"stable": True, "reasons": []}))
     data = write_glue(tmp_path / "data")
     opts = {"mask_steps": 4, "latency_shapes": 8, "latency_runs": 2, "speedup": 2.0}
     students = []

@@ -12,7 +12,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from distillery.prune.extract import extract, full_size
 from distillery.prune.masks import MaskedModel
 from tests.families import FAMILY_NAMES
-from tests.test_prune import random_masks
+from tests.helpers import random_masks
 
 
 def sentences(folder):

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from distillery.training import trainer as trainer_module
 from distillery.folders import unrecorded
 from distillery.pipeline import compress
-from tests.helpers import flop_timed, tiny_config, write_conll_dir, write_glue, write_squad
+from tests.helpers import flop_timed, size_timed, tiny_config, write_conll_dir, write_glue, write_squad
 
 OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-proportional: see below)
     "distill": {},
@@ -26,6 +26,7 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
                      "method_options.latency_runs": 1, "method_options.generations": 1,
                      "method_options.population": 2, "method_options.proxy_examples": 16,
                      "method_options.budget_floor": 0},
+    "prune": {"method_options.mask_steps": 4, "method_options.latency_shapes": 8, "method_options.latency_runs": 1},
 }
 
 # the cases: every method on SST-2; token classification (CoNLL's tiny fixture) with distill, whose student reads the
@@ -51,6 +52,7 @@ def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, task, m
     # AutoTinyBERT chooses its architecture from measured latencies: with wall-clock timings two runs may
     # choose differently (see docs/autotinybert.md); what the run does with equal timings is under test
     flop_timed(monkeypatch)
+    size_timed(monkeypatch)  # prune's latency model likewise
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
     data = glue_dir if task == "sst2" else write_conll_dir(tmp_path / "conll", n_train=64, n_dev=16, n_test=8)
     if task == "embedding":
@@ -92,6 +94,11 @@ def test_same_seed_same_student_and_a_killed_run_resumes_bitwise(method, task, m
 
         assert (tmp_path / "killed" / "architecture.json").is_file()
         monkeypatch.setattr(recipe, "choose_architecture", lambda *a: pytest.fail("the resume chose again"))
+    if method == "prune":  # the latency model of the killed run is read back (latency.json), not timed again
+        from distillery.prune import latency
+
+        assert (tmp_path / "killed" / "latency.json").is_file()
+        monkeypatch.setattr(latency, "checked_latency_ms", lambda *a, **k: pytest.fail("the resume timed again"))
     resumed = student(compress(config("killed"), resume=True))
     assert_bitwise_equal(first, resumed)
 

@@ -157,8 +157,11 @@ def ffn_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_si
 
 
 def unit_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_size: int = 32, max_examples: int | None = None,
-                    seed: int = 0, progress: bool = True, heads: bool = True) -> tuple[Tensor, Tensor | None]:
-    """(layers, d_h) FFN neuron scores and, with ``heads``, (layers, H) head scores, from one pass."""
+                    seed: int = 0, progress: bool = True, heads: bool = True,
+                    fisher: bool = False) -> tuple[Tensor, Tensor | None]:
+    """(layers, d_h) FFN neuron scores and, with ``heads``, (layers, H) head scores, from one pass. ``fisher``:
+    each example's term squared instead of its absolute value, the empirical Fisher information of the unit's mask
+    (Kwon et al. 2022: Σ_x (∂L(x)/∂m)², the same per-example derivative)."""
     if len(dataset) == 0:
         raise DistilleryError("Importance needs at least one training example.")
     kind = kind_of(kind)
@@ -166,7 +169,7 @@ def unit_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_s
     ffns = dense_ffns(model)
     attns = attention_blocks(model) if heads else []
     device = next(model.parameters()).device
-    terms = _ImportanceTerms(model, len(ffns), heads, device)
+    terms = _ImportanceTerms(model, len(ffns), heads, device, fisher)
     handles = terms.attach(ffns, attns)
     try:
         with _activation_gradients_only(model, ffns, attns):
@@ -195,8 +198,9 @@ class _ImportanceTerms:
     a reference cycle (tensor -> grad_fn -> hook -> tensor) that only the cyclic garbage collector
     frees, and activations of long batches (SQuAD windows) would pile up until it runs."""
 
-    def __init__(self, model, n_layers: int, heads: bool, device):
+    def __init__(self, model, n_layers: int, heads: bool, device, fisher: bool = False):
         layout = layout_of(model.config)
+        self.size = torch.square if fisher else torch.abs  # how a per-example term adds to the score
         self.glu, self.d_h = layout.glu, ffn_width(layout, model.config)
         self.n_heads = model.config.num_attention_heads
         self.scores = torch.zeros(n_layers, self.d_h, dtype=torch.float64, device=device)
@@ -215,9 +219,9 @@ class _ImportanceTerms:
         return handles
 
     def add_batch(self) -> None:
-        """Add the batch's per-example terms, as absolute values, to the neuron scores."""
+        """Add the batch's per-example terms, as absolute values (squares: Fisher), to the neuron scores."""
         for i, term in self.terms.items():
-            self.scores[i] += term.abs().sum(0).double()
+            self.scores[i] += self.size(term).sum(0).double()
         self.terms.clear()
 
     def _on_hidden(self, i):  # W2's input h = act(z), or act(z_in) · z_gate: (B, T, d_h)
@@ -250,7 +254,7 @@ class _ImportanceTerms:
 
                 def grad_hook(g):
                     term = (g * value).sum(1).unflatten(-1, (self.n_heads, -1)).sum(-1)  # (B, H) = ∂L/∂ξ_h per example
-                    self.head_scores[i] += term.abs().sum(0).double()
+                    self.head_scores[i] += self.size(term).sum(0).double()
                 c.register_hook(grad_hook)
         return pre_hook
 

@@ -343,6 +343,19 @@ def latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128
     return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}
 
 
+def checked_latency_ms(models: Mapping[str, nn.Module], shape: tuple[int, int] = (1, 128), runs: int = 20,
+                       warmup: int = 3, threads: int | None = None, seed: int = 0) -> tuple[dict[str, float], dict]:
+    """One round of :func:`latency_ms` (models interleaved, medians in ms) with its noise check
+    (:func:`noise.noise_record`: each model's spread, the machine's load): the caller decides what to do
+    when it says unstable (:func:`benchmark` times again, at most ``noise.ROUNDS`` rounds)."""
+    batch, seq = _check_shape("shape", shape)
+    with torch_threads(threads):
+        load_start = noise.machine_load()
+        times = _times_at({n: m.eval() for n, m in models.items()}, (batch, seq), int(runs), int(warmup), seed)
+        checked = noise.noise_record(noise.spreads(times), 1, load_start, noise.machine_load(), usable_cpus())
+    return {n: float(statistics.median(t)) * 1000.0 for n, t in times.items()}, checked
+
+
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Refuse bad :func:`benchmark` keyword settings (a run's ``bench:`` section) before any work."""
     known = [name for name in inspect.signature(benchmark).parameters if name != "models"]

@@ -1,17 +1,23 @@
 """The latency model of pruned students on this machine: measured, then fitted as a line in the shape.
 
 What is timed is what ships: pruned students of random per-layer shapes (each layer's heads and FFN neurons,
-0 removing the sub-layer, and a hidden width), built at their size and timed at 1 × 128 beside the teacher,
-interleaved, as AutoTinyBERT's predictor is (:func:`distillery.autotinybert.latency.measure`: on shared cores a
-machine's speed drifts; each time is its ratio to the teacher's times the teacher's). The model is
-latency ≈ c · features, c ≥ 0 (non-negative least squares), on the features
+0 removing the sub-layer, and a hidden width), built at their size and timed at 1 × 128 **all in one measurement
+with the teacher**, interleaved and rotated as the bench times its models (:func:`distillery.bench.checked_latency_ms`).
+On shared cores the machine's speed drifts between runs (the teacher read 1.4 ms in one and 91 ms in the next), so
+a shape's latency is kept as its **ratio to the teacher's** of the same round, and the model predicts that ratio:
+a target of ``--speedup`` s is the ratio 1 / s whatever the machine's speed today. When the bench's noise check
+says a round was unstable (a model's spread, the machine's load) the shapes are timed again, at most
+``noise.ROUNDS`` rounds, each shape's ratio the median over the rounds; latency.json says how it went. The model is
+
+    ratio ≈ c · features, c ≥ 0 (non-negative least squares), on the features
 
     1, A, Σ_l h_l · d/D, Σ_l h_l, F, Σ_l f_l · d/D
 
 (A, F: attention and FFN sub-layers kept; h_l heads and f_l neurons of layer l; d of the teacher's D hidden
 dimensions): a kept sub-layer's fixed cost, its projections' cost (units × width) and the attention's
 per-head cost (scores and mixing at a fixed sequence length). A line, so the expected latency of the masks'
-expected architecture is the same line on the expected shape, and differentiable in the masks' log α.
+expected architecture is the same line on the expected shape, and differentiable in the masks' log α. Its fit
+error is the k-fold cross-validated MAPE of the ratio (each shape predicted by a fit that did not see it).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from distillery.autotinybert.latency import mape
-from distillery.bench import hardware_fingerprint, latency_ms
+from distillery.bench import checked_latency_ms, hardware_fingerprint, noise
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.prune.modeling_prune import PrunedBertConfig
@@ -66,7 +72,7 @@ def shape_config(config: PrunedBertConfig, shape: dict[str, Tensor]) -> PrunedBe
 
 
 class LatencyModel:
-    """latency (ms) ≈ coefficients · :func:`features`, fitted on measured shapes."""
+    """The latency of a shape as a ratio to the teacher's: coefficients · :func:`features`, fitted on measured shapes."""
 
     def __init__(self, coefficients, full_hidden: int):
         self.coefficients = torch.tensor(list(coefficients), dtype=torch.float)
@@ -77,58 +83,80 @@ class LatencyModel:
         return x @ self.coefficients.to(x.device, x.dtype)
 
     @classmethod
-    def fit(cls, shapes: list[dict[str, Tensor]], ms: list[float], full_hidden: int) -> "LatencyModel":
+    def fit(cls, shapes: list[dict[str, Tensor]], ratios: list[float], full_hidden: int) -> "LatencyModel":
         from scipy.optimize import nnls
 
         x = torch.stack([features(s, full_hidden) for s in shapes]).double().numpy()
-        coefficients, _ = nnls(x, np.asarray(ms, dtype=float))
+        coefficients, _ = nnls(x, np.asarray(ratios, dtype=float))
         return cls(coefficients, full_hidden)
 
     def state(self) -> dict[str, Any]:
-        return {"features": list(FEATURES), "coefficients": self.coefficients.tolist(), "full_hidden": self.full_hidden}
+        return {"features": list(FEATURES), "coefficients": self.coefficients.tolist(), "full_hidden": self.full_hidden,
+                "predicts": "latency / the teacher's latency"}
 
 
-def measure_shapes(full: nn.Module, shapes: list[dict[str, Tensor]], teacher: nn.Module, teacher_ms: float,
-                   runs: int, shape: tuple[int, int] = (1, 128), threads: int | None = None) -> list[float]:
-    """Each shape's pruned student (random weights: time does not depend on them) timed beside the teacher,
-    as its ratio to the teacher's time × ``teacher_ms``."""
-    from tqdm.auto import tqdm
+def fit_error(shapes: list[dict[str, Tensor]], ratios: list[float], full_hidden: int, folds: int = 4) -> float:
+    """k-fold cross-validated MAPE (%) of the line: each shape predicted by a fit on the other folds."""
+    predicted = [0.0] * len(shapes)
+    for k in range(folds):
+        held = list(range(k, len(shapes), folds))
+        rest = [i for i in range(len(shapes)) if i % folds != k]
+        model = LatencyModel.fit([shapes[i] for i in rest], [ratios[i] for i in rest], full_hidden)
+        for i in held:
+            predicted[i] = float(model(shapes[i]))
+    return mape(predicted, ratios)
 
-    out = []
+
+def measure_ratios(full: nn.Module, shapes: list[dict[str, Tensor]], teacher: nn.Module, runs: int,
+                   shape: tuple[int, int] = (1, 128), threads: int | None = None,
+                   rounds: int = noise.ROUNDS) -> tuple[list[float], float, list[dict[str, Any]]]:
+    """Each shape's latency as a ratio to the teacher's, all the shapes' pruned students (random weights: time does
+    not depend on them) and the teacher timed together; timed again while the noise check says unstable, at most
+    ``rounds`` rounds. Returns the ratios (each shape's median over the rounds), the teacher's median latency (ms)
+    and each round's noise record."""
     cls = type(full)
-    for s in tqdm(shapes, desc="latency"):
-        model = cls(shape_config(full.config, s))
-        ms = latency_ms({"m": model, "reference": teacher}, shape=shape, runs=runs, warmup=2, threads=threads)
-        out.append(ms["m"] * teacher_ms / ms["reference"])
-    return out
+    models = {"teacher": teacher, **{f"shape {i}": cls(shape_config(full.config, s)) for i, s in enumerate(shapes)}}
+    per_round, teacher_ms, checks = [], [], []
+    for _ in range(max(1, int(rounds))):
+        ms, checked = checked_latency_ms(models, shape=shape, runs=runs, warmup=2, threads=threads)
+        per_round.append([ms[f"shape {i}"] / ms["teacher"] for i in range(len(shapes))])
+        teacher_ms.append(ms["teacher"])
+        checks.append(checked)
+        if checked["stable"]:
+            break
+        logger.info("Latency model: round %d unstable (%s); timing again.", len(checks), "; ".join(checked["reasons"]))
+    ratios = np.median(np.asarray(per_round, dtype=float), axis=0)
+    return [float(r) for r in ratios], float(np.median(teacher_ms)), checks
+
+
+def full_shape_of(config: PrunedBertConfig) -> dict[str, Tensor]:
+    L = config.num_hidden_layers
+    return {"heads": torch.full((L,), float(config.num_attention_heads)),
+            "neurons": torch.full((L,), float(config.intermediate_size)),
+            "attention": torch.ones(L), "ffn": torch.ones(L), "hidden": torch.tensor(float(config.hidden_size))}
 
 
 def fit_latency_model(full: nn.Module, teacher: nn.Module, count: int, runs: int, seed: int, shape=(1, 128),
                       threads: int | None = None) -> tuple[LatencyModel, float, dict[str, Any]]:
-    """Time the teacher, then ``count`` random shapes (and the full one), fit the model; returns it, the teacher's
-    latency and a record (measurements, held-out MAPE of a fit on three quarters)."""
+    """``count`` shapes (the full one and random ones) timed with the teacher, the line fitted on their ratios;
+    returns it, the teacher's latency (ms) and latency.json's record (measurements, fit error, noise)."""
     if count < 8:
         raise DistilleryError(f"The latency model needs at least 8 measured shapes (latency_shapes), got {count}.")
-    teacher_ms = latency_ms({"teacher": teacher}, shape=shape, runs=runs, warmup=2, threads=threads)["teacher"]
     c, rng = full.config, random.Random(seed)
-    full_shape = {"heads": torch.full((c.num_hidden_layers,), float(c.num_attention_heads)),
-                  "neurons": torch.full((c.num_hidden_layers,), float(c.intermediate_size)),
-                  "attention": torch.ones(c.num_hidden_layers), "ffn": torch.ones(c.num_hidden_layers),
-                  "hidden": torch.tensor(float(c.hidden_size))}
-    shapes = [full_shape] + [random_shape(c, rng) for _ in range(count - 1)]
-    ms = measure_shapes(full, shapes, teacher, teacher_ms, runs, shape, threads)
-    held = list(range(len(shapes)))[1::4]
-    fit_on = [i for i in range(len(shapes)) if i not in held]
-    trial = LatencyModel.fit([shapes[i] for i in fit_on], [ms[i] for i in fit_on], c.hidden_size)
-    error = mape([float(trial(shapes[i])) for i in held], [ms[i] for i in held])
-    model = LatencyModel.fit(shapes, ms, c.hidden_size)
-    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms, "held_out_mape": error,
-              "model": model.state(), "measurements": [{**{k: v.tolist() for k, v in s.items()}, "ms": m}
-                                                       for s, m in zip(shapes, ms)]}
+    shapes = [full_shape_of(c)] + [random_shape(c, rng) for _ in range(count - 1)]
+    ratios, teacher_ms, checks = measure_ratios(full, shapes, teacher, runs, shape, threads)
+    model = LatencyModel.fit(shapes, ratios, c.hidden_size)
+    last = checks[-1]
+    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms,
+              "fit_error_mape": fit_error(shapes, ratios, c.hidden_size),
+              "noise": {"stable": last["stable"], "rounds": len(checks), "reasons": last["reasons"], "checks": checks},
+              "model": model.state(), "measurements": [{**{k: v.tolist() for k, v in s.items()}, "ratio": r}
+                                                       for s, r in zip(shapes, ratios)]}
     return model, teacher_ms, record
 
 
 def save_record(path: str | Path, record: dict[str, Any]) -> Path:
+    """latency.json, written once: a resumed run reads it back rather than timing again."""
     path = Path(path)
     with atomic_file(path, "w") as f:
         f.write(json.dumps(record, indent=2))
@@ -139,3 +167,21 @@ def load_record(path: str | Path) -> tuple[LatencyModel, float, dict[str, Any]]:
     record = json.loads(Path(path).read_text())
     m = record["model"]
     return LatencyModel(m["coefficients"], m["full_hidden"]), float(record["teacher_ms"]), record
+
+
+def reused_record(path: str | Path, full: nn.Module) -> dict[str, Any]:
+    """An earlier run's latency.json (option latency_from), refused in a sentence when it is missing, unreadable,
+    of another teacher's shape or timed on another CPU: its ratios hold for that teacher on that machine only."""
+    try:
+        record = json.loads(Path(path).read_text())
+        model = record["model"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DistilleryError(f"Option latency_from: {path} is not a readable latency.json of a prune run ({e}).") from None
+    if model.get("full_hidden") != full.config.hidden_size or len(record.get("measurements", [{}])[0].get("heads", [])) \
+            != full.config.num_hidden_layers:
+        raise DistilleryError(f"Option latency_from: {path} was measured for another teacher's shape.")
+    here = hardware_fingerprint()["cpu"]
+    if record.get("hardware", {}).get("cpu") != here:
+        raise DistilleryError(f"Option latency_from: {path} was timed on {record.get('hardware', {}).get('cpu')!r}, "
+                              f"not on this machine's {here!r}.")
+    return {**record, "reused_from": str(path)}

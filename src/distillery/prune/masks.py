@@ -16,6 +16,7 @@ learning rate whatever the gradient's scale, so a parameter read times 200 moves
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -87,6 +88,33 @@ class Masks(nn.Module):
 
     def final_shape(self) -> dict[str, Tensor]:
         return shape_of(fold(self.gates("deterministic")), self.shapes["hidden"][0])
+
+
+def calibrated_gates(masks: Masks, price: Callable[[dict[str, Tensor]], Tensor], target: float,
+                     iterations: int = 60) -> tuple[dict[str, Tensor], float]:
+    """The deterministic gates (folded) of every log α shifted by one δ, the largest δ whose shape ``price`` (the
+    latency model) puts at most at ``target``; and δ. The masks' phase ends near the target, not on it (the
+    Lagrangian oscillates about it, and a short phase may not reach it): one shift, found by bisection, lands the
+    removal on the target while keeping the masks' order of the units (δ ≈ 0 when the phase reached it)."""
+    hidden = masks.shapes["hidden"][0]
+
+    def gates_at(delta: float) -> dict[str, Tensor]:
+        return fold({name: deterministic_gates(masks.log_alpha(name) + delta) for name in masks.names()})
+
+    def fits(delta: float) -> bool:
+        return float(price(shape_of(gates_at(delta), hidden))) <= target
+
+    with torch.no_grad():
+        bound = 10.0 + max(float(masks.log_alpha(name).abs().max()) for name in masks.names())  # all kept / none
+        low, high = -bound, bound
+        if fits(high):
+            return gates_at(high), high
+        if not fits(low):
+            return gates_at(low), low
+        for _ in range(iterations):
+            mid = (low + high) / 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        return gates_at(low), low
 
 
 def fold(gates: dict[str, Tensor]) -> dict[str, Tensor]:

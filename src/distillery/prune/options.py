@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from distillery.errors import DistilleryError
-from distillery.method import MethodOptions, augment_option, flag, number, option
+from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
 
 def _steps(low: int = 1):
@@ -19,6 +19,10 @@ class PruneOptions(MethodOptions):
     """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "prune"
+    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation; "
+                       "cheap: retraining-free, heads and neurons kept by Fisher information per latency saved "
+                       "(Kwon et al. 2022), no masks' phase", paper="Kwon et al. 2022 (cheap)")
+    fisher_examples: int = option(512, _steps(), "cheap mode: training examples that score the heads and neurons")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
     mask_steps: int = option(300, _steps(), "optimizer steps of the masks' phase (masks and weights learned with "
@@ -33,7 +37,9 @@ class PruneOptions(MethodOptions):
     mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
                                   "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
     latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
-    latency_runs: int = option(10, _steps(), "timed runs per shape")
+    latency_runs: int = option(10, _steps(), "timed runs per shape (a round: all shapes and the teacher interleaved)")
+    latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "
+                                      "machine and teacher, read instead of timing again (one model, several targets)")
     finetune: bool = option(True, flag(), "fine-tune the pruned model with the masks fixed (off: as extracted)")
     augment: int = augment_option()
     kd_weight: float = option(0.5, number(0, 1), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own "

@@ -9,7 +9,9 @@ masks:   the teacher as a full-size pruned-student model (AutoTinyBERT's convers
          E the latency model's price of the masks' expected architecture, T_t the target (falling from the
          teacher's latency over ``target_warmup`` of the phase, CoFi's warm-up), both over the teacher's latency;
          λ1, λ2 learned by gradient ascent (CoFi's Lagrangian), W a projection starting as the identity.
-prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept), and
+prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept) of the
+         log α shifted by one δ so that the latency model puts the shape at the target (bisection:
+         :func:`distillery.prune.masks.calibrated_gates`; the phase ends near it, not on it), and
          the units they drop removed (:mod:`distillery.prune.extract`): a smaller dense model with each layer's
          heads and FFN width → pruned_shape.json, with the latency the model expects of it.
 finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w·KD(T), w = kd_weight.
@@ -32,8 +34,9 @@ from distillery.folders import write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.prune.extract import extract, full_size
-from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, save_record
-from distillery.prune.masks import Masks, MaskedModel, fold, shape_of
+from distillery.prune.fisher import fisher_masks
+from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, reused_record, save_record
+from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
 from distillery.training.losses import HiddenProjection, distillation_loss, hidden_mse, prediction_distillation
 from distillery.training.trainer import Trainer
@@ -44,10 +47,11 @@ def reversed_gradient(p: torch.Tensor) -> torch.Tensor:
     return 2 * p.detach() - p
 
 
-def mask_loss(kind, teacher, latency: LatencyModel, teacher_ms: float, target_ms: float, lambdas: nn.Parameter,
+def mask_loss(kind, teacher, latency: LatencyModel, target: float, lambdas: nn.Parameter,
               projection: HiddenProjection, total_steps: int, warmup: float, temperature: float, layer_weight: float,
               lr_scale: float):
-    """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and target."""
+    """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and the target
+    (ratios to the teacher's latency: ``target`` is 1 / speedup)."""
     def loss_fn(model, batch):
         net: MaskedModel = getattr(model, "module", model)
         out = model(**model_inputs(batch, net.model), output_hidden_states=layer_weight > 0)
@@ -62,14 +66,14 @@ def mask_loss(kind, teacher, latency: LatencyModel, teacher_ms: float, target_ms
         done = int(net.masks.step)  # a buffer of the model: a resumed run continues the ramp where it was
         ramp = min(1.0, done / max(1.0, warmup * total_steps)) if warmup > 0 else 1.0
         net.masks.step += 1
-        target = teacher_ms - (teacher_ms - target_ms) * ramp
+        now = 1.0 - (1.0 - target) * ramp
         expected = latency(net.masks.expected_shape())
-        gap = (expected - target) / teacher_ms
+        gap = expected - now
         lam = reversed_gradient(lambdas) * lr_scale
         lagrangian = lam[0] * gap + lam[1] * gap ** 2
         loss = kd + layer_weight * layer + lagrangian
         return loss, {"kd": float(kd.detach()), "layer": float(layer.detach()), "lagrangian": float(lagrangian.detach()),
-                      "expected_ms": float(expected.detach()), "target_ms": float(target)}
+                      "expected": float(expected.detach()), "target": float(now)}
 
     return loss_fn
 
@@ -78,6 +82,9 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
     """The latency model and the teacher's latency: latency.json of this run (a resumed run reads it), else measured
     on the main process (timings on cores the processes share would disagree) and written."""
     path = ctx.out_dir / "latency.json"
+    if not path.is_file() and opts.latency_from:
+        reused = reused_record(opts.latency_from, full)
+        distributed.on_main(lambda: save_record(path, reused))
     if not path.is_file():
         def measure():
             model, teacher_ms, record = fit_latency_model(full, ctx.teacher, int(opts.latency_shapes), int(opts.latency_runs),
@@ -85,13 +92,17 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
             save_record(path, record)
         distributed.on_main(measure)
     model, teacher_ms, record = load_record(path)
-    ctx.notes.append(f"Latency model: {len(record['measurements'])} pruned shapes timed here beside the teacher "
-                     f"({teacher_ms:.1f} ms at 1x128), held-out MAPE {record['held_out_mape']:.1f} % (latency.json).")
+    checked = record["noise"]
+    ctx.notes.append(f"Latency model: {len(record['measurements'])} pruned shapes timed here with the teacher, "
+                     f"interleaved ({teacher_ms:.1f} ms at 1x128), fitted as a ratio to the teacher's latency; "
+                     f"cross-validated error {record['fit_error_mape']:.1f} % (latency.json).")
+    if not checked["stable"]:
+        ctx.notes.append(f"The latency model's timing was unstable after {checked['rounds']} round(s) "
+                         f"({'; '.join(checked['reasons'])}): its ratios are the medians over the rounds.")
     return model, teacher_ms
 
 
-def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel,
-                teacher_ms: float, target_ms: float) -> MaskedModel:
+def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
                   prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
@@ -104,20 +115,21 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     cfg = replace(cfg, max_steps=steps, epochs=1.0, eval_every=None, select_best=False, patience=None)
     kind = ctx.task_data.task.kind_object
     train = ctx.distillation_train(True, opts.augment, logits=False) if kind.takes_new_rows else ctx.task_data.train
-    loss = mask_loss(kind, ctx.teacher, latency, teacher_ms, target_ms, lambdas, projection, steps * cfg.grad_accum,
+    loss = mask_loss(kind, ctx.teacher, latency, 1.0 / float(opts.speedup), lambdas, projection, steps * cfg.grad_accum,
                      float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale))
     trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
-                      extra_parameters=[projection, lambdas], desc="prune masks", checkpoint_every=100)
+                      extra_parameters=[projection, lambdas], desc="prune masks",
+                      checkpoint_every=max(1, min(100, steps // 4)))  # a kill loses at most a quarter of the phase
     ctx.teacher.to(trainer.device)
     return trainer.train().model.eval().cpu()
 
 
 def describe(gates: dict, latency: LatencyModel, teacher_ms: float, target_ms: float, full_config) -> dict:
     shape = shape_of(gates, full_config.hidden_size)
-    predicted = float(latency(shape))
+    ratio = float(latency(shape))
     return {"layer_heads": [int(h) for h in shape["heads"]], "layer_intermediate_sizes": [int(f) for f in shape["neurons"]],
             "hidden_size": int(shape["hidden"]), "teacher_ms": teacher_ms, "target_ms": target_ms,
-            "predicted_ms": predicted, "predicted_speedup": teacher_ms / max(predicted, 1e-9)}
+            "predicted_ratio": ratio, "predicted_ms": ratio * teacher_ms, "predicted_speedup": 1.0 / max(ratio, 1e-9)}
 
 
 class Prune(Method):
@@ -133,16 +145,28 @@ class Prune(Method):
         full, kind = full_size(ctx.teacher)
         latency, teacher_ms = latency_model(ctx, opts, full)
         target_ms = teacher_ms / float(opts.speedup)
-        masked = learn_masks(ctx, opts, full, latency, teacher_ms, target_ms)
-        gates = fold(masked.masks.gates("deterministic"))
-        student = extract(masked.model, gates)
+        if opts.mode == "cheap":
+            masks, model = fisher_masks(ctx, int(opts.fisher_examples), full, latency), full
+            ctx.notes.append(f"Cheap mode: heads and FFN neurons ranked by Fisher information per latency saved on "
+                             f"{opts.fisher_examples} training examples (Kwon et al. 2022); no masks' phase.")
+        else:
+            masked = learn_masks(ctx, opts, full, latency)
+            masks, model = masked.masks, masked.model
+        gates, shift = calibrated_gates(masks, latency, 1.0 / float(opts.speedup))
+        student = extract(model, gates)
         facts = describe(gates, latency, teacher_ms, target_ms, full.config)
+        with torch.no_grad():
+            facts.update(masks_expected_ratio=float(latency(masks.expected_shape())), calibration_shift=shift,
+                         mode=opts.mode)
         if distributed.is_main():
             write_file(ctx.out_dir / "pruned_shape.json", json.dumps(facts, indent=2))
         ctx.notes.append(f"Pruned: heads a layer {facts['layer_heads']}, FFN neurons a layer {facts['layer_intermediate_sizes']}, "
                          f"hidden {facts['hidden_size']} of {full.config.hidden_size}; the latency model expects "
                          f"{facts['predicted_ms']:.2f} ms against a target of {target_ms:.2f} ms "
                          f"(x{facts['predicted_speedup']:.3g}; the bench measures what was achieved).")
+        if opts.mode == "full":
+            ctx.notes.append(f"The masks' phase ended at an expected x{1 / facts['masks_expected_ratio']:.3g}; the units "
+                             f"kept are those of the largest log α shifted by {shift:+.2f} to meet the target.")
         if not opts.finetune:
             return student
         train = ctx.task_data.train

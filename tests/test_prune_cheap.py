@@ -1,0 +1,62 @@
+"""Method prune's cheap mode: Fisher information of the units' masks, ranked per latency saved, cut to the target."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch.testing import assert_close
+
+import distillery
+from distillery.prune.fisher import priority, unit_costs
+from distillery.prune.latency import LatencyModel
+from tests.helpers import TINY_RUN, size_timed, write_glue
+
+
+def test_fisher_scores_are_the_squares_of_the_per_example_terms(tiny_bert):
+    """With one example a batch, Σ|t| and Σt² of the same per-example terms t: Fisher ≤ (Σ|t|)², equal for one example."""
+    from transformers import AutoModelForSequenceClassification
+
+    from distillery.importance import unit_importance
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_bert), trust_remote_code=False)
+    g = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": torch.randint(5, 99, (9,), generator=g), "attention_mask": torch.ones(9, dtype=torch.long),
+             "labels": torch.tensor(i % 2)} for i in range(1)]
+
+    def collate(batch):
+        return {k: torch.stack([r[k] for r in batch]) for k in batch[0]}
+
+    n_abs, h_abs = unit_importance(model, rows, collate, "classification", batch_size=1, progress=False)
+    n_sq, h_sq = unit_importance(model, rows, collate, "classification", batch_size=1, progress=False, fisher=True)
+    assert_close(n_sq, n_abs ** 2, rtol=1e-4, atol=1e-12)
+    assert_close(h_sq, h_abs ** 2, rtol=1e-4, atol=1e-12)
+
+
+def test_units_rank_by_score_per_latency_saved():
+    latency = LatencyModel([0.1, 0.02, 0.01, 0.002, 0.03, 0.0001], full_hidden=32)
+    head, neuron = unit_costs(latency)
+    assert abs(head - 0.012) < 1e-8 and abs(neuron - 0.0001) < 1e-8
+    # a head 100 times as important as a neuron but costing 120 times as much ranks below it
+    assert priority(torch.tensor([100.0]), head) < priority(torch.tensor([1.0]), neuron)
+
+
+def test_compress_prune_cheap_meets_the_target_and_is_the_same_twice(tiny_bert, tmp_path, monkeypatch):
+    from distillery.pipeline import build_run_config, compress
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    size_timed(monkeypatch)
+    data = write_glue(tmp_path / "data")
+    opts = {"mode": "cheap", "fisher_examples": 16, "latency_shapes": 8, "latency_runs": 1, "speedup": 2.0}
+    students = []
+    for name in ("run", "again"):
+        config = build_run_config(method="prune", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
+                                  out=str(tmp_path / name), overrides={**TINY_RUN, "student.epochs": 1.0,
+                                                                       **{f"method_options.{k}": v for k, v in opts.items()}})
+        out = compress(config)
+        shape = json.loads((out / "pruned_shape.json").read_text())
+        assert shape["mode"] == "cheap" and shape["predicted_ratio"] <= 0.5
+        assert "Cheap mode" in (out / "report.md").read_text()
+        students.append(distillery.load_student(out).state_dict())
+    assert students[0].keys() == students[1].keys()
+    assert all(torch.equal(students[0][k], students[1][k]) for k in students[0])

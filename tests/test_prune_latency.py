@@ -1,0 +1,131 @@
+"""Method prune's latency model on synthetic timings (nothing is timed here): the fit as a ratio to the teacher's
+latency, its cross-validated error, and the rounds taken while the noise check says unstable."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from distillery.prune import latency
+from distillery.prune.extract import full_size
+from distillery.prune.latency import LatencyModel, features, fit_error, fit_latency_model, random_shape
+from tests.helpers import tiny_teacher
+
+TRUE = torch.tensor([0.01, 0.02, 0.004, 0.001, 0.03, 0.0005])  # a ratio per unit of each feature
+
+
+def synthetic(count=24, noise=0.0, seed=0):
+    full, _ = full_size(tiny_teacher(num_hidden_layers=3))
+    rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+    shapes = [random_shape(full.config, rng) for _ in range(count)]
+    ratios = [float(features(s, full.config.hidden_size) @ TRUE) * (1 + noise * float(torch.randn((), generator=g)))
+              for s in shapes]
+    return full, shapes, ratios
+
+
+def test_the_fit_recovers_a_line_of_ratios():
+    full, shapes, ratios = synthetic()
+    model = LatencyModel.fit(shapes, ratios, full.config.hidden_size)
+    for s, r in zip(shapes, ratios):
+        assert float(model(s)) == pytest.approx(r, rel=1e-4)
+    assert fit_error(shapes, ratios, full.config.hidden_size) < 1e-3
+    assert model.state()["predicts"] == "latency / the teacher's latency"
+
+
+def test_the_fit_error_grows_with_the_noise_of_the_timings():
+    errors = [fit_error(s, r, f.config.hidden_size) for f, s, r in (synthetic(noise=n) for n in (0.0, 0.05, 0.2))]
+    assert errors[0] < errors[1] < errors[2]
+    assert 1.0 < errors[1] < 15.0
+
+
+def fake_timing(teacher_ms, stable):
+    """checked_latency_ms as a machine whose speed changes each round (the teacher's latency read from
+    ``teacher_ms`` in turn) while every model keeps its ratio to the teacher: parameter count / the teacher's."""
+    calls = []
+
+    def timing(models, **_):
+        scale = teacher_ms[len(calls)] / sum(p.numel() for p in models["teacher"].parameters())
+        calls.append(set(models))
+        ms = {n: scale * sum(p.numel() for p in m.parameters()) for n, m in models.items()}
+        ok = stable[len(calls) - 1]
+        return ms, {"stable": ok, "reasons": [] if ok else ["teacher's latency varied by 40 %"]}
+    return timing, calls
+
+
+def test_all_shapes_and_the_teacher_are_timed_together_and_unstable_rounds_are_timed_again(monkeypatch):
+    teacher = tiny_teacher()
+    full, _ = full_size(teacher)
+    timing, calls = fake_timing([1.4, 91.0, 30.0], [False, False, True])
+    monkeypatch.setattr(latency, "checked_latency_ms", timing)
+    model, teacher_ms, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0)
+    assert len(calls) == 3 and all(len(c) == 9 and "teacher" in c for c in calls)  # one measurement: 8 shapes + teacher
+    assert teacher_ms == 30.0 and record["noise"]["stable"] and record["noise"]["rounds"] == 3
+    # the machine's speed changed 65-fold between rounds: the ratios did not
+    assert record["measurements"][0]["ratio"] == pytest.approx(1.0, rel=1e-6)  # the full shape is the teacher's size
+    assert record["fit_error_mape"] >= 0
+
+
+def test_the_rounds_are_bounded_and_instability_is_recorded(monkeypatch):
+    teacher = tiny_teacher()
+    full, _ = full_size(teacher)
+    timing, calls = fake_timing([10.0] * 5, [False] * 5)
+    monkeypatch.setattr(latency, "checked_latency_ms", timing)
+    _, _, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0)
+    assert len(calls) == latency.noise.ROUNDS
+    assert not record["noise"]["stable"] and record["noise"]["reasons"] == ["teacher's latency varied by 40 %"]
+
+
+def test_too_few_shapes_are_refused():
+    teacher = tiny_teacher()
+    full, _ = full_size(teacher)
+    with pytest.raises(Exception, match="at least 8 measured shapes"):
+        fit_latency_model(full, teacher, count=4, runs=2, seed=0)
+
+
+def test_the_kept_units_are_shifted_to_meet_the_target_and_keep_the_masks_order():
+    from distillery.prune.masks import Masks, calibrated_gates, deterministic_gates, shape_of
+
+    full, shapes, ratios = synthetic()
+    c = full.config
+    model = LatencyModel.fit(shapes, ratios, c.hidden_size)
+    masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name in masks.names():
+            getattr(masks, name).copy_(torch.randn(getattr(masks, name).shape, generator=g) / 200.0)
+    full_ratio = float(model(shape_of(masks.gates("deterministic"), c.hidden_size)))
+    for speedup in (1.5, 2.0, 4.0):
+        gates, shift = calibrated_gates(masks, model, full_ratio / speedup)
+        predicted = float(model(shape_of(gates, c.hidden_size)))
+        # a tiny model's units are coarse (a sub-layer is 0.02-0.03 of 0.2 here): near the target, from below
+        assert 0.6 * full_ratio / speedup < predicted <= full_ratio / speedup
+        # the largest shape that fits: one more unit (a slightly larger shift) would not
+        more, _ = calibrated_gates(masks, lambda s: model(s) - 1e-9, predicted + 0.02)
+        assert float(model(shape_of(more, c.hidden_size))) >= predicted
+        kept = deterministic_gates(masks.log_alpha("neurons") + shift)
+        assert torch.equal(gates["neurons"] > 0, (kept * gates["ffn"][:, None]) > 0)  # the masks' order, shifted
+
+
+def test_an_earlier_latency_json_is_reused_or_refused_in_a_sentence(tmp_path, monkeypatch):
+    import json
+
+    from distillery.errors import DistilleryError
+    from distillery.prune.latency import reused_record, save_record
+
+    teacher = tiny_teacher(num_hidden_layers=3)
+    full, _ = full_size(teacher)
+    timing, _ = fake_timing([10.0], [True])
+    monkeypatch.setattr(latency, "checked_latency_ms", timing)
+    _, _, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0)
+    path = save_record(tmp_path / "latency.json", record)
+    assert reused_record(path, full)["model"] == record["model"]
+    with pytest.raises(DistilleryError, match="another teacher's shape"):
+        reused_record(path, full_size(tiny_teacher(num_hidden_layers=2))[0])
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**record, "hardware": {"cpu": "a CPU elsewhere"}}))
+    with pytest.raises(DistilleryError, match="not on this machine"):
+        reused_record(other, full)
+    with pytest.raises(DistilleryError, match="not a readable latency.json"):
+        reused_record(tmp_path / "missing.json", full)
