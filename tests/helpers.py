@@ -396,6 +396,21 @@ def size_timed(monkeypatch):
     patch_everywhere(monkeypatch, latency, "checked_latency_ms", timing)
 
 
+def prune_twice(teacher, tmp_path, monkeypatch, **options) -> list:
+    """``compress --method prune`` with ``options`` on a tiny SST-2, twice with one seed (timed by
+    :func:`size_timed`): the two run folders."""
+    from distillery.pipeline import build_run_config, compress
+
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    size_timed(monkeypatch)
+    data = write_glue(tmp_path / "data")
+    return [compress(build_run_config(method="prune", task="sst2", budget="quick", teacher=str(teacher),
+                                      data_dir=str(data), out=str(tmp_path / name),
+                                      overrides={**TINY_RUN, "student.epochs": 1.0,
+                                                 **{f"method_options.{k}": v for k, v in options.items()}}))
+            for name in ("run", "again")]
+
+
 def patch_everywhere(monkeypatch, module, name: str, value) -> None:
     """Replace ``module.name``, and the same object wherever a loaded distillery module bound it (a module imports
     what it uses at its top, so replacing the source alone would not reach it)."""
@@ -566,6 +581,36 @@ def dev_vectors(folder, config):
     task = task_for(config.data)
     data = prepare_task_data(task, load_tokenizer(str(folder)), config.data, splits=("dev",))
     return predict(load_model(folder), data), list(data.dev_examples["text"])
+
+
+def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, tmp_path, first_module=None):
+    """``SentenceTransformer(folder)`` in a fresh process with no distillery import gives the dev vectors distillery
+    scores (and, given, loads ``first_module`` first), and the recorded STS-B Spearman is that of those vectors."""
+    import subprocess
+
+    import numpy as np
+    import pytest
+
+    from distillery.data.encode import prepare_task_data
+    from distillery.data.loading import task_for
+    from distillery.kinds import kind_of
+    from distillery.modeling import load_tokenizer
+
+    ours, texts = dev_vectors(folder, config)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    check = f"assert type(model[0]).__name__ == {first_module!r}, type(model[0])\n" if first_module else ""
+    script = ("import json, sys, numpy as np\n"
+              "from sentence_transformers import SentenceTransformer\n"
+              f"model = SentenceTransformer({str(folder)!r}, device='cpu')\n" + check +
+              f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
+              f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
+              "assert 'distillery' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
+    theirs = np.load(tmp_path / "st.npy")
+    torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)
+    data = prepare_task_data(task_for(config.data), load_tokenizer(str(folder)), config.data, splits=("dev",))
+    assert kind_of("embedding").scores(data, theirs)["sts_spearman"] == pytest.approx(
+        metrics["student"]["sts_spearman"], abs=1e-4)
 
 
 def random_masks(model, seed=0, prune_hidden=True):

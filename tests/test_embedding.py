@@ -7,22 +7,17 @@ tests/test_reproducible.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-import torch
 
-from distillery.data.encode import prepare_task_data
-from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.kinds import kind_of
 from distillery.metrics import retrieval_scores, sts_correlations
-from distillery.modeling import load_tokenizer
 from distillery.pipeline import compress
 from distillery.runtime import load_model
-from tests.helpers import (NO_EXTRAS, assert_one_line_error, dev_vectors, make_tiny_bert, run_cli, tiny_config,
+from tests.helpers import (NO_EXTRAS, assert_one_line_error, assert_sentence_transformers_gives_what_was_scored,
+                           make_tiny_bert, run_cli, tiny_config,
                            write_embedding_data, write_glue, write_sentence_transformer, write_squad)
 
 
@@ -54,21 +49,7 @@ def test_distill_makes_an_embedder_that_sentence_transformers_loads_in_a_fresh_p
     from distillery.config import RunConfig
 
     config = RunConfig.load(out / "config.yaml")
-    ours, texts = dev_vectors(out / "student", config)
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = ("import json, sys, numpy as np\n"
-              "from sentence_transformers import SentenceTransformer\n"
-              f"model = SentenceTransformer({str(out / 'student')!r}, device='cpu')\n"
-              f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
-              f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
-              "assert 'distillery' not in sys.modules\n")
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
-    theirs = np.load(tmp_path / "st.npy")
-    torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)
-    # the scores distillery recorded are those of these vectors
-    scores = kind_of("embedding").scores(prepare_task_data(task_for(config.data), load_tokenizer(str(out / "student")),
-                                                           config.data, splits=("dev",)), theirs)
-    assert scores["sts_spearman"] == pytest.approx(metrics["student"]["sts_spearman"], abs=1e-4)
+    assert_sentence_transformers_gives_what_was_scored(out / "student", config, metrics, tmp_path)
 
 
 def test_a_pretrained_student_with_another_tokenizer_learns_the_embeddings(embedder, embedding_data, tiny_roberta,

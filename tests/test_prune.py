@@ -109,26 +109,16 @@ def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_pat
     import json
 
     from distillery.export import export_model
-    from distillery.pipeline import build_run_config, compress
-    from tests.helpers import TINY_RUN, write_glue
+    from tests.helpers import prune_twice
 
-    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    # timings differ from run to run, and the masks follow the latency model: time by parameter count here, so that
+    # timings differ from run to run, and the masks follow the latency model: timed by parameter count here, so that
     # the two runs see one latency model (a run's latency.json, which a resume reads, fixes it the same way)
-    monkeypatch.setattr("distillery.prune.latency.checked_latency_ms", lambda models, **_: ({
-        name: 0.01 * sum(p.numel() for p in m.parameters()) ** 0.5 for name, m in models.items()}, {"stable": True, "reasons": []}))
-    data = write_glue(tmp_path / "data")
-    opts = {"mask_steps": 4, "latency_shapes": 8, "latency_runs": 2, "speedup": 2.0}
-    students = []
-    for name in ("run", "again"):
-        config = build_run_config(method="prune", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
-                                  out=str(tmp_path / name), overrides={**TINY_RUN, "student.epochs": 1.0,
-                                                                       **{f"method_options.{k}": v for k, v in opts.items()}})
-        out = compress(config)
+    runs = prune_twice(tiny_bert, tmp_path, monkeypatch, mask_steps=4, latency_shapes=8, latency_runs=2, speedup=2.0)
+    for out in runs:
         shape = json.loads((out / "pruned_shape.json").read_text())
         assert shape["predicted_ms"] > 0 and shape["target_ms"] > 0
         assert (out / "latency.json").is_file() and "latency model expects" in (out / "report.md").read_text()
-        students.append(distillery.load_student(out))
+    students = [distillery.load_student(out) for out in runs]
     assert type(students[0]).__name__ == "PrunedBertForSequenceClassification"
     onnx = export_model(tmp_path / "run" / "student", "onnx", tmp_path / "onnx")  # parity-checked on export
     assert (onnx / "model.onnx").is_file() or any(onnx.glob("*.onnx"))

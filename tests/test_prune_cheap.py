@@ -10,7 +10,7 @@ from torch.testing import assert_close
 import distillery
 from distillery.prune.fisher import priority, unit_costs
 from distillery.prune.latency import LatencyModel
-from tests.helpers import TINY_RUN, size_timed, write_glue
+from tests.helpers import prune_twice
 
 
 def test_fisher_scores_are_the_squares_of_the_per_example_terms(tiny_bert):
@@ -42,21 +42,12 @@ def test_units_rank_by_score_per_latency_saved():
 
 
 def test_compress_prune_cheap_meets_the_target_and_is_the_same_twice(tiny_bert, tmp_path, monkeypatch):
-    from distillery.pipeline import build_run_config, compress
-
-    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    size_timed(monkeypatch)
-    data = write_glue(tmp_path / "data")
-    opts = {"mode": "cheap", "fisher_examples": 16, "latency_shapes": 8, "latency_runs": 1, "speedup": 2.0}
-    students = []
-    for name in ("run", "again"):
-        config = build_run_config(method="prune", task="sst2", budget="quick", teacher=str(tiny_bert), data_dir=str(data),
-                                  out=str(tmp_path / name), overrides={**TINY_RUN, "student.epochs": 1.0,
-                                                                       **{f"method_options.{k}": v for k, v in opts.items()}})
-        out = compress(config)
+    runs = prune_twice(tiny_bert, tmp_path, monkeypatch, mode="cheap", fisher_examples=16, latency_shapes=8,
+                       latency_runs=1, speedup=2.0)
+    for out in runs:
         shape = json.loads((out / "pruned_shape.json").read_text())
         assert shape["mode"] == "cheap" and shape["predicted_ratio"] <= 0.5
         assert "Cheap mode" in (out / "report.md").read_text()
-        students.append(distillery.load_student(out).state_dict())
+    students = [distillery.load_student(out).state_dict() for out in runs]
     assert students[0].keys() == students[1].keys()
     assert all(torch.equal(students[0][k], students[1][k]) for k in students[0])

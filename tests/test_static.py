@@ -5,20 +5,17 @@ a fresh process without distillery, giving the vectors distillery scored; anothe
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 import torch
 
 from distillery.config import RunConfig
 from distillery.errors import DistilleryError
-from distillery.kinds import kind_of
 from distillery.pipeline import compress
 from distillery.runtime import load_model
 from distillery.static.modeling_static import StaticEmbedder
-from tests.helpers import dev_vectors, make_tiny_bert, tiny_config, write_embedding_data, write_sentence_transformer
+from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, make_tiny_bert, tiny_config,
+                           write_embedding_data, write_sentence_transformer)
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +47,8 @@ def test_static_makes_a_static_embedding_that_sentence_transformers_loads_in_a_f
     notes = json.loads((out / "train.json").read_text())["notes"]
     assert any("before fine-tuning" in n for n in notes)
     config = RunConfig.load(out / "config.yaml")
-    ours, texts = dev_vectors(out / "student", config)
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = ("import json, sys, numpy as np\n"
-              "from sentence_transformers import SentenceTransformer\n"
-              f"model = SentenceTransformer({str(out / 'student')!r}, device='cpu')\n"
-              "assert type(model[0]).__name__ == 'StaticEmbedding', type(model[0])\n"
-              f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
-              f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
-              "assert 'distillery' not in sys.modules\n")
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
-    theirs = np.load(tmp_path / "st.npy")
-    torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)
-    from distillery.data.encode import prepare_task_data
-    from distillery.data.loading import task_for
-    from distillery.modeling import load_tokenizer
-
-    data = prepare_task_data(task_for(config.data), load_tokenizer(str(out / "student")), config.data, splits=("dev",))
-    assert kind_of("embedding").scores(data, theirs)["sts_spearman"] == pytest.approx(
-        metrics["student"]["sts_spearman"], abs=1e-4)
+    assert_sentence_transformers_gives_what_was_scored(out / "student", config, metrics, tmp_path,
+                                                       first_module="StaticEmbedding")
 
 
 def test_fine_tuning_moves_the_static_vectors_towards_the_teacher(embedder, embedding_data, tmp_path):

@@ -104,17 +104,17 @@ def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping
 
 
 def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The given method options dealt to the methods that have them (``kd_weight`` to all four); an
+    """The given method options dealt to the methods auto tries that have them (``kd_weight`` to all); an
     option no method has, or one auto sets itself, is refused with a sentence."""
     # options a method's auto module sets per candidate (its PLANNED): given by the user they would contradict the plan
     planned = [k for k in given if any(k in getattr(module, "PLANNED", ()) for module in auto_modules().values())]
     if planned:
         raise DistilleryError(f"--method auto chooses {', '.join(planned)} itself for its candidates; drop "
                               f"{'it' if len(planned) == 1 else 'them'}, or run that method alone.")
-    routed: dict[str, dict[str, Any]] = {m: {} for m in METHODS}
+    routed: dict[str, dict[str, Any]] = {m: {} for m in auto_modules()}  # the methods auto tries
     unknown = []
     for key, value in given.items():
-        owners = [m for m in METHODS if key in method_options(m).names()]
+        owners = [m for m in routed if key in method_options(m).names()]
         unknown += [] if owners else [key]
         for m in owners:
             routed[m][key] = value
