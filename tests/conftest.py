@@ -91,3 +91,16 @@ def tiny_family(tmp_path_factory):
         return made[family, num_layers]
 
     return make
+
+
+@pytest.fixture
+def steady_pretrained_timing(monkeypatch):
+    """A pretrained student's speed check (distill.pretrained.check_smaller) timed by parameter count: tiny models'
+    sub-millisecond timings on a busy machine have refused a smaller student as slower than its teacher. The
+    check's refusal itself is tested with fixed timings (test_pretrained_student.py)."""
+    import distillery.bench as bench
+    import distillery.distill.pretrained  # noqa: F401  (bound before the patch: see helpers.flop_timed)
+    from tests.helpers import patch_everywhere
+
+    patch_everywhere(monkeypatch, bench, "latency_ms", lambda models, *args, **kwargs: {
+        name: 1e-4 * bench.count_parameters(model)[0] for name, model in models.items()})

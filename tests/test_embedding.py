@@ -20,6 +20,8 @@ from tests.helpers import (NO_EXTRAS, assert_one_line_error, assert_sentence_tra
                            make_tiny_bert, run_cli, tiny_config,
                            write_embedding_data, write_glue, write_sentence_transformer, write_squad)
 
+pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
+
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory):

@@ -17,6 +17,8 @@ from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from tests.helpers import NO_EXTRAS, assert_one_line_error, run_cli, tiny_config, tiny_ner_settings
 
+pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
+
 CONLL = get_task("conll2003")
 
 

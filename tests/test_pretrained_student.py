@@ -16,6 +16,8 @@ from distillery.errors import DistilleryError
 from tests.families import CELL, compress
 from tests.helpers import LIVE_EXTRAS, patch_everywhere, write_squad
 
+pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
+
 # teacher family, student family: each pair tokenizes differently (WordPiece with or without token types,
 # byte-level BPE) and has another hidden layout (ELECTRA's factorised embeddings)
 PAIRS = [("bert", "roberta"), ("mpnet", "bert"), ("deberta-v2", "electra")]
@@ -36,6 +38,7 @@ print(model.config.model_type)
 FRESH_LOAD_QA = """
 import sys, torch
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
 model = AutoModelForQuestionAnswering.from_pretrained(sys.argv[1]).eval()
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 with torch.no_grad():
