@@ -195,7 +195,7 @@ def rebench(results: Path, args) -> None:
             r["static"].setdefault("speedup_as_recorded", r["static"]["speedup"])
             r["static"]["speedup"] = None
         r["speedups_measured"] = f"again, every point side by side in one process: {out.name}"
-    results.write_text(json.dumps(records, indent=1) + "\n")
+    results.write_text(json.dumps(records, indent=2) + "\n")
     if not args.no_docs:
         replace_block(RESULTS_DOC, NAME, table(records))
     print(f"{len(folders)} models timed again beside the teacher: {results}, {out}")
