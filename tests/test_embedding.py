@@ -11,13 +11,15 @@ import json
 import numpy as np
 import pytest
 
+from distillery.data.encode import prepare_task_data
+from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.kinds import kind_of
 from distillery.metrics import retrieval_scores, sts_correlations
 from distillery.pipeline import compress
 from distillery.runtime import load_model
 from tests.helpers import (NO_EXTRAS, assert_one_line_error, assert_sentence_transformers_gives_what_was_scored,
-                           make_tiny_bert, run_cli, tiny_config,
+                           dev_vectors, make_tiny_bert, run_cli, tiny_config,
                            write_embedding_data, write_glue, write_sentence_transformer, write_squad)
 
 pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
@@ -52,6 +54,50 @@ def test_distill_makes_an_embedder_that_sentence_transformers_loads_in_a_fresh_p
 
     config = RunConfig.load(out / "config.yaml")
     assert_sentence_transformers_gives_what_was_scored(out / "student", config, metrics, tmp_path)
+
+
+def test_the_exports_give_the_sentence_vector_with_the_pooling(embedder, embedding_data, tmp_path):
+    """ONNX and int8 exports of the student hold its mean pooling and normalisation (the graph's output is the unit
+    sentence vector), the fp32 graph within the parity tolerance of torch; each is scored like the student. A
+    sentence-transformers folder exported without --task is known as an embedder by its modules.json."""
+    import onnxruntime
+    import torch
+
+    from distillery.config import RunConfig
+    from distillery.export import export_model, read_manifest
+    from distillery.kinds.embedding import PooledEncoder
+    from distillery.modeling import load_tokenizer
+
+    out = run(embedder, embedding_data, tmp_path / "run", int8=True, export=["onnx"])
+    config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())
+    ours, _ = dev_vectors(out / "student", config)
+    kind = kind_of("embedding")
+    data = prepare_task_data(task_for(config.data), load_tokenizer(str(out / "student")), config.data, splits=("dev",))
+    for fmt in ("onnx", "onnx-int8"):
+        folder = out / "exports" / f"student-{fmt}"
+        manifest = read_manifest(folder)
+        assert (manifest["head"], manifest["outputs"]) == ("sentence-embedding", ["sentence_embedding"])
+        got, _ = dev_vectors(folder, config)
+        assert metrics["others"][f"student-{fmt}"]["sts_spearman"] == pytest.approx(
+            kind.scores(data, got)["sts_spearman"], abs=1e-6)
+        if fmt == "onnx":
+            torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(ours), atol=1e-4, rtol=1e-4)
+    # the graph itself pools and normalises: ONNX Runtime on padded token ids gives the torch student's unit vectors
+    tokenizer = load_tokenizer(str(out / "student"))
+    batch = tokenizer(["a short one", "a somewhat longer text than the first one is"], padding=True, return_tensors="pt")
+    session = onnxruntime.InferenceSession(str(out / "exports" / "student-onnx" / "model.onnx"))
+    feeds = {i.name: batch[i.name].numpy() for i in session.get_inputs()}
+    (graph,) = session.run(["sentence_embedding"], feeds)
+    with torch.inference_mode():
+        expected = PooledEncoder(load_model(out / "student"))(**batch).sentence_embedding
+    torch.testing.assert_close(torch.from_numpy(graph), expected, atol=1e-4, rtol=1e-4)
+    # torch-int8 of the saved folder, no task given: an embedder by its modules.json, loaded with its pooling
+    folder = export_model(out / "student", "torch-int8", tmp_path / "int8")
+    assert read_manifest(folder)["head"] == "sentence-embedding"
+    with torch.inference_mode():
+        int8 = load_model(folder)(**batch).sentence_embedding
+    torch.testing.assert_close(int8.norm(dim=-1), torch.ones(2), atol=1e-5, rtol=0)
+    assert torch.nn.functional.cosine_similarity(int8, expected).min() > 0.9
 
 
 def test_a_pretrained_student_with_another_tokenizer_learns_the_embeddings(embedder, embedding_data, tiny_roberta,

@@ -65,7 +65,6 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
     if dataset is None:
         raise DistilleryError(f"The {split} split of task {task_data.task.name} was not prepared.")
     kind = task_data.task.kind_object
-    fields = kind.head.outputs
     batches = _length_batches(dataset, batch_size)
     loader = DataLoader(dataset, batch_sampler=batches, collate_fn=task_data.collate)
     was_training = model.training
@@ -76,6 +75,7 @@ def predict(model, task_data: TaskData, batch_size: int = 128, split: str = "dev
             for batch in tqdm(loader, desc=desc, unit="batch", disable=desc is None):
                 outputs = model(**model_inputs(batch, model))
                 # (batch, labels) logits, or (batch, seq) start and end logits
+                fields = kind.output_fields(outputs)
                 got = kind.batch_outputs(tuple(_output(outputs, name, i) for i, name in enumerate(fields)), batch)
                 chunks.append(tuple(field.float().cpu().numpy() for field in got))
     finally:

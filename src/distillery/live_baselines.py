@@ -329,8 +329,8 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
         return out
     if task_data.task.kind_object.static_head is None:
         out.notes.append(f"No static-embedding baseline on {task_data.task.name} "
-                         f"({task_data.task.kind_object.pipeline_tag}): a bag of token vectors has no answer span to "
-                         f"point at, so only the int8 teacher is compared.")
+                         f"({task_data.task.kind_object.pipeline_tag}): {task_data.task.kind_object.no_static_baseline}, "
+                         f"so only the int8 teacher is compared.")
         return out
     started = time.time()
     model = static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=pca_dims, sif=sif, batch_size=batch_size)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import (
     CONFIG_MAPPING,
@@ -27,7 +28,7 @@ from transformers import (
 )
 from transformers.modeling_outputs import (BaseModelOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput,
                                            TokenClassifierOutput)
-from transformers.utils import cached_file
+from transformers.utils import ModelOutput, cached_file
 
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError, json_object, listed
@@ -80,6 +81,20 @@ HEADS = (SEQUENCE_HEAD, QUESTION_ANSWERING_HEAD, TOKEN_HEAD)
 BASE_HEAD = Head("base", "Model", ("last_hidden_state",), AutoModel, BaseModelOutput)
 
 
+@dataclass
+class SentenceEmbeddingOutput(ModelOutput):
+    """An embedder's output: one unit vector a text (sentence-transformers' name for it)."""
+
+    sentence_embedding: torch.FloatTensor | None = None
+
+
+# A bare encoder with its pooling and normalisation (``distillery.kinds.embedding.PooledEncoder``): what an
+# embedder's exports compute. Named by export manifests only (no model class has the suffix), so it is no task
+# head of the registry.
+SENTENCE_HEAD = Head("sentence-embedding", "ForSentenceEmbedding", ("sentence_embedding",), AutoModel,
+                     SentenceEmbeddingOutput)
+
+
 def head_of_class(name: str) -> Head | None:
     """The head of a model class (or architecture) name: ``...ForQuestionAnswering``, the bare encoder
     for ``...Model``; None for any other (``BertForMaskedLM``)."""
@@ -94,7 +109,7 @@ def head_of(config) -> Head:
 
 def head_named(name: str) -> Head:
     """The head an export manifest names."""
-    return next((h for h in HEADS if h.name == name), BASE_HEAD)
+    return next((h for h in (*HEADS, SENTENCE_HEAD) if h.name == name), BASE_HEAD)
 
 
 @dataclass(frozen=True)

@@ -236,7 +236,7 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     check_settings(config.bench)
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
-    task.kind_object.check_teacher(config.teacher.name, resolve_teacher(config.teacher.name))
+    task.kind_object.check_teacher(f"Teacher {config.teacher.name}", resolve_teacher(config.teacher.name))
     check_export_teacher(config.teacher, config.method, method.teacher_outputs_only)
     method.check(config, model_config)
     config.out = str(out)

@@ -28,7 +28,8 @@ from torch import nn
 
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
-from distillery.modeling import head_named, head_of, load_pretrained, model_folder, read_config
+from distillery.kinds.embedding import PooledEncoder
+from distillery.modeling import SENTENCE_HEAD, head_named, head_of, load_pretrained, model_folder, read_config
 from distillery.weights import verify_weights
 
 ONNX_FILE = "model.onnx"
@@ -232,13 +233,20 @@ def load_export(folder: str | os.PathLike) -> nn.Module:
     manifest = read_manifest(folder)
     fmt = manifest["format"]
     if fmt == "torch-int8":
-        return quantize_torch(load_pretrained(folder), weights_bytes=_file_size(folder / "model.safetensors"))
+        return torch_int8_model(folder, manifest.get("head"), weights_bytes=_file_size(folder / "model.safetensors"))
     require_onnx()
     path = folder / manifest.get("file", ONNX_FILE)
     if not path.is_file():
         raise DistilleryError(f"The export folder {folder} has no {path.name}.")
     verify_weights(folder)  # (torch-int8: load_pretrained verifies)
     return OnnxModel(path.read_bytes(), read_config(folder), manifest).eval()
+
+
+def torch_int8_model(folder: str | os.PathLike, head: str | None, weights_bytes: int | None = None) -> nn.Module:
+    """The int8 model of a torch-int8 export folder (its fp32 weights quantized), as the export computed it: an
+    embedder's (manifest head ``sentence-embedding``) with its pooling and normalisation."""
+    model = load_pretrained(folder)
+    return quantize_torch(PooledEncoder(model) if head == SENTENCE_HEAD.name else model, weights_bytes=weights_bytes)
 
 
 def _file_size(path: Path) -> int | None:
@@ -254,7 +262,7 @@ def quantize_torch(model: nn.Module, weights_bytes: int | None = None) -> nn.Mod
     """
     from torch.ao.quantization import quantize_dynamic
 
-    head = head_of(model.config).name if hasattr(model, "config") else "base"
+    head = (getattr(model, "export_head", None) or head_of(model.config)).name if hasattr(model, "config") else "base"
     source = copy.deepcopy(model).cpu().eval()
     with quiet():
         quantized = quantize_dynamic(source, {nn.Linear}, dtype=torch.qint8)

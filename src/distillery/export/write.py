@@ -37,14 +37,16 @@ from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.evaluation import check_trained_task, score
 from distillery.export.formats import resolve_format
-from distillery.export.onnx import export_onnx_once, graph_inputs, graph_outputs, quantize_onnx
+from distillery.export.onnx import export_onnx_once, exported_head, graph_inputs, graph_outputs, quantize_onnx
 from distillery.export.parity import (SAMPLE_TEXTS, check_fp32_parity, check_int8, compare_outputs, dev_batches,
                                       sample_batches)
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
-from distillery.modeling import head_of, load_pretrained, load_tokenizer, model_folder, read_config
+from distillery.kinds import kind_of
+from distillery.modeling import load_pretrained, load_tokenizer, model_folder, read_config
 from distillery.run_record import TRAIN, read_train
-from distillery.runtime import ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx
+from distillery.runtime import (ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx,
+                                torch_int8_model)
 from distillery.weights import record_weights
 
 logger = logging.getLogger("distillery")
@@ -84,13 +86,15 @@ def export(
     source: str | None = None,
     overwrite: bool = False,
     extra: Mapping[str, Any] | None = None,
+    kind=None,
 ) -> Path:
     """Export an fp32 model with its tokenizer to ``out_dir`` in format ``fmt``; return the folder.
 
     ``task_data`` (a prepared TaskData with a dev split): parity on its first dev inputs and the
     export scored on dev (``source_metrics`` saves scoring the fp32 model again); without it,
-    parity on tokenized sample sentences. The folder is written aside and moved into place only
-    when every check passed.
+    parity on tokenized sample sentences. The task's kind (else ``kind``, a task kind object) decides what
+    is exported (``TaskKind.export_module``: an embedder with its pooling). The folder is written aside and
+    moved into place only when every check passed.
     """
     if not hasattr(model, "config") or not hasattr(model, "save_pretrained"):
         raise DistilleryError(f"Only Hugging Face models export; got a {type(model).__name__}.")
@@ -103,7 +107,10 @@ def export(
     check_target(out_dir, overwrite=overwrite, inputs=[source], kind="export")
     started = time.time()
     model = copy.deepcopy(model).cpu().eval()
-    inputs, outputs = graph_inputs(model, tokenizer), graph_outputs(model)
+    inputs = graph_inputs(model, tokenizer)  # the model's own (a wrapper names every input)
+    kind = task_data.task.kind_object if task_data is not None else kind
+    model = kind.export_module(model) if kind is not None else model
+    outputs = graph_outputs(model)
     batches, parity_inputs = _parity_batches(task_data, tokenizer, inputs)
 
     with atomic_folder(out_dir) as tmp:  # an existing out_dir is replaced only if distillery wrote it
@@ -111,7 +118,7 @@ def export(
         tokenizer.save_pretrained(tmp)
         manifest: dict[str, Any] = {
             "format": fmt,
-            "head": head_of(model.config).name,
+            "head": exported_head(model).name,
             "inputs": list(inputs),
             "outputs": list(outputs),
             "model_type": getattr(model.config, "model_type", None),
@@ -149,7 +156,7 @@ def _write_torch_int8(model: nn.Module, tmp: Path, manifest: dict[str, Any], inp
     manifest.update(backend=f"torch {torch.__version__} int8 (quantize_dynamic, {torch.backends.quantized.engine})",
                     file="model.safetensors", on_load="torch.ao.quantization.quantize_dynamic({nn.Linear}, qint8)")
     quantized = quantize_torch(model)
-    reloaded = quantize_torch(load_pretrained(tmp))  # what load_export will do with this folder
+    reloaded = torch_int8_model(tmp, manifest["head"])  # what load_export will do with this folder
     again = compare_outputs(quantized, reloaded, batches, outputs)
     if not again.get("finite") or again["max_abs_diff"] > 1e-6:
         raise DistilleryError("The int8 model reloaded from its folder does not reproduce the quantized model.")
@@ -242,6 +249,7 @@ def export_model(
         raise DistilleryError("--recover needs --task (and its data): recovery trains on the task and scores on dev.")
     model = load_pretrained(folder)  # first: damaged weights are named as such, not as a tokenizer problem
     tokenizer = load_tokenizer(str(folder))
+    kind = None if task or task_data is not None else _embedder_kind(folder)
     if task_data is None and task:
         task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
                                         splits=("train", "dev") if recover else ("dev",), **data_options)
@@ -255,8 +263,18 @@ def export_model(
             model, tokenizer, fmt, folder, out_dir, task_data, source_metrics, threshold=recover_threshold,
             steps=recover_steps, teacher=recover_teacher, run_dir=run_dir)
     out = export(model, tokenizer, fmt, out_dir, task_data=task_data, source_metrics=source_metrics,
-                 source=str(folder), overwrite=overwrite, extra=extra)
+                 source=str(folder), overwrite=overwrite, extra=extra, kind=kind)
     return out
+
+
+def _embedder_kind(folder: Path):
+    """The embedding kind for a sentence-transformers folder (its ``modules.json``), whose export holds its pooling
+    and normalisation (a pooling it does not compute is refused); None for any other model."""
+    if not (folder / "modules.json").is_file():
+        return None
+    kind = kind_of("embedding")
+    kind.check_teacher(f"The model {folder}", str(folder))
+    return kind
 
 
 def _export_target(path: str | os.PathLike, fmt: str, out_dir: str | os.PathLike | None,

@@ -71,13 +71,15 @@ class TaskKind:
     # a pretrained student (distill --student) must have the teacher's hidden size: its outputs are compared
     # with the teacher's as they are (an embedder's vectors; no learned projection yet)
     student_keeps_width: ClassVar[bool] = False
-    # the run exports the student (int8, --export) and measures the free baselines beside it (ONNX of the
-    # embedding kind's pooling is not built yet)
+    # the run exports the student (int8, --export; the module :meth:`export_module` gives) and measures the free
+    # baselines beside it
     exports: ClassVar[bool] = True
     # the distillation term compares class distributions softened by a temperature (whose value can be read
     # from the teacher's own logits: distillery.distill.deep_cut)
     softened_outputs: ClassVar[bool] = False
     static_head: ClassVar[str | None] = None  # the static-embedding baseline's head; None: the kind has none
+    # why a kind has no static-embedding baseline (the report's note), where it has none
+    no_static_baseline: ClassVar[str] = "a bag of token vectors has no answer span to point at"
     word_labels: ClassVar[bool] = False  # its labels sit on words (data.label_all_subwords applies)
     # The budgets' data settings: the teacher's examples at the quick budget, the longest input by budget, the
     # quick teacher's learning rate, and a document stride by budget where inputs are windows of a document.
@@ -139,6 +141,15 @@ class TaskKind:
         """A batch's outputs as :meth:`predictions` collects them, given the head's output ``fields`` and the batch
         (an embedder pools its hidden states over the batch's attention mask): the fields as they are."""
         return fields
+
+    def output_fields(self, outputs) -> tuple[str, ...]:
+        """The fields of a model's ``outputs`` that :meth:`batch_outputs` reads: the head's."""
+        return self.head.outputs
+
+    def export_module(self, model):
+        """The module an export of ``model`` writes (its graph's outputs: the module's ``export_head``, else the
+        model's head): the model itself; an embedder, the encoder with its pooling."""
+        return model
 
     def check_encoding(self, tokenizer, pair_mode: str) -> None:
         """Refuse a tokenizer or pair mode the kind cannot be encoded with, before any file is read."""

@@ -16,7 +16,9 @@ correlation of the pairs' cosines with STS-B's gold scores (the main metric: Spe
 paragraph among all of them (MRR@10, recall@1, recall@10), each in one matrix product.
 
 The student is saved as a sentence-transformers folder (:meth:`Embedding.write_files`), so
-``SentenceTransformer(folder).encode(texts)`` gives the vectors distillery scored.
+``SentenceTransformer(folder).encode(texts)`` gives the vectors distillery scored. Its exports (ONNX, int8) are of
+the encoder with its pooling and normalisation (:class:`PooledEncoder`): the graph gives the sentence vector itself
+(``sentence_embedding``), parity-checked against torch and scored like the student.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from distillery.errors import DistilleryError
 from distillery.kinds.base import arrow_column, output_field
 from distillery.kinds.sentence import SentenceKind
 from distillery.metrics import EMBEDDING_METRICS, retrieval_scores, sts_correlations
-from distillery.modeling import BASE_HEAD
+from distillery.modeling import BASE_HEAD, SENTENCE_HEAD, SentenceEmbeddingOutput
 
 # The model type of method static's student (distillery.static.modeling_static), saved as sentence-transformers'
 # StaticEmbedding rather than a transformer with pooling
@@ -63,6 +65,29 @@ def sentence_vectors(outputs, batch) -> Tensor:
     return F.normalize(mean_pooled(hidden.float(), batch.get("attention_mask")), dim=-1)
 
 
+class PooledEncoder(nn.Module):
+    """An encoder with its mean pooling and normalisation, called like it (``input_ids``, ``attention_mask``,
+    ``token_type_ids``) and giving ``sentence_embedding``, (B, d) unit vectors: what an embedder's exports compute
+    (the ONNX graph holds the pooling; a torch-int8 export loads as one). ``config`` is the encoder's; saving
+    saves the encoder (the pooling has no weights)."""
+
+    export_head = SENTENCE_HEAD  # what the export's manifest and graph outputs name (not the encoder's head)
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                return_dict: bool | None = None, **kwargs) -> SentenceEmbeddingOutput:
+        given = {"attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        outputs = self.encoder(input_ids=input_ids, **{k: v for k, v in given.items() if v is not None}, return_dict=True)
+        return SentenceEmbeddingOutput(sentence_embedding=sentence_vectors(outputs, {"attention_mask": attention_mask}))
+
+    def save_pretrained(self, folder, **kwargs) -> None:
+        self.encoder.save_pretrained(folder, **kwargs)
+
+
 def embedding_distance(student: Tensor, teacher: Tensor) -> Tensor:
     """``mean_i (1 − cos(s_i, t_i)) + MSE(ŝ, t̂)`` over unit vectors (the module docstring)."""
     if student.shape != teacher.shape:
@@ -81,10 +106,10 @@ class Embedding(SentenceKind):
     label_dtype = "float32"  # a placeholder: a text's target is the teacher's vector (teacher_logits)
     finetunes_teacher = False
     student_keeps_width = True  # no learned projection to the teacher's width yet
-    exports = False
     augments_by_default = False
     pooled_output = False
     static_head = None
+    no_static_baseline = "the static embedder is method static's student, a run of its own"
     # SQuAD paragraphs are long: the quick budget's 64 tokens of single sentences would cut most of them
     max_lengths = {"quick": 128, "full": 256}
 
@@ -104,7 +129,7 @@ class Embedding(SentenceKind):
                                   "writes one from a corpus).")
 
     def check_teacher(self, name: str, folder: str) -> None:
-        """Refuse a sentence-transformers teacher whose pipeline is not a transformer, mean pooling and (optionally)
+        """Refuse a sentence-transformers model (``name``: "Teacher X", the model being exported) whose pipeline is not a transformer, mean pooling and (optionally)
         normalisation: its vectors would not be the ones the student learns to give."""
         modules_file = Path(folder) / "modules.json"
         if not modules_file.is_file():
@@ -116,16 +141,16 @@ class Embedding(SentenceKind):
                             if m["type"].endswith("Pooling")), None)
             modes = json.loads(pooling.read_text()) if pooling is not None and pooling.is_file() else {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise DistilleryError(f"Teacher {name}: {modules_file} is not a sentence-transformers modules list "
+            raise DistilleryError(f"{name}: {modules_file} is not a sentence-transformers modules list "
                                   f"({type(e).__name__}: {e}).") from None
         # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
         mode = modes.get("pooling_mode")
         used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
                                                          for k, v in modes.items() if k.startswith("pooling_mode") and v)
         if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"} or used != ["mean"]:
-            raise DistilleryError(f"Teacher {name} is a sentence-transformers model of modules {', '.join(kinds)} with "
-                                  f"pooling {', '.join(used) or 'unknown'}; distillery distils a transformer with "
-                                  f"mean pooling (and normalisation) so far.")
+            raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
+                                  f"pooling {', '.join(used) or 'unknown'}; distillery distils and exports a "
+                                  f"transformer with mean pooling (and normalisation) so far.")
 
     def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
         if len(raw):
@@ -155,7 +180,16 @@ class Embedding(SentenceKind):
     def distillation_gap(self, student_out, teacher_out, temperature, kl):
         return {}  # the term is 0 at a match already
 
+    def export_module(self, model):
+        return PooledEncoder(model)
+
+    def output_fields(self, outputs):
+        """An export's own sentence vector where it gives one (:class:`PooledEncoder`), else the hidden states."""
+        return SENTENCE_HEAD.outputs if output_field(outputs, SENTENCE_HEAD.outputs[0]) is not None else self.head.outputs
+
     def batch_outputs(self, fields, batch):
+        if fields[0].dim() == 2:  # (B, d): pooled already, by the export itself
+            return (F.normalize(fields[0].float(), dim=-1),)
         return (sentence_vectors({"last_hidden_state": fields[0]}, batch),)
 
     def predictions(self, chunks, restore, task):
