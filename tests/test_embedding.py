@@ -109,6 +109,42 @@ def test_a_pretrained_student_with_another_tokenizer_learns_the_embeddings(embed
     assert "sts_spearman" in json.loads((out / "metrics.json").read_text())["student"]
 
 
+def test_a_narrower_pretrained_student_learns_through_a_projection_used_in_the_loss_only(embedder, embedding_data,
+                                                                                         tmp_path):
+    """A --student of half the teacher's width: its sentence vectors are mapped onto the teacher's width by a learned
+    projection in the loss (trained and checkpointed with it); the saved student has its own width, no projection."""
+    import torch
+    from transformers import BertModel
+
+    from distillery.kinds.embedding import embedding_distance
+    from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
+
+    narrow = make_tiny_bert(tmp_path / "narrow")  # the teacher's tokenizer, a model of half its width
+    config = BertModel.config_class.from_pretrained(narrow)
+    config.hidden_size, config.intermediate_size = config.hidden_size // 2, config.intermediate_size // 2
+    BertModel(config).save_pretrained(narrow)
+    out = run(embedder, embedding_data, tmp_path / "run", **{"method_options.student": narrow,
+                                                              "method_options.student_layers": None})
+    student = load_model(out / "student")
+    assert student.config.hidden_size == config.hidden_size
+    assert set(student.state_dict()) == set(BertModel(config).state_dict())  # no projection inside
+    assert (out / "student" / "modules.json").is_file()
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("learned projection" in n for n in notes)
+    # the loss is the kind's distance between the projected student vector and the teacher's
+    projection = HiddenProjection(config.hidden_size, 2 * config.hidden_size)
+    loss_fn = pretrained_distillation_loss("embedding", None, 1.0, 1.0, output_projection=projection)
+    ids = torch.tensor([[2, 7, 9, 3, 0], [2, 11, 12, 13, 3]])
+    batch = {"input_ids": ids, "attention_mask": (ids > 0).long(), "labels": torch.zeros(2),
+             "teacher_logits": torch.randn(2, 2 * config.hidden_size)}
+    loss, _ = loss_fn(student, batch)
+    with torch.no_grad():
+        hidden = student(input_ids=ids, attention_mask=batch["attention_mask"]).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = projection((hidden * mask).sum(1) / mask.sum(1))  # projecting then pooling = pooling then projecting
+    torch.testing.assert_close(loss.detach(), embedding_distance(pooled, batch["teacher_logits"]))
+
+
 def test_the_metrics_are_those_of_the_cosines():
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     b = np.array([[1.0, 0.1], [1.0, 0.0], [1.0, 0.9]])
@@ -138,13 +174,6 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "moebert")
     refused("does not choose an embedder", "--teacher", embedder, "--unlabeled-file", texts, "--method", "auto",
             "--speedup", "2")
-    from transformers import BertModel
-
-    wide = make_tiny_bert(tmp_path / "wide")  # its tokenizer, and a model of another width
-    config = BertModel.config_class.from_pretrained(wide)
-    config.hidden_size, config.intermediate_size = 2 * config.hidden_size, 2 * config.intermediate_size
-    BertModel(config).save_pretrained(wide)
-    refused("hidden size", "--teacher", embedder, "--unlabeled-file", texts, "--student", str(tmp_path / "wide"))
     # an STS-B dev file without its score column
     bad = tmp_path / "bad-data"
     write_squad(write_glue(bad, n_train=4, n_dev=4))

@@ -85,10 +85,6 @@ def check_student(name: str, data: DataConfig, teacher_config, shape: Sequence[i
         what = "character offsets" if kind.doc_strides else "its words' sub-words"
         raise DistilleryError(f"Task kind {kind.name} needs a fast tokenizer ({what}); student {name!r} has a "
                               f"{type(tokenizer).__name__}.")
-    width, wanted = getattr(config, "hidden_size", None), getattr(teacher_config, "hidden_size", None)
-    if kind.student_keeps_width and width != wanted:
-        raise DistilleryError(f"Student {name!r} has hidden size {width} and the teacher {wanted}: a {kind.name} "
-                              f"student gives vectors of the teacher's width so far (no learned projection yet).")
     if hidden_weight and kind.doc_strides and not same_tokenizer(teacher_tokenizer, tokenizer):
         raise DistilleryError(SQUAD_HIDDEN)
     try:
@@ -250,6 +246,9 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     train = ctx.student_distillation_train(whole, opts.augment, pooled) if task.kind_object.caches_teacher_outputs \
         else squad_distillation_train(ctx, whole, opts.temperature)
     layer_map, projection, hidden = None, None, ""
+    width, wanted = student.config.hidden_size, ctx.teacher.config.hidden_size
+    # an embedder of another width: its vectors are compared with the teacher's through a learned map, in the loss only
+    onto_teacher = HiddenProjection(width, wanted) if task.kind_object.projects_width and width != wanted else None
     if opts.hidden_weight:
         projection = HiddenProjection(student.config.hidden_size, ctx.teacher.config.hidden_size)
         if matched:
@@ -264,9 +263,11 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     ctx.notes.append(f"Student: the pretrained encoder {ctx.student_origin} ({student.config.model_type}, "
                      f"{student.config.num_hidden_layers} layers, {words} tokenizer), loss "
                      f"{task.kind_object.loss_words(opts.kd_weight, opts.temperature)} on the "
-                     f"teacher's outputs{hidden}.")
+                     f"teacher's outputs{hidden}" + (f", through a learned projection of its {width} dimensions onto "
+                                                    f"the teacher's {wanted} (in the loss only)" if onto_teacher else "")
+                     + ".")
     logger.info("Teacher outputs on %d training examples, computed once on the teacher's own encoding.", len(train))
     loss_fn = pretrained_distillation_loss(task.kind_object, ctx.teacher, opts.kd_weight, opts.temperature,
-                                           opts.hidden_weight, projection, layer_map)
+                                           opts.hidden_weight, projection, layer_map, onto_teacher)
     return ctx.train(student, loss_fn, desc="student", train_dataset=train,
-                     extra_parameters=[projection] if projection is not None else ())
+                     extra_parameters=[p for p in (projection, onto_teacher) if p is not None])

@@ -68,9 +68,10 @@ class TaskKind:
     needs_offsets: ClassVar[bool] = False  # encoding maps tokens back to characters: a fast tokenizer only
     scores_in_percent: ClassVar[bool] = False  # its scores are percentages (else fractions and correlations)
     finetunes_teacher: ClassVar[bool] = True  # the teacher is fine-tuned on the task (else used as it is given)
-    # a pretrained student (distill --student) must have the teacher's hidden size: its outputs are compared
-    # with the teacher's as they are (an embedder's vectors; no learned projection yet)
-    student_keeps_width: ClassVar[bool] = False
+    # a pretrained student (distill --student) of another hidden size than the teacher's learns through a learned
+    # projection of its last hidden states onto the teacher's width, in the loss only (an embedder's sentence vectors:
+    # mean pooling is linear, so it is the pooled vector's projection); a head's outputs have no hidden width
+    projects_width: ClassVar[bool] = False
     # the run exports the student (int8, --export; the module :meth:`export_module` gives) and measures the free
     # baselines beside it
     exports: ClassVar[bool] = True

@@ -91,8 +91,8 @@ class PooledEncoder(nn.Module):
 def embedding_distance(student: Tensor, teacher: Tensor) -> Tensor:
     """``mean_i (1 − cos(s_i, t_i)) + MSE(ŝ, t̂)`` over unit vectors (the module docstring)."""
     if student.shape != teacher.shape:
-        raise DistilleryError(f"The student's sentence vectors have {student.shape[-1]} dimensions and the "
-                              f"teacher's {teacher.shape[-1]}; an embedding student keeps the teacher's width so far.")
+        raise ValueError(f"The student's sentence vectors have {student.shape[-1]} dimensions and the teacher's "
+                         f"{teacher.shape[-1]}: a student of another width learns through a projection (projects_width).")
     s, t = F.normalize(student.float(), dim=-1), F.normalize(teacher.float().to(student.device), dim=-1)
     return (1 - (s * t).sum(dim=-1)).mean() + F.mse_loss(s, t)
 
@@ -105,7 +105,7 @@ class Embedding(SentenceKind):
     main_metrics = ("sts_spearman", "sts_pearson")  # STS-B dev is always read; SQuAD's retrieval too, so far
     label_dtype = "float32"  # a placeholder: a text's target is the teacher's vector (teacher_logits)
     finetunes_teacher = False
-    student_keeps_width = True  # no learned projection to the teacher's width yet
+    projects_width = True  # a student of another width learns through a projection used in the loss only
     augments_by_default = False
     pooled_output = False
     static_head = None
@@ -181,6 +181,10 @@ class Embedding(SentenceKind):
         return {}  # the term is 0 at a match already
 
     def export_module(self, model):
+        if getattr(model.config, "model_type", None) == STATIC_MODEL_TYPE:
+            raise DistilleryError("A static embedder is not exported: it is one table lookup, with no matrix product "
+                                  "for int8 to quantize, and its folder is its deployment (sentence-transformers' "
+                                  "StaticEmbedding).")
         return PooledEncoder(model)
 
     def output_fields(self, outputs):

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers.modeling_outputs import BaseModelOutput
 
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
@@ -275,7 +276,7 @@ def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float
 
 def pretrained_distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,
                                  hidden_weight: float = 0.0, projection: nn.Module | None = None,
-                                 layer_map: list[int] | None = None):
+                                 layer_map: list[int] | None = None, output_projection: nn.Module | None = None):
     """loss_fn for a pretrained student (method distill's ``--student``), which reads its own tokenizer's ids:
     (1 − kd_weight)·task loss + kd_weight·KD against the teacher targets the batch carries (``teacher_logits``,
     or SQuAD's carried ``teacher_start``/``teacher_end``: :func:`carried_span_distillation`), never the teacher
@@ -285,11 +286,18 @@ def pretrained_distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_we
       :func:`hidden_mse` between ``projection(h_s[j])`` and the teacher's layer ``layer_map[j]``, the teacher
       run on the same batch;
     - else (another tokenizer): MSE between ``projection`` of the student's :func:`mean_pooled` last hidden
-      state and the teacher's (the batch's ``teacher_pooled``), one sentence vector each."""
+      state and the teacher's (the batch's ``teacher_pooled``), one sentence vector each.
+
+    ``output_projection``: a learned map of the student's last hidden states onto the teacher's width, applied
+    before the kind's terms (an embedder of another width, ``TaskKind.projects_width``), trained with the student and
+    not part of it."""
     kind = kind_of(kind)
 
     def loss_fn(model, batch):
         out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
+        if output_projection is not None:
+            out = BaseModelOutput(last_hidden_state=output_projection(out.last_hidden_state),
+                                  hidden_states=out.hidden_states)
         if "teacher_start" in batch:
             kd = carried_span_distillation(out, batch, temperature)
         else:
