@@ -6,7 +6,8 @@
     python benchmarks/embedding.py --points static distill-2x --reuse --runs-dir RUNS ...   # record finished runs
 
 Per point: ``distillery compress --task embedding --method M --unlabeled-file TEXTS`` (with the point's options) into
-runs/embedding-<point>-s<seed>-<budget>/. Every point learns from the same text (the teacher's vectors of it are
+runs/embedding-<point>-s<seed>-<budget>/; each run also exports the student to int8 (ONNX with the pooling and
+normalisation in the graph) and measures the teacher's int8 copy, both recorded as points of their own. Every point learns from the same text (the teacher's vectors of it are
 computed once and cached by content). The run scores teacher and student on STS-B dev (Spearman of the cosines) and
 on retrieval among SQuAD dev's paragraphs (MRR@10, recall@1, recall@10), and times them side by side in one process
 (latency at 1×128, throughput at 256×64: embedders run in batches).
@@ -82,9 +83,12 @@ def record(out: Path, point: str, seed: int, args) -> dict:
     teacher = base["metrics"]["teacher"]
     rows = {r["model"]: r for r in run_rows(load_run(out))}
     pts = []
-    for name in [n for n in rows if n == "student" or n.startswith("student-")]:
+    # the student, its exports, and the free baselines measured beside them (the teacher's int8 copy)
+    for name in [n for n in rows if n == "student" or n.startswith(("student-", "teacher-"))]:
         r, scores = rows[name], rows[name]["metrics"]
-        pts.append({"model": name,
+        if not scores or not r["latency_speedup"]:
+            continue
+        pts.append({"model": name, "baseline": name.startswith("teacher-"),
                     "speedup": {"latency": r["latency_speedup"], "throughput": r["throughput_speedup"]},
                     "sts_spearman": scores.get("sts_spearman"),
                     "sts_retention": kept(scores.get("sts_spearman"), teacher.get("sts_spearman")),
@@ -103,6 +107,7 @@ def record(out: Path, point: str, seed: int, args) -> dict:
         # a pass over the whole split (distill's whole_split_epochs) where the method trains on it, else epochs
         "student_epochs": config["student"].get("whole_split_epochs") if method == "distill"
         else config["student"].get("epochs"),
+        "student_lr": config["student"].get("lr"), "select_best": config["student"].get("select_best"),
         "train_seconds": base["train_seconds"], "notes": base["notes"],
         "hardware": base.get("hardware") or hardware_fingerprint(), "noise": base.get("noise"), "run": str(out),
     }
@@ -122,9 +127,10 @@ def times(value: float | None) -> str:
 
 def best_at(records: list[dict], speedup: float) -> dict | None:
     """The point with the highest of its STS-B and MRR@10 retentions' minimum among those measured at least
-    ``speedup``× the teacher's throughput (a static student has a bar of its own)."""
+    ``speedup``× the teacher's throughput: students and their exports (a static student has a bar of its own; the
+    teacher's int8 copy is a free baseline, shown beside them)."""
     fast = [{**p, "point": r["point"]} for r in records for p in r["points"] if r["method"] != "static"
-            and (p["speedup"]["throughput"] or 0) >= speedup and p["sts_retention"] is not None]
+            and not p.get("baseline") and (p["speedup"]["throughput"] or 0) >= speedup and p["sts_retention"] is not None]
     return max(fast, key=lambda p: min(p["sts_retention"], p["mrr_at_10_retention"] or 0), default=None)
 
 
