@@ -250,7 +250,7 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     # an embedder of another width: its vectors are compared with the teacher's through a learned map, in the loss only
     onto_teacher = HiddenProjection(width, wanted) if task.kind_object.projects_width and width != wanted else None
     if opts.hidden_weight:
-        projection = HiddenProjection(student.config.hidden_size, ctx.teacher.config.hidden_size)
+        projection = HiddenProjection(width, wanted)
         if matched:
             layer_map = layer_map_for(student.config.num_hidden_layers, ctx.teacher.config.num_hidden_layers,
                                       opts.layer_map)

@@ -129,8 +129,9 @@ class Embedding(SentenceKind):
                                   "writes one from a corpus).")
 
     def check_teacher(self, name: str, folder: str) -> None:
-        """Refuse a sentence-transformers model (``name``: "Teacher X", the model being exported) whose pipeline is not a transformer, mean pooling and (optionally)
-        normalisation: its vectors would not be the ones the student learns to give."""
+        """Refuse a sentence-transformers model (``name``: "Teacher X", or a model being exported) whose pipeline is
+        not a transformer, mean pooling and (optionally) normalisation: its vectors would not be the ones the student
+        learns to give, or the export computes."""
         modules_file = Path(folder) / "modules.json"
         if not modules_file.is_file():
             return  # a plain encoder: mean pooling
