@@ -70,10 +70,10 @@ def budget_defaults(budget: str, task_name: str) -> dict[str, Any]:
         # late as the rate decays (SST-2's stopped at step 600 with 0.856, where its whole pass gives 0.889).
         teacher = {"epochs": epochs, "lr": kind.quick_teacher_lr, "batch_size": 32, "eval_every": 200,
                    "patience": QUICK_PATIENCE}
-        student = {"epochs": epochs, "lr": 1e-4, "batch_size": 32, "eval_every": 200}
+        student = {"epochs": epochs, "lr": kind.student_lr, "batch_size": 32, "eval_every": 200}
     else:
         teacher = {"epochs": 3.0, "lr": 5e-5, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
-        student = {"epochs": 3.0, "lr": 1e-4, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
+        student = {"epochs": 3.0, "lr": kind.student_lr, "batch_size": 32, "warmup_ratio": 0.1, "eval_every": 1000}
     return {**{f"data.{k}": v for k, v in data.items()}, **{f"teacher.train.{k}": v for k, v in teacher.items()},
             **{f"student.{k}": v for k, v in student.items()}}
 

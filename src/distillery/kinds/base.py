@@ -88,6 +88,7 @@ class TaskKind:
     max_lengths: ClassVar[Mapping[str, int]] = {"quick": 128, "full": 128}
     doc_strides: ClassVar[Mapping[str, int] | None] = None
     quick_teacher_lr: ClassVar[float] = 5e-5
+    student_lr: ClassVar[float] = 1e-4  # the student's learning rate at both budgets (a method's budgets may set theirs)
 
     def __repr__(self) -> str:
         return f"<task kind {self.name}>"
