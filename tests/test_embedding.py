@@ -145,6 +145,17 @@ def test_a_narrower_pretrained_student_learns_through_a_projection_used_in_the_l
     torch.testing.assert_close(loss.detach(), embedding_distance(pooled, batch["teacher_logits"]))
 
 
+def test_an_embedding_student_learns_at_the_kinds_rate():
+    """The embedding kind's student learning rate (chosen on held-out STS-B train pairs) is its budgets' default; a
+    sentence task keeps 1e-4, and method static its own budgets'."""
+    from distillery.pipeline import build_run_config
+
+    for budget in ("quick", "full"):
+        assert build_run_config(method="distill", task="embedding", budget=budget).student.lr == 5e-4
+        assert build_run_config(method="distill", task="sst2", budget=budget).student.lr == 1e-4
+    assert build_run_config(method="static", task="embedding").student.lr == 5e-3
+
+
 def test_the_metrics_are_those_of_the_cosines():
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     b = np.array([[1.0, 0.1], [1.0, 0.0], [1.0, 0.9]])
