@@ -32,6 +32,7 @@ NAME = "embedding"
 TASK = "embedding"
 # point -> (method, options): the teacher has 6 layers of 384
 POINTS = {
+    "distill-4of6": ("distill", {"student_layers": 4}),
     "distill-3of6": ("distill", {"student_layers": 3}),
     "distill-2of6": ("distill", {"student_layers": 2}),
     "distill-1of6": ("distill", {"student_layers": 1}),
