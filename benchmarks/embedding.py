@@ -146,7 +146,7 @@ def table(records: list[dict]) -> str:
                          f"{percent(p['sts_retention'])} | {number(p['mrr_at_10'])} | {percent(p['mrr_at_10_retention'])} | "
                          f"{number(p['recall_at_1'], 3)} | {number(p['recall_at_10'], 3)} | "
                          f"{times(p['speedup']['throughput'])} | {times(p['speedup']['latency'])} | "
-                         f"{r['train_seconds'] or 0:.0f} |")
+                         f"{'—' if p.get('baseline') else format(r['train_seconds'] or 0, '.0f')} |")
         before = r.get("static_before_fine_tuning")
         if before:
             lines.append(f"| {r['point']}, before fine-tuning (model2vec's recipe) | — | {r['seed']} | "
@@ -156,8 +156,14 @@ def table(records: list[dict]) -> str:
         return "\n".join(lines)
     first, t = records[0], records[0]["teacher_scores"]
     hw = first["hardware"]
-    text = first["transfer_text"]
-    passes = ", ".join(f"{r['point']} {r.get('student_epochs') or '?'}" for r in records)
+    by_text: dict[str, list[dict]] = {}
+    for r in records:  # the points that learned from each text
+        by_text.setdefault(r["transfer_text"]["file"], []).append(r)
+    texts = "; ".join(
+        f"{', '.join(r['point'] for r in group)}: {group[0]['transfer_text']['texts']} texts, "
+        f"{group[0]['transfer_text'].get('source') or group[0]['transfer_text']['file']}" for group in by_text.values())
+    passes = ", ".join(f"{r['point']} {r.get('student_epochs') or '?'}"
+                       + (f" at lr {r['student_lr']:g}" if r.get("student_lr") else "") for r in records)
     unstable = [r["point"] for r in records if not (r.get("noise") or {}).get("stable", True)]
     disturbed = (f"; the timings of {', '.join(unstable)} were disturbed by other work on the cores (the runs' noise "
                  "check), so their speed-ups are rough" if unstable else "")
@@ -166,8 +172,8 @@ def table(records: list[dict]) -> str:
     lines += ["", f"Teacher {first['teacher']} (all-MiniLM-L6-v2, not fine-tuned): STS-B dev Spearman "
                   f"{number(t.get('sts_spearman'))}, SQuAD-dev retrieval MRR@10 {number(t.get('mrr_at_10'))}, "
                   f"R@1 {number(t.get('recall_at_1'), 3)}, R@10 {number(t.get('recall_at_10'), 3)}{limited}.",
-              f"Transfer text: {text['texts']} texts, {text.get('source') or text['file']}; {first['budget']} budget "
-              f"(its passes over the text: {passes}), max_length {first.get('max_length')}.",
+              f"Transfer text: {texts}; {first['budget']} budget (passes over the text: {passes}), max_length "
+              f"{first.get('max_length')}.",
               f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), GPU: "
               f"{hw.get('gpu') or 'none'}; throughput at 256×64, latency at 1×128, teacher and student in one process"
               f"{disturbed}.", ""]
@@ -178,10 +184,16 @@ def table(records: list[dict]) -> str:
                          "Spearman and of MRR@10.")
             continue
         met = best["sts_retention"] >= bar and (best["mrr_at_10_retention"] or 0) >= bar
-        lines.append(f"About {label} (≥ {speedup:g}× throughput): best `{best['point']}` keeps "
+        lines.append(f"About {label} (≥ {speedup:g}× throughput): best `{best['point']}` (`{best['model']}`) keeps "
                      f"{percent(best['sts_retention'])} of STS-B Spearman and {percent(best['mrr_at_10_retention'])} "
                      f"of MRR@10 at {times(best['speedup']['throughput'])}. Asked: ≥ {bar:.0%} of both: "
                      f"{'met' if met else 'NOT met'}.")
+    free = [p for r in records for p in r["points"] if p.get("baseline")]
+    if free:
+        b = max(free, key=lambda p: p["speedup"]["throughput"] or 0)
+        lines.append(f"Free baseline `{b['model']}` (the teacher's int8 copy, not counted above): "
+                     f"{percent(b['sts_retention'])} of STS-B Spearman and {percent(b['mrr_at_10_retention'])} of "
+                     f"MRR@10 at {times(b['speedup']['throughput'])}.")
     statics = [p for r in records if r["method"] == "static" for p in r["points"] if p["model"] == "student"]
     if statics:
         s = max(statics, key=lambda p: p["sts_retention"] or 0)
