@@ -117,7 +117,8 @@ def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, o
     """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
     n, rows = opts.importance_examples, task_data.train if rows is None else rows
     return write_file(path, save({"importance": scores.contiguous()}, metadata={
-        "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
+        "teacher": config.teacher.name, "task": task_data.task.name,
+        "split": "train" if rows is task_data.train else "the student's training rows",
         "examples": str(min(n or len(rows), len(rows)))}))
 
 
