@@ -535,9 +535,10 @@ class AutoTinyBert(Method):
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         lr = further_lr(opts, ctx.config.student.lr, speedup)
         loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t)
-        words = f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t})" if kind.finetunes_teacher else kind.loss_words(kd_weight, t)
-        ctx.notes.append(f"Further training: {words}{' (through a projection onto the teacher width, in the loss only)' if extra else ''} "
-                         f"from the extracted sub-network, learning rate {lr:.2g}.")
+        words = (f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t})" if kind.finetunes_teacher
+                 else kind.loss_words(kd_weight, t))
+        words += " (through a projection onto the teacher's width, in the loss only)" if extra else ""
+        ctx.notes.append(f"Further training: {words} from the extracted sub-network, learning rate {lr:.2g}.")
         return ctx.train(student.train(), loss, desc="autotinybert", train_dataset=train, lr=lr, extra_parameters=extra)
 
 
