@@ -583,9 +583,11 @@ def dev_vectors(folder, config):
     return predict(load_model(folder), data), list(data.dev_examples["text"])
 
 
-def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, tmp_path, first_module=None):
-    """``SentenceTransformer(folder)`` in a fresh process with no distillery import gives the dev vectors distillery
-    scores (and, given, loads ``first_module`` first), and the recorded STS-B Spearman is that of those vectors."""
+def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, tmp_path, first_module=None,
+                                                       register_models=False):
+    """``SentenceTransformer(folder)`` in a fresh process with no distillery import (``register_models``: after
+    ``distillery.register_models()`` only, a distillery student type) gives the dev vectors distillery scores (and,
+    given, loads ``first_module`` first), and the recorded STS-B Spearman is that of those vectors."""
     import subprocess
 
     import numpy as np
@@ -600,11 +602,12 @@ def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, 
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     check = f"assert type(model[0]).__name__ == {first_module!r}, type(model[0])\n" if first_module else ""
     script = ("import json, sys, numpy as np\n"
+              + ("import distillery\ndistillery.register_models()\n" if register_models else "") +
               "from sentence_transformers import SentenceTransformer\n"
               f"model = SentenceTransformer({str(folder)!r}, device='cpu')\n" + check +
               f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
               f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
-              "assert 'distillery' not in sys.modules\n")
+              + ("" if register_models else "assert 'distillery' not in sys.modules\n"))
     subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path)
     theirs = np.load(tmp_path / "st.npy")
     torch.testing.assert_close(torch.from_numpy(theirs), torch.from_numpy(ours), atol=1e-5, rtol=1e-4)

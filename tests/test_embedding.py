@@ -182,7 +182,7 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     no_text.write_text("sentence\nhello there\n")
     refused("has no column 'text'", "--teacher", embedder, "--unlabeled-file", str(no_text))
     refused(" ", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
-    refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "moebert")
+    refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "cmow")
     refused("does not choose an embedder", "--teacher", embedder, "--unlabeled-file", texts, "--method", "auto",
             "--speedup", "2")
     # an STS-B dev file without its score column

@@ -66,7 +66,6 @@ from distillery.data.encode import TARGETS, example_lengths, length_batches, mod
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of, submodule
 from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind, kind_of
-from distillery.training.losses import task_loss
 
 logger = logging.getLogger("distillery")
 
@@ -180,7 +179,7 @@ def unit_importance(model, dataset, collate_fn, kind: TaskKind | str, *, batch_s
                 handles.append(ffns[-1][0].register_forward_pre_hook(_first_token))
             for batch in tqdm(loader, desc="importance", disable=not progress, leave=False):
                 out = model(**model_inputs(batch, model))
-                task_loss(kind, out, _targets(batch, device), reduction="none").sum().backward()
+                kind.importance_loss(out, _targets(batch, device)).sum().backward()
                 terms.add_batch()
     finally:
         for h in handles:

@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
+from distillery.autotinybert.embedder import embedding_evaluator, further_training_loss, training_rows
 from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
 from distillery.autotinybert.oneshot import (KDTerms, kd_loss, load_projection, load_supernet, make_projection,
                                              one_shot_loss, save_supernet, teacher_targets)
@@ -95,14 +96,13 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
     if opts.rewire:
         from distillery.importance import unit_importance
 
-        n = opts.rewire_examples
-        logger.info("Importance of the FFN neurons and heads on %s training examples (rewiring).",
-                    min(n or len(ctx.task_data.train), len(ctx.task_data.train)))
-        neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, ctx.task_data.task.kind_object,
+        n, rows = opts.rewire_examples, training_rows(ctx, opts)
+        logger.info("Importance of the FFN neurons and heads on %s training examples (rewiring).", min(n or len(rows), len(rows)))
+        neurons, heads = unit_importance(ctx.teacher, rows, ctx.task_data.collate, ctx.task_data.task.kind_object,
                                          batch_size=ctx.config.student.batch_size, max_examples=n, seed=ctx.config.student.seed)
         supernet.rewire(neurons, heads)
         ctx.notes.append(f"Super-net rewired: FFN neurons and heads of every layer ordered by importance on "
-                         f"{min(n or len(ctx.task_data.train), len(ctx.task_data.train))} train examples.")
+                         f"{min(n or len(rows), len(rows))} train examples.")
     projection = make_projection(supernet, ctx.teacher.config.hidden_size)
     return _one_shot_on_task(ctx, opts, supernet, projection, {"rewired": bool(opts.rewire)})
 
@@ -270,6 +270,11 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
 def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: int):
     """The search's score of a candidate (higher is better) per ``evaluator``, and its plot label."""
     evaluator = opts.evaluator
+    if not ctx.task_data.task.kind_object.finetunes_teacher:  # an embedder: no label to probe, its objective instead
+        rows = training_rows(ctx, opts)
+        _, idx = held_out_split(len(rows), int(opts.proxy_examples), 0, seed)
+        return (embedding_evaluator(supernet, projection, rows.select(idx), ctx.task_data.collate),
+                "−(1 − cos + MSE) to the teacher's sentence vectors, held-out texts")
     if evaluator == "probe" and probe_positions(ctx.task_data) is None:
         evaluator = "proxy"
         ctx.notes.append("Search: the probe evaluator needs a label a row or a tag a word; QA candidates are scored "
@@ -489,7 +494,6 @@ def _chosen(ctx: MethodContext, opts, arch: Arch, predicted: float, measured: fl
 
 class AutoTinyBert(Method):
     name: ClassVar[str] = "autotinybert"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
@@ -530,10 +534,12 @@ class AutoTinyBert(Method):
             train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         lr = further_lr(opts, ctx.config.student.lr, speedup)
-        ctx.notes.append(f"Further training: (1 − {kd_weight})·CE + {kd_weight}·KD(T = {t}) from the extracted sub-network, "
-                         f"learning rate {lr:.2g}.")
-        return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, kd_weight, t), desc="autotinybert",
-                         train_dataset=train, lr=lr)
+        loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t)
+        words = (f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t})" if kind.finetunes_teacher
+                 else kind.loss_words(kd_weight, t))
+        words += " (through a projection onto the teacher's width, in the loss only)" if extra else ""
+        ctx.notes.append(f"Further training: {words} from the extracted sub-network, learning rate {lr:.2g}.")
+        return ctx.train(student.train(), loss, desc="autotinybert", train_dataset=train, lr=lr, extra_parameters=extra)
 
 
 def chosen_before(ctx: MethodContext) -> tuple[Arch, float] | None:

@@ -135,7 +135,10 @@ def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
 
 class CMOW(Method):
     name: ClassVar[str] = "cmow"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
+    # an embedder: not yet. Its student reads a sentence into one vector, with no token states for sentence-transformers'
+    # transformer and mean-pooling modules to load, so its folder needs a module of its own (and the vector a
+    # projection onto the teacher's width); docs/embedding.md, "Not done yet"
+    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)
     # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
     # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
     teacher_outputs_only: ClassVar[bool] = True

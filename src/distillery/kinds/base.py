@@ -164,6 +164,11 @@ class TaskKind:
         """The supervised loss against the batch's gold targets (``reduction="none"``: one a row)."""
         raise NotImplementedError
 
+    def importance_loss(self, outputs: Any, batch: Mapping[str, Tensor]) -> Tensor:
+        """One loss a row whose first-order change scores a unit's importance (MoEBERT's Eq. 4,
+        :mod:`distillery.importance`): the task loss against the gold targets; rows must not interact."""
+        return self.task_loss(outputs, batch, reduction="none")
+
     def distillation_term(self, student_out: Any, teacher_out: Any, temperature: float, distribution_loss) -> Tensor:
         """The distillation term on the outputs: ``distribution_loss(student, teacher, T)`` over each
         distribution the head predicts (soft cross-entropy, KL, ...: ``training.losses``)."""

@@ -41,6 +41,12 @@ from distillery.modeling import BASE_HEAD, SENTENCE_HEAD, SentenceEmbeddingOutpu
 # StaticEmbedding rather than a transformer with pooling
 STATIC_MODEL_TYPE = "static-embedder"
 
+# The in-batch contrastive loss's temperature in the importance scores (Embedding.importance_loss): not the 0.05 that
+# sentence-transformers' MultipleNegativesRankingLoss trains with: scored on the teacher itself, each text's own
+# cosine is 1, and so sharp a softmax is saturated (texts far apart: the loss rounds to 0 in float32 and the scores
+# come from the few closest pairs of a batch); at 1 every text of the batch adds to them. Not tuned.
+IMPORTANCE_TEMPERATURE = 1.0
+
 # The dev rows' roles (the ``role`` column of the raw dev split)
 STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
 
@@ -172,6 +178,18 @@ class Embedding(SentenceKind):
         if reduction == "none":
             return 1 - (student * F.normalize(batch["teacher_logits"].float().to(student.device), dim=-1)).sum(-1)
         return embedding_distance(student, batch["teacher_logits"])
+
+    def importance_loss(self, outputs, batch):
+        """``−log softmax_j(cos(s_i, t_j) / τ)_i`` a row, the teacher's vectors of the batch ``t_j`` held constant (each
+        row's loss reads its own pass only). The task loss would score nothing: the units are scored on the teacher,
+        whose vectors are the targets, where ``1 − cos`` is at its minimum and its gradient 0; this one is not, and
+        it scores a unit by how much it keeps each text's vector apart from the batch's other texts'."""
+        if "teacher_logits" not in batch:
+            raise ValueError("an embedding batch needs the teacher's vectors (teacher_logits): its only target.")
+        student = sentence_vectors(outputs, batch)
+        teacher = F.normalize(batch["teacher_logits"].float().to(student.device), dim=-1)
+        similarity = student @ teacher.T / IMPORTANCE_TEMPERATURE  # (B, B)
+        return F.cross_entropy(similarity, torch.arange(len(student), device=student.device), reduction="none")
 
     def distilled_positions(self, student_out, teacher_out, batch):
         return sentence_vectors(student_out, batch), sentence_vectors(teacher_out, batch)

@@ -99,20 +99,27 @@ def layerwise_distillation_loss(kind: TaskKind | str, teacher: PreTrainedModel, 
     return loss_fn
 
 
-def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions) -> torch.Tensor:
-    """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample)."""
-    n = opts.importance_examples
-    logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(task_data.train), len(task_data.train)))
-    return ffn_importance(teacher, task_data.train, task_data.collate, task_data.task.kind_object,
+def conversion_rows(task_data, train=None):
+    """The rows the conversion reads (importance, refit, hash-b's token counts): the train split, or where the task's
+    own split is empty (an embedder, which learns from the texts given only) the student's training rows ``train``."""
+    return train if train is not None and not len(task_data.train) else task_data.train
+
+
+def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions, rows=None) -> torch.Tensor:
+    """Eq. 4 scores of the teacher's FFN neurons on the train split (or its seeded sample; ``rows``: those rows)."""
+    n, rows = opts.importance_examples, task_data.train if rows is None else rows
+    logger.info("Importance of the FFN neurons on %s training examples.", min(n or len(rows), len(rows)))
+    return ffn_importance(teacher, rows, task_data.collate, task_data.task.kind_object,
                           batch_size=config.student.batch_size, max_examples=n, seed=config.student.seed)
 
 
-def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: MoEBertOptions) -> Path:
+def save_importance(scores: torch.Tensor, path: str | Path, config, task_data, opts: MoEBertOptions, rows=None) -> Path:
     """A safetensors file (``importance``: (layers, d_h)) with the settings in its metadata."""
-    n = opts.importance_examples
+    n, rows = opts.importance_examples, task_data.train if rows is None else rows
     return write_file(path, save({"importance": scores.contiguous()}, metadata={
-        "teacher": config.teacher.name, "task": task_data.task.name, "split": "train",
-        "examples": str(min(n or len(task_data.train), len(task_data.train)))}))
+        "teacher": config.teacher.name, "task": task_data.task.name,
+        "split": "train" if rows is task_data.train else "the student's training rows",
+        "examples": str(min(n or len(rows), len(rows)))}))
 
 
 def load_importance(path: str | Path, teacher_config) -> torch.Tensor:
@@ -146,16 +153,17 @@ def wants_refit(opts: MoEBertOptions, kind: TaskKind | str) -> bool:
 
 
 def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions,
-                    importance: torch.Tensor | None) -> tuple[PreTrainedModel, str | None]:
+                    importance: torch.Tensor | None, rows=None) -> tuple[PreTrainedModel, str | None]:
     """The teacher converted by the options (importance None: the random split needs none), and a
-    line on the output refit when there was one."""
+    line on the output refit when there was one (``rows``: the rows read, :func:`conversion_rows`)."""
+    rows = task_data.train if rows is None else rows
     n, d_e, s = expert_shape(opts, teacher_width(teacher.config))
-    counts = count_tokens(task_data.train["input_ids"], teacher.config.vocab_size) if opts.routing == "hash-b" else None
+    counts = count_tokens(rows["input_ids"], teacher.config.vocab_size) if opts.routing == "hash-b" else None
     student = convert(teacher, importance, num_experts=n, expert_size=d_e, shared_size=s, split=opts.split,
                       shared_mode=opts.shared_mode, routing=opts.routing, gate_scale=opts.gate_scale,
                       token_counts=counts, seed=config.student.seed)
     if wants_refit(opts, task_data.task.kind_object):
-        loader = sample_loader(task_data.train, task_data.collate, config.student.eval_batch_size,
+        loader = sample_loader(rows, task_data.collate, config.student.eval_batch_size,
                                opts.importance_examples, config.student.seed)
         errors = refit_outputs(student, teacher, loader)
         line = (f"Output weights refitted by least squares on {len(loader.dataset)} training examples: FFN output "
@@ -166,9 +174,10 @@ def convert_teacher(teacher: PreTrainedModel, task_data, config, opts: MoEBertOp
     return student, None
 
 
-def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
-    """The converted model (or the --init one), before training. The importance scores are kept in
-    the run folder, so that a resumed run converts the same way without scoring again."""
+def build_student(ctx: MethodContext, opts: MoEBertOptions, rows=None) -> PreTrainedModel:
+    """The converted model (or the --init one), before training, read from ``rows`` (the train split when None).
+    The importance scores are kept in the run folder, so that a resumed run converts the same way without
+    scoring again."""
     if opts.init is not None:
         student = load_pretrained(opts.init)
         if not isinstance(student, MoEBertPreTrainedModel):
@@ -182,10 +191,10 @@ def build_student(ctx: MethodContext, opts: MoEBertOptions) -> PreTrainedModel:
         if ctx.resume and path.is_file():
             importance = load_importance(path, teacher.config)
         else:
-            importance = compute_importance(teacher, task_data, config, opts)
+            importance = compute_importance(teacher, task_data, config, opts, rows)
             if distributed.is_main():
-                save_importance(importance, path, config, task_data, opts)
-    student, refit_line = convert_teacher(teacher, task_data, config, opts, importance)
+                save_importance(importance, path, config, task_data, opts, rows)
+    student, refit_line = convert_teacher(teacher, task_data, config, opts, importance, rows)
     d_h, c = teacher_width(teacher.config), student.config
     n, d_e, s = c.num_experts, c.expert_size, c.shared_size
     ctx.notes.append(f"Student: every FFN ({d_h} neurons) cut into {n} experts of {d_e} neurons, the top {s} "
@@ -238,7 +247,6 @@ def write_expert_load(load: torch.Tensor, out_dir: Path) -> list[str]:
 
 class MoEBert(Method):
     name: ClassVar[str] = "moebert"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)  # an embedder student: distill only, so far
 
     def check(self, config, teacher_config) -> None:
         opts = self.options(config)
@@ -252,15 +260,18 @@ class MoEBert(Method):
         opts = self.options(ctx.config)
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         teacher.eval()
-        student = build_student(ctx, opts)
+        # the loss runs the teacher on every batch (its hidden states on new rows too), so only new rows, whose
+        # labels are the teacher's, need a labelling pass first (an embedder's texts: their vectors are its targets)
+        train = None if not kind.takes_new_rows else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
+        student = build_student(ctx, opts, conversion_rows(task_data, train))
         layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
         lam = float(opts.lam)
-        ctx.notes.append("Loss: CE" + (f" + {lam}·(Σ hidden MSE over layers {layers} + symmetric KL of predictions)" if layers is not None and lam > 0 else " only (no distillation)")
+        # an embedder's task loss is the distance to the teacher's vectors, and its prediction term the same distance
+        pred = "symmetric KL of predictions" if kind.finetunes_teacher else "the same distance to the teacher run on the batch"
+        task = "CE" if kind.finetunes_teacher else kind.loss_words(1.0, 1.0)
+        ctx.notes.append(f"Loss: {task}" + (f" + {lam}·(Σ hidden MSE over layers {layers} + {pred})" if layers is not None and lam > 0 else " only (no distillation)")
                          + (f" + {opts.balance_weight}·load balance" if student.config.routing == "gate" else "") + ".")
         loss_fn = layerwise_distillation_loss(kind, teacher, lam, layers, float(opts.balance_weight))
-        # the loss runs the teacher on every batch (its hidden states on new rows too), so only new rows, whose
-        # labels are the teacher's, need a labelling pass first
-        train = None if not kind.takes_new_rows else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
         student = ctx.train(student, loss_fn, desc="moebert", train_dataset=train)
         if distributed.is_main():  # the dev pass and its chart are part of the report
             ctx.notes.extend(write_expert_load(expert_load(student, task_data, ctx.config.student.eval_batch_size), ctx.out_dir))

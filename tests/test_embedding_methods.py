@@ -1,0 +1,116 @@
+"""Issue 55: the methods beyond distill and static on ``--task embedding``. A tiny embedder (a sentence-transformers
+folder of a tiny random BERT) compressed by MoEBERT: its FFNs cut into experts by importance scored on the texts
+(an in-batch contrastive loss, the task loss being 0 with no gradient on the teacher itself), trained on the
+teacher's sentence vectors and its hidden states; the student folder loads in sentence-transformers in a fresh
+process after ``distillery.register_models()`` and gives the vectors distillery scored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+# imported before any test patches the timings (steady_pretrained_timing): a module first imported while a patch is
+# on binds the stand-in for good (helpers.flop_timed)
+import distillery.autotinybert.recipe  # noqa: F401
+from distillery.config import RunConfig
+from distillery.kinds import kind_of
+from distillery.pipeline import compress
+from distillery.runtime import load_model
+from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, make_tiny_bert, tiny_config,
+                           write_embedding_data, write_sentence_transformer)
+
+pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
+
+
+@pytest.fixture(scope="module")
+def embedding_data(tmp_path_factory):
+    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
+
+
+def test_the_embedding_importance_loss_has_a_gradient_on_the_teacher_itself():
+    """At the teacher's own vectors ``1 − cos`` is 0 with no gradient; the in-batch contrastive loss is not."""
+    kind = kind_of("embedding")
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    batch = {"attention_mask": torch.ones(3, 5, dtype=torch.long)}
+    vectors = kind.distilled_positions({"last_hidden_state": hidden}, {"last_hidden_state": hidden}, batch)[0]
+    batch["teacher_logits"] = vectors.detach()
+    task = kind.task_loss({"last_hidden_state": hidden}, batch, reduction="none")
+    (grad,) = torch.autograd.grad(task.sum(), hidden)
+    assert float(grad.abs().max()) < 1e-5
+    rows = kind.importance_loss({"last_hidden_state": hidden}, batch)
+    assert rows.shape == (3,) and bool((rows > 0).all())
+    (grad,) = torch.autograd.grad(rows.sum(), hidden)
+    assert float(grad.abs().max()) > 1e-3
+
+
+def test_moebert_makes_an_embedder_that_sentence_transformers_loads_after_register_models(embedder, embedding_data,
+                                                                                          tmp_path):
+    data_dir, texts = embedding_data
+    out = compress(tiny_config(embedder, data_dir, tmp_path / "run", task="embedding", method="moebert",
+                               **{"data.unlabeled_file": texts, "method_options.experts": 2,
+                                  "method_options.importance_examples": 32}))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["main_metric"] == "sts_spearman"
+    assert {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
+    student = load_model(out / "student")
+    assert student.config.model_type == "moebert" and student.config.num_experts == 2
+    assert (out / "importance.safetensors").is_file() and (out / "student" / "modules.json").is_file()
+    assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
+                                                       tmp_path, register_models=True)
+
+
+def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(embedder, embedding_data, tmp_path,
+                                                                                monkeypatch):
+    """The super-net is trained one-shot on the texts, rewired by the embedding importance, its candidates scored by
+    −(1 − cos + MSE) to the teacher's vectors on held-out texts; the further-trained sub-network is an embedder that
+    sentence-transformers loads after ``distillery.register_models()``."""
+    from tests.helpers import flop_timed
+
+    flop_timed(monkeypatch)
+    data_dir, texts = embedding_data
+    opts = {"supernet_steps": 3, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
+            "proxy_examples": 16, "speedup": 1.5, "budget_floor": 0}
+    out = compress(tiny_config(embedder, data_dir, tmp_path / "run", task="embedding", method="autotinybert",
+                               **{"data.unlabeled_file": texts, **{f"method_options.{k}": v for k, v in opts.items()}}))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "sts_spearman" in metrics["student"]
+    candidates = json.loads((out / "search.json").read_text())["candidates"]
+    assert candidates and all(-4.0 <= c["score"] <= 0 for c in candidates)  # −distances, not probe log-likelihoods
+    student = load_model(out / "student")
+    assert student.config.model_type == "autotinybert" and (out / "student" / "modules.json").is_file()
+    assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
+                                                       tmp_path, register_models=True)
+
+
+def test_a_narrower_autotinybert_embedder_trains_through_the_one_shot_projection():
+    """A sub-network narrower than the teacher learns the teacher's vectors through a projection started from the
+    one-shot projection's slice, trained beside it and not part of it."""
+    from transformers import BertConfig, BertModel
+
+    from distillery.autotinybert.embedder import further_training_loss
+
+    def bert(width):
+        return BertModel(BertConfig(vocab_size=50, hidden_size=width, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=24), add_pooling_layer=False)
+
+    torch.manual_seed(0)
+    teacher, student, projection = bert(32), bert(16), torch.nn.Linear(32, 32)
+    kind = kind_of("embedding")
+    loss_fn, extra = further_training_loss(kind, teacher, student, projection, 1.0, 1.0)
+    (onto,) = extra
+    torch.testing.assert_close(onto.linear.weight, projection.weight[:, :16])
+    batch = {"input_ids": torch.randint(1, 50, (3, 6)), "attention_mask": torch.ones(3, 6, dtype=torch.long),
+             "teacher_logits": torch.randn(3, 32), "labels": torch.zeros(3)}
+    loss, _ = loss_fn(student, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and onto.linear.weight.grad is not None
+    # the same width: the kind's own distillation loss, nothing beside the student
+    assert further_training_loss(kind, teacher, bert(32), projection, 1.0, 1.0)[1] == []
