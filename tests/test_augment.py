@@ -326,7 +326,7 @@ def test_auto_gives_augment_to_every_candidate_and_the_cli_has_the_flags(monkeyp
     from distillery.auto import route_options
     from tests.helpers import run_cli
 
-    assert all(options == {"augment": 5} for options in route_options({"augment": 5}).values())
+    assert all(options == {"augment": 5} for options in route_options({"augment": 5}, "classification").values())
     code, out, _ = run_cli(monkeypatch, capsys, "compress", "--help")
     assert "--unlabeled-file" in out and "--augment-model" in out and "--augment" in out
 

@@ -40,7 +40,7 @@ def test_plan_keeps_the_candidates_that_can_meet_the_target_likely_best_first(mo
     from distillery.moebert.auto import speedup_bound
 
     monkeypatch.setattr("distillery.distill.auto._available", lambda name: False)  # no packaged encoder timed here
-    options = route_options({})
+    options = route_options({}, "classification")
     # BERT-base at 128 tokens: MoEBERT with 4 experts of 768 neurons is at best (2·768+128+3072)/(2·768+128+768)
     bound, how = speedup_bound(_bert(), 128, {})
     assert bound == pytest.approx(4736 / 2432) and "3072" in how
@@ -67,7 +67,7 @@ def test_plan_weighs_each_depth_by_its_int8_export_and_expects_what_was_measured
     assert expected_retention(5, 12) == pytest.approx((MEASURED_RETENTION[2 / 6] + MEASURED_RETENTION[3 / 6]) / 2)
     assert expected_retention(1, 12) == MEASURED_RETENTION[1 / 6]  # below the measured shares: the lowest
     six = _bert(layers=6, hidden=384, ffn=1536)
-    candidates, _ = plan(six, 4.0, 128, route_options({}), int8_gain=2.2)
+    candidates, _ = plan(six, 4.0, 128, route_options({}, "classification"), int8_gain=2.2)
     distill = {c.name: c for c in candidates if c.method == "distill"}
     assert list(distill) == ["distill-3l", "distill-1l"]
     assert distill["distill-3l"].expected > distill["distill-1l"].expected
@@ -75,13 +75,13 @@ def test_plan_weighs_each_depth_by_its_int8_export_and_expects_what_was_measured
 
 
 def test_options_go_to_the_methods_that_have_them():
-    routed = route_options({"kd_weight": 0.7, "experts": 8})
+    routed = route_options({"kd_weight": 0.7, "experts": 8}, "classification")
     assert routed["distill"] == {"kd_weight": 0.7} and routed["moebert"] == {"experts": 8}
     assert routed["cmow"]["kd_weight"] == 0.7 and routed["autotinybert"]["kd_weight"] == 0.7
     with pytest.raises(DistilleryError, match="No method that auto tries has the option"):
-        route_options({"wings": 2})
+        route_options({"wings": 2}, "classification")
     with pytest.raises(DistilleryError, match="chooses student_layers itself"):
-        route_options({"student_layers": 3})
+        route_options({"student_layers": 3}, "classification")
 
 
 def _point(name, score, ms, speedup):

@@ -45,7 +45,7 @@ def test_auto_plans_a_registered_method_from_its_package(toy):
 
     from distillery.auto import plan, route_options
 
-    options = route_options({"keep_layers": 3})
+    options = route_options({"keep_layers": 3}, "classification")
     assert options[toy] == {"keep_layers": 3} and "keep_layers" not in options["distill"]
     candidates, _ = plan(BertConfig(num_hidden_layers=4, hidden_size=32, intermediate_size=64,
                                     num_attention_heads=2), 2.0, 16, options)

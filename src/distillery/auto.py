@@ -33,7 +33,7 @@ from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, check_resumed_setti
 from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
-from distillery.method import METHODS, AutoAsk, method_module, method_options
+from distillery.method import METHODS, AutoAsk, get_method, method_module, method_options
 
 logger = logging.getLogger("distillery")
 
@@ -53,20 +53,23 @@ class Candidate:
     why: str
     expected: float = 0.0  # the share of the teacher's score it is expected to keep (its method package's auto module)
     estimated_seconds: float | None = None  # its training time, from the teacher's measured speed
+    exports: bool = True  # its student has an int8 export (a static embedder has none: a table lookup)
 
 
-def auto_modules() -> dict[str, Any]:
-    """Each method package's ``auto`` module (what auto needs to know of it), by method; one without is not tried."""
-    return {m: module for m in METHODS if (module := method_module(m, "auto")) is not None}
+def auto_modules(kind: str) -> dict[str, Any]:
+    """Each method package's ``auto`` module (what auto needs to know of it), by method, for a task of kind ``kind``:
+    a method without one is not tried, nor one that does not handle the kind (its ``unhandled_kinds``)."""
+    return {m: module for m in METHODS
+            if (module := method_module(m, "auto")) is not None and kind not in get_method(m).unhandled_kinds}
 
 
 def flop_reach(asks: Mapping[str, AutoAsk]) -> dict[str, float]:
     """Each method's FLOP-ideal speed-up at best on this teacher, an upper bound (its package's ``reach``); a
     method that cannot compress this teacher is left out (plan() says why)."""
     reach = {}
-    for method, module in auto_modules().items():
+    for method, ask in asks.items():
         with contextlib.suppress(DistilleryError):
-            reach[method] = module.reach(asks[method])
+            reach[method] = method_module(method, "auto").reach(ask)
     return reach
 
 
@@ -83,8 +86,9 @@ def check_reachable(asks: Mapping[str, AutoAsk]) -> None:
 
 def method_asks(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]],
                 **more: Any) -> dict[str, AutoAsk]:
-    """What auto tells each method's package: the teacher, the target, its options (and ``more`` of AutoAsk's)."""
-    return {m: AutoAsk(teacher_config, speedup, seq, dict(options[m]), **more) for m in auto_modules()}
+    """What auto tells each method's package, for each method of ``options`` (:func:`route_options`: those that
+    handle the task's kind): the teacher, the target, its options (and ``more`` of AutoAsk's)."""
+    return {m: AutoAsk(teacher_config, speedup, seq, dict(given), **more) for m, given in options.items()}
 
 
 def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping[str, Any]], **more: Any
@@ -93,25 +97,27 @@ def plan(teacher_config, speedup: float, seq: int, options: Mapping[str, Mapping
     over the teacher's latency measured here), each method's package's, the likely most accurate first (the
     cheaper on a tie, so that a time budget runs the likely best), and the methods left out with the reason.
     ``more``: the rest of :class:`~distillery.method.AutoAsk` (the teacher's name, a latency target, the
-    pretrained students given)."""
+    pretrained students given). The methods planned are those of ``options`` (:func:`route_options`)."""
     asks = method_asks(teacher_config, speedup, seq, options, **more)
     candidates, skipped = [], []
-    for method, module in auto_modules().items():
-        found, left = module.candidates(asks[method])
+    for method, ask in asks.items():
+        found, left = method_module(method, "auto").candidates(ask)
         candidates += [Candidate(**c) for c in found]
         skipped += left
     return sorted(candidates, key=lambda c: (-c.expected, c.cost)), skipped
 
 
-def route_options(given: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The given method options dealt to the methods auto tries that have them (``kd_weight`` to all); an
-    option no method has, or one auto sets itself, is refused with a sentence."""
+def route_options(given: Mapping[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """The given method options dealt to the methods auto tries on a task of kind ``kind`` that have them
+    (``kd_weight`` to all), by method; an option no such method has, or one auto sets itself, is refused with a
+    sentence."""
+    modules = auto_modules(kind)
     # options a method's auto module sets per candidate (its PLANNED): given by the user they would contradict the plan
-    planned = [k for k in given if any(k in getattr(module, "PLANNED", ()) for module in auto_modules().values())]
+    planned = [k for k in given if any(k in getattr(module, "PLANNED", ()) for module in modules.values())]
     if planned:
         raise DistilleryError(f"--method auto chooses {', '.join(planned)} itself for its candidates; drop "
                               f"{'it' if len(planned) == 1 else 'them'}, or run that method alone.")
-    routed: dict[str, dict[str, Any]] = {m: {} for m in auto_modules()}  # the methods auto tries
+    routed: dict[str, dict[str, Any]] = {m: {} for m in modules}  # the methods auto tries
     unknown = []
     for key, value in given.items():
         owners = [m for m in routed if key in method_options(m).names()]
@@ -140,18 +146,17 @@ def teacher_latency_ms(teacher_config, shape: Sequence[int], runs: int) -> float
     return latency_ms({"teacher": model}, tuple(shape), runs=max(int(runs), 3))["teacher"]
 
 
-def int8_gain(teacher: str, teacher_config, shape: Sequence[int], runs: int) -> float:
+def int8_gain(tokenizer, teacher_config, shape: Sequence[int], runs: int) -> float:
     """How many times faster than fp32 the default int8 export runs here, timed on a model of the teacher's
     architecture (random weights: they do not change the time). 1.0 where no int8 export can be made (its
     backend is missing, or this architecture does not export)."""
     from transformers import AutoModelForSequenceClassification
 
     from distillery.export import int8_speedup
-    from distillery.teacher import teacher_tokenizer
 
     model = AutoModelForSequenceClassification.from_config(teacher_config).eval()
     try:
-        gain = max(1.0, int8_speedup(model, teacher_tokenizer(teacher), shape, runs))
+        gain = max(1.0, int8_speedup(model, tokenizer, shape, runs))
     except DistilleryError as e:
         logger.info("auto: no int8 export to time (%s); candidates are planned by their fp32 speed.", e)
         return 1.0
@@ -179,10 +184,11 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 
 def candidate_config(candidate: Candidate, shared: Mapping[str, Any], out: Path):
     """The candidate's compress config: the shared settings, then its own method, folder and options, and the
-    int8 export measured beside its student (every candidate point has its int8 twin)."""
+    int8 export measured beside its student (every candidate point has its int8 twin; a candidate whose student has
+    no export, a static embedder, has none: --export is not passed to it)."""
     from distillery.pipeline import resolve_settings
 
-    export = list(dict.fromkeys([*(shared.get("export") or []), "int8"]))
+    export = list(dict.fromkeys([*(shared.get("export") or []), "int8"])) if candidate.exports else []
     config = resolve_settings(shared, {"method": candidate.method, "out": str(out / "candidates" / candidate.name),
                                        "export": export,
                                        **{f"method_options.{k}": v for k, v in candidate.options.items()}})
@@ -278,12 +284,14 @@ def default_out(settings: Mapping[str, Any]) -> Path:
 
 def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str]], dict[str, Any]]:
     """The candidates of the run ``state`` describes (the teacher's latency measured here when the
-    target is one), with the settings they share."""
-    from distillery.teacher import teacher_config
+    target is one), with the settings they share. The methods planned are those that handle the task's kind."""
+    from distillery.data.loading import kind_for
+    from distillery.teacher import teacher_config, teacher_tokenizer
 
     shared, given = split_settings(state["settings"])
     students = given.pop("student", None)  # each one its own candidate, not an option of every distill one
-    options = route_options(given)
+    kind = kind_for(shared.get("data.task") or DEFAULT_TASK, bool(shared.get("data.regression"))).name
+    options = route_options(given, kind)
     teacher = shared.get("teacher.name") or BUILTIN_TEACHER
     model_config = teacher_config(teacher)
     shape = tuple(shared.get("bench.latency_shape") or (1, 128))
@@ -299,7 +307,8 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
     else:
         state["plan_speedup"] = target.speedup
     if state.get("int8_gain") is None:  # measured once: a resumed run keeps its plan
-        state["int8_gain"] = int8_gain(teacher, model_config, shape, runs) if shared.get("int8", True) else 1.0
+        state["int8_gain"] = (int8_gain(teacher_tokenizer(teacher), model_config, shape, runs)
+                              if shared.get("int8", True) else 1.0)
     more = {"teacher": teacher, "shape": shape, "runs": runs, "latency_ms": target.latency_ms,
             "students": students, "int8_gain": state["int8_gain"]}
     check_reachable(method_asks(model_config, state["plan_speedup"], int(shape[1]), options, **more))
@@ -314,9 +323,6 @@ def compress_auto(settings: Mapping[str, Any], *, speedup: float | None = None, 
     ``settings``: dotted run settings as ``compress`` takes them (``data.task``, ``teacher.name``,
     ``student.epochs``, ``method_options.kd_weight``...), every candidate's; the method options go to
     the methods that have them. ``time_budget``: "2h", "30m", seconds."""
-    # an embedder is made by distill only so far (issue 55); the task's name, as its kind would load torch here
-    if str(settings.get("data.task") or "").lower() == "embedding":
-        raise DistilleryError("--method auto does not choose an embedder yet (--task embedding); use --method distill.")
     budget_s = parse_time_budget(time_budget)
     out = default_out(settings)
     given_target = None if resume and speedup is None and latency_ms is None else make_target(speedup, latency_ms)

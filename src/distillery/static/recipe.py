@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
+from distillery.kinds import KINDS
 from distillery.kinds.embedding import embedding_distance, sentence_vectors
 from distillery.method import Method
 from distillery.method_context import MethodContext
@@ -60,9 +61,10 @@ def build_student(ctx: MethodContext, train, pca_dims: int | None, sif: float | 
 
 class Static(Method):
     name = "static"
+    unhandled_kinds = tuple(kind for kind in KINDS if kind != "embedding")  # a head on its vectors is the baseline's
 
     def check_kind(self, task, config) -> None:
-        if task.kind != "embedding":
+        if task.kind in self.unhandled_kinds:
             raise DistilleryError(f"static makes a sentence embedder (--task embedding); task {task.name} needs a "
                                   f"head on its vectors, which static does not train: use --method distill (the "
                                   f"report's static-embedding baseline is one with a fitted head).")
