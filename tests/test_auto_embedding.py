@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from distillery.auto import candidate_config, plan, route_options
+from distillery.config import nested_settings
 from distillery.errors import DistilleryError
 from tests.helpers import TINY_RUN, flop_timed, make_tiny_bert, run_ok, write_embedding_data, write_sentence_transformer
 
@@ -49,9 +51,6 @@ def test_auto_chooses_an_embedder_by_sts_spearman(tmp_path, monkeypatch, capsys)
     teacher = write_sentence_transformer(make_tiny_bert(tmp_path / "bert", num_layers=2), tmp_path / "st")
     data_dir, texts = write_embedding_data(tmp_path / "data")
     settings = tmp_path / "tiny.yaml"
-    from distillery.config import nested_settings
-    import yaml
-
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0})))
     out = tmp_path / "auto"
     options = {"importance_examples": 40, "supernet_steps": 3, "latency_archs": 8, "latency_runs": 1,
@@ -66,6 +65,8 @@ def test_auto_chooses_an_embedder_by_sts_spearman(tmp_path, monkeypatch, capsys)
     static = next(c for c in summary["candidates"] if c["method"] == "static")
     assert static["points"] and all("int8" not in p["model"] for p in static["points"])
     assert "sts_spearman" in (out / "report.md").read_text()
-    scored = [p for c in summary["candidates"] for p in c["points"] if p["meets_target"] and not p["failed"]]
-    if scored:  # the choice is the most accurate point that meets the target as measured, as for every kind
-        assert summary["chosen"]["score"] >= max(p["score"] for p in scored) - 1e-9 or summary["chosen"]["point"] == "teacher-int8"
+    assert static["options"] == {"pca_dims": 16}  # its own options only: the others' are not routed to it
+    # the static table meets 3× with room (11× on the tiny teacher, one run): a choice is made, by STS-B Spearman
+    assert summary["chosen"] is not None and "sts_spearman" in summary["why"], summary["why"]
+    meeting = [p for c in summary["candidates"] for p in c["points"] if p["meets_target"] and not p["failed"]]
+    assert summary["chosen"]["point"] == "teacher-int8" or summary["chosen"]["point"] in {p["point"] for p in meeting}
