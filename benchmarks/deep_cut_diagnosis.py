@@ -3,12 +3,15 @@ fine-tuned once (or read from the cache) and many 2-of-6 or 1-of-6 layer-drop st
 project's own trainer and distillation loss, each setting given as JSON. Results append to
 runs/deep-cut-diagnosis/results.jsonl (DEEP_CUT_DIAGNOSIS sets the folder).
 
-    python benchmarks/deep_cut_diagnosis.py TASK [stats] [init] [static] [SETTING_JSON ...]
+    python benchmarks/deep_cut_diagnosis.py TASK [stats] [init] [static] [check=DATA_DIR] [SETTING_JSON ...]
 
 stats: the teacher's logits on the train split (mean top-1 probability and soft-CE floor per temperature);
 init: every 1- and 2-layer copy scored before training; static: the static-embedding baseline.
+check=DATA_DIR: the students train on DATA_DIR's train split and are scored on its dev split, a part held out of
+the task's train split (the teacher stays the one fine-tuned on the whole train split, read from the cache: the
+students never see the held-out rows, so choices made on them leave the real dev split untouched).
 SETTING_JSON keys: name, layers (list), kd (kd_weight), T (a number, or "rule": deep_cut's choice), hw
-(hidden_weight), hmap ("copied" | "uniform"), epochs, steps (at least this many optimizer steps), lr, warmup,
+(hidden_weight), aw (attention_weight), hmap ("copied" | "uniform"), epochs, steps (at least this many optimizer steps), lr, warmup,
 seed, augment (N augmented rows per row, labelled by the teacher). The measurements of docs/distill.md, e.g.:
 
     python benchmarks/deep_cut_diagnosis.py stsb static '{"name": "rule", "layers": [2, 5], "T": "rule", "hw": 1,
@@ -57,6 +60,16 @@ def main():
     teacher, tokenizer, task_data, info = _teacher(config, task)
     main_metric = task.main_metric
     tmetrics = info.get("metrics") or score(teacher, task_data)
+    check = next((a.split("=", 1)[1] for a in args if a.startswith("check=")), None)
+    if check:  # the students' data: a held-out part of the train split, with the same teacher
+        from distillery.data.encode import prepare_task_data
+
+        config = build_run_config(method="distill", task=task_name, data_dir=check, out=str(EXP / "diag" / task_name),
+                                  overrides={"method_options.student_layers": 2})
+        task_data = prepare_task_data(task, tokenizer, config.data)
+        tmetrics = score(teacher, task_data)
+        emit({"task": task_name, "what": "teacher-on-check", "check": check, main_metric: tmetrics[main_metric],
+              "n_train": len(task_data.train), "n_check": len(task_data.dev)})
     ctx = MethodContext(config=config, teacher=teacher, tokenizer=tokenizer, task_data=task_data,
                         out_dir=EXP / "diag" / task_name)
     train = ctx.distillation_train(True, 0)
@@ -117,7 +130,8 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
     if "steps" in s:  # at least this many optimizer steps
         per_epoch = -(-len(train) // 32)
         s = {**s, "epochs": max(3.0, s["steps"] / per_epoch)}
-    inner = distillation_loss(kind, teacher, s.get("kd", 0.5), T, s.get("hw", 0.0), hmap)
+    inner = distillation_loss(kind, teacher, s.get("kd", 0.5), T, s.get("hw", 0.0), hmap,
+                              attention_weight=s.get("aw", 0.0))
     seen = []
 
     def loss_fn(model, batch):
@@ -130,7 +144,7 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
         import shutil
         shutil.rmtree(ctx.out_dir)
     ctx.out_dir.mkdir(parents=True)
-    use = train if not s.get("hw") else task_data.train  # with hidden_weight the loss runs the teacher
+    use = train if not (s.get("hw") or s.get("aw")) else task_data.train  # these terms run the teacher
     if s.get("augment"):
         use = ctx.distillation_train(True, s["augment"])
         print("augmented train rows", len(use), flush=True)
@@ -148,7 +162,7 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
     rec = {"task": task_data.task.name, "what": "train", **s, "hmap_layers": hmap if s.get("hw") else None,
            main_metric: round(m[main_metric], 4), "retention": round(m[main_metric] / tmetrics[main_metric], 3),
            "steps": len(seen), "secs": round(time.time() - started)}
-    for part in ("ce", "kd", "kl", "hidden"):
+    for part in ("ce", "kd", "kl", "hidden", "attention"):
         rec[f"{part}_first25"], rec[f"{part}_last25"] = mean(part, first), mean(part, last)
     emit(rec)
 

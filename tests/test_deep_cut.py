@@ -38,19 +38,20 @@ def test_temperature_is_the_softest_that_keeps_the_teacher_decisive():
 
 def test_a_shallow_cut_keeps_the_earlier_defaults():
     chosen = choose_defaults(6, 3, budget_steps=100, teacher_logits=[[0.4, -0.4]])
-    assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps, chosen.lr_scale) == (
-        2.0, 0.0, None, 0, 1.0)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps, chosen.lr_scale,
+            chosen.attention_weight) == (2.0, 0.0, None, 0, 1.0, 0.0)
     assert chosen.reasons == {}
 
 
-def test_a_deep_cut_on_a_small_split_gets_hidden_distillation_and_more_steps():
+def test_a_deep_cut_on_a_small_split_gets_hidden_and_attention_distillation_and_more_steps():
     chosen = choose_defaults(6, 2, budget_steps=234, teacher_logits=[[0.4, -0.4]])
     assert chosen.temperature == 1.0
     assert chosen.hidden_weight == deep_cut.DEEP_CUT_HIDDEN_WEIGHT > 0
+    assert chosen.attention_weight == deep_cut.DEEP_CUT_ATTENTION_WEIGHT > 0
     assert chosen.hidden_layers == [2, 5]
     assert chosen.min_steps == deep_cut.MIN_STEPS > 234
     assert chosen.lr_scale == deep_cut.LR_SCALE > 1
-    assert set(chosen.reasons) == {"temperature", "hidden_weight", "min_steps", "lr_scale"}
+    assert set(chosen.reasons) == {"temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale"}
     assert "234" in chosen.reasons["min_steps"]
 
 
@@ -85,7 +86,7 @@ def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, capl
         out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "deep", **settings))
     notes = json.loads((out / "train.json").read_text())["notes"]
     assert any("teacher layers [3] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
-               for n in notes), notes
+               and "attention KL (the same layers)" in n for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
     # one pass over 96 rows and 8 new ones each, in batches of 16: 54 steps; without them the rule's 24
     steps_taken = 24 if augment == 0 else 54
@@ -95,6 +96,7 @@ def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, capl
     steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("student step ") and " | kl " in
              r.getMessage()]
     assert steps[-1].startswith(f"student step {steps_taken}/{steps_taken}") and " | hidden " in steps[-1]
+    assert " | attention " in steps[-1]
     lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
     assert lr[0] < lr[1] < lr[2], "the first 10 % of the steps warm up"
     assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"

@@ -73,7 +73,8 @@ def test_every_method_on_every_family(family, method, tiny_family, glue, trained
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_every_family(family, tiny_family):
     """distill's student keeps the teacher's class: with every layer it computes the teacher's logits; Patient
-    KD's hidden-state MSE pairs student layer j with the teacher layer it came from (zero for that copy)."""
+    KD's hidden-state MSE and the attention KL pair student layer j with the teacher layer it came from (zero for
+    that copy)."""
     from transformers import AutoModelForSequenceClassification
 
     from distillery.distill.recipe import build_student
@@ -85,13 +86,15 @@ def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_eve
     every = build_student(teacher, [0, 1, 2, 3]).eval()
     torch.testing.assert_close(logits(every, batch), logits(teacher, batch))
     labelled = {**batch, "labels": torch.tensor([1, 0])}
-    loss = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[0, 1, 2, 3])
-    assert loss(every, labelled)[1]["hidden"] == pytest.approx(0.0, abs=1e-10)
+    loss = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[0, 1, 2, 3],
+                             attention_weight=1.0)
+    same = loss(every, labelled)[1]
+    assert same["hidden"] == pytest.approx(0.0, abs=1e-10) and same["attention"] == pytest.approx(0.0, abs=1e-6)
     student = build_student(teacher, [1, 3]).train()
-    total, logs = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[1, 3])(
-        student, labelled)
+    total, logs = distillation_loss("classification", teacher, 0.5, 2.0, hidden_weight=1.0, layer_map=[1, 3],
+                                    attention_weight=1.0)(student, labelled)
     total.backward()
-    assert logs["hidden"] > 0 and torch.isfinite(total)
+    assert logs["hidden"] > 0 and logs["attention"] > 0 and torch.isfinite(total)
 
 
 # A student is a teacher: the next method runs on it (given fine-tuned) and the report names the chain.

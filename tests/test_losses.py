@@ -10,6 +10,9 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput, Sequence
 
 from distillery.training.losses import (
     HiddenProjection,
+    attention_kl,
+    attention_weights,
+    distillation_loss,
     hidden_mse,
     kl_divergence,
     mse,
@@ -150,6 +153,52 @@ def test_hidden_mse_needs_a_projection_when_sizes_differ():
         hidden_mse(HIDDEN_S, torch.zeros(1, 2, 3))
     with pytest.raises(ValueError, match="attention_mask"):
         hidden_mse(HIDDEN_S, HIDDEN_T, attention_mask=torch.ones(1, 3))
+
+
+def test_attention_kl_by_hand():
+    # one head, two queries over two keys: query 1 as the STUDENT/TEACHER rows' first example, query 2 as their second
+    student = torch.tensor([[[[0.25, 0.75], [0.5, 0.5]]]])
+    teacher = torch.tensor([[[[0.5, 0.5], [0.25, 0.75]]]])
+    close(attention_kl(student, teacher), (KL_1 + KL_2) / 2)
+    close(attention_kl(student, teacher, attention_mask=torch.tensor([[1, 0]])), KL_1)  # a padded query left out
+    # a padded key (weight 0 in both) adds nothing; two heads are averaged
+    padded_s = torch.tensor([[[[0.25, 0.75, 0.0]], [[0.5, 0.5, 0.0]]]])
+    padded_t = torch.tensor([[[[0.5, 0.5, 0.0]], [[0.25, 0.75, 0.0]]]])
+    close(attention_kl(padded_s, padded_t, attention_mask=torch.tensor([[1]])), (KL_1 + KL_2) / 2)
+    with pytest.raises(ValueError, match="attention weights"):
+        attention_kl(student, torch.zeros(1, 2, 2, 2))
+
+
+def test_attention_term_compares_the_weights_a_layer_uses(tmp_path):
+    """The term runs both models with eager attention, the student's attention without dropout (else its
+    weights hold zeros), and restores both afterwards: a copy of the teacher in training mode has no attention
+    gap to it, and the term's gradient reaches the student."""
+    import copy
+
+    from tests.helpers import make_tiny_bert
+    from transformers import AutoModelForSequenceClassification
+
+    teacher = AutoModelForSequenceClassification.from_pretrained(make_tiny_bert(tmp_path, dropout=0.5),
+                                                                 trust_remote_code=False).eval()
+    student = copy.deepcopy(teacher).train()
+    batch = {"input_ids": torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]]),
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]), "labels": torch.tensor([0, 1])}
+    implementation = student.config._attn_implementation
+    with attention_weights(student, teacher):
+        with torch.no_grad():
+            s = student(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=True).attentions
+        t = teacher(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=True).attentions
+        assert len(s) == len(t) == teacher.config.num_hidden_layers
+        # hidden dropout still differs: not zero, but far below the gap to a model of its own
+        assert attention_kl(s[0], t[0], batch["attention_mask"]).item() < 0.05
+        assert (s[0][1, :, :, 4] == 0).all(), "a padded key has no weight"
+    assert student.config._attn_implementation == teacher.config._attn_implementation == implementation
+    assert all(m.training for m in student.modules()) and not any(m.training for m in teacher.modules())
+    loss_fn = distillation_loss("classification", teacher, 0.5, 1.0, layer_map=[0, 1], attention_weight=2.0)
+    loss, logs = loss_fn(student, batch)
+    assert "attention" in logs and "hidden" not in logs
+    loss.backward()
+    assert student.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
 
 
 def test_hidden_projection_starts_as_identity_when_sizes_match():

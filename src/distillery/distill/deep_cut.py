@@ -40,6 +40,7 @@ TEMPERATURES = (1.0, 2.0, 4.0)
 # a shallow cut's, and a deep cut's without logits to read (QA's spans): Hinton's usual value, the earlier default
 FALLBACK_TEMPERATURE = 2.0
 DEEP_CUT_HIDDEN_WEIGHT = 1.0
+DEEP_CUT_ATTENTION_WEIGHT = 1.0
 MIN_STEPS = 600  # optimizer steps a deep-cut student trains at least (a small split: more passes)
 WARMUP = 0.1
 # the budget's learning rate times this: layers that no longer fit together re-fit faster (STS-B, 2 of 6, 600 steps
@@ -60,6 +61,7 @@ class StudentDefaults:
     min_steps: int  # optimizer steps the student trains at least, the first WARMUP of them warming up (0: any)
     reasons: dict[str, str] = field(default_factory=dict)  # option name -> why it was chosen so
     lr_scale: float = 1.0  # the budget's learning rate times this
+    attention_weight: float = 0.0  # self-attention distillation on the hidden term's layers (0: none)
 
 
 def is_deep_cut(kept: int, teacher_layers: int) -> bool:
@@ -128,8 +130,11 @@ def choose_defaults(teacher_layers: int, kept: int, budget_steps: int,
     reasons["hidden_weight"] = (f"{teacher_layers - kept} of {teacher_layers} layers dropped: hidden-state "
                                 f"distillation (weight {DEEP_CUT_HIDDEN_WEIGHT:g}, student layers onto teacher "
                                 f"layers {hidden_layers})")
+    reasons["attention_weight"] = (f"self-attention distillation (weight {DEEP_CUT_ATTENTION_WEIGHT:g}, the same "
+                                   f"layers' attention distributions)")
     if budget_steps < MIN_STEPS:
         reasons["min_steps"] = (f"{MIN_STEPS} optimizer steps instead of the budget's {budget_steps}, "
                                 f"the first {WARMUP:.0%} warming up")
     reasons["lr_scale"] = f"the learning rate {LR_SCALE:g} times the budget's"
-    return StudentDefaults(temperature, DEEP_CUT_HIDDEN_WEIGHT, hidden_layers, MIN_STEPS, reasons, LR_SCALE)
+    return StudentDefaults(temperature, DEEP_CUT_HIDDEN_WEIGHT, hidden_layers, MIN_STEPS, reasons, LR_SCALE,
+                           DEEP_CUT_ATTENTION_WEIGHT)

@@ -53,6 +53,11 @@ class DistillOptions(MethodOptions):
         "else the layer it was copied from. With --student: per layer through a learned projection where the "
         "tokenizers match, else between sentence vectors (mean-pooled last layer)", paper="β", flag=True,
         default_text="1.0 when more than half of the teacher's layers go, else 0")
+    attention_weight: float | None = option(
+        None, number(0, optional=True), "weight of self-attention distillation (MiniLM): the KL divergence of each "
+        "student head's attention distributions from the teacher's, on the layers hidden_weight pairs; 0 = off. "
+        "A layer-drop student only", paper="attention",
+        default_text="1.0 when more than half of the teacher's layers go, else 0")
     min_steps: int | None = option(
         None, number(0, whole=True, optional=True), "optimizer steps a layer-drop student trains at least (more "
         "passes over a small split), the first 10 % warming up; 0 = the budget's schedule as it is",
@@ -75,6 +80,9 @@ class DistillOptions(MethodOptions):
         if self.layer_map is not None and (self.student is None or not self.hidden_weight):
             raise DistilleryError("Option layer_map maps a pretrained student's layers (--student) onto the "
                                   "teacher's for hidden_weight; give both, or drop layer_map.")
+        if self.student is not None and self.attention_weight:
+            raise DistilleryError("Option attention_weight is for a student copied from the teacher's layers; a "
+                                  "pretrained student (--student) learns from the teacher's outputs and hidden states.")
         if self.student is not None and self.student_layers is not None:
             raise DistilleryError("Options student and student_layers exclude each other: a pretrained student "
                                   "(--student) keeps its own layers.")

@@ -105,7 +105,7 @@ class Distill(Method):
 
             # A pretrained student keeps its own layers, so the deep-cut rule does not apply; its temperature could
             # be read from the teacher's logits as a layer-drop student's is (deep_cut.temperature_from_logits).
-            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, temperature=opts.temperature
+            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, temperature=opts.temperature
                            or deep_cut.FALLBACK_TEMPERATURE, augment=opts.augment or 0)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
@@ -129,10 +129,12 @@ class Distill(Method):
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
                          f"loss {kind.loss_words(opts.kd_weight, chosen.temperature)}"
                          + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
-                            f"{chosen.hidden_layers})" if chosen.hidden_weight else "") + ".")
+                            f"{chosen.hidden_layers})" if chosen.hidden_weight else "")
+                         + (f" + {chosen.attention_weight:g}·attention KL (the same layers)" if chosen.attention_weight
+                            else "") + ".")
         ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, chosen.temperature, chosen.hidden_weight,
-                                    chosen.hidden_layers)
+                                    chosen.hidden_layers, chosen.attention_weight)
         return ctx.train(student, loss_fn, desc="student", train_dataset=train, **chosen.settings)
 
 
@@ -145,10 +147,12 @@ class Chosen:
     hidden_layers: list[int]  # the teacher layer each student layer learns with hidden_weight
     settings: dict  # the trainer's settings changed for this cut (lr, max_steps, warmup_ratio)
     reasons: list[str]
+    attention_weight: float = 0.0  # on the layers of hidden_layers
 
 
 def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None) -> Chosen:
-    """Resolve the options left unset (temperature, hidden_weight, min_steps, lr_scale) by the deep-cut rule, given
+    """Resolve the options left unset (temperature, hidden_weight, attention_weight, min_steps, lr_scale) by the
+    deep-cut rule, given
     the teacher's logits on ``train`` and the optimizer steps the budget gives it; ``augment_reason``: why ``train``
     holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the student then reads once (at
     least the rule's steps)."""
@@ -160,11 +164,13 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
     logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
-    given = {name for name in ("temperature", "hidden_weight", "min_steps", "lr_scale") if getattr(opts, name) is not None}
+    given = {name for name in ("temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale")
+             if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     reasons += [augment_reason] if one_pass else []
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
+    attention_weight = rule.attention_weight if opts.attention_weight is None else float(opts.attention_weight)
     # a deep cut's layers learn the top of the block they stand for (the rule's map); a shallow one's, the layer
     # each was copied from
     hidden_layers = rule.hidden_layers or layers
@@ -175,4 +181,4 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
         settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
     elif one_pass:
         settings.update(max_steps=budget_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
-    return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons)
+    return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons, attention_weight)

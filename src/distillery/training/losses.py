@@ -14,7 +14,8 @@ form of its distillation term; the functions here take the kind object or its na
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.modeling_outputs import BaseModelOutput
 
+import distillery.encoders as encoders
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind, kind_of
@@ -154,6 +156,46 @@ def hidden_mse(
     return (diff2 * mask).sum() / denom.clamp_min(1.0)
 
 
+def attention_kl(student_attention: Tensor, teacher_attention: Tensor, attention_mask: Tensor | None = None,
+                 eps: float = 1e-12) -> Tensor:
+    """Self-attention distillation (MiniLM): the KL divergence of each student head's attention distribution of a
+    query from the teacher head's, averaged over heads and queries, ``(B, H, L, L)`` weights each.
+
+    ``Σ_{b,h,q} m_bq · Σ_k a^t_bhqk (log a^t_bhqk − log a^s_bhqk)  /  (H · Σ_{b,q} m_bq)``, padded queries
+    (``m`` = 0) left out; a padded key has weight 0 in both, so it adds nothing."""
+    _check_same_shape(student_attention, teacher_attention, "student and teacher attention weights")
+    t, s = teacher_attention.float(), student_attention.float()
+    kl = (t * (t.clamp_min(eps).log() - s.clamp_min(eps).log())).sum(dim=-1)  # (B, H, L)
+    if attention_mask is None:
+        return kl.mean()
+    mask = attention_mask.to(kl.dtype).unsqueeze(1)  # (B, L) -> (B, 1, L)
+    return (kl * mask).sum() / (mask.sum() * kl.shape[1]).clamp_min(1.0)
+
+
+@contextmanager
+def attention_weights(student: nn.Module, teacher: nn.Module) -> Iterator[None]:
+    """Both models return their attention weights (``output_attentions``) inside the block: the eager attention
+    (the fused kernels return none), and the student's attention probabilities without dropout, for the weights
+    returned are those after dropout, whose zeros no KL can compare (the student's other dropout stays)."""
+    layers = encoders.encoder_layers(student)
+    layout = encoders.layout_of(student.config)
+    attention = (layout.query or layout.qkv).rsplit(".", 1)[0]  # the module holding the projections
+    modules = [encoders.submodule(layer, attention) for layer in layers]
+    configs = {id(m.config): m.config for m in (student, teacher)}.values()
+    before = [(c, c._attn_implementation) for c in configs], [(m, m.training) for m in modules]
+    for config in configs:
+        config._attn_implementation = "eager"
+    for module in modules:
+        module.training = False  # its dropout on the weights off; nothing else in it reads the flag
+    try:
+        yield
+    finally:
+        for config, implementation in before[0]:
+            config._attn_implementation = implementation
+        for module, training in before[1]:
+            module.training = training
+
+
 def task_loss(kind: TaskKind | str, outputs_or_logits: Any, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
     """The supervised loss against the gold labels, as Hugging Face heads compute it (the ``kind``'s):
 
@@ -242,22 +284,27 @@ def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], tem
 
 
 def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,
-                      hidden_weight: float = 0.0, layer_map: list[int] | None = None):
+                      hidden_weight: float = 0.0, layer_map: list[int] | None = None, attention_weight: float = 0.0):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
-    hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style).
+    hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style; + attention_weight·
+    :func:`attention_kl` between the same layers' attention weights, summed over them as the hidden term is).
 
     The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
     ``kd_weight`` means the same in every method and command: the share of the distillation term."""
     kind = kind_of(kind)
 
+    attend = attention_weight > 0
+
     def loss_fn(model, batch):
-        out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0)
-        if "teacher_logits" in batch and hidden_weight <= 0:
-            t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
-        else:
-            with torch.no_grad():
-                t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0)
+        with attention_weights(model, teacher) if attend else nullcontext():
+            out = model(**model_inputs(batch, model), output_hidden_states=hidden_weight > 0, output_attentions=attend)
+            if "teacher_logits" in batch and hidden_weight <= 0 and not attend:
+                t_out = kind.cached_teacher_outputs(batch["teacher_logits"])
+            else:
+                with torch.no_grad():
+                    t_out = teacher(**model_inputs(batch, teacher), output_hidden_states=hidden_weight > 0,
+                                    output_attentions=attend)
         ce = task_loss(kind, out, batch)
         kd = prediction_distillation(kind, out, t_out, temperature=temperature, batch=batch)
         loss = kd_mix(ce, kd, kd_weight)
@@ -269,6 +316,11 @@ def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float
             hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
             loss = loss + hidden_weight * hid
             logs["hidden"] = float(hid.detach())
+        if attend:
+            mask = batch.get("attention_mask")
+            att = sum(attention_kl(out.attentions[j], t_out.attentions[t], mask) for j, t in enumerate(layer_map))
+            loss = loss + attention_weight * att
+            logs["attention"] = float(att.detach())
         return loss, logs
 
     return loss_fn
