@@ -14,6 +14,10 @@ not say otherwise (a shallower student keeps the earlier defaults, whose results
 - **hidden-state distillation** (TinyBERT, MiniLM: deep cuts need it): each student layer learns the teacher layer
   at the top of the block it stands for (spread evenly, last onto last), so the head reads what it read in the
   teacher.
+- **self-attention distillation** on the same layers (MiniLM; TinyBERT's attention term): each student head learns
+  the teacher head's attention distributions (a KL divergence) beside the hidden states. On STS-B (2 of 6, the
+  rest of this rule, students scored on a held-out part of the train split) it took Pearson from 0.830 to 0.839
+  (docs/distill.md, "Deep cuts").
 - **a longer, warmed-up schedule** where the budget gives few steps: at least :data:`MIN_STEPS` optimizer steps,
   the first :data:`WARMUP` of them warming up, so that layers that no longer fit together have steps to re-fit.
 - **more text** where the train split is small (:func:`default_augment`): TinyBERT's augmentation, each original
