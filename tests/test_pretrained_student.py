@@ -388,6 +388,8 @@ def test_layer_map_without_a_pretrained_student_is_one_sentence():
         DistillOptions.read({"layer_map": [0, 1], "hidden_weight": 1.0})
     with pytest.raises(DistilleryError, match="list of teacher layer indices"):
         DistillOptions.read({"student": "x", "hidden_weight": 1.0, "layer_map": 3})
+    with pytest.raises(DistilleryError, match="attention_weight is for a student copied"):
+        DistillOptions.read({"student": "x", "attention_weight": 1.0})
 
 
 def test_same_tokenizer_reads_what_the_tokenizer_is_not_its_last_call(tiny_family):
