@@ -78,7 +78,7 @@ def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_eve
     from transformers import AutoModelForSequenceClassification
 
     from distillery.distill.recipe import build_student
-    from distillery.training.losses import distillation_loss
+    from distillery.training.losses import attention_weights, distillation_loss
 
     folder = tiny_family(family)
     teacher = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
@@ -95,6 +95,17 @@ def test_distill_student_of_every_layer_is_the_teacher_and_hidden_loss_reads_eve
                                     attention_weight=1.0)(student, labelled)
     total.backward()
     assert logs["hidden"] > 0 and logs["attention"] > 0 and torch.isfinite(total)
+    # the weights the attention term compares carry no dropout, though the student trains: each layer's attention
+    # module (where each family keeps that dropout) is out of training mode inside the block, and only there
+    import distillery.encoders as encoders
+
+    layout = encoders.layout_of(student.config)
+    path = (layout.query or layout.qkv).rsplit(".", 1)[0]
+    attention = [m for layer in encoders.encoder_layers(student) for m in encoders.submodule(layer, path).modules()]
+    with attention_weights(student, teacher):
+        assert len(student(**batch, output_attentions=True).attentions) == 2
+        assert not any(m.training for m in attention)
+    assert all(m.training for m in student.modules())
 
 
 # A student is a teacher: the next method runs on it (given fine-tuned) and the report names the chain.

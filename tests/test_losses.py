@@ -192,6 +192,7 @@ def test_attention_term_compares_the_weights_a_layer_uses(tmp_path):
         # hidden dropout still differs: not zero, but far below the gap to a model of its own
         assert attention_kl(s[0], t[0], batch["attention_mask"]).item() < 0.05
         assert (s[0][1, :, :, 4] == 0).all(), "a padded key has no weight"
+        assert (s[0][0] > 0).all() and (s[0][1, :, :, :4] > 0).all(), "no dropout (its zeros) on the student's weights"
     assert student.config._attn_implementation == teacher.config._attn_implementation == implementation
     assert all(m.training for m in student.modules()) and not any(m.training for m in teacher.modules())
     loss_fn = distillation_loss("classification", teacher, 0.5, 1.0, layer_map=[0, 1], attention_weight=2.0)

@@ -180,13 +180,14 @@ def attention_weights(student: nn.Module, teacher: nn.Module) -> Iterator[None]:
     layers = encoders.encoder_layers(student)
     layout = encoders.layout_of(student.config)
     attention = (layout.query or layout.qkv).rsplit(".", 1)[0]  # the module holding the projections
-    modules = [encoders.submodule(layer, attention) for layer in layers]
+    # the module and its own (a dropout module applied to the weights: MPNet, DeBERTa-v2)
+    modules = [m for layer in layers for m in encoders.submodule(layer, attention).modules()]
     configs = {id(m.config): m.config for m in (student, teacher)}.values()
     before = [(c, c._attn_implementation) for c in configs], [(m, m.training) for m in modules]
     for config in configs:
         config._attn_implementation = "eager"
     for module in modules:
-        module.training = False  # its dropout on the weights off; nothing else in it reads the flag
+        module.training = False  # the dropout on the weights off (DeBERTa-v2: on its relative embeddings too)
     try:
         yield
     finally:
