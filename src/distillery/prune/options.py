@@ -25,6 +25,10 @@ class PruneOptions(MethodOptions):
     fisher_examples: int = option(512, _steps(), "cheap mode: training examples that score the heads and neurons")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
+    # --latency-ms (compress routes it here for this method): a latency on this machine, turned into a speed-up
+    # once the teacher has been timed with the latency model's shapes
+    latency_ms: float | None = option(None, number(above=0, optional=True), "latency target in ms at 1x128 on this "
+                                      "machine (compress --latency-ms), instead of speedup")
     mask_steps: int = option(300, _steps(), "optimizer steps of the masks' phase (masks and weights learned with "
                              "layer-wise distillation)", paper="CoFi's pruning epochs")
     # CoFi ramps the target sparsity over its first epochs; a latency target reached at once prunes before
