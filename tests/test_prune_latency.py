@@ -218,3 +218,15 @@ def test_a_latency_in_ms_is_the_teacher_s_latency_over_it_and_one_above_the_teac
     assert "measured 40.00 ms here" in ctx.notes[0]
     with pytest.raises(DistilleryError, match="already runs in 40.00 ms"):
         with_target(ctx, PruneOptions(latency_ms=50.0), 40.0)
+
+
+def test_compress_latency_ms_is_prune_s_target(monkeypatch, capsys, tmp_path):
+    import distillery.cli as cli
+    from tests.helpers import run_cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "compress_and_show", lambda config, *a, **k: seen.setdefault("config", config))
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--method", "prune", "--task", "sst2", "--latency-ms", "12.5",
+                           "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    assert seen["config"].method_options["latency_ms"] == 12.5

@@ -123,15 +123,21 @@ def compress(
              "out": out}
     if _wants_auto(method, config_file):
         return _compress_auto(named, flags, preset, config_file, latency_ms, time_budget, overwrite, resume, push_to_hub)
-    if latency_ms is not None and method == "prune":  # prune's own target: a latency on this machine
+    _one_method_target(method, flags, latency_ms, time_budget)
+    config, given = _compress_config(named, flags, preset, config_file)
+    compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
+
+
+def _one_method_target(method: str | None, flags: dict, latency_ms: float | None, time_budget: str | None) -> None:
+    """--latency-ms of method prune: its own option (a latency on this machine, into ``flags``); refused for another
+    method, as --time-budget is (auto's)."""
+    if latency_ms is not None and method == "prune":
         if flags.get("method_options.speedup") is not None:
             raise DistilleryError("Give --speedup or --latency-ms, not both.")
         flags["method_options.latency_ms"], latency_ms = latency_ms, None
     if latency_ms is not None or time_budget is not None:
         raise DistilleryError("--latency-ms belongs to --method auto and prune, --time-budget to auto; add one, or "
                               "drop them.")
-    config, given = _compress_config(named, flags, preset, config_file)
-    compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
 
 
 def _wants_auto(method: str | None, config_file: str | None) -> bool:
