@@ -181,6 +181,18 @@ def best_other(r: dict) -> str:
     return f"{o['method']} {o['model']}: {o['score']:.4f} at {o['speedup']:.2f}× ({o['source']})"
 
 
+def nearest(r: dict, method: str) -> str:
+    """The point of ``method`` (its records' method label starts with it: distill is the layer-drop student) whose
+    measured speed-up is nearest the pruned student's (on a log scale)."""
+    import math
+
+    found = [o for o in r["compared_against"] if o["method"].split()[0] == method]
+    if not found:
+        return "—"
+    o = min(found, key=lambda o: abs(math.log(o["speedup"] / r["speedup"])))
+    return f"{o['score']:.4f} at {o['speedup']:.2f}× ({o['model']})"
+
+
 def acceptance_lines(records: list[dict]) -> list[str]:
     lines = []
     for mode in sorted({r["mode"] for r in records}):
@@ -202,8 +214,9 @@ def acceptance_lines(records: list[dict]) -> list[str]:
 
 def table(records: list[dict]) -> str:
     lines = ["| task | mode | target | measured speed-up | predicted | masks' phase ended | teacher | student | "
-             "retention | int8 (speed-up, retention) | beats every student at speed | most accurate other at ≥ its speed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "retention | int8 (speed-up, retention) | beats every student at speed | most accurate other at ≥ its speed | "
+             "layer-drop nearest in speed | AutoTinyBERT nearest in speed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r["task"], r["mode"], r["target_speedup"], r["seed"])):
         i8 = r.get("int8")
         int8_cell = f"{i8['score']:.4f} ({i8['speedup']:.2f}×, {100 * i8['retention']:.1f} %)" if i8 else "—"
@@ -211,7 +224,8 @@ def table(records: list[dict]) -> str:
                      f"{r['predicted_speedup']:.2f}× | {r['masks_expected_speedup']:.2f}× | {r['teacher_score']:.4f} | "
                      f"{r['score']:.4f} | {100 * r['retention']:.1f} % | "
                      f"{int8_cell} | "
-                     f"{'yes' if r['beats_every_student_at_speed'] else 'no'} | {best_other(r)} |")
+                     f"{'yes' if r['beats_every_student_at_speed'] else 'no'} | {best_other(r)} | "
+                     f"{nearest(r, 'distill')} | {nearest(r, 'autotinybert')} |")
     if records:
         hw = records[0]["hardware"]
         lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "

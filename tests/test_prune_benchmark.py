@@ -69,6 +69,7 @@ def test_the_table_says_whether_each_target_was_met(bench):
     far = {**rec, "target_speedup": 8.0, "speedup": 5.0, "beats_every_student_at_speed": False}
     text = bench.table([rec, far])
     assert "| stsb | full | 4× | 4.30× | 4.00× | 1.50× |" in text and "none at ≥ 4.30×" in text
+    assert "| 0.8100 at 1.90× (student) | — |" in text  # the layer-drop student nearest in speed; no AutoTinyBERT
     assert "1 of 2 runs (stsb 4× → 4.30×; stsb 8× → 5.00×)" in text
     assert "at 4×: at least as accurate as every student at least as fast on 1 of 1" in text
     assert "at 8×: at least as accurate as every student at least as fast on 0 of 1" in text
