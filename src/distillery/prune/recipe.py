@@ -106,7 +106,7 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
 def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
-                  prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
+                  init=float(opts.mask_init), prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
     masked = MaskedModel(full.train(), masks)
     lambdas = nn.Parameter(torch.zeros(2))
     hidden = c.hidden_size
