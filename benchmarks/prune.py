@@ -219,9 +219,10 @@ def table(records: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r["task"], r["mode"], r["target_speedup"], r["seed"])):
         i8 = r.get("int8")
+        phase = f"{r['masks_expected_speedup']:.2f}×" if r["mode"] == "full" else "— (no masks' phase)"
         int8_cell = f"{i8['score']:.4f} ({i8['speedup']:.2f}×, {100 * i8['retention']:.1f} %)" if i8 else "—"
         lines.append(f"| {r['task']} | {r['mode']} | {r['target_speedup']:g}× | {r['speedup']:.2f}× | "
-                     f"{r['predicted_speedup']:.2f}× | {r['masks_expected_speedup']:.2f}× | {r['teacher_score']:.4f} | "
+                     f"{r['predicted_speedup']:.2f}× | {phase} | {r['teacher_score']:.4f} | "
                      f"{r['score']:.4f} | {100 * r['retention']:.1f} % | "
                      f"{int8_cell} | "
                      f"{'yes' if r['beats_every_student_at_speed'] else 'no'} | {best_other(r)} | "
