@@ -95,6 +95,23 @@ def record_from_run(run_dir: Path, method: str, budget: str) -> dict:
     }
 
 
+def run_point(method: str, task: str, out: Path, args, overrides: dict) -> dict:
+    """One benchmark point: ``distillery compress --method <method> --task <task>`` into ``out`` with ``overrides``
+    (dotted settings) and ``args.set`` (KEY=VALUE, the last word), unless ``args.reuse`` finds that run finished;
+    then its results record (:func:`record_from_run`). ``args``: budget, teacher, data_dir, reuse, set."""
+    from distillery.config import parse_value
+    from distillery.pipeline import build_run_config, compress
+
+    settings = dict(overrides)
+    for item in getattr(args, "set", None) or []:
+        key, _, value = item.partition("=")
+        settings[key] = parse_value(value, key)
+    if not (args.reuse and (Path(out) / "report.md").is_file()):
+        compress(build_run_config(method=method, task=task, budget=args.budget, teacher=args.teacher,
+                                  data_dir=args.data_dir, out=str(out), overrides=settings), overwrite=True)
+    return record_from_run(out, method, args.budget)
+
+
 def teacher_and_student_names(run_dir: Path) -> dict:
     """Who taught whom, from the run's settings: the teacher as the run named it, and the student's origin (a
     pretrained encoder given with ``--student``, else the method built it from the teacher)."""

@@ -212,7 +212,8 @@ def test_bad_auto_input_is_one_sentence(monkeypatch, capsys, tmp_path):
     for args, words in ((["--method", "auto"], "needs a target"),
                         (["--method", "auto", "--speedup", "1"], "--speedup must be above 1"),
                         (["--method", "auto", "--speedup", "2", "--time-budget", "soon"], "--time-budget must be"),
-                        (["--method", "distill", "--latency-ms", "5"], "belong to --method auto"),
+                        (["--method", "distill", "--latency-ms", "5"], "belongs to --method auto and prune"),
+                        (["--method", "prune", "--speedup", "2", "--latency-ms", "5"], "not both"),
                         (["--method", "auto", "--speedup", "2", "--preset", "paper"], "--preset names one method")):
         code, _, err = run_cli(monkeypatch, capsys, "compress", "--out", out, *args)
         assert_one_line_error(code, err, words)

@@ -126,3 +126,12 @@ def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_pat
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_the_masks_start_at_mask_init_whatever_their_learning_rate_scale():
+    for scale in (200.0, 2000.0):
+        masks = Masks(2, 4, 8, 16, init=4.0, lr_scale=scale)
+        assert all(torch.allclose(masks.log_alpha(n), torch.full_like(masks.log_alpha(n), 4.0)) for n in masks.names())
+        torch.manual_seed(0)
+        drawn = torch.cat([g.flatten() for g in masks.gates("sample").values()])
+        assert float((drawn == 1).float().mean()) > 0.8  # the teacher nearly intact at the start (init 0: 0.17)

@@ -51,3 +51,13 @@ def test_compress_prune_cheap_meets_the_target_and_is_the_same_twice(tiny_bert, 
     students = [distillery.load_student(out).state_dict() for out in runs]
     assert students[0].keys() == students[1].keys()
     assert all(torch.equal(students[0][k], students[1][k]) for k in students[0])
+
+
+def test_auto_runs_the_cheap_mode_unless_a_mode_is_given():
+    from distillery.method import AutoAsk
+    from distillery.prune.auto import candidates
+    from tests.helpers import tiny_bert_config
+
+    ask = lambda options: AutoAsk(tiny_bert_config(), 4.0, 128, options)  # noqa: E731
+    assert candidates(ask({}))[0][0]["options"] == {"mode": "cheap", "speedup": 4.0}
+    assert candidates(ask({"mode": "full"}))[0][0]["options"]["mode"] == "full"

@@ -90,7 +90,7 @@ def compress(
     int8: Optional[bool] = typer.Option(None, "--int8/--no-int8", help="Export the student to int8 (the faster backend), score it and measure it beside the student; the verdict weighs both (default on)."),
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
-    latency_ms: Optional[float] = typer.Option(None, help="--method auto: the target, a latency at most this many ms on this machine (instead of --speedup)."),
+    latency_ms: Optional[float] = typer.Option(None, help="--method auto or prune: the target, a latency at most this many ms at 1x128 on this machine (instead of --speedup)."),
     time_budget: Optional[str] = typer.Option(None, help="--method auto: overall training time (30m, 2h, 1h30m, 90s or seconds); candidates not started when it is spent are skipped."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,  # the methods' option flags (distillery.cli.options), the given ones
@@ -123,10 +123,21 @@ def compress(
              "out": out}
     if _wants_auto(method, config_file):
         return _compress_auto(named, flags, preset, config_file, latency_ms, time_budget, overwrite, resume, push_to_hub)
-    if latency_ms is not None or time_budget is not None:
-        raise DistilleryError("--latency-ms and --time-budget belong to --method auto; add it, or drop them.")
+    _one_method_target(method, flags, latency_ms, time_budget)
     config, given = _compress_config(named, flags, preset, config_file)
     compress_and_show(config, overwrite, resume, given, push_to_hub=push_to_hub)
+
+
+def _one_method_target(method: str | None, flags: dict, latency_ms: float | None, time_budget: str | None) -> None:
+    """--latency-ms of method prune: its own option (a latency on this machine, into ``flags``); refused for another
+    method, as --time-budget is (auto's)."""
+    if latency_ms is not None and method == "prune":
+        if flags.get("method_options.speedup") is not None:
+            raise DistilleryError("Give --speedup or --latency-ms, not both.")
+        flags["method_options.latency_ms"], latency_ms = latency_ms, None
+    if latency_ms is not None or time_budget is not None:
+        raise DistilleryError("--latency-ms belongs to --method auto and prune, --time-budget to auto; add one, or "
+                              "drop them.")
 
 
 def _wants_auto(method: str | None, config_file: str | None) -> bool:

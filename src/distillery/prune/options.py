@@ -25,6 +25,10 @@ class PruneOptions(MethodOptions):
     fisher_examples: int = option(512, _steps(), "cheap mode: training examples that score the heads and neurons")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
+    # --latency-ms (compress routes it here for this method): a latency on this machine, turned into a speed-up
+    # once the teacher has been timed with the latency model's shapes
+    latency_ms: float | None = option(None, number(above=0, optional=True), "latency target in ms at 1x128 on this "
+                                      "machine (compress --latency-ms), instead of speedup")
     mask_steps: int = option(300, _steps(), "optimizer steps of the masks' phase (masks and weights learned with "
                              "layer-wise distillation)", paper="CoFi's pruning epochs")
     # CoFi ramps the target sparsity over its first epochs; a latency target reached at once prunes before
@@ -36,6 +40,8 @@ class PruneOptions(MethodOptions):
                                  "phase", paper="λ (Eq. 6)")
     mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
                                   "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
+    mask_init: float = option(0.0, number(), "the masks' log α at the start of their phase (0: CoFi's drop rate "
+                              "0.5, every gate drawn at 0 with p 0.17; 4: the teacher nearly intact, p 0.004)")
     latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
     latency_runs: int = option(10, _steps(), "timed runs per shape (a round: all shapes and the teacher interleaved)")
     latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "

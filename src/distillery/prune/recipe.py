@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.data.encode import model_inputs
+from distillery.errors import DistilleryError
 from distillery.folders import write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
@@ -105,7 +106,7 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
 def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
-                  prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
+                  init=float(opts.mask_init), prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
     masked = MaskedModel(full.train(), masks)
     lambdas = nn.Parameter(torch.zeros(2))
     hidden = c.hidden_size
@@ -132,6 +133,19 @@ def describe(gates: dict, latency: LatencyModel, teacher_ms: float, target_ms: f
             "predicted_ratio": ratio, "predicted_ms": ratio * teacher_ms, "predicted_speedup": 1.0 / max(ratio, 1e-9)}
 
 
+def with_target(ctx: MethodContext, opts: PruneOptions, teacher_ms: float) -> PruneOptions:
+    """``opts`` with ``speedup`` the teacher's latency measured here over ``latency_ms`` where that was the target."""
+    if opts.latency_ms is None:
+        return opts
+    if float(opts.latency_ms) >= teacher_ms:
+        raise DistilleryError(f"--latency-ms {opts.latency_ms:g}: the teacher already runs in {teacher_ms:.2f} ms at "
+                              f"1x128 on this machine; ask for less, or use the teacher.")
+    speedup = teacher_ms / float(opts.latency_ms)
+    ctx.notes.append(f"Target --latency-ms {opts.latency_ms:g}: the teacher measured {teacher_ms:.2f} ms here, so a "
+                     f"speed-up of x{speedup:.3g}.")
+    return replace(opts, speedup=speedup)
+
+
 class Prune(Method):
     name: ClassVar[str] = "prune"
     # its masked student reads the teacher's task head (``model.bert`` under it); an embedder is a bare encoder, so
@@ -147,6 +161,7 @@ class Prune(Method):
         ctx.teacher.eval()
         full, kind = full_size(ctx.teacher)
         latency, teacher_ms = latency_model(ctx, opts, full)
+        opts = with_target(ctx, opts, teacher_ms)
         target_ms = teacher_ms / float(opts.speedup)
         if opts.mode == "cheap":
             masks, model = fisher_masks(ctx, int(opts.fisher_examples), full, latency), full

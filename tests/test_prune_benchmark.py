@@ -1,0 +1,75 @@
+"""benchmarks/prune.py's comparison with the other students' records (synthetic records: nothing is run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling common.py
+    try:
+        spec = importlib.util.spec_from_file_location("prune_benchmark", BENCHMARKS / "prune.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def run_record(method, task, score, speedup, **more):
+    return {"method": method, "task": task, "budget": "quick", "main_metric": "pearson", "hardware": {"cpu": "x"},
+            "metrics": {"student": {"pearson": score}}, "speedup": {"latency": speedup}, **more}
+
+
+def test_every_kind_of_record_gives_its_points_and_others_are_left_out(bench):
+    records = [
+        run_record("distill", "stsb", 0.81, 1.9),
+        run_record("autotinybert speedup=4", "stsb", 0.78, 3.8),
+        run_record("distill", "mrpc", 0.85, 1.9),  # another task
+        run_record("distill", "stsb", 0.9, 8.0, budget="full"),  # another budget
+        run_record("distill", "stsb", 0.9, 8.0, teacher_name="mpnet-base"),  # another teacher
+        run_record("teacher", "stsb", 0.85, 1.0, variant="teacher"),  # the teacher is no student
+        {"ablation": "deep-cut", "task": "stsb", "budget": "quick", "teacher": "minilm", "student_layers": 2,
+         "defaults": "new", "seed": 42, "score": 0.78, "speedup": 2.9,
+         "int8": {"model": "student-onnx-int8", "score": 0.779, "speedup": 5.6}},
+        {"ablation": "augment-4x", "method": "distill", "task": "stsb", "budget": "quick", "teacher": "minilm",
+         "points": [{"model": "student", "score": 0.8, "speedup": 2.0}, {"model": "student-onnx-int8", "score": 0.79,
+                                                                         "speedup": 4.3}]},
+        {"ablation": "prune", "method": "prune", "task": "stsb", "budget": "quick", "score": 1.0, "speedup": 9.0},
+    ]
+    sources = {id(r): f"file{i}.json" for i, r in enumerate(records)}
+    points = bench.other_points(records, "stsb", "minilm", "quick", sources)
+    assert sorted((p["score"], p["speedup"]) for p in points) == [
+        (0.779, 5.6), (0.78, 2.9), (0.78, 3.8), (0.79, 4.3), (0.8, 2.0), (0.81, 1.9)]
+    assert {p["source"] for p in points} == {"file0.json", "file1.json", "file6.json", "file7.json"}
+
+    ours = [{"model": "student", "score": 0.785, "speedup": 4.1},
+            {"model": "student-onnx-int8", "score": 0.78, "speedup": 7.9}]
+    verdict = bench.compare(ours, points)
+    assert verdict["beats_every_student_at_speed"]  # nothing as fast (5.6x at most) is more accurate
+    worse = bench.compare([{"model": "student", "score": 0.77, "speedup": 4.0}], points)
+    assert not worse["beats_every_student_at_speed"]
+    assert [(o["score"], o["speedup"]) for o in worse["verdicts"]["student"]["beaten_by"]] == [(0.779, 5.6), (0.79, 4.3)]
+
+
+def test_the_table_says_whether_each_target_was_met(bench):
+    rec = {"task": "stsb", "mode": "full", "target_speedup": 4.0, "seed": 42, "speedup": 4.3, "predicted_speedup": 4.0,
+           "masks_expected_speedup": 1.5, "teacher_score": 0.85, "score": 0.8, "retention": 0.94,
+           "int8": {"score": 0.79, "speedup": 7.5, "retention": 0.93}, "beats_every_student_at_speed": True,
+           "compared_against": [{"method": "distill", "model": "student", "score": 0.81, "speedup": 1.9,
+                                 "source": "distill-quick.json"}],
+           "hardware": {"cpu": "x", "cores": 2, "threads": 2}, "teacher": "minilm", "budget": "quick"}
+    far = {**rec, "target_speedup": 8.0, "speedup": 5.0, "beats_every_student_at_speed": False}
+    text = bench.table([rec, far])
+    assert "| stsb | full | 4× | 4.30× | 4.00× | 1.50× |" in text and "none at ≥ 4.30×" in text
+    assert "| 0.8100 at 1.90× (student) | — |" in text  # the layer-drop student nearest in speed; no AutoTinyBERT
+    assert "1 of 2 runs (stsb 4× → 4.30×; stsb 8× → 5.00×)" in text
+    assert "at 4×: at least as accurate as every student at least as fast on 1 of 1" in text
+    assert "at 8×: at least as accurate as every student at least as fast on 0 of 1" in text
