@@ -41,7 +41,8 @@ class PruneOptions(MethodOptions):
     mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
                                   "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
     mask_init: float = option(0.0, number(), "the masks' log α at the start of their phase (0: CoFi's drop rate "
-                              "0.5, every gate drawn at 0 with p 0.17; 4: the teacher nearly intact, p 0.004)")
+                              "0.5, every gate drawn at 0 with p 0.17; 4: the teacher nearly intact, every gate "
+                              "kept with p above 0.99)")
     latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
     latency_runs: int = option(10, _steps(), "timed runs per shape (a round: all shapes and the teacher interleaved)")
     latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "
