@@ -28,7 +28,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import (FOUR_X_SPEEDUP, RESULTS_DOC, add_seeded_run_arguments, four_x_point, mean_std, record_from_run,
+from common import (FOUR_X_SPEEDUP, RESULTS_DOC, add_seeded_run_arguments, four_x_point, mean_std, measured_on, record_from_run,
                     replace_block, seeds_by_task, upsert_record)
 
 NAME = "augment-4x"
@@ -190,8 +190,7 @@ def table(records: list[dict]) -> str:
                      f"{statistics.mean(r['speedup'] for r in rs):.2f}× | {four_x_cell(rs)} | {minutes:.1f} min |")
     if records:
         hw = records[0]["hardware"]
-        lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
-                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget.",
+        lines += ["", measured_on(hw) + f"; teacher {records[0]['teacher']}, {records[0]['budget']} budget.",
                   "", *best_lines(records)]
     return "\n".join(lines)
 

@@ -112,6 +112,12 @@ def run_point(method: str, task: str, out: Path, args, overrides: dict) -> dict:
     return record_from_run(out, method, args.budget)
 
 
+def measured_on(hardware: dict) -> str:
+    """The machine a results block was measured on, in the words every block opens its last lines with."""
+    return (f"Measured on {hardware.get('cpu')} ({hardware.get('cores')} cores, {hardware.get('threads')} threads), "
+            f"GPU: {hardware.get('gpu') or 'none'}")
+
+
 def teacher_and_student_names(run_dir: Path) -> dict:
     """Who taught whom, from the run's settings: the teacher as the run named it, and the student's origin (a
     pretrained encoder given with ``--student``, else the method built it from the teacher)."""

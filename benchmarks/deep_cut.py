@@ -23,7 +23,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import (RESULTS_DOC, add_seeded_run_arguments, mean_std, record_from_run, replace_block, seeds_by_task,
+from common import (RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, record_from_run, replace_block, seeds_by_task,
                     upsert_record)
 
 NAME = "deep-cut"
@@ -129,8 +129,7 @@ def table(records: list[dict]) -> str:
                      f"{statistics.mean(r['speedup'] for r in rs):.2f}× | {int8_cells} |")
     if records:
         hw = records[0]["hardware"]
-        lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
-                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget; "
+        lines += ["", measured_on(hw) + f"; teacher {records[0]['teacher']}, {records[0]['budget']} budget; "
                       "speed-ups at 1×128, teacher and student in one process.", "", *acceptance_lines(records)]
     return "\n".join(lines)
 

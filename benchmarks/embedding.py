@@ -26,7 +26,7 @@ import json
 import re
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, add_seeded_run_arguments, record_from_run, replace_block, upsert_record
+from common import RESULTS, RESULTS_DOC, add_seeded_run_arguments, measured_on, record_from_run, replace_block, upsert_record
 
 NAME = "embedding"
 TASK = "embedding"
@@ -174,8 +174,7 @@ def table(records: list[dict]) -> str:
                   f"R@1 {number(t.get('recall_at_1'), 3)}, R@10 {number(t.get('recall_at_10'), 3)}{limited}.",
               f"Transfer text: {texts}; {first['budget']} budget (passes over the text: {passes}), max_length "
               f"{first.get('max_length')}.",
-              f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), GPU: "
-              f"{hw.get('gpu') or 'none'}; throughput at 256×64, latency at 1×128, teacher and student in one process"
+              measured_on(hw) + f"; throughput at 256×64, latency at 1×128, teacher and student in one process"
               f"{disturbed}.", ""]
     for speedup, bar, label in BARS:
         best = best_at(records, speedup)

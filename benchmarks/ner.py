@@ -23,7 +23,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, mean_std, record_from_run, \
+from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, record_from_run, \
     replace_block, upsert_record
 
 NAME = "ner"
@@ -152,8 +152,7 @@ def table(records: list[dict]) -> str:
     lines += ["", f"Teacher ({first['teacher']}, fine-tuned at the {first['budget']} budget): entity F1 "
                   f"{first['teacher_score']:.4f} on dev, "
                   f"{first['teacher_test_score']:.4f} on test." if first.get("teacher_test_score") is not None else "",
-              f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), GPU: "
-              f"{hw.get('gpu') or 'none'}; speed-ups at 1×128, teacher and student in one process.", ""]
+              measured_on(hw) + "; speed-ups at 1×128, teacher and student in one process.", ""]
     for speedup, bar, label in BARS:
         best = best_at(records, speedup)
         if best is None:

@@ -31,7 +31,7 @@ import argparse
 import json
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, load_all_results, replace_block, run_point, upsert_record
+from common import RESULTS, RESULTS_DOC, load_all_results, measured_on, replace_block, run_point, upsert_record
 
 NAME = "prune"
 TASKS = ("stsb", "mrpc", "rte", "sst2")
@@ -229,8 +229,7 @@ def table(records: list[dict]) -> str:
                      f"{nearest(r, 'distill')} | {nearest(r, 'autotinybert')} |")
     if records:
         hw = records[0]["hardware"]
-        lines += ["", f"Measured on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads), "
-                      f"GPU: {hw.get('gpu') or 'none'}; teacher {records[0]['teacher']}, {records[0]['budget']} budget, "
+        lines += ["", measured_on(hw) + f"; teacher {records[0]['teacher']}, {records[0]['budget']} budget, "
                       "seed 42; speed-ups at 1×128, teacher, student and int8 export in one process. Predicted: the "
                       "latency model's speed-up of the shape kept; masks' phase ended: its expected shape's. The other "
                       "students' points come from their own records in benchmarks/results (their own teacher timing, "
