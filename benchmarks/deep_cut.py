@@ -23,7 +23,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import (RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, record_from_run, replace_block, seeds_by_task,
+from common import (RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, replace_block, run_point, seeds_by_task,
                     upsert_record)
 
 NAME = "deep-cut"
@@ -55,14 +55,9 @@ def seeds_of(task: str, args) -> list[int]:
 
 
 def overrides(layers: int, defaults: str, seed: int, args) -> dict:
-    from distillery.config import parse_value
-
     options = old_options(layers) if defaults == "old" else {"student_layers": layers}
     settings = {f"method_options.{k}": v for k, v in options.items()}
     settings["student.seed"] = seed  # every seed distils the same teacher (fine-tuned once, cached)
-    for item in args.set:
-        key, _, value = item.partition("=")
-        settings[key] = parse_value(value, key)
     return settings
 
 
@@ -70,7 +65,7 @@ def record(out: Path, task: str, layers: int, defaults: str, seed: int, args) ->
     from distillery.bench import hardware_fingerprint
     from distillery.run_record import STATIC_NAME, load_run, run_rows
 
-    base = record_from_run(out, "distill", args.budget)
+    base = run_point("distill", task, out, args, overrides(layers, defaults, seed, args))
     main = base["main_metric"]
     rows = {r["model"]: r for r in run_rows(load_run(out))}
     teacher = base["metrics"]["teacher"][main]
@@ -136,7 +131,6 @@ def table(records: list[dict]) -> str:
 
 def main(argv=None) -> None:
     from distillery.cli import setup_logging
-    from distillery.pipeline import build_run_config, compress
 
     args = parse_args(argv)
     setup_logging()
@@ -146,10 +140,6 @@ def main(argv=None) -> None:
             for layers in args.layers:
                 for defaults in args.defaults:
                     out = Path(args.runs_dir) / f"deep-cut-{task}-{layers}l-{defaults}-s{seed}-{args.budget}"
-                    if not (args.reuse and (out / "report.md").is_file()):
-                        compress(build_run_config(method="distill", task=task, budget=args.budget,
-                                                  teacher=args.teacher, data_dir=args.data_dir, out=str(out),
-                                                  overrides=overrides(layers, defaults, seed, args)), overwrite=True)
                     new = record(out, task, layers, defaults, seed, args)
                     key = lambda r: (r["task"], r["student_layers"], r["defaults"], r["seed"], r["budget"])  # noqa: E731
                     upsert_record(results, new, key)

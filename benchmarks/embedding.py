@@ -26,7 +26,7 @@ import json
 import re
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, add_seeded_run_arguments, measured_on, record_from_run, replace_block, upsert_record
+from common import RESULTS, RESULTS_DOC, add_seeded_run_arguments, measured_on, replace_block, run_point, upsert_record
 
 NAME = "embedding"
 TASK = "embedding"
@@ -59,13 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def overrides(point: str, seed: int, args) -> dict:
-    from distillery.config import parse_value
-
     settings = {f"method_options.{k}": v for k, v in POINTS[point][1].items()}
     settings.update({"student.seed": seed, "data.unlabeled_file": str(args.texts)})
-    for item in args.set:
-        key, _, value = item.partition("=")
-        settings[key] = parse_value(value, key)
     return settings
 
 
@@ -80,7 +75,7 @@ def record(out: Path, point: str, seed: int, args) -> dict:
     from distillery.run_record import load_run, run_rows
 
     method = POINTS[point][0]
-    base = record_from_run(out, method, args.budget)
+    base = run_point(method, TASK, out, args, overrides(point, seed, args))
     teacher = base["metrics"]["teacher"]
     rows = {r["model"]: r for r in run_rows(load_run(out))}
     pts = []
@@ -205,7 +200,6 @@ def table(records: list[dict]) -> str:
 
 def main(argv=None) -> None:
     from distillery.cli import setup_logging
-    from distillery.pipeline import build_run_config, compress
 
     args = parse_args(argv)
     setup_logging()
@@ -213,10 +207,6 @@ def main(argv=None) -> None:
     for seed in args.seeds:
         for point in args.points:
             out = Path(args.runs_dir) / f"embedding-{point}-s{seed}-{args.budget}"
-            if not (args.reuse and (out / "report.md").is_file()):
-                compress(build_run_config(method=POINTS[point][0], task=TASK, budget=args.budget, teacher=args.teacher,
-                                          data_dir=args.data_dir, out=str(out), overrides=overrides(point, seed, args)),
-                         overwrite=True)
             upsert_record(results, record(out, point, seed, args), lambda r: (r["point"], r["seed"], r["budget"]))
             if not args.no_docs:
                 replace_block(RESULTS_DOC, NAME, table(json.loads(results.read_text())))

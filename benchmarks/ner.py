@@ -23,8 +23,8 @@ import json
 import statistics
 from pathlib import Path
 
-from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, record_from_run, \
-    replace_block, upsert_record
+from common import FOUR_X_SPEEDUP, RESULTS, RESULTS_DOC, add_seeded_run_arguments, mean_std, measured_on, replace_block, \
+    run_point, upsert_record
 
 NAME = "ner"
 TASK = "conll2003"
@@ -54,13 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def overrides(point: str, seed: int, args) -> dict:
-    from distillery.config import parse_value
-
     settings = {f"method_options.{k}": v for k, v in POINTS[point][1].items()}
     settings["student.seed"] = seed
-    for item in args.set:
-        key, _, value = item.partition("=")
-        settings[key] = parse_value(value, key)
     return settings
 
 
@@ -82,7 +77,7 @@ def record(out: Path, point: str, seed: int, args) -> dict:
     from distillery.run_record import STATIC_NAME, load_run, run_rows
 
     method = POINTS[point][0]
-    base = record_from_run(out, method, args.budget)
+    base = run_point(method, TASK, out, args, overrides(point, seed, args))
     main = base["main_metric"]
     metrics = json.loads((out / "metrics.json").read_text())
     test = (metrics.get("other_splits") or {}).get("test") or {}
@@ -202,7 +197,6 @@ def rebench(results: Path, args) -> None:
 
 def main(argv=None) -> None:
     from distillery.cli import setup_logging
-    from distillery.pipeline import build_run_config, compress
 
     args = parse_args(argv)
     setup_logging()
@@ -212,10 +206,6 @@ def main(argv=None) -> None:
     for seed in args.seeds:
         for point in args.points:
             out = Path(args.runs_dir) / f"ner-{point}-s{seed}-{args.budget}"
-            if not (args.reuse and (out / "report.md").is_file()):
-                compress(build_run_config(method=POINTS[point][0], task=TASK, budget=args.budget, teacher=args.teacher,
-                                          data_dir=args.data_dir, out=str(out), overrides=overrides(point, seed, args)),
-                         overwrite=True)
             new = record(out, point, seed, args)
             upsert_record(results, new, lambda r: (r["point"], r["seed"], r["budget"]))
             if not args.no_docs:

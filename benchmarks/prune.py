@@ -31,7 +31,7 @@ import argparse
 import json
 from pathlib import Path
 
-from common import RESULTS, RESULTS_DOC, load_all_results, measured_on, replace_block, run_point, upsert_record
+from common import RESULTS, RESULTS_DOC, measured_on, replace_block, run_point, upsert_record
 
 NAME = "prune"
 TASKS = ("stsb", "mrpc", "rte", "sst2")
