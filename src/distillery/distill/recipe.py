@@ -152,10 +152,9 @@ class Chosen:
 
 def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None) -> Chosen:
     """Resolve the options left unset (temperature, hidden_weight, attention_weight, min_steps, lr_scale) by the
-    deep-cut rule, given
-    the teacher's logits on ``train`` and the optimizer steps the budget gives it; ``augment_reason``: why ``train``
-    holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the student then reads once (at
-    least the rule's steps)."""
+    deep-cut rule, given the teacher's logits on ``train`` and the optimizer steps the budget gives it;
+    ``augment_reason``: why ``train`` holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the
+    student then reads once (at least the rule's steps)."""
     one_pass = augment_reason is not None
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
