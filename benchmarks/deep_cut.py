@@ -35,9 +35,9 @@ TEACHER_LAYERS = 6  # the built-in teacher's
 
 def old_options(layers: int) -> dict:
     """The options as they were before issue 53, given explicitly: layers spread from the bottom (i·L/K), T = 2,
-    no hidden-state term, the budget's schedule."""
+    no hidden-state or attention term, the budget's schedule."""
     return {"student_layers": [i * TEACHER_LAYERS // layers for i in range(layers)], "temperature": 2.0,
-            "hidden_weight": 0.0, "min_steps": 0, "lr_scale": 1.0, "augment": 0}
+            "hidden_weight": 0.0, "attention_weight": 0.0, "min_steps": 0, "lr_scale": 1.0, "augment": 0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
