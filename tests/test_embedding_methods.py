@@ -114,3 +114,26 @@ def test_a_narrower_autotinybert_embedder_trains_through_the_one_shot_projection
     assert torch.isfinite(loss) and onto.linear.weight.grad is not None
     # the same width: the kind's own distillation loss, nothing beside the student
     assert further_training_loss(kind, teacher, bert(32), projection, 1.0, 1.0)[1] == []
+
+
+CMOW_TINY = {"method_options.matrix_dim": 4, "method_options.vector_dim": 16}
+
+
+def test_cmow_makes_an_embedder_that_sentence_transformers_loads_after_register_models(embedder, embedding_data,
+                                                                                       tmp_path):
+    """The CMOW embedder's sentence representation through its head onto the teacher's width, trained on the teacher's
+    vectors; its folder is sentence-transformers' transformer module reading the model's own ``sentence_embedding``
+    (no pooling) and normalisation, loaded in a fresh process after ``distillery.register_models()``."""
+    data_dir, texts = embedding_data
+    out = compress(tiny_config(embedder, data_dir, tmp_path / "run", task="embedding", method="cmow",
+                               **{"data.unlabeled_file": texts, **CMOW_TINY}))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
+    student, teacher = load_model(out / "student"), load_model(embedder)
+    assert student.config.model_type == "cmow-embedder" and student.config.output_dim == teacher.config.hidden_size
+    modules = json.loads((out / "student" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Normalize"]
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("1 − cos + MSE" in n for n in notes)
+    assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
+                                                       tmp_path, register_models=True)

@@ -39,8 +39,8 @@ import distillery.encoders as encoders
 # Modules whose import registers a student type (its config and heads) with the Auto classes. The method
 # packages themselves import nothing (the command line reads their options without torch).
 MODEL_MODULES = ("distillery.moebert.modeling_moebert", "distillery.cmow.modeling_cmow",
-                 "distillery.autotinybert.modeling_autotinybert", "distillery.prune.modeling_prune",
-                 "distillery.static.modeling_static")
+                 "distillery.cmow.modeling_embedder", "distillery.autotinybert.modeling_autotinybert",
+                 "distillery.prune.modeling_prune", "distillery.static.modeling_static")
 
 
 def register_models() -> None:

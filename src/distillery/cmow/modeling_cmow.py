@@ -410,16 +410,9 @@ class CMOWModel(CMOWPreTrainedModel):
         return out if wants_dict(return_dict, self.config) else out.to_tuple()
 
 
-class CMOWForSequenceClassification(CMOWPreTrainedModel):
-    def __init__(self, config: CMOWConfig):
-        super().__init__(config)
-        self.encoder = CMOWEncoder(config)
-        self.num_labels = config.num_labels
-        bins = config.score_bins
-        self.register_buffer("bin_values", bin_values(config), persistent=False)
-        self.head_dropout = nn.Dropout(config.dropout)  # on the aggregated representation (§2.1)
-        self.head = make_head(config, len(bins) if bins else config.num_labels)
-        self.post_init()
+class SentenceReader:
+    """A CMOW model with a sentence head (the classifier, the embedder): the head (``head``, after ``head_dropout``)
+    reads the encoder's (``encoder``) sentence representation."""
 
     def sentence_features(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
         """The head's input: h, or h_A ‖ |h_A − h_B| ‖ h_B for DiffCat (both from one joint encoding)."""
@@ -441,11 +434,27 @@ class CMOWForSequenceClassification(CMOWPreTrainedModel):
             a, b = both.chunk(2)
         return torch.cat([a, (a - b).abs(), b], dim=-1)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                labels: Tensor | None = None, return_dict: bool | None = None, **kwargs) -> CMOWSequenceClassifierOutput:
+    def head_outputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+        """The head's outputs on :meth:`sentence_features`, dropout first (on the aggregated representation, §2.1)."""
         h = self._cast_for_head(self.sentence_features(input_ids, attention_mask, token_type_ids))
         head = self.head.mlp if isinstance(self.head, BiLSTMHead) else self.head
-        out = head(self.head_dropout(h))
+        return head(self.head_dropout(h))
+
+
+class CMOWForSequenceClassification(SentenceReader, CMOWPreTrainedModel):
+    def __init__(self, config: CMOWConfig):
+        super().__init__(config)
+        self.encoder = CMOWEncoder(config)
+        self.num_labels = config.num_labels
+        bins = config.score_bins
+        self.register_buffer("bin_values", bin_values(config), persistent=False)
+        self.head_dropout = nn.Dropout(config.dropout)  # on the aggregated representation (§2.1)
+        self.head = make_head(config, len(bins) if bins else config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, return_dict: bool | None = None, **kwargs) -> CMOWSequenceClassifierOutput:
+        out = self.head_outputs(input_ids, attention_mask, token_type_ids)
         bin_logits = None
         if self.config.score_bins:  # (B, 1) expected score, in fp32 over the fp32 bins
             bin_logits, out = out, (out.float().softmax(-1) @ self.bin_values.float()).unsqueeze(-1).to(out.dtype)

@@ -3,12 +3,15 @@
 setup:  a CMOW classifier over the teacher's vocabulary (random init, or the encoder of a general-
         distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise. Token
         classification: a CMOW tagger (``CMOWForTokenClassification``), a tag head on each position's per-token
-        state (the bidirectional prefix/suffix products of the MLM pretraining), no attention.
+        state (the bidirectional prefix/suffix products of the MLM pretraining), no attention. Sentence embeddings:
+        a CMOW embedder (``CMOWForSentenceEmbedding``), its sentence head onto the teacher's vectors' width.
 train:  L = (1 − w)·CE(y) + w·CE(softmax(teacher / T), student) (w: kd_weight) with the one trainer; the teacher's
         logits are computed once and cached (a tagger's: one vector a word, compared with the student's first
         sub-words). Regression (STS-B) is trained as classification over
         score bins (``bin_width``, 0.2 as in the paper): the targets are two-hot distributions whose
         expected value is the gold (or the teacher's) score, and the model predicts the expected score.
+        An embedder: the embedding kind's distance to the teacher's cached vector of each text (its task term and
+        distillation term are that one distance, so kd_weight changes nothing).
         Early stopping on dev (``student.patience`` evaluations without a new best).
 
 Options (``RunConfig.method_options``): see CMOWOptions.
@@ -22,7 +25,8 @@ from typing import ClassVar
 from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (TAG_HEADS, CMOWConfig, CMOWForSequenceClassification,
-                                          CMOWForTokenClassification, checked_config, two_hot)
+                                          CMOWForTokenClassification, CMOWPreTrainedModel, checked_config, two_hot)
+from distillery.cmow.modeling_embedder import CMOWEmbedderConfig, CMOWForSentenceEmbedding
 from distillery.cmow.options import CMOWOptions
 from distillery.data.encode import model_inputs
 from distillery.data.loading import kind_for
@@ -30,15 +34,17 @@ from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind
 from distillery.method import Method
 from distillery.method_context import MethodContext
-from distillery.modeling import SEQUENCE_HEAD, TOKEN_HEAD, model_folder, read_config
+from distillery.modeling import BASE_HEAD, SEQUENCE_HEAD, TOKEN_HEAD, model_folder, read_config
 from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.weights import verify_weights
 
 logger = logging.getLogger("distillery")
 
 # the student for each head a task kind trains (distillery.kinds): a CMOW classifier reads the sentence, a tagger
-# each token; SQuAD's span head has none
-STUDENTS = {SEQUENCE_HEAD.name: CMOWForSequenceClassification, TOKEN_HEAD.name: CMOWForTokenClassification}
+# each token, an embedder (the bare encoder's job: a sentence vector) the sentence into the teacher's vector space;
+# SQuAD's span head has none
+STUDENTS = {SEQUENCE_HEAD.name: CMOWForSequenceClassification, TOKEN_HEAD.name: CMOWForTokenClassification,
+            BASE_HEAD.name: CMOWForSentenceEmbedding}
 
 
 def _model_dir(path):
@@ -73,21 +79,26 @@ def student_head(kind: TaskKind, head: str | None) -> str:
     return head
 
 
-def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClassification | CMOWForTokenClassification:
+def build_student(ctx: MethodContext, opts: CMOWOptions, train) -> CMOWPreTrainedModel:
+    """The student for the task's kind (:data:`STUDENTS`), trained next on ``train`` (the embedder's width is that
+    of the teacher's cached vectors there)."""
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
     kind = task.kind_object
-    pair_mode = opts.pair_mode or ("diffcat" if task.is_pair else "joint")
+    embedder = STUDENTS[kind.head.name] is CMOWForSentenceEmbedding
+    pair_mode = "joint" if embedder else opts.pair_mode or ("diffcat" if task.is_pair else "joint")  # one text
     bins = None
     if task.num_labels == 1:  # a score (no task has a single class), classified over bins
         bins = score_bins(ctx.task_data.train["labels"], float(opts.bin_width))
-    config = CMOWConfig(
+    common = dict(
         vocab_size=ctx.teacher.config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
         matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), pair_mode=pair_mode,
         head=student_head(kind, opts.head), dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
-        num_labels=1 if bins else ctx.teacher.config.num_labels, score_bins=bins,
-        pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id,
-        id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id),
-    )
+        pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id)
+    if embedder:
+        config = CMOWEmbedderConfig(**common, output_dim=len(train[0]["teacher_logits"]))
+    else:
+        config = CMOWConfig(**common, num_labels=1 if bins else ctx.teacher.config.num_labels, score_bins=bins,
+                            id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id))
     student = STUDENTS[kind.head.name](config)
     if opts.init is not None:
         from safetensors.torch import load_file
@@ -102,8 +113,9 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWForSequenceClass
         encoder = {k.split("encoder.", 1)[1]: v for k, v in state.items() if "encoder." in k}
         student.encoder.load_state_dict(encoder, strict=True)
         ctx.notes.append(f"Student encoder initialised from the general-distilled {opts.init}.")
-    reads = "a tag at each word's first sub-word from its per-token state" if kind.head is TOKEN_HEAD \
-        else f"{pair_mode} encoding"
+    reads = ("a tag at each word's first sub-word from its per-token state" if kind.head is TOKEN_HEAD
+             else f"each text into {config.output_dim} numbers, the teacher's sentence vectors' width" if embedder
+             else f"{pair_mode} encoding")
     ctx.notes.append(f"Student: {'bidirectional ' if config.bidirectional else ''}CMOW/CBOW {config.component} "
                      f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {reads}"
                      + (f", {len(bins)} score bins of {opts.bin_width}" if bins else "") + ".")
@@ -135,10 +147,6 @@ def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
 
 class CMOW(Method):
     name: ClassVar[str] = "cmow"
-    # an embedder: not yet. Its student reads a sentence into one vector, with no token states for sentence-transformers'
-    # transformer and mean-pooling modules to load, so its folder needs a module of its own (and the vector a
-    # projection onto the teacher's width); docs/embedding.md, "Not done yet"
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)
     # The student learns from the teacher's logits alone (computed once, before training) and its vocabulary:
     # any teacher that computes them will do, an ONNX or int8 export included (see distillery.teacher).
     teacher_outputs_only: ClassVar[bool] = True
@@ -147,8 +155,8 @@ class CMOW(Method):
         opts = self.options(config)
         kind = kind_for(config.data.task, config.data.regression)
         if kind.head.name not in STUDENTS:
-            raise DistilleryError(f"cmow has no {kind.head.name} student: it classifies sentences or tags words, and "
-                                  "has no span head for SQuAD.")
+            raise DistilleryError(f"cmow has no {kind.head.name} student: it classifies sentences, tags words or "
+                                  "embeds sentences, and has no span head for SQuAD.")
         head = student_head(kind, opts.head)  # a custom token file's kind is known once it is read: build_student
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
@@ -162,9 +170,13 @@ class CMOW(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts = self.options(ctx.config)
         ctx.teacher.eval()
-        student = build_student(ctx, opts)
-        kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-        ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or the "
-                         "teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
+        kind = ctx.task_data.task.kind_object
         train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
-        return ctx.train(student, cmow_loss(ctx.task_data.task.kind_object, kd_weight, t), desc="cmow", train_dataset=train)
+        student = build_student(ctx, opts, train)
+        kd_weight, t = float(opts.kd_weight), float(opts.temperature)
+        if isinstance(student, CMOWForSentenceEmbedding):  # the task term and the distillation term are one distance
+            ctx.notes.append(f"Loss: {kind.loss_words(kd_weight, t)}; the teacher's vectors computed once and cached.")
+        else:
+            ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or "
+                             "the teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
+        return ctx.train(student, cmow_loss(kind, kd_weight, t), desc="cmow", train_dataset=train)

@@ -41,6 +41,12 @@ from distillery.modeling import BASE_HEAD, SENTENCE_HEAD, SentenceEmbeddingOutpu
 # StaticEmbedding rather than a transformer with pooling
 STATIC_MODEL_TYPE = "static-embedder"
 
+# sentence-transformers' Transformer module reading a model's own sentence vector (its forward's
+# ``sentence_embedding``) instead of token embeddings to pool: what a student giving one is saved with
+# (:func:`gives_own_vector`; method cmow's embedder)
+OWN_VECTOR = {"modality_config": {"text": {"method": "forward", "method_output_name": SENTENCE_HEAD.outputs[0]}},
+              "module_output_name": SENTENCE_HEAD.outputs[0]}
+
 # The in-batch contrastive loss's temperature in the importance scores (Embedding.importance_loss): not the 0.05 that
 # sentence-transformers' MultipleNegativesRankingLoss trains with: scored on the teacher itself, each text's own
 # cosine is 1, and so sharp a softmax is saturated (texts far apart: the loss rounds to 0 in float32 and the scores
@@ -49,6 +55,12 @@ IMPORTANCE_TEMPERATURE = 1.0
 
 # The dev rows' roles (the ``role`` column of the raw dev split)
 STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
+
+
+def gives_own_vector(config: dict) -> bool:
+    """Whether a model (its config.json, read as JSON) gives its sentence vector itself (``sentence_embedding``,
+    an architecture named ``...ForSentenceEmbedding``: method cmow's embedder) rather than token states to pool."""
+    return any(str(a).endswith(SENTENCE_HEAD.suffix) for a in (config.get("architectures") or [])[:1])
 
 
 def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -60,11 +72,14 @@ def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
 
 
 def sentence_vectors(outputs, batch) -> Tensor:
-    """A batch's unit sentence vectors from an encoder's outputs (mean pooling over ``attention_mask``), or the
-    cached vectors of outputs that carry them (``logits``: the teacher's, read from the cache), (B, d) float32."""
-    cached = output_field(outputs, "logits")
-    if cached is not None:
-        return F.normalize(cached.float(), dim=-1)
+    """A batch's unit sentence vectors from an encoder's outputs (mean pooling over ``attention_mask``), or from
+    outputs that carry them: the cached vectors (``logits``: the teacher's, read from the cache), or an embedder's
+    own (``sentence_embedding``: a CMOW embedder's, an export's), (B, d) float32."""
+    given = output_field(outputs, "logits")
+    if given is None:
+        given = output_field(outputs, SENTENCE_HEAD.outputs[0])
+    if given is not None:
+        return F.normalize(given.float(), dim=-1)
     hidden = output_field(outputs, "last_hidden_state")
     if hidden is None:
         hidden = outputs[0]
@@ -141,8 +156,9 @@ class Embedding(SentenceKind):
 
     def check_teacher(self, name: str, folder: str) -> None:
         """Refuse a sentence-transformers model (``name``: "Teacher X", or a model being exported) whose pipeline is
-        not a transformer, mean pooling and (optionally) normalisation: its vectors would not be the ones the student
-        learns to give, or the export computes."""
+        not a transformer, mean pooling and (optionally) normalisation, or a model giving its own sentence vector
+        (:func:`gives_own_vector`) read by sentence-transformers' transformer module as that vector and normalised:
+        its vectors would not be the ones the student learns to give, or the export computes."""
         modules_file = Path(folder) / "modules.json"
         if not modules_file.is_file():
             return  # a plain encoder: mean pooling
@@ -152,9 +168,15 @@ class Embedding(SentenceKind):
             pooling = next((Path(folder) / m["path"] / "config.json" for m in modules
                             if m["type"].endswith("Pooling")), None)
             modes = json.loads(pooling.read_text()) if pooling is not None and pooling.is_file() else {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            first, config = (Path(folder) / modules[0]["path"] / f for f in ("sentence_bert_config.json", "config.json"))
+            reads = json.loads(first.read_text()).get("module_output_name") if first.is_file() else None
+            own = config.is_file() and gives_own_vector(json.loads(config.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise DistilleryError(f"{name}: {modules_file} is not a sentence-transformers modules list "
                                   f"({type(e).__name__}: {e}).") from None
+        if own and kinds[:1] == ["Transformer"] and set(kinds[1:]) <= {"Normalize"} \
+                and reads == OWN_VECTOR["module_output_name"]:
+            return
         # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
         mode = modes.get("pooling_mode")
         used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
@@ -271,17 +293,23 @@ class Embedding(SentenceKind):
     def write_files(self, folder: Path, max_length: int) -> None:
         """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, mean pooling,
         normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
-        sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``."""
-        if json.loads((Path(folder) / "config.json").read_text()).get("model_type") == STATIC_MODEL_TYPE:
+        sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``; a model
+        giving its own sentence vector (:func:`gives_own_vector`) as sentence-transformers' transformer module
+        reading that vector (:data:`OWN_VECTOR`: no pooling), then normalisation."""
+        config = json.loads((Path(folder) / "config.json").read_text())
+        if config.get("model_type") == STATIC_MODEL_TYPE:
             return write_static_files(Path(folder), max_length)
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.base.modules import Normalize, Transformer
         from sentence_transformers.sentence_transformer.modules import Pooling
 
-        encoder = Transformer(str(folder), max_seq_length=max_length)
-        model = SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
-                                    device="cpu")
-        model.save(str(folder), create_model_card=False)
+        if gives_own_vector(config):  # its forward's sentence_embedding, with nothing to pool
+            encoder = Transformer(str(folder), max_seq_length=max_length, **OWN_VECTOR)
+            modules = [encoder, Normalize()]
+        else:
+            encoder = Transformer(str(folder), max_seq_length=max_length)
+            modules = [encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()]
+        SentenceTransformer(modules=modules, device="cpu").save(str(folder), create_model_card=False)
 
 
 def write_static_files(folder: Path, max_length: int) -> None:
