@@ -116,17 +116,23 @@ def test_a_narrower_autotinybert_embedder_trains_through_the_one_shot_projection
     assert further_training_loss(kind, teacher, bert(32), projection, 1.0, 1.0)[1] == []
 
 
+
 CMOW_TINY = {"method_options.matrix_dim": 4, "method_options.vector_dim": 16}
 
 
-def test_cmow_makes_an_embedder_that_sentence_transformers_loads_after_register_models(embedder, embedding_data,
-                                                                                       tmp_path):
+@pytest.fixture(scope="module")
+def cmow_run(embedder, embedding_data, tmp_path_factory):
+    """A CMOW embedder of the tiny embedder, with its int8 (torch's, CMOW's backend) and ONNX exports."""
+    data_dir, texts = embedding_data
+    return compress(tiny_config(embedder, data_dir, tmp_path_factory.mktemp("cmow") / "run", task="embedding",
+                                method="cmow", int8=True, export=["onnx"], **{"data.unlabeled_file": texts, **CMOW_TINY}))
+
+
+def test_cmow_makes_an_embedder_that_sentence_transformers_loads_after_register_models(cmow_run, embedder, tmp_path):
     """The CMOW embedder's sentence representation through its head onto the teacher's width, trained on the teacher's
     vectors; its folder is sentence-transformers' transformer module reading the model's own ``sentence_embedding``
     (no pooling) and normalisation, loaded in a fresh process after ``distillery.register_models()``."""
-    data_dir, texts = embedding_data
-    out = compress(tiny_config(embedder, data_dir, tmp_path / "run", task="embedding", method="cmow",
-                               **{"data.unlabeled_file": texts, **CMOW_TINY}))
+    out = cmow_run
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
     student, teacher = load_model(out / "student"), load_model(embedder)
@@ -137,3 +143,36 @@ def test_cmow_makes_an_embedder_that_sentence_transformers_loads_after_register_
     assert any("1 − cos + MSE" in n for n in notes)
     assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
                                                        tmp_path, register_models=True)
+
+
+def test_the_cmow_embedder_exports_give_its_sentence_vector(cmow_run, tmp_path):
+    """ONNX and torch-int8 exports of the CMOW embedder give the unit sentence vector (``sentence_embedding``), the
+    ONNX graph within the parity tolerance of torch, each scored like the student. The graph pads the length to its
+    16-token blocks: a vector as wide as the padded length (32) is not cut back to the input's length as a per-token
+    output would be. The student folder exports without --task (its modules.json)."""
+    from distillery.export import export_model, read_manifest
+    from distillery.kinds.embedding import PooledEncoder
+    from distillery.modeling import load_tokenizer
+    from tests.helpers import dev_vectors
+
+    out = cmow_run
+    config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())
+    ours, _ = dev_vectors(out / "student", config)
+    for fmt in ("onnx", "torch-int8"):
+        folder = out / "exports" / f"student-{fmt}"
+        manifest = read_manifest(folder)
+        assert (manifest["head"], manifest["outputs"]) == ("sentence-embedding", ["sentence_embedding"])
+        assert f"student-{fmt}" in metrics["others"]
+        got, _ = dev_vectors(folder, config)
+        assert got.shape == ours.shape
+        tolerance = 1e-4 if fmt == "onnx" else 0.1  # int8: close, not equal
+        torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(ours), atol=tolerance, rtol=tolerance)
+    tokenizer = load_tokenizer(str(out / "student"))
+    batch = tokenizer(["a short one", "a somewhat longer text than the first one is, and longer still"], padding=True,
+                      truncation=True, max_length=24, return_tensors="pt")
+    assert 16 < batch["input_ids"].shape[1] < 32 == ours.shape[1]
+    with torch.inference_mode():
+        expected = PooledEncoder(load_model(out / "student"))(**batch).sentence_embedding
+        graph = load_model(out / "exports" / "student-onnx")(**batch).sentence_embedding
+    torch.testing.assert_close(graph, expected, atol=1e-4, rtol=1e-4)
+    assert read_manifest(export_model(out / "student", "torch-int8", tmp_path / "int8"))["head"] == "sentence-embedding"

@@ -67,10 +67,13 @@ class Head:
     outputs: tuple[str, ...]
     auto_class: Any
     output_class: Any
+    # its outputs hold one entry a token (QA's logits, a tagger's, hidden states), which an export padded to its
+    # block length gives back cut to the input's (runtime.OnnxModel); else one a text (a class, a sentence vector)
+    per_position: bool = True
 
 
 SEQUENCE_HEAD = Head("sequence-classification", "ForSequenceClassification", ("logits",),
-                     AutoModelForSequenceClassification, SequenceClassifierOutput)
+                     AutoModelForSequenceClassification, SequenceClassifierOutput, per_position=False)
 QUESTION_ANSWERING_HEAD = Head("question-answering", "ForQuestionAnswering", ("start_logits", "end_logits"),
                                AutoModelForQuestionAnswering, QuestionAnsweringModelOutput)
 TOKEN_HEAD = Head("token-classification", "ForTokenClassification", ("logits",), AutoModelForTokenClassification,
@@ -89,10 +92,11 @@ class SentenceEmbeddingOutput(ModelOutput):
 
 
 # A bare encoder with its pooling and normalisation (``distillery.kinds.embedding.PooledEncoder``): what an
-# embedder's exports compute. Named by export manifests only (no model class has the suffix), so it is no task
-# head of the registry.
+# embedder's exports compute. Named by export manifests (and by the suffix of a model giving its sentence vector
+# itself, method cmow's embedder, which loads through AutoModel as a bare encoder does: head_of gives BASE_HEAD),
+# so it is no task head of the registry.
 SENTENCE_HEAD = Head("sentence-embedding", "ForSentenceEmbedding", ("sentence_embedding",), AutoModel,
-                     SentenceEmbeddingOutput)
+                     SentenceEmbeddingOutput, per_position=False)
 
 
 def head_of_class(name: str) -> Head | None:

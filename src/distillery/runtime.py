@@ -182,10 +182,10 @@ class OnnxModel(nn.Module):
             feeds = {n: np.pad(v, ((0, 0), (0, extra)), constant_values=pad_id if n == "input_ids" else 0)
                      for n, v in feeds.items()}
         outputs = self._get_session().run(list(self.output_names), feeds)
-        if extra:  # per-position outputs (start/end logits, hidden states) back to the input's length
+        head = head_named(self.head)
+        if extra and head.per_position:  # per-token outputs (start/end logits, hidden states) cut to the input's length
             outputs = [o[:, :length] if o.ndim >= 2 and o.shape[1] == length + extra else o for o in outputs]
-        output_class = head_named(self.head).output_class
-        return output_class(**{n: torch.from_numpy(o) for n, o in zip(self.output_names, outputs)})
+        return head.output_class(**{n: torch.from_numpy(o) for n, o in zip(self.output_names, outputs)})
 
     def extra_repr(self) -> str:
         return f"format={self.manifest.get('format')}, inputs={self.input_names}, outputs={self.output_names}"
