@@ -6,7 +6,7 @@ same. The two test files come from the installed transformers' source distributi
 never copied here. The testers follow transformers' ``BertModelTester`` (batch 13, length 7) with the
 tiny sizes of tests/test_students.py, and cover each head distillery saves: the base model, sequence
 classification (classification and regression: CMOW's regression student bins its scores, a config of
-its own) and question answering.
+its own), question answering and CMOW's sentence embedder.
 
 A test that cannot apply to a student type is declared the way transformers' own testers declare it,
 by overriding it with ``self.skipTest(reason)``.
@@ -64,6 +64,7 @@ from distillery.cmow.modeling_cmow import (  # noqa: E402
     CMOWForTokenClassification,
     CMOWModel,
 )
+from distillery.cmow.modeling_embedder import CMOWEmbedderConfig, CMOWForSentenceEmbedding  # noqa: E402
 from distillery.moebert.modeling_moebert import (  # noqa: E402
     MoEBertConfig,
     MoEBertForQuestionAnswering,
@@ -118,14 +119,21 @@ def cmow_config(**kw):
                          "lstm_hidden": 8, "sep_token_id": 3, "init_std": 0.1, "num_labels": 3, **kw})
 
 
+def cmow_embedder_config(**kw):
+    return CMOWEmbedderConfig(**{"vocab_size": TINY["vocab_size"], "matrix_dim": 4, "vector_dim": 16, "head_hidden": 8,
+                                 "lstm_hidden": 8, "sep_token_id": 3, "init_std": 0.1, "output_dim": 12, **kw})
+
+
 def cmow_regression_config(**kw):
     return cmow_config(**{"num_labels": 1, "score_bins": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], **kw})
 
 
-# (class name suffix, the table of model type -> class name of that head)
+# (class name suffix, the table of model type -> class name of that head; the CMOW embedder is AutoModel's class of
+# its model type, with no labels to train on, as a base model)
 HEAD_TABLES = (("Model", MODEL_MAPPING_NAMES), ("ForSequenceClassification", MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
                ("ForQuestionAnswering", MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES),
-               ("ForTokenClassification", MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES))
+               ("ForTokenClassification", MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES),
+               ("ForSentenceEmbedding", MODEL_MAPPING_NAMES))
 
 
 def not_applicable(reason):
@@ -240,3 +248,11 @@ class CMOWTaggerConformanceTest(CMOWConformanceTest):
     make_config = staticmethod(lambda **kw: cmow_config(**{"head": "linear", **kw}))
     # its per-token states are on the way to the tags: transformers' own test of their gradients applies
     test_retain_grad_hidden_states_attentions = ModelTesterMixin.test_retain_grad_hidden_states_attentions
+
+
+class CMOWEmbedderConformanceTest(CMOWConformanceTest):
+    """The sentence embedder (--task embedding): the sentence head onto ``output_dim``, giving ``sentence_embedding``
+    (AutoModel's class of its model type, as a base model is)."""
+
+    all_model_classes = (CMOWForSentenceEmbedding,)
+    make_config = staticmethod(cmow_embedder_config)
