@@ -34,7 +34,8 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
 # and an embedder (issue 55: the teacher a plain encoder, mean-pooled) learning from unlabeled texts
 CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1}),
                                                         ("distill", "embedding", {}), ("static", "embedding", {}),
-                                                        ("moebert", "embedding", {}), ("autotinybert", "embedding", {})]
+                                                        ("moebert", "embedding", {}), ("autotinybert", "embedding", {}),
+                                                        ("cmow", "embedding", {})]
 
 
 def student(run) -> dict:
