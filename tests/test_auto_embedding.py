@@ -1,5 +1,5 @@
 """``compress --method auto --task embedding`` (issue 55): the methods planned are those that handle the embedding
-kind (cmow's ``unhandled_kinds`` holds it; static's holds every other kind), static only for a target beyond what a
+kind (prune's ``unhandled_kinds`` holds it; static's holds every other kind), static only for a target beyond what a
 transformer student reaches; candidates are scored by STS-B Spearman and chosen as for every kind."""
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ def _minilm_like():
 def test_auto_plans_the_methods_that_handle_embeddings_and_static_only_beyond_a_transformers_reach(monkeypatch, tmp_path):
     monkeypatch.setattr("distillery.distill.auto._available", lambda name: False)  # no packaged encoder timed here
     options = route_options({}, "embedding")
-    assert set(options) == {"distill", "moebert", "autotinybert", "static"}  # not cmow or prune (unhandled_kinds)
+    assert set(options) == {"distill", "moebert", "autotinybert", "cmow", "static"}  # not prune (unhandled_kinds)
     assert "static" not in route_options({}, "classification")  # a head on static vectors is the baseline's
+    assert route_options({"matrix_dim": 4}, "embedding")["cmow"] == {"matrix_dim": 4}  # the CMOW embedder's
     with pytest.raises(DistilleryError, match="No method that auto tries has the option"):
-        route_options({"matrix_dim": 4}, "embedding")  # cmow's: no method auto tries on embeddings has it
+        route_options({"mask_steps": 4}, "embedding")  # prune's: no method auto tries on embeddings has it
     # 4× on six layers with an int8 export 2.2× as fast: one layer's int8 export reaches 13.2×, so no static table
     candidates, skipped = plan(_minilm_like(), 4.0, 128, options, int8_gain=2.2)
-    assert "static" not in {c.method for c in candidates}
+    assert "static" not in {c.method for c in candidates} and "cmow" in {c.method for c in candidates}
     assert "a transformer student can reach" in next(s["reason"] for s in skipped if s["name"] == "static")
     # 20× is beyond it: the static table is planned, without an export, beside the transformer students
     candidates, _ = plan(_minilm_like(), 20.0, 128, options, int8_gain=2.2)
@@ -61,7 +62,7 @@ def test_auto_chooses_an_embedder_by_sts_spearman(tmp_path, monkeypatch, capsys)
            "--method", "auto", "--speedup", "3", "--time-budget", "30m")
     summary = json.loads((out / "auto.json").read_text())
     planned = {c["method"] for c in summary["candidates"]}
-    assert "cmow" not in planned and {"distill", "static"} <= planned, summary["candidates"]
+    assert {"distill", "cmow", "static"} <= planned, summary["candidates"]
     static = next(c for c in summary["candidates"] if c["method"] == "static")
     assert static["points"] and all("int8" not in p["model"] for p in static["points"])
     assert "sts_spearman" in (out / "report.md").read_text()
