@@ -176,3 +176,23 @@ def test_the_cmow_embedder_exports_give_its_sentence_vector(cmow_run, tmp_path):
         graph = load_model(out / "exports" / "student-onnx")(**batch).sentence_embedding
     torch.testing.assert_close(graph, expected, atol=1e-4, rtol=1e-4)
     assert read_manifest(export_model(out / "student", "torch-int8", tmp_path / "int8"))["head"] == "sentence-embedding"
+
+
+def test_a_model_giving_its_own_vector_is_an_embedder_only_as_the_transformer_module_reading_it(tmp_path):
+    """A model whose forward gives its sentence vector (``...ForSentenceEmbedding``) is an embedder (a teacher, a
+    model exported without --task) as sentence-transformers' transformer module reading that output, then
+    normalisation; read as token embeddings, or pooled, it is refused in a sentence."""
+    from distillery.errors import DistilleryError
+
+    kind = kind_of("embedding")
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["CMOWForSentenceEmbedding"]}))
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Normalize",
+                "type": "sentence_transformers.base.modules.normalize.Normalize"}]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    reads = tmp_path / "sentence_bert_config.json"
+    reads.write_text(json.dumps({"module_output_name": "sentence_embedding"}))
+    kind.check_teacher("The model", str(tmp_path))
+    reads.write_text(json.dumps({"module_output_name": "token_embeddings"}))
+    with pytest.raises(DistilleryError, match="mean pooling"):
+        kind.check_teacher("The model", str(tmp_path))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
+import torch
 from transformers import PreTrainedModel
 
 from distillery.cmow.modeling_cmow import (TAG_HEADS, CMOWConfig, CMOWForSequenceClassification,
@@ -79,9 +80,9 @@ def student_head(kind: TaskKind, head: str | None) -> str:
     return head
 
 
-def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWPreTrainedModel:
-    """The student for the task's kind (:data:`STUDENTS`); an embedder gives vectors of the teacher's width (its
-    last hidden states' mean: the embedding kind's teacher)."""
+def build_student(ctx: MethodContext, opts: CMOWOptions, train) -> CMOWPreTrainedModel:
+    """The student for the task's kind (:data:`STUDENTS`), trained next on ``train``; an embedder gives vectors of the
+    width of the teacher's there (cached: the teacher's config need not say it, a CMOW embedder's has no hidden size)."""
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
     kind = task.kind_object
     embedder = STUDENTS[kind.head.name] is CMOWForSentenceEmbedding
@@ -95,7 +96,7 @@ def build_student(ctx: MethodContext, opts: CMOWOptions) -> CMOWPreTrainedModel:
         head=student_head(kind, opts.head), dropout=float(opts.dropout), head_dropout=float(opts.head_dropout),
         pad_token_id=tokenizer.pad_token_id, sep_token_id=tokenizer.sep_token_id)
     if embedder:
-        config = CMOWEmbedderConfig(**common, output_dim=ctx.teacher.config.hidden_size)
+        config = CMOWEmbedderConfig(**common, output_dim=len(train[0]["teacher_logits"]))
     else:
         config = CMOWConfig(**common, num_labels=1 if bins else ctx.teacher.config.num_labels, score_bins=bins,
                             id2label=dict(ctx.teacher.config.id2label), label2id=dict(ctx.teacher.config.label2id))
@@ -171,13 +172,15 @@ class CMOW(Method):
         opts = self.options(ctx.config)
         ctx.teacher.eval()
         kind = ctx.task_data.task.kind_object
-        # built first: its initialisation draws from the run's seed, whether the teacher's outputs are cached or not
-        student = build_student(ctx, opts)
+        # the student's initialisation draws from the run's seed as it was, whatever preparing the text drew (the
+        # teacher runs only where its outputs are not cached yet); the trainer seeds its own draws
+        with torch.random.fork_rng(devices=[]):
+            train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
+        student = build_student(ctx, opts, train)
         kd_weight, t = float(opts.kd_weight), float(opts.temperature)
         if isinstance(student, CMOWForSentenceEmbedding):  # the task term and the distillation term are one distance
             ctx.notes.append(f"Loss: {kind.loss_words(kd_weight, t)}; the teacher's vectors computed once and cached.")
         else:
             ctx.notes.append(f"Loss: {1 - kd_weight}·CE(label) + {kd_weight}·soft CE(teacher, T = {t}) (label: gold, or "
                              "the teacher's on augmented and unlabeled rows); teacher outputs computed once and cached.")
-        train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
         return ctx.train(student, cmow_loss(kind, kd_weight, t), desc="cmow", train_dataset=train)
