@@ -182,11 +182,10 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     no_text.write_text("sentence\nhello there\n")
     refused("has no column 'text'", "--teacher", embedder, "--unlabeled-file", str(no_text))
     refused(" ", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
-    refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "cmow")
     refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "prune")
-    # auto plans only the methods that handle embeddings: cmow's option goes to none of them
-    refused("No method that auto tries has the option(s) matrix_dim", "--teacher", embedder, "--unlabeled-file", texts,
-            "--method", "auto", "--speedup", "2", "--option", "matrix_dim=4")
+    # auto plans only the methods that handle embeddings: prune's option goes to none of them
+    refused("No method that auto tries has the option(s) mask_steps", "--teacher", embedder, "--unlabeled-file", texts,
+            "--method", "auto", "--speedup", "2", "--option", "mask_steps=4")
     # an STS-B dev file without its score column
     bad = tmp_path / "bad-data"
     write_squad(write_glue(bad, n_train=4, n_dev=4))
