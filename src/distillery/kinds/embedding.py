@@ -60,7 +60,7 @@ STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
 def gives_own_vector(config: dict) -> bool:
     """Whether a model (its config.json, read as JSON) gives its sentence vector itself (``sentence_embedding``,
     an architecture named ``...ForSentenceEmbedding``: method cmow's embedder) rather than token states to pool."""
-    return any(str(a).endswith(SENTENCE_HEAD.suffix) for a in (config.get("architectures") or [])[:1])
+    return str((config.get("architectures") or [""])[0]).endswith(SENTENCE_HEAD.suffix)
 
 
 def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
