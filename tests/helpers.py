@@ -583,11 +583,28 @@ def dev_vectors(folder, config):
     return predict(load_model(folder), data), list(data.dev_examples["text"])
 
 
+def card_snippet(folder) -> str | None:
+    """The Python of the usage snippet of ``folder``'s model card (README.md), loading ``folder`` itself (its
+    placeholder repository replaced by the folder's path); None where the folder has no card."""
+    import re
+    from pathlib import Path
+
+    from distillery.card import PLACEHOLDER_REPO
+
+    card = Path(folder) / "README.md"
+    if not card.is_file():
+        return None
+    snippet = re.search(r"```python\n(.*?)```", card.read_text(), re.DOTALL).group(1)
+    assert repr(PLACEHOLDER_REPO) in snippet, snippet
+    return snippet.replace(repr(PLACEHOLDER_REPO), repr(str(folder)))
+
+
 def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, tmp_path, first_module=None,
                                                        register_models=False):
     """``SentenceTransformer(folder)`` in a fresh process with no distillery import (``register_models``: after
     ``distillery.register_models()`` only, a distillery student type) gives the dev vectors distillery scores (and,
-    given, loads ``first_module`` first), and the recorded STS-B Spearman is that of those vectors."""
+    given, loads ``first_module`` first), and the recorded STS-B Spearman is that of those vectors. Where the
+    folder has a model card, the model is loaded by the card's own usage snippet, run as it is written."""
     import subprocess
 
     import numpy as np
@@ -601,10 +618,15 @@ def assert_sentence_transformers_gives_what_was_scored(folder, config, metrics, 
     ours, texts = dev_vectors(folder, config)
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     check = f"assert type(model[0]).__name__ == {first_module!r}, type(model[0])\n" if first_module else ""
-    script = ("import json, sys, numpy as np\n"
-              + ("import distillery\ndistillery.register_models()\n" if register_models else "") +
-              "from sentence_transformers import SentenceTransformer\n"
-              f"model = SentenceTransformer({str(folder)!r}, device='cpu')\n" + check +
+    load = card_snippet(folder)
+    if load is None:
+        load = (("import distillery\ndistillery.register_models()\n" if register_models else "") +
+                "from sentence_transformers import SentenceTransformer\n"
+                f"model = SentenceTransformer({str(folder)!r}, device='cpu')\n")
+    else:  # the card's snippet registers distillery's model types exactly where the student needs them
+        assert ("distillery.register_models()" in load) == register_models, load
+        assert "SentenceTransformer(" in load and "model.encode(" in load, load
+    script = ("import json, sys, numpy as np\n" + load + check +
               f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
               f"np.save({str(tmp_path / 'st.npy')!r}, model.encode(texts, batch_size=7))\n"
               + ("" if register_models else "assert 'distillery' not in sys.modules\n"))

@@ -341,3 +341,45 @@ def test_the_usage_snippet_passes_a_sentence_pair_where_the_task_reads_pairs():
     single = "\n".join(_usage_section(config, None))
     assert 'tokenizer("The cat sat on the mat.", "A cat was sitting on the mat."' in pair
     assert 'tokenizer("a sentence to classify"' in single
+
+
+def test_an_embedders_card_loads_it_with_sentence_transformers():
+    """An embedding run's card shows ``SentenceTransformer(...).encode``, the embedding kind's own snippet
+    (``TaskKind.usage_code``): after ``distillery.register_models()`` for a transformer of distillery's own type
+    only, never for a plain transformers student or the static student (sentence-transformers' StaticEmbedding);
+    its front matter names sentence-transformers. Other kinds keep transformers' Auto class of their head.
+    (The snippets run in a fresh process in the embedding methods' tests: helpers.card_snippet.)"""
+    from transformers import BertConfig
+
+    from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig
+    from distillery.card import _usage_section, card_data
+    from distillery.cmow.modeling_embedder import CMOWEmbedderConfig
+    from distillery.kinds import kind_of
+    from distillery.moebert.modeling_moebert import MoEBertConfig
+    from distillery.run_record import Bench, Metrics, Run
+    from distillery.static.modeling_static import StaticEmbedderConfig
+
+    embedding = kind_of("embedding")
+
+    def snippet(config, kind=embedding):
+        return "\n".join(_usage_section(config, "me/model", kind=kind))
+
+    plain = snippet(BertConfig(architectures=["BertModel"]))
+    assert "model = SentenceTransformer('me/model')" in plain and "model.encode([" in plain
+    assert "import distillery" not in plain and "AutoModel" not in plain
+    for config in (MoEBertConfig(), AutoTinyBertConfig(), CMOWEmbedderConfig(vocab_size=99)):
+        own = snippet(config)
+        assert own.index("import distillery") < own.index("distillery.register_models()") < own.index(
+            "SentenceTransformer('me/model')"), own
+    static = snippet(StaticEmbedderConfig())
+    assert "SentenceTransformer('me/model')" in static and "StaticEmbedding" in static
+    assert "register_models" not in static and "import distillery" not in static
+    classifier = snippet(BertConfig(num_labels=2, architectures=["BertForSequenceClassification"]),
+                         kind_of("classification"))
+    assert "AutoModelForSequenceClassification.from_pretrained(model_id)" in classifier
+    assert "SentenceTransformer" not in classifier
+
+    run = Run(dir=Path("run"), config={"data": {"task": "embedding"}, "method": "distill"},
+              metrics=Metrics(task="embedding"), bench=Bench())
+    data = card_data(run, BertConfig(architectures=["BertModel"]))
+    assert (data.library_name, data.pipeline_tag) == ("sentence-transformers", "sentence-similarity")

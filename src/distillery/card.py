@@ -136,7 +136,9 @@ def card_data(run: Run, student_config, repo_id: str | None = None, model: str =
 
     config, metrics = run.config, run.metrics
     task, method = run.task(), str(setting(config, "method", "distillation"))
-    pipeline_tag = pipeline_tag_of(student_config)
+    kind = run_kind(run)
+    # a bare encoder's head names no kind: the run's kind does (an embedder's sentence-similarity)
+    pipeline_tag = pipeline_tag_of(student_config) or (kind.pipeline_tag if kind is not None else None)
     dataset = _dataset(task, metrics, config)
     main = metrics.main()
     scores = metrics.scores().get(model, {})
@@ -154,7 +156,7 @@ def card_data(run: Run, student_config, repo_id: str | None = None, model: str =
     # base_model is the model these weights started from: a pretrained student's own origin (base_model names a
     # packaged encoder by its Hub id), else the teacher
     return ModelCardData(base_model=base_model(student or teacher_name(config)),
-                         library_name="transformers",
+                         library_name=kind.library_name if kind is not None else "transformers",
                          license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-{model}"), eval_results=results or None)
@@ -194,20 +196,32 @@ def _made_section(run: Run) -> list[str]:
     return lines + [""]
 
 
-def is_pair_task(run: Run) -> bool:
-    """Whether the run's task reads sentence pairs (MRPC, STS-B, ...; custom data with a text-pair column)."""
+def _task_spec(run: Run):
+    """The registered task of the run (its ``TaskSpec``); None for a custom task or a name this version does not know."""
     from distillery.data.tasks import TASKS
 
-    task = run.task()
-    if task == "custom":
+    return TASKS.get(str(run.task()))
+
+
+def run_kind(run: Run):
+    """The task kind of the run's task (``distillery.kinds``); None for a custom task, whose student's head says
+    enough (its kind is read from its files)."""
+    spec = _task_spec(run)
+    return spec.kind_object if spec is not None else None
+
+
+def is_pair_task(run: Run) -> bool:
+    """Whether the run's task reads sentence pairs (MRPC, STS-B, ...; custom data with a text-pair column)."""
+    if run.task() == "custom":
         return bool(setting(run.config, "data.text_pair_column"))
-    spec = TASKS.get(str(task))
+    spec = _task_spec(run)
     return bool(spec is not None and spec.is_pair)
 
 
-def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> list[str]:
-    """A snippet that loads the student as it really loads: transformers' Auto class of its head, after
-    ``distillery.register_models()`` for a student type of distillery's own (moebert, cmow, autotinybert),
+def _usage_section(student_config, repo_id: str | None, pair: bool = False, kind=None) -> list[str]:
+    """A snippet that loads the student as it really loads: the run's task ``kind``'s own where it has one
+    (``TaskKind.usage_code``: an embedder's, by sentence-transformers), else transformers' Auto class of its head,
+    after ``distillery.register_models()`` for a student type of distillery's own (moebert, cmow, autotinybert),
     which transformers does not know; a sentence pair in, where the task reads pairs (``pair``)."""
     from distillery.encoders import is_distillery_student
     from distillery.modeling import head_of
@@ -216,14 +230,18 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> l
     auto = head.auto_class.__name__
     custom = is_distillery_student(student_config)
     model_type = str(getattr(student_config, "model_type", "?"))
+    model_id = repo_id or PLACEHOLDER_REPO
+    own = kind.usage_code(model_id, student_config, custom) if kind is not None else None
     code = ["```python"]
+    if own is not None:
+        return ["## How to use it", "", *code, *own, "```", "", *_load_student_line()]
     if custom:
         code += [f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
                  "import distillery"]
     code += [f"from transformers import {auto}, AutoTokenizer", ""]
     if custom:
         code += ["distillery.register_models()  # registers moebert, cmow and autotinybert with the Auto classes"]
-    code += [f"model_id = {(repo_id or PLACEHOLDER_REPO)!r}  # or the path of this folder",
+    code += [f"model_id = {model_id!r}  # or the path of this folder",
              "tokenizer = AutoTokenizer.from_pretrained(model_id)",
              f"model = {auto}.from_pretrained(model_id).eval()"]
     if head.name == "question-answering":
@@ -242,9 +260,12 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False) -> l
         code += [f'logits = model(**tokenizer({text}, return_tensors="pt")).logits',
                  f"# {what}"]
     code += ["```"]
-    return (["## How to use it", ""] + code
-            + ["", ("A local copy of this folder also loads with `distillery.load_student(folder)`, which first "
-                    "checks the weights against the SHA-256 record in `distillery_weights.json`."), ""])
+    return ["## How to use it", "", *code, "", *_load_student_line()]
+
+
+def _load_student_line() -> list[str]:
+    return [("A local copy of this folder also loads with `distillery.load_student(folder)`, which first "
+             "checks the weights against the SHA-256 record in `distillery_weights.json`."), ""]
 
 
 def card_text(run: Run, student_config, repo_id: str | None = None) -> str:
@@ -269,7 +290,7 @@ def card_text(run: Run, student_config, repo_id: str | None = None) -> str:
     main = metrics.main()
     lines += _speed_section(run, run_rows(run), main)
     lines += _made_section(run)
-    lines += _usage_section(student_config, repo_id, is_pair_task(run))
+    lines += _usage_section(student_config, repo_id, is_pair_task(run), run_kind(run))
     return "\n".join(lines).rstrip() + "\n"
 
 

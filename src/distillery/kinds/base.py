@@ -52,6 +52,7 @@ class TaskKind:
     name: ClassVar[str]
     head: ClassVar[Head]  # the model head it is trained with: its Auto class, output fields (ONNX outputs too)
     pipeline_tag: ClassVar[str]  # the Hub's name of what the model does (the model card's pipeline_tag)
+    library_name: ClassVar[str] = "transformers"  # the library its student loads with (the model card's library_name)
     metrics: ClassVar[tuple[str, ...]]  # every metric a task of this kind may be scored with (distillery.metrics)
     main_metrics: ClassVar[tuple[str, ...]]  # those every dev set gives, which a main metric must be one of
     label_dtype: ClassVar[str | None] = None  # the raw label column's type (datasets' name); None: no label column
@@ -135,6 +136,13 @@ class TaskKind:
     def check_teacher(self, name: str, folder: str) -> None:
         """Refuse a teacher (``name``, resolved to ``folder``) whose own files say it computes something else than
         the kind distils (an embedder's pooling)."""
+
+    def usage_code(self, model_id: str, student_config, own_type: bool) -> list[str] | None:
+        """The model card's Python lines loading a student of this kind (``student_config``) from ``model_id`` and
+        running it, where it loads otherwise than by transformers' Auto class of its head (an embedder, by
+        sentence-transformers); ``own_type``: its model type is distillery's, known after
+        ``distillery.register_models()``. None: the card's own snippet of the head's Auto class."""
+        return None
 
     def write_files(self, folder, max_length: int) -> None:
         """Add the kind's files to a model saved in ``folder`` (an embedder's sentence-transformers modules)."""

@@ -122,6 +122,7 @@ class Embedding(SentenceKind):
     name = "embedding"
     head = BASE_HEAD  # the bare encoder: its last hidden states, pooled
     pipeline_tag = "sentence-similarity"
+    library_name = "sentence-transformers"  # its folder is a sentence-transformers model (write_files)
     metrics = EMBEDDING_METRICS
     main_metrics = ("sts_spearman", "sts_pearson")  # STS-B dev is always read; SQuAD's retrieval too, so far
     label_dtype = "float32"  # a placeholder: a text's target is the teacher's vector (teacher_logits)
@@ -289,6 +290,25 @@ class Embedding(SentenceKind):
                                       "role": datasets.Value("int64"), "target": datasets.Value("int64")})
         return datasets.Dataset.from_dict({"text": texts, "label": label, "role": role, "target": target},
                                           features=features)
+
+    def usage_code(self, model_id, student_config, own_type):
+        """``SentenceTransformer(model_id).encode(...)``, as the folder loads (:meth:`write_files`): after
+        ``distillery.register_models()`` where its transformer is of a distillery model type (moebert, autotinybert, a
+        CMOW embedder), which sentence-transformers' ``Transformer`` module loads through transformers' Auto classes;
+        not for a static embedder, read by sentence-transformers' ``StaticEmbedding`` from its own files."""
+        model_type = str(getattr(student_config, "model_type", "?"))
+        static = model_type == STATIC_MODEL_TYPE
+        registers = own_type and not static
+        code = ([f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
+                 "import distillery"] if registers else [])
+        code += ["from sentence_transformers import SentenceTransformer", ""]
+        if registers:
+            code += ["distillery.register_models()  # registers moebert, cmow and autotinybert with the Auto classes"]
+        code += [f"model = SentenceTransformer({model_id!r})  # or the path of this folder"]
+        if static:
+            code += ["# its first module is sentence-transformers' StaticEmbedding: one vector a token, averaged"]
+        return code + ['embeddings = model.encode(["A man is playing a guitar.", "Someone plays an instrument."])',
+                       "# one unit vector a text; model.similarity(embeddings, embeddings) gives their cosines"]
 
     def write_files(self, folder: Path, max_length: int) -> None:
         """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, mean pooling,
