@@ -238,7 +238,17 @@ def test_cmow_bad_options_fail_before_training(tiny_bert, glue_dir, tmp_path):
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(DistilleryError, match="vocabulary of 50 tokens"):
         compress(cmow_config(tiny_bert, glue_dir, tmp_path / "c", **{"method_options.init": str(tmp_path / "other")}))
-    assert not any((tmp_path / n).exists() for n in "abc")
+    # DiffCat encodes a pair's sentences apart: a task of one sentence has none (an embedder's, a tagger's: test_embedding)
+    with pytest.raises(DistilleryError, match="pair_mode=diffcat encodes the two sentences of a pair apart, and task "
+                                              "sst2 reads one sentence: leave pair_mode unset"):
+        compress(cmow_config(tiny_bert, glue_dir, tmp_path / "d", **{"method_options.pair_mode": "diffcat"}))
+    assert not any((tmp_path / n).exists() for n in "abcd")
+    from distillery.cmow.recipe import student_pair_mode
+    from distillery.kinds import kind_of
+
+    with pytest.raises(DistilleryError, match="and a cmow tagger reads one sentence"):
+        student_pair_mode(kind_of("token_classification"), False, "diffcat", "conll2003")
+    assert [student_pair_mode(kind_of("classification"), pair, None, "t") for pair in (True, False)] == ["diffcat", "joint"]
 
 
 def test_early_stopping_stops_after_patience_evaluations():

@@ -183,6 +183,9 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     refused("has no column 'text'", "--teacher", embedder, "--unlabeled-file", str(no_text))
     refused(" ", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
     refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "prune")
+    # a cmow embedder reads one text: DiffCat, a pair's sentences encoded apart, is refused, not dropped unsaid
+    refused("--option pair_mode=diffcat encodes the two sentences of a pair apart, and a cmow embedder reads one text",
+            "--teacher", embedder, "--unlabeled-file", texts, "--method", "cmow", "--option", "pair_mode=diffcat")
     # auto plans only the methods that handle embeddings: prune's option goes to none of them
     refused("No method that auto tries has the option(s) mask_steps", "--teacher", embedder, "--unlabeled-file", texts,
             "--method", "auto", "--speedup", "2", "--option", "mask_steps=4")

@@ -20,7 +20,8 @@ class CMOWOptions(MethodOptions):
     matrix_dim: int = option(20, number(1, whole=True), "side of each token's matrix embedding", paper="d")
     vector_dim: int = option(400, number(1, whole=True), "size of each token's CBOW vector", paper="d_vec")
     pair_mode: str | None = option(None, one_of(*PAIR_MODES, optional=True), "sentence pairs: both encoded "
-                                   "together, or each alone and combined", default_text="diffcat for pairs",
+                                   "together, or each alone and combined (diffcat: a task of pairs only)",
+                                   default_text="diffcat for pairs",
                                    paper="DiffCat")
     head: str | None = option(None, one_of(*HEADS, optional=True), "the classifier over the sentence embedding "
                               "(a tagger's at each token: linear or mlp)", default_text="mlp; linear for tags")

@@ -31,6 +31,7 @@ from distillery.cmow.modeling_embedder import CMOWEmbedderConfig, CMOWForSentenc
 from distillery.cmow.options import CMOWOptions
 from distillery.data.encode import model_inputs
 from distillery.data.loading import kind_for
+from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind
 from distillery.method import Method
@@ -80,13 +81,25 @@ def student_head(kind: TaskKind, head: str | None) -> str:
     return head
 
 
+def student_pair_mode(kind: TaskKind, is_pair: bool, asked: str | None, task_name: str) -> str:
+    """The student's pair mode: the one asked for, else DiffCat for a sentence pair. DiffCat encodes a pair's two
+    sentences each alone and combines the two: a task of one text (an embedder's text, a tagger's sentence, a single
+    sentence to classify) has no pair to encode so, and asking for it is refused rather than read jointly unsaid."""
+    if asked == "diffcat" and not is_pair:
+        reads = {BASE_HEAD.name: "a cmow embedder reads one text", TOKEN_HEAD.name: "a cmow tagger reads one sentence"}
+        raise DistilleryError(f"--option pair_mode=diffcat encodes the two sentences of a pair apart, and "
+                              f"{reads.get(kind.head.name, f'task {task_name} reads one sentence')}: leave pair_mode "
+                              f"unset (joint).")
+    return asked or ("diffcat" if is_pair else "joint")
+
+
 def build_student(ctx: MethodContext, opts: CMOWOptions, train) -> CMOWPreTrainedModel:
     """The student for the task's kind (:data:`STUDENTS`), trained next on ``train``; an embedder gives vectors of the
     width of the teacher's there (cached: the teacher's config need not say it, a CMOW embedder's has no hidden size)."""
     task, tokenizer = ctx.task_data.task, ctx.tokenizer
     kind = task.kind_object
     embedder = STUDENTS[kind.head.name] is CMOWForSentenceEmbedding
-    pair_mode = "joint" if embedder else opts.pair_mode or ("diffcat" if task.is_pair else "joint")  # one text
+    pair_mode = student_pair_mode(kind, task.is_pair, opts.pair_mode, task.name)
     bins = None
     if task.num_labels == 1:  # a score (no task has a single class), classified over bins
         bins = score_bins(ctx.task_data.train["labels"], float(opts.bin_width))
@@ -159,6 +172,8 @@ class CMOW(Method):
             raise DistilleryError(f"cmow has no {kind.head.name} student: it classifies sentences, tags words or "
                                   "embeds sentences, and has no span head for SQuAD.")
         head = student_head(kind, opts.head)  # a custom token file's kind is known once it is read: build_student
+        if config.data.task != "custom":  # whether custom data holds pairs is known once it is read: build_student
+            student_pair_mode(kind, get_task(config.data.task).is_pair, opts.pair_mode, config.data.task)
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
                        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=head)
