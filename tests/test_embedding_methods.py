@@ -67,6 +67,34 @@ def test_moebert_makes_an_embedder_that_sentence_transformers_loads_after_regist
                                                        tmp_path, register_models=True)
 
 
+def test_the_moebert_steps_read_the_embedders_texts_as_compress_does(embedder, embedding_data, tmp_path, monkeypatch,
+                                                                     capsys):
+    """``distillery moebert importance`` and ``convert`` on ``--task embedding`` read the ``--unlabeled-file`` texts
+    with the teacher's vectors, as ``compress --method moebert`` does: the same settings give the run's own scores;
+    without the texts the step is refused in one sentence."""
+    from safetensors.torch import load_file
+
+    from distillery.moebert.recipe import convert_step, importance_step
+    from tests.helpers import assert_one_line_error, run_cli
+
+    data_dir, texts = embedding_data
+    out = compress(tiny_config(embedder, data_dir, tmp_path / "run", task="embedding", method="moebert",
+                               **{"data.unlabeled_file": texts, "method_options.experts": 2,
+                                  "method_options.importance_examples": 32, "student.epochs": 0.25}))
+    config = RunConfig.load(out / "config.yaml")
+    scores = importance_step(config, tmp_path / "importance.safetensors")
+    torch.testing.assert_close(load_file(scores)["importance"], load_file(out / "importance.safetensors")["importance"])
+    converted = load_model(convert_step(config, scores, tmp_path / "converted"))
+    assert converted.config.model_type == "moebert" and converted.config.num_experts == 2
+    common = ["moebert", "importance", "--task", "embedding", "--teacher", embedder, "--data-dir", str(data_dir),
+              "--out", str(tmp_path / "cli.safetensors")]
+    code, _, err = run_cli(monkeypatch, capsys, *common)
+    assert_one_line_error(code, err, "--task embedding learns from text alone and none was given: give the texts with "
+                                     "--unlabeled-file FILE")
+    code, stdout, _ = run_cli(monkeypatch, capsys, *common, "--unlabeled-file", texts, "--importance-examples", "8")
+    assert code == 0 and load_file(tmp_path / "cli.safetensors")["importance"].shape[0] == 2, stdout
+
+
 def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(embedder, embedding_data, tmp_path,
                                                                                 monkeypatch):
     """The super-net is trained one-shot on the texts, rewired by the embedding importance, its candidates scored by

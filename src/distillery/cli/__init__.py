@@ -15,8 +15,8 @@ import typer
 from distillery.auto import compress_auto
 from distillery.card import write_card
 from distillery.cli.common import (DATA_HELP, DevFile, LabelAllSubwords, LabelColumn, Regression, TagColumn,
-                                   TextColumn, TextPairColumn, TokenColumn, TrainFile, app, compress_and_show, custom_data,
-                                   parse_options, setup_logging)
+                                   TextColumn, TextPairColumn, TokenColumn, TrainFile, UnlabeledFile, app,
+                                   compress_and_show, custom_data, parse_options, setup_logging)
 from distillery.cli.options import flag_words, preset_help, with_option_flags
 from distillery.config import (BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, dotted_settings, read_yaml_mapping,
                                resolve_data_dir, run_inputs)
@@ -78,7 +78,7 @@ def compress(
     token_column: TokenColumn = None,
     tag_column: TagColumn = None,
     label_all_subwords: LabelAllSubwords = False,
-    unlabeled_file: Optional[str] = typer.Option(None, help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, in the task's own columns, else text and text_pair; a token task: JSON lines of tokens, or one word a line with a blank line between sentences): the teacher labels it and the student trains on it too."),
+    unlabeled_file: UnlabeledFile = None,
     augment_model: Optional[str] = typer.Option(None, help="A masked LM (Hub id or folder) whose predictions augment the train split (option augment); default the teacher's own MLM head, else neighbours in its input embeddings."),
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),

@@ -22,6 +22,7 @@ DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DA
 # The options of task "custom" (your own files): one definition for every command that reads task data.
 TrainFile = Annotated[Optional[str], typer.Option(help="custom: training CSV/TSV/JSONL.")]
 DevFile = Annotated[Optional[str], typer.Option(help="custom: dev CSV/TSV/JSONL (the examples scored).")]
+UnlabeledFile = Annotated[Optional[str], typer.Option(help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, in the task's own columns, else text and text_pair; a token task: JSON lines of tokens, or one word a line with a blank line between sentences): the teacher labels it and the student trains on it too (--task embedding: the only text it learns from).")]
 TextColumn = Annotated[Optional[str], typer.Option(help="custom: column of the text (default text).")]
 TextPairColumn = Annotated[Optional[str], typer.Option(help="custom: column of the second text of a pair.")]
 LabelColumn = Annotated[Optional[str], typer.Option(help="custom: column of the label (default label).")]

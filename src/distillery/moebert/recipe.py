@@ -46,7 +46,7 @@ from distillery.moebert.convert import convert, count_tokens, teacher_layout
 from distillery.moebert.modeling_moebert import MoEBertPreTrainedModel, resolve_expert_shape
 from distillery.moebert.options import MoEBertOptions
 from distillery.moebert.refit import refit_outputs
-from distillery.teacher import get_finetuned_teacher, teacher_tokenizer
+from distillery.teacher import get_finetuned_teacher, resolve_teacher, teacher_tokenizer
 from distillery.training.losses import hidden_mse, prediction_distillation, task_loss
 import distillery.encoders as encoders
 import distillery.distributed as distributed
@@ -103,6 +103,15 @@ def conversion_rows(task_data, train=None):
     """The rows the conversion reads (importance, refit, hash-b's token counts): the train split, or where the task's
     own split is empty (an embedder, which learns from the texts given only) the student's training rows ``train``."""
     return train if train is not None and not len(task_data.train) else task_data.train
+
+
+def student_rows(ctx: MethodContext, opts: MoEBertOptions):
+    """The student's training rows where the teacher's outputs must be computed first (new rows, which the teacher
+    labels; an embedder's texts, whose vectors are its targets), else None: the loss runs the teacher on every
+    batch, so the train split serves as it is."""
+    if not ctx.task_data.task.kind_object.takes_new_rows:
+        return None
+    return ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
 
 
 def compute_importance(teacher: PreTrainedModel, task_data, config, opts: MoEBertOptions, rows=None) -> torch.Tensor:
@@ -260,9 +269,7 @@ class MoEBert(Method):
         opts = self.options(ctx.config)
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         teacher.eval()
-        # the loss runs the teacher on every batch (its hidden states on new rows too), so only new rows, whose
-        # labels are the teacher's, need a labelling pass first (an embedder's texts: their vectors are its targets)
-        train = None if not kind.takes_new_rows else ctx.distillation_train(opts.train_examples == "all", opts.augment, logits=False)
+        train = student_rows(ctx, opts)
         student = build_student(ctx, opts, conversion_rows(task_data, train))
         layers = None if opts.distill_layers == "none" else distilled_layers(opts.distill_layers, teacher.config.num_hidden_layers)
         lam = float(opts.lam)
@@ -283,12 +290,23 @@ class MoEBert(Method):
 # the scores and the converted model between steps.
 
 
-def _teacher_and_data(config):
+def _teacher_and_data(config, out: Path):
+    """The fine-tuned teacher, its tokenizer, the task's data and the rows the conversion reads, as a compress run
+    reads them (:func:`conversion_rows`): the train split, or where the task's own is empty (an embedder) the
+    student's texts (``--unlabeled-file``, refused in a sentence when none is given) with the teacher's vectors,
+    computed once and cached as the run's are. ``out``: where the step writes."""
     task = task_for(config.data)
+    task.kind_object.check_data(task, config.data)
+    task.kind_object.check_teacher(f"Teacher {config.teacher.name}", resolve_teacher(config.teacher.name))
     tokenizer = teacher_tokenizer(config.teacher.name)
     task_data = prepare_task_data(task, tokenizer, config.data)
     teacher, tokenizer, _ = get_finetuned_teacher(config.teacher, task, config.data, task_data)
-    return teacher.eval(), tokenizer, task_data
+    teacher.eval()
+    rows = task_data.train
+    if not len(rows):
+        ctx = MethodContext(config, teacher, tokenizer, task_data, out_dir=Path(out).parent)
+        rows = conversion_rows(task_data, student_rows(ctx, MoEBert().options(config)))
+    return teacher, tokenizer, task_data, rows
 
 
 def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
@@ -297,8 +315,8 @@ def importance_step(config, out: str | Path, overwrite: bool = False) -> Path:
     ``overwrite``)."""
     check_file_target(out, overwrite=overwrite, inputs=[*run_inputs(config), cache_root() / "teachers"])
     opts = MoEBert().options(config)
-    teacher, _, task_data = _teacher_and_data(config)
-    return save_importance(compute_importance(teacher, task_data, config, opts), out, config, task_data, opts)
+    teacher, _, task_data, rows = _teacher_and_data(config, Path(out))
+    return save_importance(compute_importance(teacher, task_data, config, opts, rows), out, config, task_data, opts, rows)
 
 
 def convert_step(config, importance_path: str | Path | None, out: str | Path, overwrite: bool = False) -> Path:
@@ -308,11 +326,11 @@ def convert_step(config, importance_path: str | Path | None, out: str | Path, ov
     check_target(out, overwrite=overwrite, kind="model",
                  inputs=[config.teacher.name, resolve_data_dir(config.data.data_dir), importance_path])
     opts = MoEBert().options(config)
-    teacher, tokenizer, task_data = _teacher_and_data(config)
+    teacher, tokenizer, task_data, rows = _teacher_and_data(config, out)
     expert_shape(opts, teacher_width(teacher.config))  # an impossible shape fails before any scoring
     importance = None
     if opts.split != "random":
         importance = (load_importance(importance_path, teacher.config) if importance_path is not None
-                      else compute_importance(teacher, task_data, config, opts))
-    save_model(convert_teacher(teacher, task_data, config, opts, importance)[0], tokenizer, out)
+                      else compute_importance(teacher, task_data, config, opts, rows))
+    save_model(convert_teacher(teacher, task_data, config, opts, importance, rows)[0], tokenizer, out)
     return out

@@ -10,17 +10,19 @@ import typer
 # this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
 
-from distillery.cli.common import DATA_HELP, compress_and_show, given_on_command_line, setup_logging  # noqa: E402
+from distillery.cli.common import (DATA_HELP, UnlabeledFile, compress_and_show, given_on_command_line,  # noqa: E402
+                                   setup_logging)
 from distillery.cli.options import preset_help, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK  # noqa: E402
 from distillery.method import get_method  # noqa: E402
 
 
-def _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed=None):
+def _moebert_config(task, teacher, data_dir, budget, squad_holdout, unlabeled_file, method_options, seed=None):
     from distillery.pipeline import build_run_config
 
     return build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, overrides={
         "data.squad_holdout": squad_holdout, "student.seed": seed, "data.seed": seed,
+        "data.unlabeled_file": unlabeled_file,
         **{f"method_options.{k}": v for k, v in method_options.items()}})
 
 
@@ -32,16 +34,18 @@ def moebert_importance(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option(DEFAULT_BUDGET, help="Budget of the teacher fine-tuning (cached)."),
     squad_holdout: Optional[float] = typer.Option(None),
+    unlabeled_file: UnlabeledFile = None,
     out: str = typer.Option("importance.safetensors", help="Where to write the scores."),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,
 ):
-    """Importance of every FFN neuron (Eq. 4) of the fine-tuned teacher, on the task's train split."""
+    """Importance of every FFN neuron (Eq. 4) of the fine-tuned teacher, on the task's train split (--task embedding:
+    on the --unlabeled-file texts, as compress reads them)."""
     setup_logging(verbose)
     from distillery.moebert.recipe import importance_step
 
-    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options)
+    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, unlabeled_file, method_options)
     path = importance_step(config, out, overwrite)
     typer.echo(f"Importance scores: {path}")
 
@@ -56,6 +60,7 @@ def moebert_convert(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     budget: str = typer.Option(DEFAULT_BUDGET, help="Budget of the teacher fine-tuning (cached)."),
     squad_holdout: Optional[float] = typer.Option(None),
+    unlabeled_file: UnlabeledFile = None,
     seed: Optional[int] = typer.Option(None, help="Seed of the random split and the hash tables."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -65,7 +70,7 @@ def moebert_convert(
     setup_logging(verbose)
     from distillery.moebert.recipe import convert_step
 
-    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, method_options, seed)
+    config = _moebert_config(task, teacher, data_dir, budget, squad_holdout, unlabeled_file, method_options, seed)
     path = convert_step(config, importance, out, overwrite=overwrite)
     typer.echo(f"Converted MoEBERT model: {path}")
 
@@ -85,6 +90,7 @@ def moebert_train(
     lr: Optional[float] = typer.Option(None),
     batch_size: Optional[int] = typer.Option(None),
     squad_holdout: Optional[float] = typer.Option(None),
+    unlabeled_file: UnlabeledFile = None,
     overwrite: bool = typer.Option(False),
     resume: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -96,7 +102,8 @@ def moebert_train(
 
     options = {"init": init, **method_options}
     overrides = {"student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
-                 "data.squad_holdout": squad_holdout, **{f"method_options.{k}": v for k, v in options.items()}}
+                 "data.squad_holdout": squad_holdout, "data.unlabeled_file": unlabeled_file,
+                 **{f"method_options.{k}": v for k, v in options.items()}}
     config = build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
                               preset=preset, overrides=overrides)
     # what --resume must not change, as compress's: the settings given (task, teacher, budget: unless defaulted)
