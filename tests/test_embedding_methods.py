@@ -96,7 +96,7 @@ def test_the_moebert_steps_read_the_embedders_texts_as_compress_does(embedder, e
 
 
 def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(embedder, embedding_data, tmp_path,
-                                                                                monkeypatch):
+                                                                                monkeypatch, capsys):
     """The super-net is trained one-shot on the texts, rewired by the embedding importance, its candidates scored by
     −(1 − cos + MSE) to the teacher's vectors on held-out texts; the further-trained sub-network is an embedder that
     sentence-transformers loads after ``distillery.register_models()``."""
@@ -116,6 +116,46 @@ def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(
     assert student.config.model_type == "autotinybert" and (out / "student" / "modules.json").is_file()
     assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
                                                        tmp_path, register_models=True)
+    # its super-net (headless, the embedding kind in supernet.json) serves another embedding run: no one-shot phase
+    assert json.loads((out / "supernet" / "supernet.json").read_text())["kind"] == "embedding"
+    again = compress(tiny_config(embedder, data_dir, tmp_path / "again", task="embedding", method="autotinybert",
+                                 **{"data.unlabeled_file": texts, "method_options.supernet": str(out / "supernet"),
+                                    **{f"method_options.{k}": v for k, v in opts.items()}}))
+    assert not (again / "supernet").exists() and load_model(again / "student").config.model_type == "autotinybert"
+    assert any("Super-net: loaded from" in note for note in json.loads((again / "train.json").read_text())["notes"])
+    # the step commands read the texts too (--unlabeled-file), and refuse the embedding task without them
+    from tests.helpers import assert_one_line_error, run_cli
+
+    step = ["autotinybert", "search", "--task", "embedding", "--teacher", embedder, "--data-dir", str(data_dir),
+            "--supernet", str(out / "supernet"), "--out", str(tmp_path / "step")]
+    assert_one_line_error(*run_cli(monkeypatch, capsys, *step)[::2], "learns from text alone and none was given")
+    missing = tmp_path / "missing.csv"
+    assert_one_line_error(*run_cli(monkeypatch, capsys, *step, "--unlabeled-file", str(missing))[::2], str(missing))
+
+
+def test_a_task_supernet_serves_a_run_of_its_own_kind_only(tmp_path):
+    """An embedder's super-net has no head: the kind it was trained for is the one its supernet.json records (a folder
+    of before it did: its task's), and a run of another kind, or of a teacher of another width, is refused in one
+    sentence."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+    from distillery.autotinybert.oneshot import (check_task_supernet, load_projection, load_supernet, make_projection,
+                                                 save_supernet)
+    from distillery.autotinybert.supernet import SuperNet
+    from distillery.errors import DistilleryError
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24)
+    encoder = BertModel(config, add_pooling_layer=False).eval()
+    supernet = SuperNet.from_teacher(encoder)
+    save_supernet(supernet, make_projection(supernet, 16), tmp_path / "sn", facts={"task": "embedding"})
+    loaded, projection = load_supernet(tmp_path / "sn"), load_projection(tmp_path / "sn")
+    check_task_supernet(tmp_path / "sn", loaded, projection, kind_of("embedding"), encoder, "heads")
+    with pytest.raises(DistilleryError, match="trained for embedding, this run's task is classification; projection saved"):
+        check_task_supernet(tmp_path / "sn", loaded, projection, kind_of("classification"),
+                            BertForSequenceClassification(config), "heads")
+    wider = BertModel(BertConfig(**{**config.to_dict(), "hidden_size": 32}), add_pooling_layer=False)
+    with pytest.raises(DistilleryError, match="another head size, vocabulary or width than this task's teacher"):
+        check_task_supernet(tmp_path / "sn", loaded, projection, kind_of("embedding"), wider, "heads")
 
 
 def test_a_narrower_autotinybert_embedder_trains_through_the_one_shot_projection():

@@ -36,6 +36,7 @@ from distillery.autotinybert.convert import layer_qk
 from distillery.autotinybert.space import Arch
 from distillery.autotinybert.supernet import SuperNet, attention_scores
 from distillery.data.encode import model_inputs
+from distillery.data.tasks import TASKS
 from distillery.encoders import encoder_layers, layout_of
 from distillery.errors import DistilleryError
 from distillery.folders import record
@@ -216,6 +217,40 @@ def load_supernet(folder) -> SuperNet:
         # the kind of the head saved (a folder of before the kinds wrote "classification" for a regressor too)
         kind = kind_for_head(kind_of(facts.get("head_kind")).head, head.out_features)
     return SuperNet(bert, head, kind, facts["strategy"])
+
+
+def trained_kind(folder, supernet: SuperNet) -> str | None:
+    """The name of the task kind a task super-net saved in ``folder`` was trained for: its head's, or where it has no
+    head (an embedder's: its student is the bare encoder, mean-pooled) the kind its ``supernet.json`` records (a
+    folder saved before it did: its built-in task's kind); None where neither says."""
+    import json
+    from pathlib import Path
+
+    if supernet.kind is not None:
+        return supernet.kind.name
+    facts = json.loads((Path(folder) / "supernet.json").read_text())
+    spec = TASKS.get(str(facts.get("task")))
+    return facts.get("kind") or (spec.kind if spec is not None else None)
+
+
+def check_task_supernet(folder, supernet: SuperNet, projection: nn.Linear | None, kind, teacher, strategy: str) -> None:
+    """Refuse, in one sentence, a task super-net (``--option supernet=RUN/supernet``) this run cannot search: trained
+    for another kind of task than ``kind`` (:func:`trained_kind`), without its KD projection, for a teacher of
+    another head size, vocabulary or width, or with another ``strategy``. A headless super-net (an embedder's) is
+    the teacher's encoder distilled on its hidden states and attention alone, as every task's one-shot phase is:
+    reused by an embedding run like any task's by its own kind."""
+    trained = trained_kind(folder, supernet)
+    if trained != kind.name or projection is None:
+        what = trained.replace("_", " ") if trained else "a kind of task it does not record"
+        raise DistilleryError(f"{folder} is not a super-net trained on a task like this one (trained for {what}, this "
+                              f"run's task is {kind.name.replace('_', ' ')}; projection "
+                              f"{'saved' if projection is not None else 'missing'}).")
+    if (supernet.head is not None and supernet.head.out_features != getattr(teacher, "num_labels", supernet.head.out_features)) \
+            or supernet.config.vocab_size != teacher.config.vocab_size \
+            or projection.out_features != teacher.config.hidden_size:
+        raise DistilleryError(f"{folder} has another head size, vocabulary or width than this task's teacher.")
+    if supernet.space.strategy != strategy:
+        raise DistilleryError(f"{folder} uses the {supernet.space.strategy} strategy, not {strategy}.")
 
 
 def load_projection(folder) -> nn.Linear | None:

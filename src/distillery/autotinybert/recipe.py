@@ -35,8 +35,8 @@ import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.autotinybert.embedder import embedding_evaluator, further_training_loss, training_rows
 from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
-from distillery.autotinybert.oneshot import (KDTerms, kd_loss, load_projection, load_supernet, make_projection,
-                                             one_shot_loss, save_supernet, teacher_targets)
+from distillery.autotinybert.oneshot import (KDTerms, check_task_supernet, kd_loss, load_projection, load_supernet,
+                                             make_projection, one_shot_loss, save_supernet, teacher_targets)
 from distillery.autotinybert.pretrain import for_task, is_pretrained
 from distillery.autotinybert.search import conventional, evolutionary_search, fast_candidates as fast_rule
 from distillery.autotinybert.space import Arch, SearchSpace
@@ -80,15 +80,8 @@ def train_supernet_on_task(ctx: MethodContext, opts) -> tuple:
         return _one_shot_on_task(ctx, opts, supernet, projection, {"pretrained": str(opts.supernet)})
     if opts.supernet:
         supernet, projection = load_supernet(opts.supernet), load_projection(opts.supernet)
-        if supernet.kind is not ctx.task_data.task.kind_object or projection is None:
-            head = "no task head" if supernet.kind is None else f"a {supernet.kind.name.replace('_', ' ')} head"
-            raise DistilleryError(f"{opts.supernet} is not a super-net trained on a task like this one ({head}, "
-                                  f"projection {'saved' if projection is not None else 'missing'}).")
-        if supernet.head.out_features != getattr(ctx.teacher, "num_labels", supernet.head.out_features) \
-                or supernet.config.vocab_size != ctx.teacher.config.vocab_size:
-            raise DistilleryError(f"{opts.supernet} has another head size or vocabulary than this task's teacher.")
-        if supernet.space.strategy != opts.strategy:
-            raise DistilleryError(f"{opts.supernet} uses the {supernet.space.strategy} strategy, not {opts.strategy}.")
+        check_task_supernet(opts.supernet, supernet, projection, ctx.task_data.task.kind_object, ctx.teacher,
+                            opts.strategy)
         ctx.notes.append(f"Super-net: loaded from {opts.supernet} (no one-shot phase in this run).")
         return supernet.eval(), projection
 
@@ -128,7 +121,8 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
     supernet = trainer.train().model.eval().cpu()
     if distributed.is_main():
         save_supernet(supernet, projection.cpu(), ctx.out_dir / "supernet", ctx.task_data.tokenizer,
-                      {"task": ctx.task_data.task.name, "steps": int(opts.supernet_steps), "samples": int(opts.samples), **facts})
+                      {"task": ctx.task_data.task.name, "kind": ctx.task_data.task.kind, "steps": int(opts.supernet_steps),
+                       "samples": int(opts.samples), **facts})
     return supernet, projection.cpu()
 
 

@@ -12,7 +12,7 @@ from distillery.autotinybert.options import AutoTinyBertOptions
 # this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrain, latency, search, extract, train (all in one: compress --method autotinybert).")
 
-from distillery.cli.common import DATA_HELP, compress_and_show, parse_options, setup_logging  # noqa: E402
+from distillery.cli.common import DATA_HELP, UnlabeledFile, compress_and_show, parse_options, setup_logging  # noqa: E402
 from distillery.cli.options import flag_words, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, TrainConfig  # noqa: E402
 from distillery.folders import check_file_target, check_target  # noqa: E402
@@ -107,9 +107,10 @@ def atb_extract(
 
 
 def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str],
-             overwrite: bool, verbose: bool, fixed: dict | None = None) -> None:
+             overwrite: bool, verbose: bool, fixed: dict | None = None, unlabeled_file: str | None = None) -> None:
     """A run of ``step``'s settings: ``options`` (its flags and own parameters), the --option pairs ``extra``
-    and ``fixed``, the options the step itself sets; an option given by two of them is refused."""
+    and ``fixed``, the options the step itself sets; an option given by two of them is refused. ``unlabeled_file``:
+    --unlabeled-file (an embedder's texts: the search's held-out rows and the further training's)."""
     setup_logging(verbose)
     fixed = fixed or {}
     given = {**flag_words(options, "autotinybert", step),
@@ -118,7 +119,8 @@ def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, opt
     from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
-                              overrides={f"method_options.{k}": v for k, v in options.items() if v is not None})
+                              overrides={"data.unlabeled_file": unlabeled_file,
+                                         **{f"method_options.{k}": v for k, v in options.items() if v is not None}})
     compress_and_show(config, overwrite)
 
 
@@ -131,6 +133,7 @@ def atb_search(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None, help="Run folder (search.json, search.png, latency.json, architecture.json, student/)."),
     budget: str = typer.Option(DEFAULT_BUDGET),
+    unlabeled_file: UnlabeledFile = None,
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -139,7 +142,7 @@ def atb_search(
     """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
     scored and measured as is (no further training)."""
     _atb_run("search", task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options}, option, overwrite,
-             verbose, fixed={"further_training": False})
+             verbose, fixed={"further_training": False}, unlabeled_file=unlabeled_file)
 
 
 @app.command("train")
@@ -152,11 +155,13 @@ def atb_train(
     data_dir: Optional[str] = typer.Option(None, help=DATA_HELP),
     out: Optional[str] = typer.Option(None),
     budget: str = typer.Option(DEFAULT_BUDGET),
+    unlabeled_file: UnlabeledFile = None,
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,
 ):
-    """Extract an architecture from a trained super-net and train it further on the task (CE + KD)."""
+    """Extract an architecture from a trained super-net and train it further on the task (CE + KD; an embedder:
+    the teacher's sentence vectors)."""
     _atb_run("train", task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
-             option, overwrite, verbose)
+             option, overwrite, verbose, unlabeled_file=unlabeled_file)
