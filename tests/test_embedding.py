@@ -181,7 +181,9 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     no_text = tmp_path / "no-text.csv"
     no_text.write_text("sentence\nhello there\n")
     refused("has no column 'text'", "--teacher", embedder, "--unlabeled-file", str(no_text))
-    refused(" ", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
+    # the bad inputs: no text to learn from (above), a file without a text column, a teacher that is no
+    # encoder, an STS file without scores (below)
+    refused("is a 'gpt2' model, not an encoder family distillery knows", "--teacher", tiny_gpt2, "--unlabeled-file", texts)
     refused("does not handle embedding", "--teacher", embedder, "--unlabeled-file", texts, "--method", "prune")
     # a cmow embedder reads one text: DiffCat, a pair's sentences encoded apart, is refused, not dropped unsaid
     refused("--option pair_mode=diffcat encodes the two sentences of a pair apart, and a cmow embedder reads one text",
@@ -194,8 +196,9 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     write_squad(write_glue(bad, n_train=4, n_dev=4))
     sts = bad / "glue" / "STS-B" / "dev.tsv"
     sts.write_text("\n".join("\t".join(line.split("\t")[:-1]) for line in sts.read_text().splitlines()) + "\n")
-    with pytest.raises(DistilleryError, match="score"):
-        run(embedder, (bad, texts), tmp_path / "run")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "embedding", "--data-dir", str(bad), *NO_EXTRAS,
+                           "--out", str(tmp_path / "out"), "--teacher", embedder, "--unlabeled-file", texts)
+    assert_one_line_error(code, err, f"{sts} has no column 'score'; its columns are")
 
 
 def test_a_teacher_of_another_pooling_is_refused(embedder, tmp_path):
