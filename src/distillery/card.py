@@ -156,7 +156,8 @@ def card_data(run: Run, student_config, repo_id: str | None = None, model: str =
     # base_model is the model these weights started from: a pretrained student's own origin (base_model names a
     # packaged encoder by its Hub id), else the teacher
     return ModelCardData(base_model=base_model(student or teacher_name(config)),
-                         library_name=kind.library_name if kind is not None else "transformers",
+                         # an export's folder is the exported graph, loaded by distillery.load_export (its card says)
+                         library_name=kind.library_name if kind is not None and model == "student" else "transformers",
                          license=teacher.get("license"), language=language,
                          pipeline_tag=pipeline_tag, tags=tags, datasets=[dataset["hub"]] if dataset["hub"] else None,
                          model_name=_plain(repo_id or f"{method}-{task}-{model}"), eval_results=results or None)
