@@ -78,7 +78,7 @@ def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, capl
     """1 of 4 layers: the student keeps the teacher's last layer and takes the rule's hidden term (onto that
     layer), temperature and longer schedule, says so in the report's notes, and the training log shows the KL
     beside the soft CE. Unless told otherwise (augment 0), the small split gets the rule's augmented rows, read
-    in one pass."""
+    deep_cut.AUGMENTED_PASSES times."""
     monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)  # the budget gives 12 (96 examples, batches of 16, 2 epochs)
     settings = {"method_options.student_layers": 1, "student.eval_every": None, "student.log_every": 1,
                 **({} if augment is None else {"method_options.augment": augment})}
@@ -88,8 +88,8 @@ def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, capl
     assert any("teacher layers [3] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
                and "attention KL (the same layers)" in n for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
-    # one pass over 96 rows and 8 new ones each, in batches of 16: 54 steps; without them the rule's 24
-    steps_taken = 24 if augment == 0 else 54
+    # a pass over 96 rows and 8 new ones each, in batches of 16: 54 steps; without them the rule's 24
+    steps_taken = 24 if augment == 0 else 54 * deep_cut.AUGMENTED_PASSES
     augmented = [n for n in notes if "8 augmented rows per train row" in n]
     assert bool(augmented) is (augment is None), notes
     assert any("24 optimizer steps instead of the budget's 12" in n for n in notes) is (augment == 0)

@@ -52,12 +52,12 @@ class DistillOptions(MethodOptions):
         "keeping fewer than half the layers learns the teacher layer at the top of each block (last onto last), "
         "else the layer it was copied from. With --student: per layer through a learned projection where the "
         "tokenizers match, else between sentence vectors (mean-pooled last layer)", paper="β", flag=True,
-        default_text="1.0 when more than half of the teacher's layers go, else 0")
+        default_text="3.0 when more than half of the teacher's layers go, else 0")
     attention_weight: float | None = option(
         None, number(0, optional=True), "weight of self-attention distillation (MiniLM): the KL divergence of each "
         "student head's attention distributions from the teacher's, on the layers hidden_weight pairs; 0 = off. "
         "A layer-drop student only", paper="attention",
-        default_text="1.0 when more than half of the teacher's layers go, else 0")
+        default_text="3.0 when more than half of the teacher's layers go, else 0")
     min_steps: int | None = option(
         None, number(0, whole=True, optional=True), "optimizer steps a layer-drop student trains at least (more "
         "passes over a small split), the first 10 % warming up; 0 = the budget's schedule as it is",
@@ -70,7 +70,7 @@ class DistillOptions(MethodOptions):
         "e.g. [1,3,5] (where the tokenizers match)", default_text="spread evenly, last to last")
     augment: int | None = augment_option(
         default_text="0; when more than half of the teacher's layers go and the train split has fewer than 20,000 "
-        "rows, 8 (in one pass)")
+        "rows, 8 (read twice)")
     train_examples: str = option(
         "all", one_of("all", "budget"), "all: the whole train split, the examples past the budget's limit labelled "
         "by the teacher (a student costs far less per example than the teacher's fine-tuning); budget: the run's "

@@ -154,19 +154,19 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     """Resolve the options left unset (temperature, hidden_weight, attention_weight, min_steps, lr_scale) by the
     deep-cut rule, given the teacher's logits on ``train`` and the optimizer steps the budget gives it;
     ``augment_reason``: why ``train`` holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the
-    student then reads once (at least the rule's steps)."""
-    one_pass = augment_reason is not None
+    student then reads :data:`deep_cut.AUGMENTED_PASSES` times (at least the rule's steps)."""
+    rule_augmented = augment_reason is not None
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
     beyond = len(train) > len(ctx.task_data.train)  # the whole split past the budget's limit: MethodContext.train
-    passes = 1 if one_pass else cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
+    passes = deep_cut.AUGMENTED_PASSES if rule_augmented else cfg.whole_split_epochs if beyond and cfg.whole_split_epochs else cfg.epochs
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
     logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
     given = {name for name in ("temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale")
              if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
-    reasons += [augment_reason] if one_pass else []
+    reasons += [augment_reason] if rule_augmented else []
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
     attention_weight = rule.attention_weight if opts.attention_weight is None else float(opts.attention_weight)
@@ -178,6 +178,6 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     settings = {"lr": cfg.lr * lr_scale} if lr_scale != 1.0 else {}
     if budget_steps < min_steps:
         settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
-    elif one_pass:
+    elif rule_augmented:
         settings.update(max_steps=budget_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
     return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons, attention_weight)
