@@ -2,6 +2,7 @@
 budget, plain sentences for bad input, and the whole thing end to end on the tiny teacher, resumed."""
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -417,3 +418,31 @@ def test_auto_plans_and_chooses_a_tagger(tiny_bert4, conll_dir, tmp_path, monkey
     assert "static-embeddings" in {b["model"] for b in summary["baselines"]}
     assert summary["chosen"] is not None, summary["why"]
     assert "entity_f1" in (out / "report.md").read_text()
+
+
+def test_the_int8_gain_is_timed_on_a_bare_encoders_architecture(tiny_bert, caplog):
+    """A teacher whose config names the bare encoder (a sentence embedder's, like the built-in teacher's) is
+    timed as a classifier: its int8 export is made and timed, not skipped (which planned every candidate by its
+    fp32 speed alone)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from distillery.auto import int8_gain
+
+    config = AutoConfig.from_pretrained(tiny_bert)
+    config.architectures = ["BertModel"]
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        gain = int8_gain(AutoTokenizer.from_pretrained(tiny_bert), config, (1, 16), 3)
+    assert gain >= 1.0
+    assert not [r for r in caplog.records if "no int8 export to time" in r.getMessage()], caplog.text
+
+
+def test_an_int8_gain_beyond_int8_arithmetic_is_capped(tiny_bert, monkeypatch, caplog):
+    """A timing distorted by other work on the cores (75x) plans at the cap, and says so."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from distillery import auto
+
+    monkeypatch.setattr("distillery.export.int8_speedup", lambda *args: 75.0)
+    with caplog.at_level(logging.WARNING, logger="distillery"):
+        gain = auto.int8_gain(AutoTokenizer.from_pretrained(tiny_bert), AutoConfig.from_pretrained(tiny_bert), (1, 16), 3)
+    assert gain == auto.INT8_GAIN_CAP and "more than int8 arithmetic gives" in caplog.text
