@@ -102,5 +102,9 @@ def steady_pretrained_timing(monkeypatch):
     import distillery.distill.pretrained  # noqa: F401  (bound before the patch: see helpers.flop_timed)
     from tests.helpers import patch_everywhere
 
+    def parameters(model):  # an export (auto's int8 timing) counts as the fp32 architecture it carries
+        exported = getattr(model, "exported_architecture", None)
+        return bench.count_parameters(exported.fp32_model() if exported is not None else model)[0]
+
     patch_everywhere(monkeypatch, bench, "latency_ms", lambda models, *args, **kwargs: {
-        name: 1e-4 * bench.count_parameters(model)[0] for name, model in models.items()})
+        name: 1e-4 * parameters(model) for name, model in models.items()})
