@@ -45,8 +45,8 @@ class DistillOptions(MethodOptions):
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
     temperature: float | None = option(
         None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
-        default_text="2.0; when more than half of the teacher's layers go, from its logits: the softest of 1, 2, 4 "
-        "at which its mean top-1 probability stays >= 0.8")
+        default_text="2.0; when more than half of the teacher's layers go, and for a pretrained student (--student), "
+        "from the teacher's logits: the softest of 1, 2, 4 at which its mean top-1 probability stays >= 0.8")
     hidden_weight: float | None = option(
         None, number(0, optional=True), "weight of hidden-state MSE (Patient KD); 0 = off. A layer-drop student "
         "keeping fewer than half the layers learns the teacher layer at the top of each block (last onto last), "
