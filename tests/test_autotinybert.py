@@ -244,7 +244,7 @@ def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
 
 def test_further_training_rate_grows_with_the_speedup_unless_given():
     from distillery.autotinybert.options import AutoTinyBertOptions
-    from distillery.autotinybert.recipe import further_lr
+    from distillery.autotinybert.further import further_lr
 
     opts = AutoTinyBertOptions.read({})
     assert [further_lr(opts, 1e-4, s) for s in (1.5, 2.0, 3.0, 4.0, 9.0)] == pytest.approx([1e-4, 1e-4, 2e-4, 3e-4, 3e-4])

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.autotinybert.embedder import embedding_evaluator, further_training_loss, training_rows
-from distillery.autotinybert.further import further_augment, further_defaults, further_lr  # noqa: F401 (further_lr: tests, scripts)
+from distillery.autotinybert.further import further_augment, further_defaults
 from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
 from distillery.autotinybert.oneshot import (KDTerms, check_task_supernet, kd_loss, load_projection, load_supernet,
                                              make_projection, one_shot_loss, save_supernet, teacher_targets)
