@@ -196,3 +196,27 @@ def test_autotinybert_refuses_two_learning_rates_in_one_sentence():
 
     with pytest.raises(DistilleryError, match="further_lr and lr_scale"):
         AutoTinyBertOptions.read({"further_lr": 1e-4, "lr_scale": 2})
+
+
+def test_autotinybert_further_training_of_a_deep_sub_network_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog,
+                                                                         monkeypatch):
+    """1 of 4 layers at full width (the super-net's top layer): the further training takes the rule's hidden and
+    attention terms onto teacher layer 3, its temperature, learning rate and augmented rows read twice, and the
+    report's notes say so."""
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)
+    settings = {"method_options.arch": "1,32,37,4,32", "method_options.supernet_steps": 2,
+                "method_options.rewire": False, "student.eval_every": None, "student.log_every": 1}
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "atb", method="autotinybert", **settings))
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any(n.startswith("Further training: ") and "hidden MSE (sub-network layers onto teacher layers [3])" in n
+               and "attention KL (the same layers)" in n for n in notes), notes
+    assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
+    assert any("8 augmented rows per train row" in n for n in notes), notes
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotinybert step ")
+             and " | lr " in r.getMessage()]
+    assert steps[-1].startswith(f"autotinybert step {54 * deep_cut.AUGMENTED_PASSES}/") and " | hidden " in steps[-1]
+    assert " | attention " in steps[-1]
+    lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
+    assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"
