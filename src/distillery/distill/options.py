@@ -52,7 +52,7 @@ class DistillOptions(MethodOptions):
         "keeping fewer than half the layers learns the teacher layer at the top of each block (last onto last), "
         "else the layer it was copied from. With --student: per layer through a learned projection where the "
         "tokenizers match, else between sentence vectors (mean-pooled last layer)", paper="β", flag=True,
-        default_text="3.0 when more than half of the teacher's layers go, else 0")
+        default_text="1.0 when more than half of the teacher's layers go, else 0")
     attention_weight: float | None = option(
         None, number(0, optional=True), "weight of self-attention distillation (MiniLM): the KL divergence of each "
         "student head's attention distributions from the teacher's, on the layers hidden_weight pairs; 0 = off. "
