@@ -31,14 +31,6 @@ def further_lr_scale(speedup: float) -> float:
     return min(3.0, max(1.0, speedup - 1.0))
 
 
-def further_lr(opts, student_lr: float, speedup: float) -> float:
-    """The further training's learning rate of a shallow sub-network: ``further_lr``, else the student's ×
-    :func:`further_lr_scale`; ``speedup``: the budget's, teacher latency ÷ budget."""
-    if opts.further_lr is not None:
-        return float(opts.further_lr)
-    return student_lr * further_lr_scale(speedup)
-
-
 def further_augment(ctx, opts, layers: int) -> tuple[int, str | None]:
     """New rows per train row for the further training of a sub-network of ``layers`` layers, and why: the user's
     ``augment``, else the deep-cut rule's (:func:`deep_cut.default_augment`)."""
