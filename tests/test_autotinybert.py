@@ -243,12 +243,27 @@ def test_search_space_keeps_the_hidden_size_unless_asked_or_out_of_budget():
 
 
 def test_further_training_rate_grows_with_the_speedup_unless_given():
+    """A shallow sub-network's rate (a deep one's: tests/test_deep_cut.py)."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from distillery.autotinybert.further import further_defaults
     from distillery.autotinybert.options import AutoTinyBertOptions
-    from distillery.autotinybert.recipe import further_lr
+    from distillery.config import TrainConfig
+    from distillery.data.tasks import get_task
+
+    shape = SimpleNamespace(num_hidden_layers=6, hidden_size=32, num_attention_heads=4)
+    ctx = SimpleNamespace(teacher=SimpleNamespace(config=shape), config=SimpleNamespace(student=TrainConfig(lr=1e-4)),
+                          task_data=SimpleNamespace(task=get_task("sst2"), train=Dataset.from_dict({"label": [0] * 8})))
+    sub = SimpleNamespace(config=SimpleNamespace(**{**vars(shape), "num_hidden_layers": 4}))
+
+    def lr(opts, speedup):
+        return further_defaults(ctx, opts, sub, ctx.task_data.train, speedup)[0].settings.get("lr", 1e-4)
 
     opts = AutoTinyBertOptions.read({})
-    assert [further_lr(opts, 1e-4, s) for s in (1.5, 2.0, 3.0, 4.0, 9.0)] == pytest.approx([1e-4, 1e-4, 2e-4, 3e-4, 3e-4])
-    assert further_lr(AutoTinyBertOptions.read({"further_lr": 5e-5}), 1e-4, 4.0) == 5e-5
+    assert [lr(opts, s) for s in (1.5, 2.0, 3.0, 4.0, 9.0)] == pytest.approx([1e-4, 1e-4, 2e-4, 3e-4, 3e-4])
+    assert lr(AutoTinyBertOptions.read({"further_lr": 5e-5}), 4.0) == 5e-5
 
 
 def test_search_floor_keeps_candidates_near_the_budget_and_falls_back_when_empty():

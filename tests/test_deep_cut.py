@@ -107,3 +107,116 @@ def test_a_deep_cut_on_a_small_split_gets_augmented_rows_unless_the_kind_cannot_
     assert deep_cut.default_augment(2, 6, deep_cut.SMALL_SPLIT_ROWS, True) == (0, None)  # a split the budget cut
     assert deep_cut.default_augment(3, 6, 2490, True) == (0, None)  # a shallow cut
     assert deep_cut.default_augment(2, 6, 2490, kind_of("qa").augments_by_default) == (0, None)
+
+
+def _further_ctx(teacher_layers=6, width=32, heads=4, rows=200):
+    """What autotinybert's further training reads of its run: the teacher's shape, the budget's student settings,
+    the task's kind and a train split with the teacher's logits (close together: a soft teacher)."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from distillery.config import TrainConfig
+    from distillery.data.tasks import get_task
+
+    train = Dataset.from_dict({"teacher_logits": [[0.4, -0.4]] * rows, "label": [0] * rows})
+    teacher = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=teacher_layers, hidden_size=width,
+                                                     num_attention_heads=heads))
+    task = get_task("sst2")
+    ctx = SimpleNamespace(teacher=teacher, config=SimpleNamespace(student=TrainConfig(lr=1e-4, batch_size=16)),
+                          task_data=SimpleNamespace(task=task, train=train))
+    return ctx, train
+
+
+def _sub_network(layers, width=32, heads=4):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config=SimpleNamespace(num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads))
+
+
+def test_autotinybert_further_training_of_a_deep_sub_network_takes_the_rule():
+    """2 of 6 layers at the teacher's width and heads: the rule's temperature, hidden and attention terms onto
+    the top-of-block teacher layers (the super-net layers the sub-network runs), longer warmed-up schedule and
+    scaled learning rate, each said in a note; an option given turns its choice off."""
+    from distillery.autotinybert.further import further_augment, further_defaults
+    from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.autotinybert.supernet import sub_layers
+
+    ctx, train = _further_ctx()
+    opts = AutoTinyBertOptions.read({})
+    chosen, notes = further_defaults(ctx, opts, _sub_network(2), train, speedup=2.0)
+    assert chosen.hidden_layers == sub_layers(2, 6) == uniform_layer_map(2, 6) == [2, 5]
+    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight) == (
+        1.0, deep_cut.DEEP_CUT_HIDDEN_WEIGHT, deep_cut.DEEP_CUT_ATTENTION_WEIGHT)
+    assert chosen.settings == {"lr": pytest.approx(deep_cut.LR_SCALE * 1e-4), "max_steps": deep_cut.MIN_STEPS,
+                               "warmup_ratio": deep_cut.WARMUP}
+    assert len(notes) == 5 and all(n.startswith("Defaults for this cut: ") for n in notes)
+    assert further_augment(ctx, opts, 2)[0] == deep_cut.DEEP_CUT_AUGMENT  # a small split
+    given = AutoTinyBertOptions.read({"temperature": 2.0, "hidden_weight": 0, "attention_weight": 0, "min_steps": 0,
+                                      "further_lr": 5e-5, "augment": 0})
+    chosen, notes = further_defaults(ctx, given, _sub_network(2), train, speedup=2.0)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight, chosen.settings, notes) == (
+        2.0, 0.0, 0.0, {"lr": 5e-5}, [])
+    assert further_augment(ctx, given, 2) == (0, None)
+
+
+def test_autotinybert_further_training_of_a_shallow_sub_network_keeps_the_earlier_defaults():
+    from distillery.autotinybert.further import further_augment, further_defaults
+    from distillery.autotinybert.options import AutoTinyBertOptions
+
+    ctx, train = _further_ctx()
+    opts = AutoTinyBertOptions.read({})
+    chosen, notes = further_defaults(ctx, opts, _sub_network(3), train, speedup=4.0)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight, notes) == (2.0, 0.0, 0.0, [])
+    assert chosen.settings == {"lr": pytest.approx(3e-4)}  # the speed-up's scale: (4 − 1)
+    assert further_defaults(ctx, opts, _sub_network(3), train, speedup=1.5)[0].settings == {}
+    assert further_augment(ctx, opts, 3) == (0, None)
+
+
+def test_autotinybert_further_training_leaves_out_the_terms_a_narrower_sub_network_cannot_take():
+    """The hidden term compares states of one width, the attention term head by head: a deep sub-network of
+    another width or head count keeps the rest of the rule and says which term it left out."""
+    from distillery.autotinybert.further import further_defaults
+    from distillery.autotinybert.options import AutoTinyBertOptions
+
+    ctx, train = _further_ctx()
+    opts = AutoTinyBertOptions.read({})
+    chosen, notes = further_defaults(ctx, opts, _sub_network(1, width=24, heads=2), train, speedup=4.0)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight) == (1.0, 0.0, 0.0)
+    assert chosen.settings["max_steps"] == deep_cut.MIN_STEPS
+    assert "width 24 is not the teacher's 32" in notes[-2] and "2 heads are not the teacher's 4" in notes[-1]
+    chosen, notes = further_defaults(ctx, opts, _sub_network(1, heads=2), train, speedup=4.0)
+    assert (chosen.hidden_weight, chosen.attention_weight) == (deep_cut.DEEP_CUT_HIDDEN_WEIGHT, 0.0)
+    assert chosen.hidden_layers == [5]
+
+
+def test_autotinybert_refuses_two_learning_rates_in_one_sentence():
+    from distillery.autotinybert.options import AutoTinyBertOptions
+    from distillery.errors import DistilleryError
+
+    with pytest.raises(DistilleryError, match="further_lr and lr_scale"):
+        AutoTinyBertOptions.read({"further_lr": 1e-4, "lr_scale": 2})
+
+
+def test_autotinybert_further_training_of_a_deep_sub_network_end_to_end(tiny_bert4, glue_dir, tmp_path, caplog,
+                                                                         monkeypatch):
+    """1 of 4 layers at full width (the super-net's top layer): the further training takes the rule's hidden and
+    attention terms onto teacher layer 3, its temperature, learning rate and augmented rows read twice, and the
+    report's notes say so."""
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(deep_cut, "MIN_STEPS", 24)
+    settings = {"method_options.arch": "1,32,37,4,32", "method_options.supernet_steps": 2,
+                "method_options.rewire": False, "student.eval_every": None, "student.log_every": 1}
+    with caplog.at_level(logging.INFO, logger="distillery"):
+        out = compress(tiny_config(tiny_bert4, glue_dir, tmp_path / "atb", method="autotinybert", **settings))
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any(n.startswith("Further training: ") and "hidden MSE (sub-network layers onto teacher layers [3])" in n
+               and "attention KL (the same layers)" in n for n in notes), notes
+    assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
+    assert any("8 augmented rows per train row" in n for n in notes), notes
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotinybert step ")
+             and " | lr " in r.getMessage()]
+    assert steps[-1].startswith(f"autotinybert step {54 * deep_cut.AUGMENTED_PASSES}/") and " | hidden " in steps[-1]
+    assert " | attention " in steps[-1]
+    lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
+    assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"

@@ -138,6 +138,11 @@ def test_pretrained_student_across_tokenizers(tiny_family, own_tokenizer, glue_d
     train = json.loads((run / "train.json").read_text())
     assert train["train_examples"] == 96  # the whole split, labelled by the teacher past the budget's 32
     assert any("pretrained encoder" in note and "its own tokenizer" in note for note in train["notes"])
+    # it keeps its own layers: of the deep-cut rule only the temperature, read from the teacher's logits
+    chosen = [n for n in train["notes"] if n.startswith("Defaults for this student: T = ")]
+    assert len(chosen) == 1 and "from the teacher's logits" in chosen[0], train["notes"]
+    temperature = chosen[0].split("T = ")[1].split()[0]
+    assert any("pretrained encoder" in n and f"KD(T={temperature})" in n for n in train["notes"]), train["notes"]
     # loads in a fresh process with plain transformers, no distillery import
     done = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(folder)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -444,6 +449,8 @@ def test_pretrained_student_on_a_regression_task(tiny_family, glue_dir, tmp_path
     assert metrics["main_metric"] in metrics["student"]
     config = json.loads((run / "student" / "config.json").read_text())
     assert len(config["id2label"]) == 1 and config["problem_type"] == "regression"
+    notes = json.loads((run / "train.json").read_text())["notes"]
+    assert not any(n.startswith("Defaults for this student") for n in notes), "a score has no temperature to read"
 
 
 def test_a_pretrained_student_learns_from_augmented_and_unlabeled_pairs_in_its_own_encoding(tiny_family, glue_dir,

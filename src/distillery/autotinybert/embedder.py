@@ -23,7 +23,7 @@ def training_rows(ctx, opts):
     learns from the texts given only) the student's training rows, with the teacher's outputs."""
     if len(ctx.task_data.train):
         return ctx.task_data.train
-    return ctx.distillation_train(opts.train_examples == "all", opts.augment)
+    return ctx.distillation_train(opts.train_examples == "all", opts.augment or 0)
 
 
 def embedding_evaluator(supernet, projection, rows, collate_fn):
@@ -44,13 +44,18 @@ def embedding_evaluator(supernet, projection, rows, collate_fn):
     return evaluate
 
 
-def further_training_loss(kind, teacher, student, projection, kd_weight: float, temperature: float):
+def further_training_loss(kind, teacher, student, projection, kd_weight: float, temperature: float,
+                          hidden_weight: float = 0.0, hidden_layers: list[int] | None = None,
+                          attention_weight: float = 0.0):
     """The further training's loss_fn and the parameters trained beside the student: the kind's distillation
-    loss, or for an embedder narrower than the teacher the same through a projection of its last hidden states
-    (from the one-shot projection's slice)."""
+    loss (with the hidden-state and attention terms onto teacher layers ``hidden_layers``: a sub-network of the
+    teacher's width, :func:`distillery.autotinybert.further.further_defaults`), or for an embedder narrower than
+    the teacher the same without them, through a projection of its last hidden states (from the one-shot
+    projection's slice)."""
     width, teacher_width = student.config.hidden_size, teacher.config.hidden_size
     if not kind.projects_width or width == teacher_width:
-        return distillation_loss(kind, teacher, kd_weight, temperature), []
+        return distillation_loss(kind, teacher, kd_weight, temperature, hidden_weight, hidden_layers,
+                                 attention_weight), []
     onto = HiddenProjection(width, teacher_width)
     with torch.no_grad():
         onto.linear.weight.copy_(projection.weight[:, :width])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from distillery.distill.deep_cut import FALLBACK_TEMPERATURE
 from distillery.errors import DistilleryError
 from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
@@ -85,14 +86,46 @@ class AutoTinyBertOptions(MethodOptions):
     # 5,384,384,12,336 0.874 at 1e-4, 0.865 at 3e-4; at 4x 3,384,384,12,144 0.822 at 1e-4, 0.843 at 3e-4, 0.844
     # at 5e-4; STS-B at 4x 0.524 at 1e-4, 0.605 at 3e-4)
     further_lr: float | None = option(None, number(above=0, optional=True), "learning rate of the further training",
-                                      default_text="the student's (--lr) x (speed-up - 1), within 1-3x")
-    augment: int = augment_option()
+                                      default_text="the student's (--lr) x (speed-up - 1), within 1-3x; x lr_scale "
+                                      "when the sub-network keeps fewer than half of the layers")
+    augment: int | None = augment_option(
+        default_text="0; further training of a sub-network keeping fewer than half of the teacher's layers on a train "
+        "split of fewer than 20,000 rows: 8 (read twice)")
     train_examples: str = option("all", one_of("all", "budget"), "further training: all: the whole train split, "
                                  "labelled by the teacher; budget: the run's examples (--train-limit)")
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
-    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
+    # The deep-cut rule's options (distill's names, distillery.distill.deep_cut), for the further training of a
+    # sub-network keeping fewer than half of the teacher's layers; each one given turns that choice off
+    temperature: float | None = option(
+        None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
+        default_text="2.0; further training of a sub-network keeping fewer than half of the teacher's layers: from "
+        "the teacher's logits, the softest of 1, 2, 4 at which its mean top-1 probability stays >= 0.8")
+    hidden_weight: float | None = option(
+        None, number(0, optional=True), "further training: weight of hidden-state MSE, each sub-network layer onto "
+        "the teacher layer it was cut from (where the sub-network keeps the teacher's width); 0 = off",
+        paper="β", default_text="1.0 when the sub-network keeps fewer than half of the teacher's layers, else 0")
+    attention_weight: float | None = option(
+        None, number(0, optional=True), "further training: weight of self-attention distillation (MiniLM's KL) on "
+        "the layers hidden_weight pairs (where the sub-network keeps the teacher's head count); 0 = off",
+        default_text="3.0 when the sub-network keeps fewer than half of the teacher's layers, else 0")
+    min_steps: int | None = option(
+        None, number(0, whole=True, optional=True), "further training: optimizer steps at least (more passes over a "
+        "small split), the first 10 % warming up; 0 = the budget's schedule as it is",
+        default_text="600 when the sub-network keeps fewer than half of the teacher's layers, else 0")
+    lr_scale: float | None = option(
+        None, number(above=0, optional=True), "further training: the student's learning rate (--lr) times this",
+        default_text="3 when the sub-network keeps fewer than half of the teacher's layers, else (speed-up - 1) "
+        "within 1-3")
+
+    def kd_temperature(self) -> float:
+        """The temperature of the one-shot phase and the search's: ``temperature``, else 2 (the further training's
+        may come from the teacher's logits: :mod:`distillery.autotinybert.further`)."""
+        return FALLBACK_TEMPERATURE if self.temperature is None else float(self.temperature)
 
     def check(self) -> None:
+        if self.further_lr is not None and self.lr_scale is not None:
+            raise DistilleryError("Options further_lr and lr_scale both set the further training's learning rate; "
+                                  "give one.")
         if self.budget_ms is None and self.speedup <= 1.0:
             raise DistilleryError(f"Option speedup must be above 1 (a student faster than the teacher), got {self.speedup}.")
 

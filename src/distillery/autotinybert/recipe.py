@@ -16,7 +16,8 @@ search:  Algorithm 2 over the architectures at the teacher's hidden size (``sear
          ``arch`` skips the search: "fast" (AutoTinyBERT-Fast's rule), "conventional" (d_f = 4·d_m,
          d_qkv = d_m at the same latency: the comparison row) or "l,d_m,d_f,h,d_qkv".
 train:   the extracted model, further trained on the task with the one trainer: (1 − w)·CE + w·KD(T), w = kd_weight,
-         at the student's learning rate × (speed-up − 1) within 1–3× (``further_lr``).
+         at the student's learning rate × (speed-up − 1) within 1–3× (``further_lr``); a sub-network keeping fewer
+         than half of the layers takes the deep-cut rule's defaults (:mod:`distillery.autotinybert.further`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.autotinybert.embedder import embedding_evaluator, further_training_loss, training_rows
+from distillery.autotinybert.further import further_augment, further_defaults
 from distillery.autotinybert.latency import fit_predictor, measure, save_predictor
 from distillery.autotinybert.oneshot import (KDTerms, check_task_supernet, kd_loss, load_projection, load_supernet,
                                              make_projection, one_shot_loss, save_supernet, teacher_targets)
@@ -110,11 +112,11 @@ def _one_shot_on_task(ctx: MethodContext, opts, supernet, projection, facts: dic
     # With new rows (augmented, unlabeled) the task phase learns from the further training's text: one
     # augmentation and one labelling pass, cached, serve both (the phase is bounded in steps, not passes).
     extra = ctx.task_data.task.kind_object.takes_new_rows and (opts.augment or ctx.config.data.unlabeled_file)
-    train = ctx.distillation_train(opts.train_examples == "all", opts.augment) if extra else ctx.task_data.train
+    train = ctx.distillation_train(opts.train_examples == "all", opts.augment or 0) if extra else ctx.task_data.train
     trainer = Trainer(supernet, cfg, train, ctx.task_data.collate,
                       one_shot_loss(ctx.teacher, projection, int(opts.samples), cfg.seed,
                                     sandwich_rule=bool(opts.sandwich), inplace=bool(opts.inplace_kd),
-                                    prediction_weight=float(opts.prediction_weight), temperature=float(opts.temperature)),
+                                    prediction_weight=float(opts.prediction_weight), temperature=opts.kd_temperature()),
                       out_dir=ctx.out_dir / "supernet", resume=ctx.resume, extra_parameters=[projection],
                       desc="supernet", checkpoint_every=100)
     ctx.teacher.to(trainer.device)
@@ -250,7 +252,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     held_out = dataclasses.replace(ctx.task_data, dev=train.select(held_idx), dev_examples=None)
     cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts.finetune_steps), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
-    loss = distillation_loss(task.kind_object, ctx.teacher, float(opts.kd_weight), float(opts.temperature))
+    loss = distillation_loss(task.kind_object, ctx.teacher, float(opts.kd_weight), opts.kd_temperature())
 
     def evaluate(arch: Arch) -> float:
         model = supernet.extract(arch).train()
@@ -280,7 +282,7 @@ def candidate_evaluator(ctx: MethodContext, opts, supernet, projection, seed: in
         return (probe_evaluator(supernet, ctx.task_data, int(opts.probe_examples), int(opts.proxy_examples), seed),
                 "linear probe, held-out train " + ("(log-likelihood)" if ctx.task_data.task.class_names else "(−MSE)"))
     return (proxy_evaluator(supernet, ctx.teacher, projection, ctx.task_data, int(opts.proxy_examples), seed,
-                            float(opts.prediction_weight), float(opts.temperature)), "proxy score (−KD loss)")
+                            float(opts.prediction_weight), opts.kd_temperature()), "proxy score (−KD loss)")
 
 
 def search_space(space: SearchSpace, opts, predict=None, budget_ms: float | None = None) -> SearchSpace:
@@ -524,16 +526,24 @@ class AutoTinyBert(Method):
             return student.eval()
         kind = ctx.task_data.task.kind_object
         train = ctx.task_data.train
+        augment, augment_reason = further_augment(ctx, opts, arch.layers)
         if kind.caches_teacher_outputs:
-            train = ctx.distillation_train(opts.train_examples == "all", opts.augment)
-        kd_weight, t = float(opts.kd_weight), float(opts.temperature)
-        lr = further_lr(opts, ctx.config.student.lr, speedup)
-        loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t)
-        words = (f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t})" if kind.finetunes_teacher
+            train = ctx.distillation_train(opts.train_examples == "all", augment)
+        chosen, notes = further_defaults(ctx, opts, student, train, speedup, augment_reason if augment else None)
+        kd_weight, t = float(opts.kd_weight), chosen.temperature
+        lr = chosen.settings.get("lr", ctx.config.student.lr)
+        loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t, chosen.hidden_weight,
+                                            chosen.hidden_layers, chosen.attention_weight)
+        words = (f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t:g})" if kind.finetunes_teacher
                  else kind.loss_words(kd_weight, t))
+        words += (f" + {chosen.hidden_weight:g}·hidden MSE (sub-network layers onto teacher layers "
+                  f"{chosen.hidden_layers})" if chosen.hidden_weight else "")
+        words += f" + {chosen.attention_weight:g}·attention KL (the same layers)" if chosen.attention_weight else ""
         words += " (through a projection onto the teacher's width, in the loss only)" if extra else ""
         ctx.notes.append(f"Further training: {words} from the extracted sub-network, learning rate {lr:.2g}.")
-        return ctx.train(student.train(), loss, desc="autotinybert", train_dataset=train, lr=lr, extra_parameters=extra)
+        ctx.notes.extend(notes)
+        return ctx.train(student.train(), loss, desc="autotinybert", train_dataset=train, extra_parameters=extra,
+                         **{"lr": lr, **chosen.settings})
 
 
 def chosen_before(ctx: MethodContext) -> tuple[Arch, float] | None:
@@ -552,10 +562,3 @@ def chosen_before(ctx: MethodContext) -> tuple[Arch, float] | None:
     ctx.notes.append(f"Architecture chosen before the resume: {arch}.")
     return arch, speedup
 
-
-def further_lr(opts, student_lr: float, speedup: float) -> float:
-    """The further training's learning rate: ``further_lr``, else the student's × (speed-up − 1) within
-    1–3× (see the option); ``speedup``: the budget's, teacher latency ÷ budget."""
-    if opts.further_lr is not None:
-        return float(opts.further_lr)
-    return student_lr * min(3.0, max(1.0, speedup - 1.0))

@@ -26,9 +26,13 @@ not say otherwise (a shallower student keeps the earlier defaults, whose results
   teacher does on text it has not seen; on STS-B the teacher's labels on new text took a 2-of-6 student from
   0.685 to 0.770 Pearson (docs/distill.md, "Deep cuts").
 
-Method distill applies it (:mod:`distillery.distill.recipe`). A pretrained student (``--student``) keeps its own
-layers, so only the temperature rule could apply there; autotinybert's further training of a shallow sub-network
-should take the same rule (neither does yet).
+Method distill applies it (:mod:`distillery.distill.recipe`, ``student_defaults``), and so does autotinybert's
+further training of a sub-network keeping fewer than half of the super-net's layers
+(:mod:`distillery.autotinybert.further`: its layers are the same top-of-block teacher layers; the hidden term
+only where the sub-network keeps the teacher's width, the attention term only where it keeps the teacher's head
+count). A pretrained student (``--student``) keeps its own layers, so only the temperature rule applies there
+(:func:`temperature_choice`). MoEBERT's students keep every layer (each FFN split into experts): not a deep cut,
+so the rule does not apply.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ DEEP_CUT_AUGMENT = 8  # new rows per original row on a small split
 AUGMENTED_PASSES = 2  # passes over a small split and its augmented rows
 # a train split with fewer rows than this is small (the quick budget's limit: a split it cut is not)
 SMALL_SPLIT_ROWS = 20000
+# the options through which a user overrides the rule (distill's and autotinybert's): each one given turns its choice off
+RULE_OPTIONS = ("temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale")
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,18 @@ def mean_top1(rows: np.ndarray, t: float) -> float:
     return float((1.0 / np.exp(shifted).sum(axis=1)).mean())
 
 
+def temperature_choice(teacher_logits: Sequence[Sequence[float]] | None) -> tuple[float, str | None]:
+    """The rule's temperature and why (for the report): from ``teacher_logits`` (:func:`temperature_from_logits`),
+    or without them (a kind whose term has no temperature to read: regression, QA's spans)
+    :data:`FALLBACK_TEMPERATURE` and no reason."""
+    if teacher_logits is None:
+        return FALLBACK_TEMPERATURE, None
+    temperature = temperature_from_logits(teacher_logits)
+    return temperature, (f"T = {temperature:g} from the teacher's logits (the softest of "
+                         f"{', '.join(f'{t:g}' for t in TEMPERATURES)} keeping its mean top-1 probability "
+                         f">= {DECISIVE:g})")
+
+
 def default_augment(kept: int, teacher_layers: int, train_rows: int, kind_augments: bool) -> tuple[int, str | None]:
     """New rows per train row for a student keeping ``kept`` of ``teacher_layers`` layers where the user gave none,
     and why: :data:`DEEP_CUT_AUGMENT` for a deep cut whose train split has fewer than :data:`SMALL_SPLIT_ROWS` rows
@@ -125,13 +143,8 @@ def choose_defaults(teacher_layers: int, kept: int, budget_steps: int,
         raise ValueError(f"a student keeps 1 to {teacher_layers} layers, got {kept}.")
     if not is_deep_cut(kept, teacher_layers):  # the earlier defaults, whose results docs/results.md reports
         return StudentDefaults(FALLBACK_TEMPERATURE, 0.0, None, 0, {})
-    reasons = {}
-    temperature = FALLBACK_TEMPERATURE
-    if softened and teacher_logits is not None:
-        temperature = temperature_from_logits(teacher_logits)
-        reasons["temperature"] = (f"T = {temperature:g} from the teacher's logits (the softest of "
-                                  f"{', '.join(f'{t:g}' for t in TEMPERATURES)} keeping its mean top-1 "
-                                  f"probability >= {DECISIVE:g})")
+    temperature, why = temperature_choice(teacher_logits if softened else None)
+    reasons = {"temperature": why} if why else {}
     hidden_layers = uniform_layer_map(kept, teacher_layers)
     reasons["hidden_weight"] = (f"{teacher_layers - kept} of {teacher_layers} layers dropped: hidden-state "
                                 f"distillation (weight {DEEP_CUT_HIDDEN_WEIGHT:g}, student layers onto teacher "

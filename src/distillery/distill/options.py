@@ -45,14 +45,14 @@ class DistillOptions(MethodOptions):
     kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
     temperature: float | None = option(
         None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
-        default_text="2.0; when more than half of the teacher's layers go, from its logits: the softest of 1, 2, 4 "
-        "at which its mean top-1 probability stays >= 0.8")
+        default_text="2.0; when more than half of the teacher's layers go, and for a pretrained student (--student), "
+        "from the teacher's logits: the softest of 1, 2, 4 at which its mean top-1 probability stays >= 0.8")
     hidden_weight: float | None = option(
         None, number(0, optional=True), "weight of hidden-state MSE (Patient KD); 0 = off. A layer-drop student "
         "keeping fewer than half the layers learns the teacher layer at the top of each block (last onto last), "
         "else the layer it was copied from. With --student: per layer through a learned projection where the "
         "tokenizers match, else between sentence vectors (mean-pooled last layer)", paper="β", flag=True,
-        default_text="3.0 when more than half of the teacher's layers go, else 0")
+        default_text="1.0 when more than half of the teacher's layers go, else 0")
     attention_weight: float | None = option(
         None, number(0, optional=True), "weight of self-attention distillation (MiniLM): the KL divergence of each "
         "student head's attention distributions from the teacher's, on the layers hidden_weight pairs; 0 = off. "

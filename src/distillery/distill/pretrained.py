@@ -13,6 +13,7 @@ compress nothing.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Sequence
 
 from transformers import PreTrainedModel
@@ -23,6 +24,7 @@ from distillery.config import DataConfig, TEACHER_HUB_IDS
 from distillery.data.encode import model_device, model_inputs, prepare_task_data, squad_window_offsets
 from distillery.data.loading import kind_for, load_raw
 from distillery.data.tasks import TaskSpec
+from distillery.distill import deep_cut
 from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
 from distillery.modeling import first_line, load_checked, load_config, load_tokenizer
@@ -243,8 +245,14 @@ def run_pretrained(ctx, opts, measured: bool = True) -> PreTrainedModel:
     # the teacher's sentence vectors, on its own encoding of the student's rows (new rows too), where they are aligned
     vectors = bool(opts.hidden_weight) and not matched and not task.kind_object.doc_strides
     pooled = (lambda data: {"teacher_pooled": teacher_pooled(ctx, data).tolist()}) if vectors else None
-    train = ctx.student_distillation_train(whole, opts.augment, pooled) if task.kind_object.caches_teacher_outputs \
-        else squad_distillation_train(ctx, whole, opts.temperature)
+    kind = task.kind_object
+    train = ctx.student_distillation_train(whole, opts.augment, pooled) if kind.caches_teacher_outputs \
+        else squad_distillation_train(ctx, whole, opts.temperature or deep_cut.FALLBACK_TEMPERATURE)
+    if opts.temperature is None:  # it keeps its own layers: of the deep-cut rule, only the temperature applies
+        read = kind.softened_outputs and "teacher_logits" in train.column_names
+        temperature, why = deep_cut.temperature_choice(kind.cached_predictions(train) if read else None)
+        opts = replace(opts, temperature=temperature)
+        ctx.notes.extend([f"Defaults for this student: {why}."] if why else [])
     layer_map, projection, hidden = None, None, ""
     width, wanted = student.config.hidden_size, ctx.teacher.config.hidden_size
     # an embedder of another width: its vectors are compared with the teacher's through a learned map, in the loss only

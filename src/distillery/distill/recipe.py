@@ -103,10 +103,9 @@ class Distill(Method):
         if opts.student is not None:
             from distillery.distill.pretrained import run_pretrained
 
-            # A pretrained student keeps its own layers, so the deep-cut rule does not apply; its temperature could
-            # be read from the teacher's logits as a layer-drop student's is (deep_cut.temperature_from_logits).
-            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, temperature=opts.temperature
-                           or deep_cut.FALLBACK_TEMPERATURE, augment=opts.augment or 0)
+            # A pretrained student keeps its own layers, so of the deep-cut rule only the temperature applies: read
+            # from the teacher's logits (run_pretrained, once they are computed) where the user gave none.
+            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, augment=opts.augment or 0)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
@@ -150,11 +149,15 @@ class Chosen:
     attention_weight: float = 0.0  # on the layers of hidden_layers
 
 
-def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None) -> Chosen:
+def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None,
+                     shallow_lr_scale: float = 1.0) -> Chosen:
     """Resolve the options left unset (temperature, hidden_weight, attention_weight, min_steps, lr_scale) by the
     deep-cut rule, given the teacher's logits on ``train`` and the optimizer steps the budget gives it;
+    ``layers``: the teacher layer each student layer was cut from (a deep cut's are the rule's map);
     ``augment_reason``: why ``train`` holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the
-    student then reads :data:`deep_cut.AUGMENTED_PASSES` times (at least the rule's steps)."""
+    student then reads :data:`deep_cut.AUGMENTED_PASSES` times (at least the rule's steps); ``shallow_lr_scale``:
+    the method's own learning-rate scale where neither the rule nor the user sets one (autotinybert's further
+    training: by the speed-up). Shared by distill's layer-drop students and autotinybert's further training."""
     rule_augmented = augment_reason is not None
     n, cfg = ctx.teacher.config.num_hidden_layers, ctx.config.student
     kind = ctx.task_data.task.kind_object
@@ -163,8 +166,7 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     budget_steps = cfg.max_steps or math.ceil(math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum)) * passes)
     logits = kind.cached_predictions(train) if kind.softened_outputs and "teacher_logits" in train.column_names else None
     rule = deep_cut.choose_defaults(n, len(layers), budget_steps, logits, kind.softened_outputs)
-    given = {name for name in ("temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale")
-             if getattr(opts, name) is not None}
+    given = {name for name in deep_cut.RULE_OPTIONS if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     reasons += [augment_reason] if rule_augmented else []
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
@@ -174,7 +176,8 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     # each was copied from
     hidden_layers = rule.hidden_layers or layers
     min_steps = rule.min_steps if opts.min_steps is None else int(opts.min_steps)
-    lr_scale = rule.lr_scale if opts.lr_scale is None else float(opts.lr_scale)
+    deep = deep_cut.is_deep_cut(len(layers), n)
+    lr_scale = float(opts.lr_scale) if opts.lr_scale is not None else rule.lr_scale if deep else shallow_lr_scale
     settings = {"lr": cfg.lr * lr_scale} if lr_scale != 1.0 else {}
     if budget_steps < min_steps:
         settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
