@@ -148,9 +148,6 @@ def with_target(ctx: MethodContext, opts: PruneOptions, teacher_ms: float) -> Pr
 
 class Prune(Method):
     name: ClassVar[str] = "prune"
-    # its masked student reads the teacher's task head (``model.bert`` under it); an embedder is a bare encoder, so
-    # ``--task embedding`` crashed in the masks' first step (docs/prune.md, "Not done yet")
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)
 
     def check(self, config, teacher_config) -> None:
         self.options(config)
@@ -159,7 +156,8 @@ class Prune(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts: PruneOptions = self.options(ctx.config)
         ctx.teacher.eval()
-        full, kind = full_size(ctx.teacher)
+        full, _ = full_size(ctx.teacher)  # an embedder's: the bare pruned encoder (no head)
+        kind = ctx.task_data.task.kind_object
         latency, teacher_ms = latency_model(ctx, opts, full)
         opts = with_target(ctx, opts, teacher_ms)
         target_ms = teacher_ms / float(opts.speedup)
