@@ -40,31 +40,61 @@ def _prune(embedder, embedding_data, out, more=None, **options):
                                    **{f"method_options.{k}": v for k, v in {**CHEAP, **options}.items()}}))
 
 
-def test_prune_cheap_makes_an_embedder_that_sentence_transformers_loads_the_same_twice(embedder, embedding_data,
-                                                                                        tmp_path, monkeypatch):
-    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    size_timed(monkeypatch)
-    # the first run with its int8 and ONNX exports (the encoder with its pooling, parity-checked and scored)
-    runs = [_prune(embedder, embedding_data, tmp_path / "run", {"int8": True, "export": ["onnx"]}),
-            _prune(embedder, embedding_data, tmp_path / "again")]
-    out = runs[0]
+@pytest.fixture(scope="module")
+def timed():
+    """Method prune's timings proportional to the models' sizes (helpers.size_timed) for the module's runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        size_timed(patch)
+        yield
+
+
+@pytest.fixture(scope="module")
+def cheap_run(embedder, embedding_data, timed, tmp_path_factory):
+    """A cheap-mode prune of the tiny embedder at 2×, with its int8 and ONNX exports."""
+    root = tmp_path_factory.mktemp("prune-cheap")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DISTILLERY_CACHE", str(root / "cache"))
+        return _prune(embedder, embedding_data, root / "run", {"int8": True, "export": ["onnx"]})
+
+
+def test_prune_cheap_makes_an_embedder_that_sentence_transformers_loads_after_register_models(cheap_run, tmp_path):
+    out = cheap_run
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["main_metric"] == "sts_spearman" and {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
     shape = json.loads((out / "pruned_shape.json").read_text())
     assert shape["mode"] == "cheap" and shape["predicted_ratio"] <= 0.5
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("Cheap mode" in note for note in notes) and not any("projection" in note for note in notes)
     student = load_model(out / "student")
     assert student.config.model_type == "prunedbert" and (out / "student" / "modules.json").is_file()
-    assert list(student.config.layer_heads) == shape["layer_heads"]
+    assert list(student.config.layer_heads) == shape["layer_heads"] and student.config.hidden_size == 32
     assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
                                                        tmp_path, register_models=True)
-    # its ONNX export holds the pooling, the fp32 graph within the parity tolerance of torch; each export scored
-    config, ours = RunConfig.load(out / "config.yaml"), dev_vectors(out / "student", RunConfig.load(out / "config.yaml"))[0]
+    # its exports hold the pooling (the graph gives the sentence vector), the fp32 one within the parity tolerance
+    config = RunConfig.load(out / "config.yaml")
     for fmt in ("onnx", "onnx-int8"):
-        folder = out / "exports" / f"student-{fmt}"
-        assert read_manifest(folder)["outputs"] == ["sentence_embedding"]
+        assert read_manifest(out / "exports" / f"student-{fmt}")["outputs"] == ["sentence_embedding"]
         assert "sts_spearman" in metrics["others"][f"student-{fmt}"]
     torch.testing.assert_close(torch.from_numpy(dev_vectors(out / "exports" / "student-onnx", config)[0]),
-                               torch.from_numpy(ours), atol=1e-4, rtol=1e-4)
-    # same seed, same student
-    first, second = (load_model(run / "student").state_dict() for run in runs)
+                               torch.from_numpy(dev_vectors(out / "student", config)[0]), atol=1e-4, rtol=1e-4)
+
+
+def test_prune_cheap_on_an_embedder_gives_the_same_student_with_the_same_seed(cheap_run, embedder, embedding_data,
+                                                                              tmp_path):
+    again = _prune(embedder, embedding_data, tmp_path / "again")  # the same seed, without the exports
+    first, second = (load_model(run / "student").state_dict() for run in (cheap_run, again))
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_prune_full_mode_learns_masks_on_the_sentence_vectors(embedder, embedding_data, timed, tmp_path, monkeypatch):
+    """The full mode's masks' phase distils the sentence vectors (the kind's distance) and the hidden states; a
+    student whose hidden dimension was pruned learns through a projection onto the teacher's width."""
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    out = _prune(embedder, embedding_data, tmp_path / "run", mode="full", mask_steps=3)
+    shape, metrics = (json.loads((out / name).read_text()) for name in ("pruned_shape.json", "metrics.json"))
+    assert shape["mode"] == "full" and load_model(out / "student").config.model_type == "prunedbert"
+    # its hidden dimension pruned: the student learned through a projection onto the teacher's width, not saved
+    assert shape["hidden_size"] < 32, shape
+    notes = json.loads((out / "train.json").read_text())["notes"]
+    assert any("through a projection of the student's" in note for note in notes), notes
+    assert "sts_spearman" in metrics["student"]
