@@ -90,7 +90,8 @@ def test_prune_full_mode_learns_masks_on_the_sentence_vectors(embedder, embeddin
     """The full mode's masks' phase distils the sentence vectors (the kind's distance) and the hidden states; a
     student whose hidden dimension was pruned learns through a projection onto the teacher's width."""
     monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
-    out = _prune(embedder, embedding_data, tmp_path / "run", mode="full", mask_steps=3)
+    # CoFi's start (every log α 0: the shift then cuts the hidden dimension too on this tiny teacher)
+    out = _prune(embedder, embedding_data, tmp_path / "run", mode="full", mask_steps=3, mask_init=0.0)
     shape, metrics = (json.loads((out / name).read_text()) for name in ("pruned_shape.json", "metrics.json"))
     assert shape["mode"] == "full" and load_model(out / "student").config.model_type == "prunedbert"
     # its hidden dimension pruned: the student learned through a projection onto the teacher's width, not saved
