@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 import distillery.prune.recipe  # noqa: F401  (imported before size_timed patches the timings: helpers.flop_timed)
 from distillery.config import RunConfig
 from distillery.export import read_manifest
 from distillery.pipeline import compress
 from distillery.runtime import load_model
-from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, dev_vectors, make_tiny_bert, size_timed,
+from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, make_tiny_bert, size_timed,
                            tiny_config, write_embedding_data, write_sentence_transformer)
 
 CHEAP = {"mode": "cheap", "fisher_examples": 32, "latency_shapes": 8, "latency_runs": 1, "speedup": 2.0}
@@ -71,13 +70,11 @@ def test_prune_cheap_makes_an_embedder_that_sentence_transformers_loads_after_re
     assert list(student.config.layer_heads) == shape["layer_heads"] and student.config.hidden_size == 32
     assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
                                                        tmp_path, register_models=True)
-    # its exports hold the pooling (the graph gives the sentence vector), the fp32 one within the parity tolerance
-    config = RunConfig.load(out / "config.yaml")
+    # its exports hold the pooling (the graph gives the sentence vector) and are scored; the fp32 graph is written
+    # only within the parity tolerance of torch (the export's own check, tests/test_embedding.py asserts it)
     for fmt in ("onnx", "onnx-int8"):
         assert read_manifest(out / "exports" / f"student-{fmt}")["outputs"] == ["sentence_embedding"]
         assert "sts_spearman" in metrics["others"][f"student-{fmt}"]
-    torch.testing.assert_close(torch.from_numpy(dev_vectors(out / "exports" / "student-onnx", config)[0]),
-                               torch.from_numpy(dev_vectors(out / "student", config)[0]), atol=1e-4, rtol=1e-4)
 
 
 def test_prune_full_mode_learns_masks_on_the_sentence_vectors(embedder, embedding_data, timed, tmp_path, monkeypatch):
