@@ -37,6 +37,8 @@ POINTS = {
     "distill-2of6": ("distill", {"student_layers": 2}),
     "distill-1of6": ("distill", {"student_layers": 1}),
     "static": ("static", {}),
+    # cheap mode: Fisher scores of the kind's in-batch contrastive loss on the texts, cut to 2x at 1x128 here
+    "prune-2x-cheap": ("prune", {"mode": "cheap", "speedup": 2.0}),
 }
 RETRIEVAL = ("mrr_at_10", "recall_at_1", "recall_at_10")
 # (throughput speed-up from, share of STS-B Spearman and of MRR@10 kept, label): issue 55's acceptance
@@ -100,9 +102,9 @@ def record(out: Path, point: str, seed: int, args) -> dict:
         if before is not None else None,
         "transfer_text": {"file": str(args.texts), "texts": texts, "source": args.texts_source},
         "dev_limit": config["data"].get("dev_limit"), "max_length": config["data"].get("max_length"),
-        # a pass over the whole split (distill's whole_split_epochs) where the method trains on it, else epochs
-        "student_epochs": config["student"].get("whole_split_epochs") if method == "distill"
-        else config["student"].get("epochs"),
+        # passes over the texts: student.whole_split_epochs where set (the texts are beyond the empty train split,
+        # so every method's training reads it: MethodContext.train), else epochs
+        "student_epochs": config["student"].get("whole_split_epochs") or config["student"].get("epochs"),
         "student_lr": config["student"].get("lr"), "select_best": config["student"].get("select_best"),
         "train_seconds": base["train_seconds"], "notes": base["notes"],
         "hardware": base.get("hardware") or hardware_fingerprint(), "noise": base.get("noise"), "run": str(out),

@@ -35,7 +35,9 @@ OPTIONS = {  # the tiny sizes of each method (AutoTinyBERT's timings made FLOP-p
 CASES = [(method, "sst2", {}) for method in OPTIONS] + [("distill", "conll2003", {"method_options.augment": 1}),
                                                         ("distill", "embedding", {}), ("static", "embedding", {}),
                                                         ("moebert", "embedding", {}), ("autotinybert", "embedding", {}),
-                                                        ("cmow", "embedding", {})]
+                                                        ("cmow", "embedding", {}),
+                                                        ("prune", "embedding", {"method_options.mode": "cheap",
+                                                                                "method_options.fisher_examples": 32})]
 
 
 def student(run) -> dict:

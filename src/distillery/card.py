@@ -241,7 +241,7 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False, kind
                  "import distillery"]
     code += [f"from transformers import {auto}, AutoTokenizer", ""]
     if custom:
-        code += ["distillery.register_models()  # registers moebert, cmow and autotinybert with the Auto classes"]
+        code += ["distillery.register_models()  # registers moebert, cmow, autotinybert and prunedbert with the Auto classes"]
     code += [f"model_id = {model_id!r}  # or the path of this folder",
              "tokenizer = AutoTokenizer.from_pretrained(model_id)",
              f"model = {auto}.from_pretrained(model_id).eval()"]

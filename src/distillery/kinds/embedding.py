@@ -303,7 +303,7 @@ class Embedding(SentenceKind):
                  "import distillery"] if registers else [])
         code += ["from sentence_transformers import SentenceTransformer", ""]
         if registers:
-            code += ["distillery.register_models()  # registers moebert, cmow and autotinybert with the Auto classes"]
+            code += ["distillery.register_models()  # registers moebert, cmow, autotinybert and prunedbert with the Auto classes"]
         code += [f"model = SentenceTransformer({model_id!r})  # or the path of this folder"]
         if static:
             code += ["# its first module is sentence-transformers' StaticEmbedding: one vector a token, averaged"]

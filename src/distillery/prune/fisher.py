@@ -37,10 +37,18 @@ def priority(score: Tensor, cost: float) -> Tensor:
     return torch.log(score.double().clamp_min(1e-30)) - torch.log(torch.tensor(max(cost, 1e-12), dtype=torch.float64))
 
 
+def scored_rows(ctx: MethodContext):
+    """The rows the Fisher scores read: the train split, or where the task's own is empty (an embedder learns from the
+    texts given only) the student's training texts with the teacher's vectors, the targets of the kind's importance
+    loss (``TaskKind.importance_loss``: an in-batch contrastive loss, the distance to the teacher's own vectors having
+    no gradient on the teacher); labelled once and cached, so that the fine-tuning reads the same rows again."""
+    return ctx.task_data.train if len(ctx.task_data.train) else ctx.distillation_train(True)
+
+
 def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel) -> Masks:
     """Masks whose log α rank the teacher's heads and neurons by Fisher information per latency saved."""
     kind = ctx.task_data.task.kind_object
-    neurons, heads = unit_importance(ctx.teacher, ctx.task_data.train, ctx.task_data.collate, kind,
+    neurons, heads = unit_importance(ctx.teacher, scored_rows(ctx), ctx.task_data.collate, kind,
                                      max_examples=int(examples), seed=ctx.config.student.seed, heads=True, fisher=True)
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size, prune_hidden=False)

@@ -158,8 +158,9 @@ class MaskedModel(nn.Module):
         gates = self.masks.gates("sample" if self.training else "deterministic")
         gates = gates if self.training else fold(gates)
         self.last_gates = gates
-        self.model.bert.masks = model_masks(gates)
+        base = self.model.base_model  # the task model's ``bert``, or the model itself where it has no head (an embedder)
+        base.masks = model_masks(gates)
         try:
             return self.model(**inputs)
         finally:
-            self.model.bert.masks = None
+            base.masks = None

@@ -39,7 +39,8 @@ from distillery.prune.fisher import fisher_masks
 from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, reused_record, save_record
 from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
-from distillery.training.losses import HiddenProjection, distillation_loss, hidden_mse, prediction_distillation
+from distillery.training.losses import (HiddenProjection, distillation_loss, hidden_mse, prediction_distillation,
+                                       pretrained_distillation_loss)
 from distillery.training.trainer import Trainer
 
 
@@ -146,11 +147,25 @@ def with_target(ctx: MethodContext, opts: PruneOptions, teacher_ms: float) -> Pr
     return replace(opts, speedup=speedup)
 
 
+def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, temperature: float):
+    """The fine-tuning's loss_fn and what is trained beside the student: the kind's distillation loss, or for an
+    embedder whose hidden dimension was pruned (``TaskKind.projects_width``: its vectors narrower than the teacher's)
+    the same through a projection of its last hidden states onto the teacher's width, started as the selection of
+    the kept dimensions (the student's vector then starts as the teacher's in those dimensions), used in the loss
+    only as a narrower ``--student``'s is."""
+    width, wanted = student.config.hidden_size, teacher.config.hidden_size
+    if not kind.projects_width or width == wanted:
+        return distillation_loss(kind, teacher, kd_weight, temperature), []
+    onto = HiddenProjection(width, wanted)
+    with torch.no_grad():
+        onto.linear.weight.zero_()
+        onto.linear.bias.zero_()
+        onto.linear.weight[torch.nonzero(gates["hidden"] > 0).flatten(), torch.arange(width)] = 1.0
+    return pretrained_distillation_loss(kind, teacher, kd_weight, temperature, output_projection=onto), [onto]
+
+
 class Prune(Method):
     name: ClassVar[str] = "prune"
-    # its masked student reads the teacher's task head (``model.bert`` under it); an embedder is a bare encoder, so
-    # ``--task embedding`` crashed in the masks' first step (docs/prune.md, "Not done yet")
-    unhandled_kinds: ClassVar[tuple[str, ...]] = ("embedding",)
 
     def check(self, config, teacher_config) -> None:
         self.options(config)
@@ -159,7 +174,8 @@ class Prune(Method):
     def run(self, ctx: MethodContext) -> PreTrainedModel:
         opts: PruneOptions = self.options(ctx.config)
         ctx.teacher.eval()
-        full, kind = full_size(ctx.teacher)
+        full, _ = full_size(ctx.teacher)  # an embedder's: the bare pruned encoder (no head)
+        kind = ctx.task_data.task.kind_object
         latency, teacher_ms = latency_model(ctx, opts, full)
         opts = with_target(ctx, opts, teacher_ms)
         target_ms = teacher_ms / float(opts.speedup)
@@ -190,6 +206,11 @@ class Prune(Method):
         train = ctx.task_data.train
         if kind.caches_teacher_outputs:
             train = ctx.distillation_train(True, opts.augment)
-        ctx.notes.append(f"Fine-tuning with the masks fixed: (1 − {opts.kd_weight})·CE + {opts.kd_weight}·KD(T = {opts.temperature}).")
-        return ctx.train(student.train(), distillation_loss(kind, ctx.teacher, float(opts.kd_weight), float(opts.temperature)),
-                         desc="prune finetune", train_dataset=train)
+        loss, extra = finetune_loss(kind, ctx.teacher, student, gates, float(opts.kd_weight), float(opts.temperature))
+        words = (f"(1 − {opts.kd_weight})·CE + {opts.kd_weight}·KD(T = {opts.temperature})" if kind.finetunes_teacher
+                 else kind.loss_words(float(opts.kd_weight), float(opts.temperature)))
+        ctx.notes.append(f"Fine-tuning with the masks fixed: {words}" + (
+            f", through a projection of the student's {student.config.hidden_size} kept dimensions onto the teacher's "
+            f"{ctx.teacher.config.hidden_size} (started as their selection; used in the loss only, not saved)"
+            if extra else "") + ".")
+        return ctx.train(student.train(), loss, desc="prune finetune", train_dataset=train, extra_parameters=extra)
