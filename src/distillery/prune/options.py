@@ -19,7 +19,7 @@ class PruneOptions(MethodOptions):
     """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "prune"
-    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation; "
+    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation, from the cheap mode's selection; "
                        "cheap: retraining-free, heads and neurons kept by Fisher information per latency saved "
                        "(Kwon et al. 2022), no masks' phase", paper="Kwon et al. 2022 (cheap)")
     fisher_examples: int = option(512, _steps(), "training examples that score the heads and neurons by Fisher "
