@@ -116,8 +116,10 @@ def test_compress_prune_end_to_end_and_same_seed_same_student(tiny_bert, tmp_pat
     runs = prune_twice(tiny_bert, tmp_path, monkeypatch, mask_steps=4, latency_shapes=8, latency_runs=2, speedup=2.0)
     for out in runs:
         shape = json.loads((out / "pruned_shape.json").read_text())
-        assert shape["predicted_ms"] > 0 and shape["target_ms"] > 0
-        assert (out / "latency.json").is_file() and "latency model expects" in (out / "report.md").read_text()
+        assert shape["predicted_ms"] > 0 and shape["target_ms"] > 0 and shape["predicted_ratio"] <= 0.5
+        report = (out / "report.md").read_text()
+        assert (out / "latency.json").is_file() and "latency model expects" in report
+        assert "started from the cheap mode's selection" in report
     students = [distillery.load_student(out) for out in runs]
     assert type(students[0]).__name__ == "PrunedBertForSequenceClassification"
     onnx = export_model(tmp_path / "run" / "student", "onnx", tmp_path / "onnx")  # parity-checked on export

@@ -10,6 +10,9 @@ the units are kept in the order of that ratio until the latency model puts the s
 keep exactly the units above a threshold) and the same :func:`distillery.prune.masks.calibrated_gates` as the full
 mode finds the threshold. A sub-layer goes when no unit of it is kept; the hidden dimension is kept. The pruned
 model is then distilled as the full mode's is (its fine-tuning), briefly.
+
+The full mode starts from this selection (:func:`cheap_start`): its masks' phase refines it rather than finding
+one from gates drawn at random.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import Tensor, nn
 from distillery.importance import unit_importance
 from distillery.method_context import MethodContext
 from distillery.prune.latency import LatencyModel
-from distillery.prune.masks import Masks
+from distillery.prune.masks import Masks, calibrated_gates, start_at
 
 SHARPNESS = 8.0  # log α per unit of log(score / cost): a gate's P(z ≠ 0) goes 0 → 1 over a tenth of e in the ratio
 KEPT = 100.0  # the sub-layers' log α: kept whatever the shift, removed only when none of their units is
@@ -61,3 +64,16 @@ def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: La
         for name in ("attention", "ffn"):
             getattr(masks, name).fill_(KEPT / masks.lr_scale)
     return masks
+
+
+def cheap_start(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel, target: float,
+                masks: Masks, margin: float) -> dict[str, Tensor]:
+    """``masks`` (the full mode's) set to start at the cheap mode's selection at ``target`` (a ratio to the teacher's
+    latency), the Fisher order per latency saved kept within it (:func:`distillery.prune.masks.start_at`);
+    the selection's gates."""
+    cheap = fisher_masks(ctx, examples, full, latency)
+    gates, shift = calibrated_gates(cheap, latency, target)
+    with torch.no_grad():
+        order = {name: cheap.log_alpha(name) + shift for name in ("heads", "neurons")}
+    start_at(masks, gates, order, margin)
+    return gates

@@ -26,6 +26,7 @@ from distillery.prune.modeling_prune import LayerMasks, ModelMasks
 BETA, LOW, HIGH = 2.0 / 3.0, -0.1, 1.1
 LR_SCALE = 200.0
 GROUPS = ("heads", "neurons", "hidden", "attention", "ffn")
+TIE = 0.01  # start_at: the least log α between a kept and a removed unit of equal order
 
 
 def keep_probability(log_alpha: Tensor) -> Tensor:
@@ -115,6 +116,39 @@ def calibrated_gates(masks: Masks, price: Callable[[dict[str, Tensor]], Tensor],
             mid = (low + high) / 2
             low, high = (mid, high) if fits(mid) else (low, mid)
         return gates_at(low), low
+
+
+def start_at(masks: Masks, gates: dict[str, Tensor], order: dict[str, Tensor], margin: float,
+             iterations: int = 60) -> Masks:
+    """``masks`` set to start at the 0/1 selection ``gates`` (a group missing from it: all kept), its deterministic
+    gates equal to them. Each row's log α: ``order`` (a group missing from it: the selection alone) less the row's
+    threshold between its kept and its removed units, kept units clipped to (0, ``margin``], removed ones to
+    [−``margin``, 0), then one shift a row that makes its Σ P(z ≠ 0) its count of kept units: CoFi's deterministic
+    gates keep round(Σ P) units of the largest log α, and a row of 300 kept and 1,236 removed neurons at ±margin
+    alone would count 300 + 1,236 · P(−margin). Units far from the threshold start well inside on or off (a kept
+    one at margin 6 is drawn whole in 99 % of the draws), those near it in between: the masks' phase refines the
+    selection instead of drawing every gate at random."""
+    with torch.no_grad():
+        for name in masks.names():
+            shape = masks.shapes[name]
+            kept = (gates[name] > 0 if name in gates else torch.ones(shape, dtype=torch.bool)).reshape(-1, shape[-1])
+            x = order[name].double().reshape(kept.shape) if name in order else (kept.double() * 2 - 1) * margin
+            low = torch.where(kept, x, math.inf).amin(-1, keepdim=True)
+            high = torch.where(kept, -math.inf, x).amax(-1, keepdim=True)
+            middle = torch.where(~kept.any(-1, keepdim=True), high, torch.where(kept.all(-1, keepdim=True), low,
+                                                                                 (low + high) / 2))
+            y = torch.where(kept, (x - middle).clamp(TIE, margin), (x - middle).clamp(-margin, -TIE))
+            n, count = kept.shape[-1], kept.sum(-1, keepdim=True).double()
+            whole = min(0.25, n * float(1 - keep_probability(torch.tensor(margin, dtype=torch.float64))))
+            none = min(0.25, n * float(keep_probability(torch.tensor(-margin, dtype=torch.float64))))
+            count = torch.where(count == n, n - whole, torch.where(count == 0, torch.full_like(count, none), count))
+            lo, hi = torch.full_like(count, -4 * margin - 40), torch.full_like(count, 4 * margin + 40)
+            for _ in range(iterations):  # the row's shift: Σ P grows with it
+                mid = (lo + hi) / 2
+                under = keep_probability(y + mid).sum(-1, keepdim=True) < count
+                lo, hi = torch.where(under, mid, lo), torch.where(under, hi, mid)
+            getattr(masks, name).copy_(((y + (lo + hi) / 2) / masks.lr_scale).float().flatten())
+    return masks
 
 
 def fold(gates: dict[str, Tensor]) -> dict[str, Tensor]:

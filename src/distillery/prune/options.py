@@ -19,10 +19,11 @@ class PruneOptions(MethodOptions):
     """Defaults are the quick budget's; ``presets.yaml`` sizes the full one."""
 
     METHOD: ClassVar[str] = "prune"
-    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation; "
+    mode: str = option("full", one_of("full", "cheap"), "full: CoFi's masks learned with layer-wise distillation, from the cheap mode's selection; "
                        "cheap: retraining-free, heads and neurons kept by Fisher information per latency saved "
                        "(Kwon et al. 2022), no masks' phase", paper="Kwon et al. 2022 (cheap)")
-    fisher_examples: int = option(512, _steps(), "cheap mode: training examples that score the heads and neurons")
+    fisher_examples: int = option(512, _steps(), "training examples that score the heads and neurons by Fisher "
+                                  "information (the cheap mode's selection, where the full mode's masks start)")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
     # --latency-ms (compress routes it here for this method): a latency on this machine, turned into a speed-up
@@ -33,16 +34,20 @@ class PruneOptions(MethodOptions):
                              "layer-wise distillation)", paper="CoFi's pruning epochs")
     # CoFi ramps the target sparsity over its first epochs; a latency target reached at once prunes before
     # the distillation has told the masks what matters
-    target_warmup: float = option(0.5, number(0, 1), "share of the masks' phase over which the latency target "
-                                  "falls linearly from the teacher's to the one asked", paper="Lagrangian warm-up")
+    target_warmup: float = option(0.5, number(0, 1), "mask_init=0 only: share of the masks' phase over which the "
+                                  "latency target falls linearly from the teacher's to the one asked (the cheap "
+                                  "mode's selection starts at the target)", paper="Lagrangian warm-up")
     prune_hidden: bool = option(True, flag(), "prune the hidden dimension too (off: heads, neurons and sub-layers)")
     layer_weight: float = option(1.0, number(0), "weight of the layer-wise hidden-state distillation in the masks' "
                                  "phase", paper="λ (Eq. 6)")
     mask_lr_scale: float = option(200.0, number(above=0), "the masks' and Lagrange multipliers' learning rate as a "
                                   "multiple of the student's (CoFi: 0.01 against 2e-5 to 5e-5)")
-    mask_init: float = option(0.0, number(), "the masks' log α at the start of their phase (0: CoFi's drop rate "
-                              "0.5, every gate drawn at 0 with p 0.17; 4: the teacher nearly intact, every gate "
-                              "kept with p above 0.99)")
+    # log α 0 everywhere (CoFi's start) drew every gate at random in a 300-step phase and wrecked the weights:
+    # STS-B 4x kept 22 % of the teacher against the cheap mode's 100.7 % (docs/prune.md)
+    mask_init: float = option(6.0, number(0), "where the masks' phase starts: m > 0, the cheap mode's selection at "
+                              "the target, log α about +m for the units it keeps and -m for those it removes (in "
+                              "between near its Fisher threshold); 0: CoFi's start, every log α 0 (drop rate 0.5, "
+                              "each gate drawn at 0 with p 0.17)")
     latency_shapes: int = option(24, _steps(8), "random pruned shapes timed to fit the latency model")
     latency_runs: int = option(10, _steps(), "timed runs per shape (a round: all shapes and the teacher interleaved)")
     latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "

@@ -4,10 +4,13 @@ latency: random pruned shapes timed here beside the teacher at 1 × 128 → a li
          (:mod:`distillery.prune.latency`) → latency.json; the target is the teacher's latency / ``speedup``.
 masks:   the teacher as a full-size pruned-student model (AutoTinyBERT's conversion: every family it converts),
          hard-concrete masks on heads, FFN neurons, the hidden dimension and whole attention / FFN sub-layers
-         (:mod:`distillery.prune.masks`), learned with the weights for ``mask_steps`` steps on
+         (:mod:`distillery.prune.masks`) starting at the cheap mode's selection at the target
+         (:func:`distillery.prune.fisher.cheap_start`; ``mask_init`` 0: CoFi's start, every log α 0), learned with
+         the weights for ``mask_steps`` steps on
          L = KD(predictions, T) + w_layer · Σ_l MSE(W h_l, h_l^teacher) + λ1 (E − T_t) + λ2 (E − T_t)²,
-         E the latency model's price of the masks' expected architecture, T_t the target (falling from the
-         teacher's latency over ``target_warmup`` of the phase, CoFi's warm-up), both over the teacher's latency;
+         E the latency model's price of the masks' expected architecture, T_t the target (from the cheap mode's
+         selection: the target throughout; from CoFi's start: falling from the teacher's latency over
+         ``target_warmup`` of the phase, CoFi's warm-up), both over the teacher's latency;
          λ1, λ2 learned by gradient ascent (CoFi's Lagrangian), W a projection starting as the identity.
 prune:   the deterministic masks (CoFi's: each group's expected count of units, the largest log α kept) of the
          log α shifted by one δ so that the latency model puts the shape at the target (bisection:
@@ -35,7 +38,7 @@ from distillery.folders import write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.prune.extract import extract, full_size
-from distillery.prune.fisher import fisher_masks
+from distillery.prune.fisher import cheap_start, fisher_masks
 from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, reused_record, save_record
 from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
 from distillery.prune.options import PruneOptions
@@ -51,9 +54,9 @@ def reversed_gradient(p: torch.Tensor) -> torch.Tensor:
 
 def mask_loss(kind, teacher, latency: LatencyModel, target: float, lambdas: nn.Parameter,
               projection: HiddenProjection, total_steps: int, warmup: float, temperature: float, layer_weight: float,
-              lr_scale: float):
+              lr_scale: float, start: float = 1.0):
     """loss_fn of the masks' phase (the module docstring's L); logs each term, the expected latency and the target
-    (ratios to the teacher's latency: ``target`` is 1 / speedup)."""
+    (ratios to the teacher's latency: ``target`` is 1 / speedup, ramped down from ``start``)."""
     def loss_fn(model, batch):
         net: MaskedModel = getattr(model, "module", model)
         out = model(**model_inputs(batch, net.model), output_hidden_states=layer_weight > 0)
@@ -68,7 +71,7 @@ def mask_loss(kind, teacher, latency: LatencyModel, target: float, lambdas: nn.P
         done = int(net.masks.step)  # a buffer of the model: a resumed run continues the ramp where it was
         ramp = min(1.0, done / max(1.0, warmup * total_steps)) if warmup > 0 else 1.0
         net.masks.step += 1
-        now = 1.0 - (1.0 - target) * ramp
+        now = start - (start - target) * ramp
         expected = latency(net.masks.expected_shape())
         gap = expected - now
         lam = reversed_gradient(lambdas) * lr_scale
@@ -104,10 +107,28 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
     return model, teacher_ms
 
 
-def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
+def start_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> tuple[Masks, float]:
+    """The full mode's masks at the start of their phase, and the latency ratio the target ramps down from: the cheap
+    mode's selection at the target (``mask_init`` > 0; the target from the start: the selection meets it), else
+    CoFi's start (every log α 0, the target ramped down from the teacher's latency)."""
     c = full.config
     masks = Masks(c.num_hidden_layers, c.num_attention_heads, c.intermediate_size, c.hidden_size,
-                  init=float(opts.mask_init), prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
+                  prune_hidden=bool(opts.prune_hidden), lr_scale=float(opts.mask_lr_scale))
+    target = 1.0 / float(opts.speedup)
+    if float(opts.mask_init) == 0:
+        return masks, 1.0
+    gates = cheap_start(ctx, int(opts.fisher_examples), full, latency, target, masks, float(opts.mask_init))
+    shape = shape_of(gates, c.hidden_size)
+    ctx.notes.append(f"The masks started from the cheap mode's selection (Fisher information per latency saved, "
+                     f"{opts.fisher_examples} training examples; log α ±{float(opts.mask_init):g} away from its "
+                     f"threshold): heads a layer {[int(h) for h in shape['heads']]}, FFN neurons a layer "
+                     f"{[int(f) for f in shape['neurons']]}, expected x{1 / float(latency(shape)):.3g}.")
+    return masks, target
+
+
+def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency: LatencyModel) -> MaskedModel:
+    c = full.config
+    masks, start = start_masks(ctx, opts, full, latency)
     masked = MaskedModel(full.train(), masks)
     lambdas = nn.Parameter(torch.zeros(2))
     hidden = c.hidden_size
@@ -118,7 +139,8 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     kind = ctx.task_data.task.kind_object
     train = ctx.distillation_train(True, opts.augment, logits=False) if kind.takes_new_rows else ctx.task_data.train
     loss = mask_loss(kind, ctx.teacher, latency, 1.0 / float(opts.speedup), lambdas, projection, steps * cfg.grad_accum,
-                     float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale))
+                     float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale),
+                     start)
     trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
                       extra_parameters=[projection, lambdas], desc="prune masks",
                       checkpoint_every=max(1, min(100, steps // 4)))  # a kill loses at most a quarter of the phase
