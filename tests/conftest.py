@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 gc.set_threshold(50_000, 50, 1000)
 
 from tests.helpers import (TINY_BERT, make_tiny_bert, make_tiny_roberta, write_byte_bpe, write_conll_dir,  # noqa: E402
-                           write_glue)
+                           write_embedding_data, write_glue, write_sentence_transformer)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -108,3 +108,16 @@ def steady_pretrained_timing(monkeypatch):
 
     patch_everywhere(monkeypatch, bench, "latency_ms", lambda models, *args, **kwargs: {
         name: 1e-4 * parameters(model) for name, model in models.items()})
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory):
+    """A tiny 2-layer sentence-transformers embedder (mean pooling, normalised), one per test module."""
+    root = tmp_path_factory.mktemp("embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
+
+
+@pytest.fixture(scope="module")
+def embedding_data(tmp_path_factory):
+    """A data folder with STS-B dev and SQuAD dev, and an unlabeled file of 64 texts, one per test module."""
+    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))

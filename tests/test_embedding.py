@@ -20,7 +20,7 @@ from distillery.pipeline import compress
 from distillery.runtime import load_model
 from tests.helpers import (NO_EXTRAS, assert_one_line_error, assert_sentence_transformers_gives_what_was_scored,
                            dev_vectors, make_tiny_bert, run_cli, tiny_config,
-                           write_embedding_data, write_glue, write_sentence_transformer, write_squad)
+                           write_glue, write_sentence_transformer, write_squad)
 
 pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
 
@@ -30,11 +30,6 @@ def embedder(tmp_path_factory):
     root = tmp_path_factory.mktemp("embedder")
     return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=4), root / "st")
 
-
-@pytest.fixture(scope="module")
-def embedding_data(tmp_path_factory):
-    """A data folder with STS-B dev and SQuAD dev, and an unlabeled file of 64 texts."""
-    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
 
 
 def run(teacher, data, out, **more):

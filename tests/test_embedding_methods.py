@@ -18,21 +18,11 @@ from distillery.config import RunConfig
 from distillery.kinds import kind_of
 from distillery.pipeline import compress
 from distillery.runtime import load_model
-from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, make_tiny_bert, tiny_config,
-                           write_embedding_data, write_sentence_transformer)
+from tests.helpers import assert_sentence_transformers_gives_what_was_scored, tiny_config
 
 pytestmark = pytest.mark.usefixtures("steady_pretrained_timing")  # conftest: no timing decides a test
 
 
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("embedder")
-    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
-
-
-@pytest.fixture(scope="module")
-def embedding_data(tmp_path_factory):
-    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
 
 
 def test_the_embedding_importance_loss_has_a_gradient_on_the_teacher_itself():

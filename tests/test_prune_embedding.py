@@ -16,21 +16,11 @@ from distillery.config import RunConfig
 from distillery.export import read_manifest
 from distillery.pipeline import compress
 from distillery.runtime import load_model
-from tests.helpers import (assert_sentence_transformers_gives_what_was_scored, make_tiny_bert, size_timed,
-                           tiny_config, write_embedding_data, write_sentence_transformer)
+from tests.helpers import assert_sentence_transformers_gives_what_was_scored, size_timed, tiny_config
 
 CHEAP = {"mode": "cheap", "fisher_examples": 32, "latency_shapes": 8, "latency_runs": 1, "speedup": 2.0}
 
 
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("embedder")
-    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
-
-
-@pytest.fixture(scope="module")
-def embedding_data(tmp_path_factory):
-    return write_embedding_data(tmp_path_factory.mktemp("embedding-data"))
 
 
 def _prune(embedder, embedding_data, out, more=None, **options):
