@@ -534,11 +534,7 @@ class AutoTinyBert(Method):
         lr = chosen.settings.get("lr", ctx.config.student.lr)
         loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t, chosen.hidden_weight,
                                             chosen.hidden_layers, chosen.attention_weight)
-        words = (f"(1 − {kd_weight})·CE + {kd_weight}·KD(T = {t:g})" if kind.finetunes_teacher
-                 else kind.loss_words(kd_weight, t))
-        words += (f" + {chosen.hidden_weight:g}·hidden MSE (sub-network layers onto teacher layers "
-                  f"{chosen.hidden_layers})" if chosen.hidden_weight else "")
-        words += f" + {chosen.attention_weight:g}·attention KL (the same layers)" if chosen.attention_weight else ""
+        words = kind.loss_words(kd_weight, t) + chosen.layer_terms("sub-network")
         words += " (through a projection onto the teacher's width, in the loss only)" if extra else ""
         ctx.notes.append(f"Further training: {words} from the extracted sub-network, learning rate {lr:.2g}.")
         ctx.notes.extend(notes)

@@ -126,11 +126,7 @@ class Distill(Method):
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train, augment_reason)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                         f"loss {kind.loss_words(opts.kd_weight, chosen.temperature)}"
-                         + (f" + {chosen.hidden_weight:g}·hidden MSE (student layers onto teacher layers "
-                            f"{chosen.hidden_layers})" if chosen.hidden_weight else "")
-                         + (f" + {chosen.attention_weight:g}·attention KL (the same layers)" if chosen.attention_weight
-                            else "") + ".")
+                         f"loss {kind.loss_words(opts.kd_weight, chosen.temperature)}{chosen.layer_terms('student')}.")
         ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, chosen.temperature, chosen.hidden_weight,
                                     chosen.hidden_layers, chosen.attention_weight)
@@ -147,6 +143,13 @@ class Chosen:
     settings: dict  # the trainer's settings changed for this cut (lr, max_steps, warmup_ratio)
     reasons: list[str]
     attention_weight: float = 0.0  # on the layers of hidden_layers
+
+    def layer_terms(self, layers_of: str) -> str:
+        """The hidden-state and attention terms as the report's notes write them after the loss's own words
+        (empty without them); ``layers_of``: whose layers learn the teacher's ("student", "sub-network")."""
+        return ((f" + {self.hidden_weight:g}·hidden MSE ({layers_of} layers onto teacher layers {self.hidden_layers})"
+                 if self.hidden_weight else "")
+                + (f" + {self.attention_weight:g}·attention KL (the same layers)" if self.attention_weight else ""))
 
 
 def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None,

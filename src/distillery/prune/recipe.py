@@ -229,8 +229,7 @@ class Prune(Method):
         if kind.caches_teacher_outputs:
             train = ctx.distillation_train(True, opts.augment)
         loss, extra = finetune_loss(kind, ctx.teacher, student, gates, float(opts.kd_weight), float(opts.temperature))
-        words = (f"(1 − {opts.kd_weight})·CE + {opts.kd_weight}·KD(T = {opts.temperature})" if kind.finetunes_teacher
-                 else kind.loss_words(float(opts.kd_weight), float(opts.temperature)))
+        words = kind.loss_words(float(opts.kd_weight), float(opts.temperature))
         ctx.notes.append(f"Fine-tuning with the masks fixed: {words}" + (
             f", through a projection of the student's {student.config.hidden_size} kept dimensions onto the teacher's "
             f"{ctx.teacher.config.hidden_size} (started as their selection; used in the loss only, not saved)"
