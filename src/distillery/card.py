@@ -225,7 +225,7 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False, kind
     after ``distillery.register_models()`` for a student type of distillery's own (moebert, cmow, autotinybert),
     which transformers does not know; a sentence pair in, where the task reads pairs (``pair``)."""
     from distillery.encoders import is_distillery_student
-    from distillery.modeling import head_of
+    from distillery.modeling import head_of, registration_code
 
     head = head_of(student_config)
     auto = head.auto_class.__name__
@@ -236,12 +236,12 @@ def _usage_section(student_config, repo_id: str | None, pair: bool = False, kind
     code = ["```python"]
     if own is not None:
         return ["## How to use it", "", *code, *own, "```", "", *_load_student_line()]
+    before, register = registration_code(model_type)
     if custom:
-        code += [f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
-                 "import distillery"]
+        code += before
     code += [f"from transformers import {auto}, AutoTokenizer", ""]
     if custom:
-        code += ["distillery.register_models()  # registers moebert, cmow, autotinybert and prunedbert with the Auto classes"]
+        code += [register]
     code += [f"model_id = {model_id!r}  # or the path of this folder",
              "tokenizer = AutoTokenizer.from_pretrained(model_id)",
              f"model = {auto}.from_pretrained(model_id).eval()"]

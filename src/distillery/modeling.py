@@ -56,6 +56,15 @@ def register_models() -> None:
         importlib.import_module(name)
 
 
+def registration_code(model_type: str) -> tuple[list[str], str]:
+    """A usage snippet's lines for a student of distillery's own ``model_type`` (a model card's): the lines before
+    its imports (why distillery is needed, and its import), and the call registering the type with the Auto
+    classes, written after them."""
+    return ([f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
+             "import distillery"],
+            "distillery.register_models()  # registers moebert, cmow, autotinybert and prunedbert with the Auto classes")
+
+
 @dataclass(frozen=True)
 class Head:
     """A task head: its name (in export manifests), the suffix of its model classes' names

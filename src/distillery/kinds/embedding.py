@@ -35,7 +35,7 @@ from distillery.errors import DistilleryError
 from distillery.kinds.base import arrow_column, output_field
 from distillery.kinds.sentence import SentenceKind
 from distillery.metrics import EMBEDDING_METRICS, retrieval_scores, sts_correlations
-from distillery.modeling import BASE_HEAD, SENTENCE_HEAD, SentenceEmbeddingOutput
+from distillery.modeling import BASE_HEAD, SENTENCE_HEAD, SentenceEmbeddingOutput, registration_code
 
 # The model type of method static's student (distillery.static.modeling_static), saved as sentence-transformers'
 # StaticEmbedding rather than a transformer with pooling
@@ -299,11 +299,11 @@ class Embedding(SentenceKind):
         model_type = str(getattr(student_config, "model_type", "?"))
         static = model_type == STATIC_MODEL_TYPE
         registers = own_type and not static
-        code = ([f"# needs distillery installed: the model type {model_type!r} is distillery's own, not transformers'",
-                 "import distillery"] if registers else [])
+        before, register = registration_code(model_type)
+        code = before if registers else []
         code += ["from sentence_transformers import SentenceTransformer", ""]
         if registers:
-            code += ["distillery.register_models()  # registers moebert, cmow, autotinybert and prunedbert with the Auto classes"]
+            code += [register]
         code += [f"model = SentenceTransformer({model_id!r})  # or the path of this folder"]
         if static:
             code += ["# its first module is sentence-transformers' StaticEmbedding: one vector a token, averaged"]
