@@ -239,12 +239,23 @@ def test_auto_end_to_end_then_resumed(tiny_bert4, glue_dir, tmp_path, monkeypatc
                                                                  "teacher.train.epochs": 1.0})))
     out = tmp_path / "auto"
     options = [a for k, v in TINY_OPTIONS.items() for a in ("--option", f"{k}={v}")]
+    import distillery.export.write as export_write
+
+    real_export, teacher_exports = export_write.export, [0]
+
+    def counted_export(model, tokenizer, fmt, target, **kw):
+        teacher_exports[0] += Path(target).is_relative_to(tmp_path / "cache" / "exports")  # the kept copies
+        return real_export(model, tokenizer, fmt, target, **kw)
+
+    monkeypatch.setattr(export_write, "export", counted_export)
     common = ["compress", "--teacher", str(tiny_bert4), "--data-dir", str(glue_dir), "--out", str(out),
               "--config", str(settings), *options]
     shown = run_ok(monkeypatch, capsys, *common, "--method", "auto", "--speedup", "2", "--time-budget", "30m")
     summary = json.loads((out / "auto.json").read_text())
     assert summary["int8_gain"] >= 1.0  # the int8 export timed on the teacher's architecture when planning
     assert summary["int8_gain"] == 1.0 or "an int8 export of the teacher's architecture ran" in shown
+    # every candidate compares the same int8 teacher: exported and scored once, kept in the cache, then reused
+    assert len(list((tmp_path / "cache" / "exports").glob("*/teacher-*"))) == 1 and teacher_exports == [1]
     points = [p for c in summary["candidates"] for p in c["points"]]
     assert len(points) >= 4 and {p["model"] for p in points} >= {"student"}
     assert any(p["model"].startswith("student-") and "int8" in p["model"] for p in points)

@@ -516,3 +516,21 @@ def test_a_model_exported_to_several_onnx_formats_is_traced_once(tiny_bert, tmp_
     other = _cmow_folder(tiny_bert, tmp_path / "other", head="cnn")
     ex.export_model(other, "onnx", tmp_path / "other-onnx")
     assert len(traced) == 2
+
+
+def test_kept_exports_are_reused_and_a_damaged_one_is_made_again(bert_cls, tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTILLERY_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = distillery.load_student(bert_cls), AutoTokenizer.from_pretrained(bert_cls)
+    kept = ex.kept_exports_folder(bert_cls, None)
+    assert kept.is_relative_to(tmp_path / "cache") and ex.kept_exports_folder(tmp_path / "absent", None) is None
+    made = lambda: ex.build_variants({"teacher": (model, tokenizer)}, ["onnx"], kept={"teacher": kept})[0]["teacher-onnx"]
+    inputs = dict(tokenizer(["a good movie"], return_tensors="pt"))
+    first = made()
+    onnx_file = next(kept.rglob("*.onnx"))
+    stamp = onnx_file.stat().st_mtime_ns
+    again = made()  # loaded from the cache, not exported again
+    assert onnx_file.stat().st_mtime_ns == stamp
+    torch.testing.assert_close(torch.as_tensor(again(**inputs).logits), torch.as_tensor(first(**inputs).logits))
+    onnx_file.write_bytes(b"damaged")  # left alone (distillery replaces only what it wrote), exported again elsewhere
+    torch.testing.assert_close(torch.as_tensor(made()(**inputs).logits), torch.as_tensor(first(**inputs).logits))
+    assert onnx_file.read_bytes() == b"damaged"

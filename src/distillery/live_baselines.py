@@ -36,7 +36,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from distillery.data.encode import example_lengths, length_batches
 from distillery.errors import DistilleryError
 from distillery.evaluation import score
-from distillery.export import build_variants
+from distillery.export import build_variants, kept_exports_folder
 from distillery.export.formats import resolve_format
 from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
@@ -290,14 +290,16 @@ def int8_backend(fmt: str, teacher: nn.Module) -> tuple[str, str | None]:
     return resolved, None
 
 
-def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: str, out: LiveBaselines) -> None:
+def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: str, out: LiveBaselines,
+                   teacher_folder: str | None = None) -> None:
     fmt, note = int8_backend(int8_format, teacher)
     if note:
         out.notes.append(note)
     source = {"teacher": dict(teacher_metrics)} if teacher_metrics else None
     try:
         variants, metrics, manifests = build_variants({"teacher": (teacher, tokenizer)}, [fmt], task_data=task_data,
-                                                      source_metrics=source)
+                                                      source_metrics=source,
+                                                      kept={"teacher": kept_exports_folder(teacher_folder, task_data)})
     except DistilleryError as e:  # a teacher that does not export (a BiLSTM head) still gets its static baseline
         out.notes.append(f"No int8 teacher: {e}")
         return
@@ -310,12 +312,14 @@ def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: 
 def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics: Mapping[str, float] | None = None,
                    teacher_int8: tuple[nn.Module, Mapping[str, float]] | None = None, int8_format: str = "int8",
                    static: bool = True, pca_dims: int | None = 256, sif: float | None = None,
-                   batch_size: int = 1024) -> LiveBaselines:
+                   batch_size: int = 1024, teacher_folder: str | None = None) -> LiveBaselines:
     """The free baselines of a run, built from its fine-tuned ``teacher`` and scored on ``task_data``'s dev
     split: ``teacher-int8`` (``int8_format``: "int8" picks the faster backend) and, for classification and
     regression, ``static-embeddings``. ``teacher_metrics`` (the teacher's dev metrics) saves scoring it
     again; ``teacher_int8`` (model, dev metrics), an int8 export the run already made, saves exporting it
-    again. Measure the models with ``bench.benchmark`` beside teacher and student."""
+    again; ``teacher_folder``, where the teacher is saved, keeps its int8 copy in the cache for the next run of
+    the same teacher on the same dev rows (:func:`distillery.export.kept_exports_folder`). Measure the models with
+    ``bench.benchmark`` beside teacher and student."""
     if task_data.dev is None:
         raise DistilleryError(f"No dev split of task {task_data.task.name} was prepared, so the live baselines "
                               "cannot be scored.")
@@ -324,7 +328,7 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
         out[INT8_NAME] = (teacher_int8[0], dict(teacher_int8[1]))
         out.info[INT8_NAME] = {"format": "given"}
     else:
-        _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out)
+        _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out, teacher_folder)
     if not static:
         return out
     if task_data.task.kind_object.static_head is None:

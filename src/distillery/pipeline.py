@@ -364,7 +364,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
         }
     variants: dict[str, Any] = {}
     if config.export:
-        from distillery.export import build_variants  # imported here: onnx is needed only when asked for
+        from distillery.export import build_variants, kept_exports_folder  # onnx is needed only when asked for
 
         logger.info("[3/5] Exporting teacher and student as %s; scoring the variants.", ", ".join(config.export))
         # a teacher given as an export (ONNX, int8) is already one of them: only the student is exported. Each
@@ -376,7 +376,8 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
                 {name: (model, tok)}, config.export, task_data=data,
                 source_metrics={"teacher": teacher_metrics, "student": student_metrics},
                 save_dir=out / "exports", save=("student",),
-                sources={"teacher": teacher_info.get("path"), "student": str(out / "student")})
+                sources={"teacher": teacher_info.get("path"), "student": str(out / "student")},
+                kept={"teacher": kept_exports_folder(teacher_info.get("path"), data)})
             variants.update(made)
             metrics.others.update(scores)
     if not task.kind_object.exports and (config.int8 or config.baselines):
@@ -392,7 +393,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
             if scores:
                 metrics.others = {**(metrics.others or {}), **scores}
     if config.baselines and task.kind_object.exports:
-        variants.update(_baselines(config, ctx, metrics, variants))
+        variants.update(_baselines(config, ctx, metrics, variants, teacher_info.get("path")))
     if config.data.dev_limit:
         metrics.dev_limit = config.data.dev_limit
     chain = teacher_chain(config.teacher.name)  # the teacher is an earlier run's student: the models before it
@@ -417,7 +418,8 @@ def student_int8(student, tokenizer, task_data, student_metrics: dict, out: Path
     return exported, scores
 
 
-def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants: dict[str, Any]) -> dict[str, Any]:
+def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants: dict[str, Any],
+               teacher_folder: str | None) -> dict[str, Any]:
     """The free baselines, measured live on this task and machine (the teacher's int8 copy, a static-embedding
     model distilled from the teacher): their dev metrics go into ``metrics.baselines``, the models to the bench."""
     if is_export(ctx.teacher):
@@ -430,7 +432,8 @@ def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants
     given = (variants[exported], metrics.others[exported]) \
         if exported in variants and exported in (metrics.others or {}) else None
     bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics.teacher,
-                        teacher_int8=given, batch_size=max(config.student.eval_batch_size, 256))
+                        teacher_int8=given, batch_size=max(config.student.eval_batch_size, 256),
+                        teacher_folder=teacher_folder)
     metrics.baselines = {name: m for name, (_, m) in bl.items()}
     metrics.baseline_notes = list(bl.notes)
     return {name: model for name, (model, _) in bl.items()}

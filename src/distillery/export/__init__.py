@@ -42,14 +42,14 @@ from distillery.export.recover import (
     recover_int8,
     strip_fake_quant,
 )
-from distillery.export.write import (build_variants, export, export_model, int8_speedup, prepare_export_data,
-                                     score_export)
+from distillery.export.write import (build_variants, export, export_model, int8_speedup, kept_exports_folder,
+                                     prepare_export_data, score_export)
 from distillery.modeling import OnnxSpec
 from distillery.runtime import OnnxModel, load_export, quantize_torch, read_manifest
 
 __all__ = [
     "DEFAULT_INT8", "FP32_ATOL", "FP32_RTOL", "OPSET", "RECOVER_THRESHOLD", "FakeQuantLinear", "OnnxModel", "OnnxSpec",
-    "build_variants", "compare_outputs", "dev_batches", "export", "export_model", "export_onnx", "load_export",
+    "build_variants", "compare_outputs", "dev_batches", "export", "export_model", "export_onnx", "kept_exports_folder", "load_export",
     "prepare_export_data", "prepare_fake_quant", "quantize_onnx", "quantize_torch", "read_manifest",
     "recover_int8", "resolve_format", "sample_batches", "score_export", "strip_fake_quant",
 ]

@@ -19,6 +19,7 @@ Export folder (everything ``evaluation`` and ``bench`` need; no pickles)::
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -31,8 +32,8 @@ import torch
 from torch import nn
 
 from distillery.bench import latency_ms
-from distillery.config import DataConfig, RunConfig
-from distillery.data.encode import prepare_task_data
+from distillery.config import DataConfig, RunConfig, cache_root
+from distillery.data.encode import content_digest, prepare_task_data
 from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.evaluation import check_trained_task, score
@@ -45,6 +46,7 @@ from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mar
 from distillery.kinds import kind_of
 from distillery.modeling import load_pretrained, load_tokenizer, model_folder, read_config
 from distillery.run_record import TRAIN, read_train
+from distillery.teacher import teacher_identity
 from distillery.runtime import (ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx,
                                 torch_int8_model)
 from distillery.weights import record_weights
@@ -351,6 +353,32 @@ def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None 
     return prepare_task_data(task_for(config), tokenizer, config, splits=splits)
 
 
+def kept_exports_folder(model_folder: str | os.PathLike | None, task_data) -> Path | None:
+    """Where the exports of the model saved in ``model_folder``, scored on ``task_data``'s dev split, are kept for
+    later runs (in the cache, :func:`distillery.config.cache_root`), keyed by the model's files' content and the dev
+    rows: every candidate of ``--method auto`` compares the same teacher's int8 copy, exported and scored once.
+    None for a model that is no local folder (nothing to key it by)."""
+    if not model_folder or not Path(model_folder).is_dir():
+        return None
+    dev = content_digest(task_data.dev, task_data.dev_examples) if task_data is not None else None
+    blob = json.dumps({"model": teacher_identity(str(model_folder)), "dev": dev}, sort_keys=True)
+    return cache_root() / "exports" / hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _load_kept(folder: Path, key: str, variants: dict, manifests: dict) -> bool:
+    """Load the kept export in ``folder`` into ``variants``/``manifests`` under ``key``; False where there is none
+    or it does not load."""
+    if not (folder / EXPORT_MANIFEST).is_file():
+        return False
+    try:
+        manifests[key], variants[key] = read_manifest(folder), load_export(folder)
+        return True
+    except (OSError, ValueError, KeyError, DistilleryError) as e:
+        logger.warning("The kept export in %s does not load (%s): exporting again, without keeping it.", folder, e)
+        manifests.pop(key, None)
+        return False
+
+
 def build_variants(
     models: Mapping[str, tuple[nn.Module, Any]],
     formats: Sequence[str],
@@ -360,6 +388,7 @@ def build_variants(
     save_dir: str | os.PathLike | None = None,
     save: Sequence[str] = (),
     sources: Mapping[str, str | None] | None = None,
+    kept: Mapping[str, Path | None] | None = None,
 ) -> tuple[dict[str, nn.Module], dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
     """Every model in every format, loaded back from its export folder, ready to be measured.
 
@@ -368,6 +397,9 @@ def build_variants(
     Models named in ``save`` keep their folders in ``save_dir/<name>-<format>``; the others are
     exported to a temporary folder and loaded into memory. ``sources``: the folder each model is saved in,
     recorded as its exports' source (default: the model's name), so that a kept export names where it came from.
+    ``kept``: name → a cache folder (:func:`kept_exports_folder`) whose ``<name>-<format>`` export is loaded where
+    it is there, and made there where it is not (a later run of the same model on the same dev rows reuses it; one
+    that does not load is left alone and the export made as without the cache).
     """
     variants, metrics, manifests = {}, {}, {}
     for given in dict.fromkeys(formats):
@@ -376,14 +408,22 @@ def build_variants(
             key = f"{name}-{fmt}"
             if key in variants:  # "int8" and the backend it names
                 continue
-            logger.info("Exporting %s as %s.", name, fmt)
-            with tempfile.TemporaryDirectory() as tmp:
-                keep = save_dir is not None and name in save
-                target = Path(save_dir) / key if keep else Path(tmp) / key
-                folder = export(model, tokenizer, fmt, target, task_data=task_data, overwrite=True,
-                                source_metrics=(source_metrics or {}).get(name), source=(sources or {}).get(name) or name)
-                manifests[key] = read_manifest(folder)
-                variants[key] = load_export(folder)
+            cache = (kept or {}).get(name)
+            if cache is not None and _load_kept(cache / key, key, variants, manifests):
+                logger.info("Reusing %s exported as %s earlier: %s.", name, fmt, cache / key)
+            else:
+                logger.info("Exporting %s as %s.", name, fmt)
+                with tempfile.TemporaryDirectory() as tmp:
+                    keep = save_dir is not None and name in save
+                    # a kept folder that would not load is left as it is (distillery replaces only files it wrote
+                    # unchanged): this export then goes where it would without the cache
+                    fresh = cache is not None and not (cache / key).exists()
+                    target = cache / key if fresh else Path(save_dir) / key if keep else Path(tmp) / key
+                    folder = export(model, tokenizer, fmt, target, task_data=task_data, overwrite=True,
+                                    source_metrics=(source_metrics or {}).get(name),
+                                    source=(sources or {}).get(name) or name)
+                    manifests[key] = read_manifest(folder)
+                    variants[key] = load_export(folder)
             scores = manifests[key].get("scores")
             if scores:
                 metrics[key] = scores["export"]
