@@ -9,7 +9,7 @@ import pytest
 
 from distillery.data.loading import load_unlabeled
 from distillery.data.tasks import get_task
-from distillery.data.transfer import PAIR_KINDS, PASSAGE_WORDS, paragraph_sentences, passage_of, transfer_rows
+from distillery.data.transfer import PAIR_KINDS, paragraph_sentences, transfer_rows
 from tests.helpers import assert_one_line_error, run_cli, run_ok
 
 WIKI = "\n".join([
@@ -58,26 +58,6 @@ def test_pairs_are_deterministic_and_of_every_kind():
 def test_single_texts():
     rows = transfer_rows(paragraphs(), 10, seed=0, pairs=False)
     assert all(set(r) == {"text"} for r in rows)
-
-
-def test_passages_are_a_paragraphs_first_sentences_within_the_word_limit():
-    rows = transfer_rows(paragraphs(), 40, seed=1, pairs=False, passage_share=0.5)
-    passages = {" ".join(p) for p in paragraphs()}  # each short enough to be taken whole
-    taken = [r["text"] for r in rows if r["text"] in passages]
-    assert 10 <= len(taken) <= 30 and len(taken) < len(rows)  # about half
-    assert transfer_rows(paragraphs(), 40, seed=1, pairs=False, passage_share=1.0) != rows
-    long = [f"Sentence number {i} has exactly eight words in it." for i in range(40)]
-    assert len(passage_of(long).split()) <= PASSAGE_WORDS < len(passage_of(long).split()) + 9
-
-
-@pytest.mark.parametrize("args, says", [(("--passages", "0.5"), "--single"),
-                                        (("--single", "--passages", "1.5"), "from 0 to 1")])
-def test_cli_refuses_passages_it_cannot_write(args, says, tmp_path, monkeypatch, capsys):
-    corpus, out = tmp_path / "wiki_00", tmp_path / "texts.jsonl"
-    corpus.write_text(WIKI)
-    code, _, err = run_cli(monkeypatch, capsys, "transfer-set", "--corpus", str(corpus), "--out", str(out), *args)
-    assert_one_line_error(code, err, says)
-    assert not out.exists()
 
 
 def test_cli_writes_rows_an_unlabeled_file_reads(tmp_path, monkeypatch, capsys):

@@ -342,7 +342,6 @@ def transfer_set_cmd(
     out: str = typer.Option(..., help="The JSONL file to write (text, text_pair): give it to compress --unlabeled-file."),
     rows: int = typer.Option(30000, help="Rows to write."),
     single: bool = typer.Option(False, "--single", help="One text a row, for a single-sentence task (default: sentence pairs)."),
-    passages: float = typer.Option(0.0, help="With --single: this share of the rows is a paragraph's first sentences (up to 160 words), not one or two sentences; an embedder for retrieval learns the teacher's vectors of documents from them."),
     max_lines: Optional[int] = typer.Option(200000, help="Read at most this many lines of text."),
     seed: int = typer.Option(0),
     overwrite: bool = typer.Option(False, help="Replace an existing --out file."),
@@ -353,8 +352,7 @@ def transfer_set_cmd(
     from distillery.data.transfer import write_transfer_set
 
     target = check_file_target(out, overwrite=overwrite, inputs=corpus)
-    paragraphs = write_transfer_set(corpus, target, rows, pairs=not single, seed=seed, max_lines=max_lines,
-                                    passage_share=passages)
+    paragraphs = write_transfer_set(corpus, target, rows, pairs=not single, seed=seed, max_lines=max_lines)
     typer.echo(f"{rows} {'texts' if single else 'sentence pairs'} from {paragraphs} paragraphs: {target}\n"
                f"Use it: distillery compress ... --unlabeled-file {target}")
 

@@ -12,10 +12,7 @@ Each pair's first side is one or two consecutive sentences of a paragraph; its s
 - ``far``: a sentence of another paragraph.
 
 No label is written: whether a pair is entailed, a paraphrase or similar is the teacher's to say. A single-text
-set (``pairs=False``) holds one or two consecutive sentences a row, and where ``passage_share`` is given that share
-of its rows is a *passage* instead: the sentences of a paragraph from its first, up to PASSAGE_WORDS words. An
-embedder for retrieval encodes short queries and paragraph-long documents: a student that only ever learned the
-teacher's vectors of one or two sentences has not learned them of a paragraph. Deterministic for a seed.
+set (``pairs=False``) holds one or two consecutive sentences a row. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ SWAPPABLE = re.compile(r"^(?:[A-Z][a-z]+|\d[\d,.]*)$")  # a capitalised word or 
 PUNCTUATION = ",.;:"
 JSON_LINES = (".jsonl", ".json")  # the extensions read_custom_rows reads as one JSON object a line
 MIN_WORDS, MAX_WORDS = 6, 60  # a sentence's words: shorter ones are headings, longer ones split badly
-PASSAGE_WORDS = 160  # a passage's words at most: about 200 tokens, within the full budget's 256
 
 
 def paragraph_sentences(lines: list[str]) -> list[list[str]]:
@@ -76,30 +72,9 @@ def _second_side(kind: str, para: list[str], start: int, first: list[str], other
     return rng.choice(other)
 
 
-def passage_of(para: list[str]) -> str:
-    """The paragraph's sentences from its first, as many as fit in PASSAGE_WORDS words (at least two)."""
-    taken, words = [], 0
-    for sentence in para:
-        words += len(sentence.split())
-        if len(taken) >= 2 and words > PASSAGE_WORDS:
-            break
-        taken.append(sentence)
-    return " ".join(taken)
-
-
-def check_passage_share(passage_share: float, pairs: bool) -> None:
-    if pairs and passage_share:
-        raise DistilleryError("--passages is for a single-text set (--single): a pair's sides are sentences.")
-    if not 0.0 <= passage_share <= 1.0:
-        raise DistilleryError(f"--passages is the share of rows that are passages, from 0 to 1; got {passage_share}.")
-
-
-def transfer_rows(paragraphs: list[list[str]], count: int, seed: int, pairs: bool = True,
-                  passage_share: float = 0.0) -> list[dict[str, str]]:
+def transfer_rows(paragraphs: list[list[str]], count: int, seed: int, pairs: bool = True) -> list[dict[str, str]]:
     """``count`` rows (``text``, and ``text_pair`` when ``pairs``) drawn from ``paragraphs`` (lists of sentences,
-    :func:`paragraph_sentences`), the pair kinds (PAIR_KINDS) in turn; a single-text set's every row a passage
-    (:func:`passage_of`) with probability ``passage_share``."""
-    check_passage_share(passage_share, pairs)
+    :func:`paragraph_sentences`), the pair kinds (PAIR_KINDS) in turn."""
     rng = random.Random(seed)
     rows: list[dict[str, str]] = []
     tries = 0
@@ -108,9 +83,6 @@ def transfer_rows(paragraphs: list[list[str]], count: int, seed: int, pairs: boo
         if tries > 20 * count:  # only when the paragraphs give no usable second side (no word to swap, all alike)
             raise DistilleryError(f"The corpus gave only {len(rows)} of {count} rows; give more text.")
         para = rng.choice(paragraphs)
-        if not pairs and passage_share and rng.random() < passage_share:
-            rows.append({"text": passage_of(para)})
-            continue
         start = rng.randrange(len(para) - 1)
         first = para[start:start + rng.choice((1, 2))]
         if not pairs:
@@ -124,14 +96,13 @@ def transfer_rows(paragraphs: list[list[str]], count: int, seed: int, pairs: boo
 
 
 def write_transfer_set(corpus: list[str], out: Path, count: int, *, pairs: bool = True, seed: int = 0,
-                       max_lines: int | None = None, passage_share: float = 0.0) -> int:
+                       max_lines: int | None = None) -> int:
     """Write :func:`transfer_rows` of the ``corpus`` files (plain lines or WikiExtractor output, at most
     ``max_lines`` lines read) to ``out`` as JSONL; returns the number of paragraphs drawn from."""
     from distillery.folders import write_file
 
     if count < 1:
         raise DistilleryError(f"--rows must be at least 1, got {count}.")
-    check_passage_share(passage_share, pairs)
     if Path(out).suffix.lower() not in JSON_LINES:  # --unlabeled-file reads a file by its extension
         raise DistilleryError(f"--out {out}: a transfer set is written as JSON lines; name it *.jsonl.")
     paragraphs = paragraph_sentences(read_corpus(corpus, max_lines))
@@ -139,7 +110,7 @@ def write_transfer_set(corpus: list[str], out: Path, count: int, *, pairs: bool 
         raise DistilleryError(f"No paragraph of {', '.join(map(str, corpus))} has two sentences of {MIN_WORDS} to "
                               f"{MAX_WORDS} words; a transfer set is drawn from prose, one paragraph a line.")
     check_rows(count, paragraphs, corpus, pairs)
-    rows = transfer_rows(paragraphs, count, seed, pairs, passage_share)
+    rows = transfer_rows(paragraphs, count, seed, pairs)
     write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(paragraphs)
 
