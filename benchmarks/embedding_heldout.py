@@ -12,8 +12,6 @@ record per folder goes to benchmarks/results/embedding-heldout.json (folder, lab
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +22,19 @@ SQUAD_QUESTIONS = range(3000, 4500)
 
 
 def held_out_rows(data_dir: Path):
-    """(STS-B train pairs with their scores, SQuAD questions with the index of their paragraph, the paragraphs)."""
-    with open(data_dir / "glue" / "STS-B" / "train.tsv", newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    head, body = rows[0], [rows[1 + i] for i in STS_ROWS]
-    pairs = [(r[head.index("sentence1")], r[head.index("sentence2")], float(r[head.index("score")])) for r in body]
-    articles = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text())["data"]
-    asked = [(qa["question"], p["context"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]]
-    asked = [asked[i] for i in SQUAD_QUESTIONS]
-    paragraphs = list(dict.fromkeys(c for _, c in asked))
+    """(STS-B train pairs with their scores, SQuAD questions with the index of their paragraph, the paragraphs),
+    read by distillery's own loaders."""
+    from distillery.config import DataConfig
+    from distillery.data.loading import load_raw
+    from distillery.data.tasks import get_task
+
+    config = DataConfig(data_dir=str(data_dir))
+    sts = load_raw(get_task("stsb"), "train", config).select(STS_ROWS)
+    pairs = list(zip(sts["text"], sts["text_pair"], sts["label"]))
+    squad = load_raw(get_task("squad"), "dev", config).select(SQUAD_QUESTIONS)
+    paragraphs = list(dict.fromkeys(squad["context"]))
     where = {c: i for i, c in enumerate(paragraphs)}
-    return pairs, [(q, where[c]) for q, c in asked], paragraphs
+    return pairs, [(q, where[c]) for q, c in zip(squad["question"], squad["context"])], paragraphs
 
 
 def scores(folder: str, pairs, questions, paragraphs) -> dict[str, float]:

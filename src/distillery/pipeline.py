@@ -377,7 +377,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
                 source_metrics={"teacher": teacher_metrics, "student": student_metrics},
                 save_dir=out / "exports", save=("student",),
                 sources={"teacher": teacher_info.get("path"), "student": str(out / "student")},
-                kept={"teacher": kept_exports_folder(teacher_info.get("path"), data)})
+                kept={"teacher": kept_exports_folder(teacher_info.get("path"), data)} if name == "teacher" else None)
             variants.update(made)
             metrics.others.update(scores)
     if not task.kind_object.exports and (config.int8 or config.baselines):

@@ -59,8 +59,8 @@ def expected_retention(kept: int, num_layers: int) -> float:
     what a shallower share keeps."""
     share = kept / num_layers
     # never less than a shallower student's: the shares were measured under different defaults (above)
-    points = list(zip(sorted(MEASURED_RETENTION), itertools.accumulate(
-        (MEASURED_RETENTION[x] for x in sorted(MEASURED_RETENTION)), max)))
+    shares = sorted(MEASURED_RETENTION)
+    points = list(zip(shares, itertools.accumulate((MEASURED_RETENTION[x] for x in shares), max)))
     if share <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
