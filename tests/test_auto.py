@@ -76,6 +76,22 @@ def test_plan_weighs_each_depth_by_its_int8_export_and_expects_what_was_measured
     assert list(distill) == ["distill-3l", "distill-1l"]
     assert distill["distill-3l"].expected > distill["distill-1l"].expected
     assert "its int8 export about 4.40× here" in distill["distill-3l"].why
+    # AutoTinyBERT's expectation is what it kept at the speed-up it searched under: at 4× less than at 2×, and
+    # below the 3-layer student's with its int8 export, which a time budget then runs first
+    atb = next(c for c in candidates if c.name == "autotinybert")
+    assert atb.expected == pytest.approx(0.940) and [c.name for c in candidates][0] == "distill-3l"
+    two, _ = plan(six, 2.0, 128, route_options({}, "classification"), int8_gain=2.2)
+    assert next(c for c in two if c.name == "autotinybert").expected > atb.expected
+
+
+def test_expected_retention_interpolates_what_was_measured():
+    from distillery.auto_budget import expected_at
+
+    measured = {1 / 4: 0.90, 1 / 2: 0.96, 1.0: 1.0}
+    assert expected_at(measured, 1 / 2) == 0.96 and expected_at(measured, 3 / 4) == pytest.approx(0.98)
+    assert expected_at(measured, 1 / 8) == 0.90 and expected_at(measured, 2.0) == 1.0  # outside: the nearest
+    # a larger share measured lower (other defaults) is expected to keep what the smaller one kept
+    assert expected_at({1 / 3: 0.97, 1 / 2: 0.95, 1.0: 1.0}, 1 / 2) == 0.97
 
 
 def test_options_go_to_the_methods_that_have_them():

@@ -22,12 +22,29 @@ from distillery.run_record import Run
 PASSES_PER_STEP = 3.0
 
 # What a candidate is expected to keep of the teacher's main metric at the speed-up auto plans it for (its
-# ``expected``) is said by its method's package (``<method>/auto.py``), on one scale from distillery's own measured
-# students (docs/results.md, built-in teacher, quick budget): layer-drop at the deepest depth that meets the
-# target (0.99) and MoEBERT (0.98) near the teacher; AutoTinyBERT's searched sub-network next (0.97); a pretrained
-# encoder distilled from the teacher (0.96: 6 points under a base-size teacher, level with the layer-drop student
-# of its speed) and one layer fewer than needed (0.95) lose more; CMOW, with no attention, the least (0.92). Only
-# the order matters: it decides which candidates a time budget runs first.
+# ``expected``) is said by its method's package (``<method>/auto.py``), from distillery's own measured students
+# (benchmarks/results, built-in teacher, quick budget, the mean over SST-2, MRPC, RTE and STS-B unless a package says
+# otherwise), through :func:`expected_at` where a method was measured at more than one size. Only the order
+# matters: it decides which candidates a time budget runs first.
+
+
+def expected_at(measured: Mapping[float, float], share: float) -> float:
+    """What a student of ``share`` of the teacher's size (the layers it keeps over the teacher's, or one over
+    its speed-up) is expected to keep of the teacher's main metric: ``measured`` ({share: kept}, from
+    distillery's own runs) interpolated linearly between the measured shares, the nearest measured share's
+    outside them, and never less than a smaller share keeps (shares measured under different defaults must not
+    make the larger student the worse bet)."""
+    shares = sorted(measured)
+    points, best = [], 0.0
+    for x in shares:
+        best = max(best, measured[x])
+        points.append((x, best))
+    if share <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if share <= x1:
+            return y0 + (y1 - y0) * (share - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def pass_seconds(teacher_info: Mapping[str, Any], teacher_epochs: float) -> float | None:

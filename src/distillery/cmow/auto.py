@@ -10,9 +10,9 @@ from distillery.method import AutoAsk, method_options
 # Training cost in passes of the teacher over the training data: the teacher labels the whole train split once;
 # the student is a fraction of a layer.
 COST = 1.5
-# The share of the teacher's main metric it is expected to keep (distillery.auto_budget says how these compare
-# across methods): with no attention, the least.
-EXPECTED = 0.92
+# The share of the teacher's main metric it kept (distillery.auto_budget), with no attention the least, at 14-28×:
+# SST-2 0.969, MRPC 0.980, RTE 0.939, STS-B 0.745 (benchmarks/results/cmow-quick.json).
+EXPECTED = 0.908
 
 
 def reach(ask: AutoAsk) -> float:

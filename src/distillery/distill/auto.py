@@ -6,12 +6,12 @@ target (MiniLM for an mpnet-base teacher), each method ``distill`` with that ``s
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import re
 from typing import Any, Sequence
 
+from distillery.auto_budget import expected_at
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.markdown import fmt_x
@@ -55,18 +55,8 @@ def depths(num_layers: int, speedup: float, int8_gain: float = 1.0) -> list[int]
 
 def expected_retention(kept: int, num_layers: int) -> float:
     """The share of the teacher's score a student keeping ``kept`` of ``num_layers`` layers is expected to keep:
-    :data:`MEASURED_RETENTION` at that share of the layers, interpolated linearly between measured shares, and at least
-    what a shallower share keeps."""
-    share = kept / num_layers
-    # never less than a shallower student's: the shares were measured under different defaults (above)
-    shares = sorted(MEASURED_RETENTION)
-    points = list(zip(shares, itertools.accumulate((MEASURED_RETENTION[x] for x in shares), max)))
-    if share <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if share <= x1:
-            return y0 + (y1 - y0) * (share - x0) / (x1 - x0)
-    return points[-1][1]
+    :data:`MEASURED_RETENTION` at that share of the layers (:func:`~distillery.auto_budget.expected_at`)."""
+    return expected_at(MEASURED_RETENTION, kept / num_layers)
 
 
 def reach(ask: AutoAsk) -> float:

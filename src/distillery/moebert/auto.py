@@ -11,9 +11,9 @@ from distillery.method import AutoAsk, method_options
 # Training cost in passes of the teacher over the training data: distill's, plus an importance pass, with a
 # student nearly the teacher's size.
 COST = 5.0
-# The share of the teacher's main metric it is expected to keep at the speed-up auto plans it for
-# (distillery.auto_budget says how these compare across methods).
-EXPECTED = 0.98
+# The share of the teacher's main metric it kept (distillery.auto_budget) at 1.6×, its 4 experts' reach: SST-2 0.995,
+# MRPC 1.004, RTE 0.976, STS-B 1.013 (benchmarks/results/moebert-quick.json).
+EXPECTED = 0.997
 
 
 def speedup_bound(teacher_config, seq: int, given: Mapping[str, Any]) -> tuple[float, str]:
