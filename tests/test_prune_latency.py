@@ -129,6 +129,28 @@ def test_an_earlier_latency_json_is_reused_or_refused_in_a_sentence(tmp_path, mo
         reused_record(other, full)
     with pytest.raises(DistilleryError, match="not a readable latency.json"):
         reused_record(tmp_path / "missing.json", full)
+    # the cheap mode keeps the hidden width: a line fitted on narrower shapes does not price its selection
+    with pytest.raises(DistilleryError, match="shapes that prune the hidden dimension, and this run's shapes keep"):
+        reused_record(path, full, prune_hidden=False)
+
+
+def test_a_run_that_keeps_the_hidden_width_times_shapes_of_that_width(monkeypatch):
+    """A cheap 8x STS-B student (hidden 384 of 384) measured 6.8x where a line fitted on shapes of smaller widths
+    said 8.2x: the shapes timed are those the run can choose from, the same units either way."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(**MINILM)
+    for i in range(50):
+        pruned, kept = random_shape(config, random.Random(i)), random_shape(config, random.Random(i), prune_hidden=False)
+        assert float(kept["hidden"]) == 384 and torch.equal(pruned["heads"], kept["heads"])
+        assert torch.equal(pruned["neurons"], kept["neurons"])
+    teacher = tiny_teacher()
+    full, _ = full_size(teacher)
+    timing, calls = fake_timing([10.0], [True])
+    monkeypatch.setattr(latency, "checked_latency_ms", timing)
+    _, _, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0, prune_hidden=False)
+    assert record["prune_hidden"] is False
+    assert {m["hidden"] for m in record["measurements"]} == {float(full.config.hidden_size)}
 
 
 # A line like the one fitted for the built-in teacher (6 layers, 12 heads, 1536 neurons, 384 wide) on this machine

@@ -1,7 +1,7 @@
 """The latency model of pruned students on this machine: measured, then fitted as a line in the shape.
 
 What is timed is what ships: pruned students of random per-layer shapes (each layer's heads and FFN neurons,
-0 removing the sub-layer, and a hidden width), built at their size and timed at 1 × 128 **all in one measurement
+0 removing the sub-layer, and a hidden width where the run may prune it), built at their size and timed at 1 × 128 **all in one measurement
 with the teacher**, interleaved and rotated as the bench times its models (:func:`distillery.bench.checked_latency_ms`).
 On shared cores the machine's speed drifts between runs (the teacher read 1.4 ms in one and 91 ms in the next), so
 a shape's latency is kept as its **ratio to the teacher's** of the same round, and the model predicts that ratio:
@@ -57,11 +57,14 @@ def features(shape: dict[str, Tensor], full_hidden: int) -> Tensor:
 SMALLEST_SHARE = 1 / 16
 
 
-def random_shape(config: PrunedBertConfig, rng: random.Random) -> dict[str, Tensor]:
+def random_shape(config: PrunedBertConfig, rng: random.Random, prune_hidden: bool = True) -> dict[str, Tensor]:
     """A random pruned shape around a share k of the teacher's units, log k uniform in [log 1/16, 0]: each
     sub-layer removed with probability 0.1 + 0.4 (1 − √k) (small students lose whole sub-layers: the 4x shape of a
     real run kept 3 of 6 attention sub-layers), else k · full · u units (u uniform in [0.5, 1.5], at least one, at
-    most full: layers differ as pruned ones do); the hidden width √k · D · u' (u' in [0.75, 1.25]) within [D/4, D]."""
+    most full: layers differ as pruned ones do); the hidden width √k · D · u' (u' in [0.75, 1.25]) within [D/4, D],
+    or D where the run keeps it (``prune_hidden`` False: the cheap mode). A line fitted on small shapes of a small
+    width prices a run's small shapes of the full width out of what was timed: a cheap 8x STS-B student (384 of
+    384) measured 6.8x where such a line said 8.2x."""
     L, H, Fw, D = config.num_hidden_layers, config.num_attention_heads, config.intermediate_size, config.hidden_size
     share = float(np.exp(rng.uniform(np.log(SMALLEST_SHARE), 0.0)))
     removed = 0.1 + 0.4 * (1 - np.sqrt(share))
@@ -72,6 +75,7 @@ def random_shape(config: PrunedBertConfig, rng: random.Random) -> dict[str, Tens
     heads = [units(H) for _ in range(L)]
     ffn = [units(Fw) for _ in range(L)]
     hidden = min(D, max(max(1, D // 4), round(np.sqrt(share) * D * rng.uniform(0.75, 1.25))))
+    hidden = hidden if prune_hidden else D  # drawn either way: the same seed draws the same units
     return {"heads": torch.tensor(heads, dtype=torch.float), "neurons": torch.tensor(ffn, dtype=torch.float),
             "attention": torch.tensor([float(h > 0) for h in heads]), "ffn": torch.tensor([float(f > 0) for f in ffn]),
             "hidden": torch.tensor(float(hidden))}
@@ -157,17 +161,18 @@ def full_shape_of(config: PrunedBertConfig) -> dict[str, Tensor]:
 
 
 def fit_latency_model(full: nn.Module, teacher: nn.Module, count: int, runs: int, seed: int, shape=(1, 128),
-                      threads: int | None = None) -> tuple[LatencyModel, float, dict[str, Any]]:
-    """``count`` shapes (the full one and random ones) timed with the teacher, the line fitted on their ratios;
-    returns it, the teacher's latency (ms) and latency.json's record (measurements, fit error, noise)."""
+                      threads: int | None = None, prune_hidden: bool = True) -> tuple[LatencyModel, float, dict[str, Any]]:
+    """``count`` shapes (the full one and random ones, of a smaller hidden width only where ``prune_hidden``)
+    timed with the teacher, the line fitted on their ratios; returns it, the teacher's latency (ms) and
+    latency.json's record (measurements, fit error, noise)."""
     if count < 8:
         raise DistilleryError(f"The latency model needs at least 8 measured shapes (latency_shapes), got {count}.")
     c, rng = full.config, random.Random(seed)
-    shapes = [full_shape_of(c)] + [random_shape(c, rng) for _ in range(count - 1)]
+    shapes = [full_shape_of(c)] + [random_shape(c, rng, prune_hidden) for _ in range(count - 1)]
     ratios, teacher_ms, checks = measure_ratios(full, shapes, teacher, runs, shape, threads)
     model = LatencyModel.fit(shapes, ratios, c.hidden_size)
     last = checks[-1]
-    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms,
+    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms, "prune_hidden": prune_hidden,
               "fit_error_mape": fit_error(shapes, ratios, c.hidden_size),
               "noise": {"stable": last["stable"], "rounds": len(checks), "reasons": last["reasons"], "checks": checks},
               "model": model.state(), "measurements": [{**{k: v.tolist() for k, v in s.items()}, "ratio": r}
@@ -189,9 +194,10 @@ def load_record(path: str | Path) -> tuple[LatencyModel, float, dict[str, Any]]:
     return LatencyModel(m["coefficients"], m["full_hidden"]), float(record["teacher_ms"]), record
 
 
-def reused_record(path: str | Path, full: nn.Module) -> dict[str, Any]:
+def reused_record(path: str | Path, full: nn.Module, prune_hidden: bool = True) -> dict[str, Any]:
     """An earlier run's latency.json (option latency_from), refused in a sentence when it is missing, unreadable,
-    of another teacher's shape or timed on another CPU: its ratios hold for that teacher on that machine only."""
+    of another teacher's shape, timed on another CPU (its ratios hold for that teacher on that machine only) or
+    fitted on shapes of another kind than this run chooses from (``prune_hidden``, :func:`random_shape`)."""
     try:
         record = json.loads(Path(path).read_text())
         model = record["model"]
@@ -204,4 +210,9 @@ def reused_record(path: str | Path, full: nn.Module) -> dict[str, Any]:
     if record.get("hardware", {}).get("cpu") != here:
         raise DistilleryError(f"Option latency_from: {path} was timed on {record.get('hardware', {}).get('cpu')!r}, "
                               f"not on this machine's {here!r}.")
+    fitted = record.get("prune_hidden", True)  # a record written before the field: its shapes pruned the width
+    if fitted != prune_hidden:
+        what = lambda prunes: "prune the hidden dimension" if prunes else "keep the hidden dimension"  # noqa: E731
+        raise DistilleryError(f"Option latency_from: {path} was fitted on shapes that {what(fitted)}, and this run's "
+                              f"shapes {what(prune_hidden)} (the cheap mode always keeps it): time this run's own.")
     return {**record, "reused_from": str(path)}

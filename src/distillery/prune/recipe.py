@@ -87,13 +87,14 @@ def latency_model(ctx: MethodContext, opts: PruneOptions, full: nn.Module) -> tu
     """The latency model and the teacher's latency: latency.json of this run (a resumed run reads it), else measured
     on the main process (timings on cores the processes share would disagree) and written."""
     path = ctx.out_dir / "latency.json"
+    prune_hidden = opts.mode == "full" and bool(opts.prune_hidden)  # the shapes this run can choose from
     if not path.is_file() and opts.latency_from:
-        reused = reused_record(opts.latency_from, full)
+        reused = reused_record(opts.latency_from, full, prune_hidden)
         distributed.on_main(lambda: save_record(path, reused))
     if not path.is_file():
         def measure():
             model, teacher_ms, record = fit_latency_model(full, ctx.teacher, int(opts.latency_shapes), int(opts.latency_runs),
-                                                          ctx.config.student.seed)
+                                                          ctx.config.student.seed, prune_hidden=prune_hidden)
             save_record(path, record)
         distributed.on_main(measure)
     model, teacher_ms, record = load_record(path)
