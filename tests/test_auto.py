@@ -86,7 +86,7 @@ def test_plan_weighs_each_depth_by_its_int8_export_and_expects_what_was_measured
 
 
 def test_expected_retention_interpolates_what_was_measured():
-    from distillery.auto_budget import expected_at
+    from distillery.method import expected_at
 
     measured = {1 / 4: 0.90, 1 / 2: 0.96, 1.0: 1.0}
     assert expected_at(measured, 1 / 2) == 0.96 and expected_at(measured, 3 / 4) == pytest.approx(0.98)

@@ -24,30 +24,8 @@ PASSES_PER_STEP = 3.0
 # What a candidate is expected to keep of the teacher's main metric at the speed-up auto plans it for (its
 # ``expected``) is said by its method's package (``<method>/auto.py``), from distillery's own measured students
 # (benchmarks/results, built-in teacher, quick budget, the mean over SST-2, MRPC, RTE and STS-B unless a package says
-# otherwise), through :func:`expected_at` where a method was measured at more than one size. Only the order
+# otherwise), through :func:`distillery.method.expected_at` where a method was measured at more than one size. Only the order
 # matters: it decides which candidates a time budget runs first.
-
-
-def expected_at(measured: Mapping[float, float], share: float) -> float:
-    """What a student of ``share`` of the teacher's size (the layers it keeps over the teacher's, or one over
-    its speed-up) is expected to keep of the teacher's main metric: ``measured`` ({share: kept}, from
-    distillery's own runs) interpolated linearly between the measured shares, extended along the line of the two
-    smallest below them (a smaller student keeps less: at least 0), the largest's above, and never less than a
-    smaller share keeps (shares measured under different defaults must not make the larger student the worse bet)."""
-    shares = sorted(measured)
-    points, best = [], 0.0
-    for x in shares:
-        best = max(best, measured[x])
-        points.append((x, best))
-    if share <= points[0][0]:
-        if len(points) < 2:
-            return points[0][1]
-        (x0, y0), (x1, y1) = points[0], points[1]
-        return max(0.0, y0 - (y1 - y0) * (x0 - share) / (x1 - x0))
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if share <= x1:
-            return y0 + (y1 - y0) * (share - x0) / (x1 - x0)
-    return points[-1][1]
 
 
 def pass_seconds(teacher_info: Mapping[str, Any], teacher_epochs: float) -> float | None:

@@ -385,3 +385,25 @@ def preset_settings(method: str, preset: str, task: str) -> dict[str, Any]:
         raise DistilleryError(f"The {method} preset {preset!r} has no {entry.get('source', 'such')} settings for "
                               f"{task}; it has {', '.join(tasks)}.")
     return {**(entry.get("all") or {}), **(tasks.get(task) or {})}
+
+
+def expected_at(measured: Mapping[float, float], share: float) -> float:
+    """What a student of ``share`` of the teacher's size (the layers it keeps over the teacher's, or one over
+    its speed-up) is expected to keep of the teacher's main metric: ``measured`` ({share: kept}, from
+    distillery's own runs) interpolated linearly between the measured shares, extended along the line of the two
+    smallest below them (a smaller student keeps less: at least 0), the largest's above, and never less than a
+    smaller share keeps (shares measured under different defaults must not make the larger student the worse bet)."""
+    shares = sorted(measured)
+    points, best = [], 0.0
+    for x in shares:
+        best = max(best, measured[x])
+        points.append((x, best))
+    if share <= points[0][0]:
+        if len(points) < 2:
+            return points[0][1]
+        (x0, y0), (x1, y1) = points[0], points[1]
+        return max(0.0, y0 - (y1 - y0) * (x0 - share) / (x1 - x0))
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if share <= x1:
+            return y0 + (y1 - y0) * (share - x0) / (x1 - x0)
+    return points[-1][1]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from distillery.auto_budget import expected_at
 from distillery.autotinybert.space import SearchSpace
-from distillery.method import AutoAsk, method_options
+from distillery.method import AutoAsk, expected_at, method_options
 
 # Training cost in passes of the teacher over the training data: a one-shot super-net (several sub-networks a
 # step), the latency fit, the search, then further training: the dearest by far.

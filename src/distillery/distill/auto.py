@@ -11,11 +11,10 @@ import math
 import re
 from typing import Any, Sequence
 
-from distillery.auto_budget import expected_at
 from distillery.config import BASE_TEACHER, BUILTIN_TEACHER
 from distillery.errors import DistilleryError
 from distillery.markdown import fmt_x
-from distillery.method import AutoAsk
+from distillery.method import AutoAsk, expected_at
 
 logger = logging.getLogger("distillery")
 
@@ -55,7 +54,7 @@ def depths(num_layers: int, speedup: float, int8_gain: float = 1.0) -> list[int]
 
 def expected_retention(kept: int, num_layers: int) -> float:
     """The share of the teacher's score a student keeping ``kept`` of ``num_layers`` layers is expected to keep:
-    :data:`MEASURED_RETENTION` at that share of the layers (:func:`~distillery.auto_budget.expected_at`)."""
+    :data:`MEASURED_RETENTION` at that share of the layers (:func:`~distillery.method.expected_at`)."""
     return expected_at(MEASURED_RETENTION, kept / num_layers)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from distillery.auto_budget import expected_at
 from distillery.autotinybert.convert import check_family
 from distillery.errors import DistilleryError
-from distillery.method import AutoAsk
+from distillery.method import AutoAsk, expected_at
 
 # The mode auto runs: cheap. The full mode starts from the cheap mode's selection and was 1.2 points of Pearson
 # better on held-out STS-B train rows at 4×, at about nine times the time (its masks' phase): auto keeps the cheap
