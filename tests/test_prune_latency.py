@@ -141,12 +141,13 @@ def test_a_run_that_keeps_the_hidden_width_times_shapes_of_that_width(monkeypatc
 
     config = SimpleNamespace(**MINILM)
     for i in range(50):
-        pruned, kept = random_shape(config, random.Random(i)), random_shape(config, random.Random(i), prune_hidden=False)
+        pruned = random_shape(config, random.Random(i))
+        kept = random_shape(config, random.Random(i), prune_hidden=False)
         assert float(kept["hidden"]) == 384 and torch.equal(pruned["heads"], kept["heads"])
         assert torch.equal(pruned["neurons"], kept["neurons"])
     teacher = tiny_teacher()
     full, _ = full_size(teacher)
-    timing, calls = fake_timing([10.0], [True])
+    timing, _ = fake_timing([10.0], [True])
     monkeypatch.setattr(latency, "checked_latency_ms", timing)
     _, _, record = fit_latency_model(full, teacher, count=8, runs=2, seed=0, prune_hidden=False)
     assert record["prune_hidden"] is False

@@ -24,8 +24,8 @@ PASSES_PER_STEP = 3.0
 # What a candidate is expected to keep of the teacher's main metric at the speed-up auto plans it for (its
 # ``expected``) is said by its method's package (``<method>/auto.py``), from distillery's own measured students
 # (benchmarks/results, built-in teacher, quick budget, the mean over SST-2, MRPC, RTE and STS-B unless a package says
-# otherwise), through :func:`distillery.method.expected_at` where a method was measured at more than one size. Only the order
-# matters: it decides which candidates a time budget runs first.
+# otherwise), through :func:`distillery.method.expected_at` where a method was measured at more than one size.
+# Only the order matters: it decides which candidates a time budget runs first.
 
 
 def pass_seconds(teacher_info: Mapping[str, Any], teacher_epochs: float) -> float | None:

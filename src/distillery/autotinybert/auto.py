@@ -35,4 +35,5 @@ def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]
     """One candidate, its search held to the target: the latency asked for, else the speed-up."""
     target = {"budget_ms": ask.latency_ms} if ask.latency_ms is not None else {"speedup": ask.speedup}
     return [{"name": "autotinybert", "method": "autotinybert", "options": {**ask.options, **target}, "cost": COST,
-             "why": "a sub-network searched under the latency budget on this machine", "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup)}], []
+             "why": "a sub-network searched under the latency budget on this machine",
+             "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup)}], []

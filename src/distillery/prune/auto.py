@@ -18,7 +18,8 @@ MODE = "cheap"
 COST = 2.5
 # The share of the teacher's main metric the cheap mode kept, by one over the speed-up asked (distillery.auto_budget;
 # benchmarks/results/prune-minilm-quick.json, seed 42): at 2×: STS-B 1.015, MRPC 1.001, RTE 0.976, SST-2 1.030
-# (mean 1.006: no loss); at 4×: STS-B 1.001, MRPC 0.970, RTE 0.904, SST-2 0.997; at 8×: STS-B 0.835, MRPC 0.954, RTE 0.916, SST-2 0.944.
+# (mean 1.006: no loss); at 4×: STS-B 1.001, MRPC 0.970, RTE 0.904, SST-2 0.997; at 8×: STS-B 0.835, MRPC 0.954,
+# RTE 0.916, SST-2 0.944.
 MEASURED_RETENTION = {1 / 8: 0.912, 1 / 4: 0.968, 1 / 2: 1.0, 1.0: 1.0}
 # The furthest it is planned for: CoFi's largest published speed-up (12×); past it a layer keeps a head or two
 # and the embeddings and head dominate the latency.
@@ -42,4 +43,5 @@ def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]
     return [{"name": "prune", "method": "prune", "options": {"mode": MODE, **ask.options, "speedup": ask.speedup},
              "cost": COST,
              "why": "heads and neurons removed to the target by Fisher information per latency saved, on a latency "
-                    "model measured here (Kwon et al. 2022)", "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup)}], []
+                    "model measured here (Kwon et al. 2022)",
+             "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup)}], []

@@ -1,13 +1,14 @@
 """The latency model of pruned students on this machine: measured, then fitted as a line in the shape.
 
-What is timed is what ships: pruned students of random per-layer shapes (each layer's heads and FFN neurons,
-0 removing the sub-layer, and a hidden width where the run may prune it), built at their size and timed at 1 × 128 **all in one measurement
-with the teacher**, interleaved and rotated as the bench times its models (:func:`distillery.bench.checked_latency_ms`).
-On shared cores the machine's speed drifts between runs (the teacher read 1.4 ms in one and 91 ms in the next), so
-a shape's latency is kept as its **ratio to the teacher's** of the same round, and the model predicts that ratio:
-a target of ``--speedup`` s is the ratio 1 / s whatever the machine's speed today. When the bench's noise check
-says a round was unstable (a model's spread, the machine's load) the shapes are timed again, at most
-``noise.ROUNDS`` rounds, each shape's ratio the median over the rounds; latency.json says how it went. The model is
+What is timed is what ships: pruned students of random per-layer shapes (each layer's heads and FFN neurons, 0
+removing the sub-layer, and a hidden width where the run may prune it), built at their size and timed at 1 × 128
+**all in one measurement with the teacher**, interleaved and rotated as the bench times its models
+(:func:`distillery.bench.checked_latency_ms`). On shared cores the machine's speed drifts between runs (the teacher
+read 1.4 ms in one and 91 ms in the next), so a shape's latency is kept as its **ratio to the teacher's** of the
+same round, and the model predicts that ratio: a target of ``--speedup`` s is the ratio 1 / s whatever the machine's
+speed today. When the bench's noise check says a round was unstable (a model's spread, the machine's load) the
+shapes are timed again, at most ``noise.ROUNDS`` rounds, each shape's ratio the median over the rounds; latency.json
+says how it went. The model is
 
     ratio ≈ c · features, c ≥ 0 (non-negative least squares of the relative error), on the features
 
@@ -161,7 +162,8 @@ def full_shape_of(config: PrunedBertConfig) -> dict[str, Tensor]:
 
 
 def fit_latency_model(full: nn.Module, teacher: nn.Module, count: int, runs: int, seed: int, shape=(1, 128),
-                      threads: int | None = None, prune_hidden: bool = True) -> tuple[LatencyModel, float, dict[str, Any]]:
+                      threads: int | None = None, prune_hidden: bool = True
+                      ) -> tuple[LatencyModel, float, dict[str, Any]]:
     """``count`` shapes (the full one and random ones, of a smaller hidden width only where ``prune_hidden``)
     timed with the teacher, the line fitted on their ratios; returns it, the teacher's latency (ms) and
     latency.json's record (measurements, fit error, noise)."""
@@ -172,7 +174,8 @@ def fit_latency_model(full: nn.Module, teacher: nn.Module, count: int, runs: int
     ratios, teacher_ms, checks = measure_ratios(full, shapes, teacher, runs, shape, threads)
     model = LatencyModel.fit(shapes, ratios, c.hidden_size)
     last = checks[-1]
-    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms, "prune_hidden": prune_hidden,
+    record = {"hardware": hardware_fingerprint(), "shape": list(shape), "teacher_ms": teacher_ms,
+              "prune_hidden": prune_hidden,
               "fit_error_mape": fit_error(shapes, ratios, c.hidden_size),
               "noise": {"stable": last["stable"], "rounds": len(checks), "reasons": last["reasons"], "checks": checks},
               "model": model.state(), "measurements": [{**{k: v.tolist() for k, v in s.items()}, "ratio": r}
