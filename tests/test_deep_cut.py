@@ -220,3 +220,42 @@ def test_autotinybert_further_training_of_a_deep_sub_network_end_to_end(tiny_ber
     assert " | attention " in steps[-1]
     lr = [float(line.split(" | lr ")[1].split()[0]) for line in steps]
     assert max(lr) == pytest.approx(deep_cut.LR_SCALE * 1e-3), "the budget's learning rate, scaled"
+
+
+def test_a_model_pruned_past_2x_is_as_deep_a_cut_as_the_layer_drop_student_of_its_speed():
+    assert [deep_cut.equivalent_layers(s, 6) for s in (1.2, 2.0, 2.2, 3.0, 4.0, 8.0)] == [5, 3, 3, 2, 2, 1]
+    assert deep_cut.equivalent_layers(4.0, 12) == 3 and deep_cut.equivalent_layers(100.0, 12) == 1
+    assert [deep_cut.is_deep_cut(deep_cut.equivalent_layers(s, 6), 6) for s in (2.0, 4.0, 8.0)] == [False, True, True]
+
+
+def test_prune_fine_tuning_past_2x_takes_the_rule_onto_the_layers_it_pruned():
+    """4x of a 6-layer teacher: the rule's temperature, hidden term (each kept layer onto the teacher layer it was
+    pruned from; no attention term), schedule, learning rate and augmentation, each said in a note; at 2x the earlier
+    defaults; an option given turns its choice off."""
+    from distillery.prune.options import PruneOptions
+    from distillery.prune.recipe import finetune_augment, finetune_defaults
+
+    ctx, train = _further_ctx()
+    opts = PruneOptions.read({"speedup": 4.0})
+    pruned = _sub_network(5)  # layer 3 lost both of its sub-layers
+    chosen, notes = finetune_defaults(ctx, opts, pruned, [0, 1, 2, 4, 5], train, "augmented")
+    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight) == (
+        1.0, deep_cut.DEEP_CUT_HIDDEN_WEIGHT, 0.0)
+    assert chosen.hidden_layers == [0, 1, 2, 4, 5]
+    assert chosen.settings == {"lr": pytest.approx(deep_cut.LR_SCALE * 1e-4), "max_steps": deep_cut.MIN_STEPS,
+                               "warmup_ratio": deep_cut.WARMUP}
+    assert all(n.startswith("Defaults for a model pruned to 4x (as deep a cut as a layer-drop student of 2 of 6")
+               for n in notes) and any("pruned from" in n for n in notes) and notes[-1].endswith("augmented.")
+    assert finetune_augment(ctx, opts)[0] == deep_cut.DEEP_CUT_AUGMENT  # a small split
+    shallow = PruneOptions.read({"speedup": 2.0})
+    chosen, notes = finetune_defaults(ctx, shallow, _sub_network(6), list(range(6)), train, None)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (2.0, 0.0, {}, [])
+    assert finetune_augment(ctx, shallow) == (0, None)
+    given = PruneOptions.read({"speedup": 4.0, "temperature": 2.0, "hidden_weight": 0, "min_steps": 0, "lr_scale": 1,
+                               "augment": 0})
+    chosen, notes = finetune_defaults(ctx, given, pruned, [0, 1, 2, 4, 5], train, None)
+    assert (chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (2.0, 0.0, {}, [])
+    assert finetune_augment(ctx, given) == (0, None)
+    narrow = _sub_network(6, width=24)  # the full mode pruned the hidden dimension: no hidden term, said so
+    chosen, notes = finetune_defaults(ctx, opts, narrow, list(range(6)), train, None)
+    assert chosen.hidden_weight == 0.0 and "width 24 is not the teacher's 32" in notes[-1]

@@ -137,3 +137,38 @@ def test_the_masks_start_at_mask_init_whatever_their_learning_rate_scale():
         torch.manual_seed(0)
         drawn = torch.cat([g.flatten() for g in masks.gates("sample").values()])
         assert float((drawn == 1).float().mean()) > 0.8  # the teacher nearly intact at the start (init 0: 0.17)
+
+
+def test_fine_tuning_past_2x_teaches_each_kept_layer_its_teacher_layer():
+    """The deep-cut rule's hidden term on a pruned model that lost a whole layer: kept layer j against the teacher
+    layer it was pruned from (0 where the pruned model starts as the teacher: removal with nothing removed), a
+    finite gradient once units go."""
+    from types import SimpleNamespace
+
+    from distillery.kinds import kind_of
+    from distillery.prune.extract import kept_units
+    from distillery.prune.recipe import finetune_loss
+
+    teacher = tiny_teacher()
+    model, _ = full_size(teacher)
+    masks = random_masks(model, 5, prune_hidden=False)
+    with torch.no_grad():  # layer 1 loses both sub-layers
+        masks.attention.copy_(torch.tensor([5.0, -5.0, 5.0]) / 200.0)
+        masks.ffn.copy_(torch.tensor([5.0, -5.0, 5.0]) / 200.0)
+    gates = fold(masks.gates("deterministic"))
+    layers = kept_units(gates, model.config.hidden_size)["layers"]
+    assert layers == [0, 2]
+    small = extract(model, gates).train()
+    chosen = SimpleNamespace(hidden_weight=1.0, hidden_layers=layers)
+    loss_fn, extra = finetune_loss(kind_of("classification"), teacher, small, gates, 0.5, 1.0, chosen)
+    batch = {**pair_batch(), "labels": torch.tensor([0, 1, 2])}
+    loss, logs = loss_fn(small, batch)
+    assert extra == [] and logs["hidden"] > 0 and torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in small.parameters() if p.requires_grad
+               and p.grad is not None)
+    whole = extract(model, fold(Masks(3, model.config.num_attention_heads, model.config.intermediate_size,
+                                      model.config.hidden_size, init=9.0, prune_hidden=False).gates("deterministic")))
+    same = SimpleNamespace(hidden_weight=1.0, hidden_layers=[0, 1, 2])
+    _, logs = finetune_loss(kind_of("classification"), teacher, whole.eval(), gates, 0.5, 1.0, same)[0](whole.eval(), batch)
+    assert logs["hidden"] == pytest.approx(0.0, abs=1e-8)

@@ -30,7 +30,9 @@ Method distill applies it (:mod:`distillery.distill.recipe`, ``student_defaults`
 further training of a sub-network keeping fewer than half of the super-net's layers
 (:mod:`distillery.autotinybert.further`: its layers are the same top-of-block teacher layers; the hidden term
 only where the sub-network keeps the teacher's width, the attention term only where it keeps the teacher's head
-count). A pretrained student (``--student``) keeps its own layers, so only the temperature rule applies there
+count), and prune's fine-tuning of a model pruned past 2× (:func:`equivalent_layers`: as deep a cut as a layer-drop
+student of its speed; each pruned layer learns the teacher layer it was pruned from, where the hidden dimension is
+kept; no attention term, its layers keeping different numbers of heads). A pretrained student (``--student``) keeps its own layers, so only the temperature rule applies there
 (:func:`temperature_choice`). MoEBERT's students keep every layer (each FFN split into experts): not a deep cut,
 so the rule does not apply.
 """
@@ -78,6 +80,12 @@ class StudentDefaults:
 def is_deep_cut(kept: int, teacher_layers: int) -> bool:
     """More than half of the teacher's layers go."""
     return 2 * kept < teacher_layers
+
+
+def equivalent_layers(speedup: float, teacher_layers: int) -> int:
+    """The layers a layer-drop student of ``speedup``× the teacher keeps (its time is about its share of the layers):
+    how deep a cut a method that removes something other than whole layers made (prune: past 2×, a deep cut)."""
+    return max(1, min(teacher_layers, round(teacher_layers / max(float(speedup), 1e-9))))
 
 
 def uniform_layer_map(kept: int, teacher_layers: int) -> list[int]:

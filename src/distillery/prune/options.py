@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from distillery.distill.deep_cut import FALLBACK_TEMPERATURE
 from distillery.errors import DistilleryError
 from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
@@ -53,10 +54,32 @@ class PruneOptions(MethodOptions):
     latency_from: str | None = option(None, text(optional=True), "the latency.json of an earlier prune run on this "
                                       "machine and teacher, read instead of timing again (one model, several targets)")
     finetune: bool = option(True, flag(), "fine-tune the pruned model with the masks fixed (off: as extracted)")
-    augment: int = augment_option()
+    augment: int | None = augment_option(
+        default_text="0; a target above 2x (a deep cut: distillery.distill.deep_cut) on a train split of fewer "
+        "than 20,000 rows: 8 (read twice)")
     kd_weight: float = option(0.5, number(0, 1), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own "
                               "loss)", flag=True)
-    temperature: float = option(2.0, number(above=0), "softmax temperature of the KD loss", flag=True)
+    # The deep-cut rule's options (distill's names), for the fine-tuning of a model pruned past 2x, which keeps
+    # less of the teacher than a layer-drop student of half its layers; each one given turns that choice off
+    temperature: float | None = option(
+        None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
+        default_text="2.0; fine-tuning past 2x: from the teacher's logits, the softest of 1, 2, 4 at which its mean "
+        "top-1 probability stays >= 0.8")
+    hidden_weight: float | None = option(
+        None, number(0, optional=True), "fine-tuning: weight of hidden-state MSE, each pruned layer onto the teacher "
+        "layer it was pruned from (where the hidden dimension is kept); 0 = off", paper="β",
+        default_text="1.0 past 2x, else 0")
+    min_steps: int | None = option(
+        None, number(0, whole=True, optional=True), "fine-tuning: optimizer steps at least (more passes over a small "
+        "split), the first 10 % warming up; 0 = the budget's schedule as it is", default_text="600 past 2x, else 0")
+    lr_scale: float | None = option(
+        None, number(above=0, optional=True), "fine-tuning: the student's learning rate (--lr) times this",
+        default_text="3 past 2x, else 1")
+
+    def kd_temperature(self) -> float:
+        """The masks' phase's temperature: ``temperature``, else 2 (the fine-tuning's may come from the teacher's
+        logits: :func:`distillery.prune.recipe.finetune_defaults`)."""
+        return FALLBACK_TEMPERATURE if self.temperature is None else float(self.temperature)
 
     def check(self) -> None:
         if self.speedup <= 1.0:

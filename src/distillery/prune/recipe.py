@@ -17,13 +17,18 @@ prune:   the deterministic masks (CoFi's: each group's expected count of units, 
          :func:`distillery.prune.masks.calibrated_gates`; the phase ends near it, not on it), and
          the units they drop removed (:mod:`distillery.prune.extract`): a smaller dense model with each layer's
          heads and FFN width → pruned_shape.json, with the latency the model expects of it.
-finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w·KD(T), w = kd_weight.
+finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w·KD(T), w = kd_weight; past 2× (as
+         deep a cut as a layer-drop student of fewer than half the layers) the deep-cut rule's defaults
+         (:mod:`distillery.distill.deep_cut`, :func:`finetune_defaults`): T from the teacher's logits, each layer's
+         hidden states onto the teacher's, a longer warmed-up schedule at 3× the rate, and on a small split 8
+         augmented rows a row.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import ClassVar
 
 import torch
@@ -33,11 +38,13 @@ from transformers import PreTrainedModel
 import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.data.encode import model_inputs
+from distillery.distill import deep_cut
+from distillery.distill.recipe import Chosen, student_defaults
 from distillery.errors import DistilleryError
 from distillery.folders import write_file
 from distillery.method import Method
 from distillery.method_context import MethodContext
-from distillery.prune.extract import extract, full_size
+from distillery.prune.extract import extract, full_size, kept_units
 from distillery.prune.fisher import cheap_start, fisher_masks
 from distillery.prune.latency import LatencyModel, fit_latency_model, load_record, reused_record, save_record
 from distillery.prune.masks import Masks, MaskedModel, calibrated_gates, shape_of
@@ -138,9 +145,10 @@ def learn_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     steps = int(opts.mask_steps)
     cfg = replace(cfg, max_steps=steps, epochs=1.0, eval_every=None, select_best=False, patience=None)
     kind = ctx.task_data.task.kind_object
-    train = ctx.distillation_train(True, opts.augment, logits=False) if kind.takes_new_rows else ctx.task_data.train
+    train = (ctx.distillation_train(True, int(opts.augment or 0), logits=False) if kind.takes_new_rows
+             else ctx.task_data.train)
     loss = mask_loss(kind, ctx.teacher, latency, 1.0 / float(opts.speedup), lambdas, projection, steps * cfg.grad_accum,
-                     float(opts.target_warmup), float(opts.temperature), float(opts.layer_weight), float(opts.mask_lr_scale),
+                     float(opts.target_warmup), opts.kd_temperature(), float(opts.layer_weight), float(opts.mask_lr_scale),
                      start)
     trainer = Trainer(masked, cfg, train, ctx.task_data.collate, loss, out_dir=ctx.out_dir / "masks", resume=ctx.resume,
                       extra_parameters=[projection, lambdas], desc="prune masks",
@@ -170,7 +178,46 @@ def with_target(ctx: MethodContext, opts: PruneOptions, teacher_ms: float) -> Pr
     return replace(opts, speedup=speedup)
 
 
-def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, temperature: float):
+def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module, pruned_from: list[int], train,
+                      augment_reason: str | None) -> tuple[Chosen, list[str]]:
+    """The fine-tuning's settings with the user's options where set, else the deep-cut rule's for a model pruned past
+    2× (:func:`deep_cut.equivalent_layers`; the settings of :func:`distillery.distill.recipe.student_defaults`), and the
+    notes for the report. Each pruned layer learns the teacher layer it was pruned from (``pruned_from``: a layer
+    left with neither sub-layer is gone, :func:`distillery.prune.extract.kept_units`); only where the hidden
+    dimension is kept (an embedder narrower than the teacher learns through a projection of its last states), and
+    never the attention maps (its layers keep different numbers of heads)."""
+    n = ctx.teacher.config.num_hidden_layers
+    equivalent = deep_cut.equivalent_layers(float(opts.speedup), n)
+    resolved = SimpleNamespace(**{name: getattr(opts, name, None) for name in deep_cut.RULE_OPTIONS})
+    resolved.attention_weight = 0.0
+    deep, reasons, notes = deep_cut.is_deep_cut(equivalent, n), [], []
+    width = student.config.hidden_size
+    if width != ctx.teacher.config.hidden_size and (opts.hidden_weight is None or opts.hidden_weight):
+        resolved.hidden_weight = 0.0
+        if opts.hidden_weight or deep:
+            notes.append(f"No hidden-state term: the pruned width {width} is not the teacher's "
+                         f"{ctx.teacher.config.hidden_size}.")
+    elif deep and opts.hidden_weight is None:  # the rule's weight, on the layers' own teacher layers
+        resolved.hidden_weight = deep_cut.DEEP_CUT_HIDDEN_WEIGHT
+        reasons.append(f"hidden-state distillation (weight {deep_cut.DEEP_CUT_HIDDEN_WEIGHT:g}, each pruned layer "
+                       f"onto the teacher layer it was pruned from)")
+    chosen = student_defaults(ctx, resolved, deep_cut.uniform_layer_map(equivalent, n), train, augment_reason)
+    chosen = replace(chosen, hidden_layers=list(pruned_from))
+    said = (f"Defaults for a model pruned to {float(opts.speedup):.3g}x (as deep a cut as a layer-drop student of "
+            f"{equivalent} of {n} layers): ")
+    return chosen, [said + reason + "." for reason in reasons + chosen.reasons] + notes
+
+
+def finetune_augment(ctx: MethodContext, opts: PruneOptions) -> tuple[int, str | None]:
+    """New rows per train row for the fine-tuning, and why: the user's ``augment``, else the deep-cut rule's."""
+    if opts.augment is not None:
+        return int(opts.augment), None
+    n = ctx.teacher.config.num_hidden_layers
+    return deep_cut.default_augment(deep_cut.equivalent_layers(float(opts.speedup), n), n, len(ctx.task_data.train),
+                                    ctx.task_data.task.kind_object.augments_by_default)
+
+
+def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, temperature: float, chosen: Chosen):
     """The fine-tuning's loss_fn and what is trained beside the student: the kind's distillation loss, or for an
     embedder whose hidden dimension was pruned (``TaskKind.projects_width``: its vectors narrower than the teacher's)
     the same through a projection of its last hidden states onto the teacher's width, started as the selection of
@@ -178,7 +225,7 @@ def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, tempera
     only as a narrower ``--student``'s is."""
     width, wanted = student.config.hidden_size, teacher.config.hidden_size
     if not kind.projects_width or width == wanted:
-        return distillation_loss(kind, teacher, kd_weight, temperature), []
+        return distillation_loss(kind, teacher, kd_weight, temperature, chosen.hidden_weight, chosen.hidden_layers), []
     onto = HiddenProjection(width, wanted)
     with torch.no_grad():
         onto.linear.weight.zero_()
@@ -227,12 +274,18 @@ class Prune(Method):
         if not opts.finetune:
             return student
         train = ctx.task_data.train
+        augment, augment_reason = finetune_augment(ctx, opts)
         if kind.caches_teacher_outputs:
-            train = ctx.distillation_train(True, opts.augment)
-        loss, extra = finetune_loss(kind, ctx.teacher, student, gates, float(opts.kd_weight), float(opts.temperature))
-        words = kind.loss_words(float(opts.kd_weight), float(opts.temperature))
+            train = ctx.distillation_train(True, augment)
+        pruned_from = kept_units(gates, full.config.hidden_size)["layers"]
+        chosen, notes = finetune_defaults(ctx, opts, student, pruned_from, train, augment_reason if augment else None)
+        kd_weight = float(opts.kd_weight)
+        loss, extra = finetune_loss(kind, ctx.teacher, student, gates, kd_weight, chosen.temperature, chosen)
+        words = kind.loss_words(kd_weight, chosen.temperature) + chosen.layer_terms("pruned")
         ctx.notes.append(f"Fine-tuning with the masks fixed: {words}" + (
             f", through a projection of the student's {student.config.hidden_size} kept dimensions onto the teacher's "
             f"{ctx.teacher.config.hidden_size} (started as their selection; used in the loss only, not saved)"
             if extra else "") + ".")
-        return ctx.train(student.train(), loss, desc="prune finetune", train_dataset=train, extra_parameters=extra)
+        ctx.notes.extend(notes)
+        return ctx.train(student.train(), loss, desc="prune finetune", train_dataset=train, extra_parameters=extra,
+                         **chosen.settings)
