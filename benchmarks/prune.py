@@ -193,6 +193,14 @@ def nearest(r: dict, method: str) -> str:
     return f"{o['score']:.4f} at {o['speedup']:.2f}× ({o['model']})"
 
 
+def fine_tuning(r: dict) -> str:
+    """Which defaults fine-tuned the pruned model: the deep-cut rule's (past 2×, since it applies to prune), or the
+    budget's (at 2×, or a record measured before the rule applied to prune; its notes say no rule's choice)."""
+    if any(n.startswith("Defaults for a model pruned") for n in r.get("notes", [])):
+        return "deep-cut rule"
+    return "budget's" if r["target_speedup"] <= 2 else "budget's (before the rule)"
+
+
 def acceptance_lines(records: list[dict]) -> list[str]:
     lines = []
     for mode in sorted({r["mode"] for r in records}):
@@ -213,15 +221,15 @@ def acceptance_lines(records: list[dict]) -> list[str]:
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| task | mode | target | measured speed-up | predicted | masks' phase ended | teacher | student | "
+    lines = ["| task | mode | target | fine-tuning | measured speed-up | predicted | masks' phase ended | teacher | student | "
              "retention | int8 (speed-up, retention) | beats every student at speed | most accurate other at ≥ its speed | "
              "layer-drop nearest in speed | AutoTinyBERT nearest in speed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r["task"], r["mode"], r["target_speedup"], r["seed"])):
         i8 = r.get("int8")
         phase = f"{r['masks_expected_speedup']:.2f}×" if r["mode"] == "full" else "— (no masks' phase)"
         int8_cell = f"{i8['score']:.4f} ({i8['speedup']:.2f}×, {100 * i8['retention']:.1f} %)" if i8 else "—"
-        lines.append(f"| {r['task']} | {r['mode']} | {r['target_speedup']:g}× | {r['speedup']:.2f}× | "
+        lines.append(f"| {r['task']} | {r['mode']} | {r['target_speedup']:g}× | {fine_tuning(r)} | {r['speedup']:.2f}× | "
                      f"{r['predicted_speedup']:.2f}× | {phase} | {r['teacher_score']:.4f} | "
                      f"{r['score']:.4f} | {100 * r['retention']:.1f} % | "
                      f"{int8_cell} | "
