@@ -159,8 +159,8 @@ def test_fine_tuning_past_2x_teaches_each_kept_layer_its_teacher_layer():
     layers = kept_units(gates, model.config.hidden_size)["layers"]
     assert layers == [0, 2]
     small = extract(model, gates).train()
-    chosen = SimpleNamespace(hidden_weight=1.0, hidden_layers=layers)
-    loss_fn, extra = finetune_loss(kind_of("classification"), teacher, small, gates, 0.5, 1.0, chosen)
+    chosen = SimpleNamespace(temperature=1.0, hidden_weight=1.0, hidden_layers=layers)
+    loss_fn, extra = finetune_loss(kind_of("classification"), teacher, small, gates, 0.5, chosen)
     batch = {**pair_batch(), "labels": torch.tensor([0, 1, 2])}
     loss, logs = loss_fn(small, batch)
     assert extra == [] and logs["hidden"] > 0 and torch.isfinite(loss)
@@ -169,6 +169,6 @@ def test_fine_tuning_past_2x_teaches_each_kept_layer_its_teacher_layer():
                and p.grad is not None)
     whole = extract(model, fold(Masks(3, model.config.num_attention_heads, model.config.intermediate_size,
                                       model.config.hidden_size, init=9.0, prune_hidden=False).gates("deterministic")))
-    same = SimpleNamespace(hidden_weight=1.0, hidden_layers=[0, 1, 2])
-    _, logs = finetune_loss(kind_of("classification"), teacher, whole.eval(), gates, 0.5, 1.0, same)[0](whole.eval(), batch)
+    same = SimpleNamespace(temperature=1.0, hidden_weight=1.0, hidden_layers=[0, 1, 2])
+    _, logs = finetune_loss(kind_of("classification"), teacher, whole.eval(), gates, 0.5, same)[0](whole.eval(), batch)
     assert logs["hidden"] == pytest.approx(0.0, abs=1e-8)

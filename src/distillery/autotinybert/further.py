@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from distillery.autotinybert.supernet import sub_layers
 from distillery.distill import deep_cut
-from distillery.distill.recipe import Chosen, student_defaults
+from distillery.distill.recipe import Chosen, augment_choice, student_defaults, without_hidden_term
 
 
 def further_lr_scale(speedup: float) -> float:
@@ -33,12 +33,8 @@ def further_lr_scale(speedup: float) -> float:
 
 def further_augment(ctx, opts, layers: int) -> tuple[int, str | None]:
     """New rows per train row for the further training of a sub-network of ``layers`` layers, and why: the user's
-    ``augment``, else the deep-cut rule's (:func:`deep_cut.default_augment`)."""
-    if opts.augment is not None:
-        return int(opts.augment), None
-    kind = ctx.task_data.task.kind_object
-    return deep_cut.default_augment(layers, ctx.teacher.config.num_hidden_layers, len(ctx.task_data.train),
-                                    kind.augments_by_default)
+    ``augment``, else the deep-cut rule's (:func:`distillery.distill.recipe.augment_choice`)."""
+    return augment_choice(ctx, opts.augment, layers)
 
 
 def further_defaults(ctx, opts, student, train, speedup: float, augment_reason: str | None = None
@@ -51,12 +47,8 @@ def further_defaults(ctx, opts, student, train, speedup: float, augment_reason: 
     width, heads = student.config.hidden_size, student.config.num_attention_heads
     # what student_defaults reads of the options, as the user gave them, then the choices this shape rules out
     resolved = SimpleNamespace(**{name: getattr(opts, name) for name in deep_cut.RULE_OPTIONS})
-    notes = []
-    if width != teacher.hidden_size and (opts.hidden_weight is None or opts.hidden_weight):
-        resolved.hidden_weight = 0.0
-        if opts.hidden_weight or deep_cut.is_deep_cut(len(layers), teacher.num_hidden_layers):
-            notes.append(f"No hidden-state term: the sub-network's width {width} is not the teacher's "
-                         f"{teacher.hidden_size}.")
+    notes = without_hidden_term(resolved, opts.hidden_weight, width, teacher.hidden_size,
+                                deep_cut.is_deep_cut(len(layers), teacher.num_hidden_layers), "the sub-network's width")
     # an embedder narrower than the teacher trains through a projection of its last states, without the layers' terms
     projected = ctx.task_data.task.kind_object.projects_width and width != teacher.hidden_size
     if (heads != teacher.num_attention_heads or projected) and (opts.attention_weight is None or opts.attention_weight):

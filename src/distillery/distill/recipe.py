@@ -115,8 +115,7 @@ class Distill(Method):
         train = task_data.train
         teacher.eval()
         whole = opts.train_examples == "all"
-        augment, augment_reason = (opts.augment, None) if opts.augment is not None else deep_cut.default_augment(
-            len(layers), teacher.config.num_hidden_layers, len(train), kind.augments_by_default)
+        augment, augment_reason = augment_choice(ctx, opts.augment, len(layers))
         extra = augment or ctx.config.data.unlabeled_file
         # the teacher's logits are read from the cache unless the loss runs the teacher (hidden_weight), and they
         # set a deep cut's temperature
@@ -131,6 +130,26 @@ class Distill(Method):
         loss_fn = distillation_loss(kind, teacher, opts.kd_weight, chosen.temperature, chosen.hidden_weight,
                                     chosen.hidden_layers, chosen.attention_weight)
         return ctx.train(student, loss_fn, desc="student", train_dataset=train, **chosen.settings)
+
+
+def augment_choice(ctx: MethodContext, given: int | None, kept: int) -> tuple[int, str | None]:
+    """New rows per train row for a student as deep a cut as ``kept`` of the teacher's layers, and why: ``given``
+    (the user's ``augment``), else the deep-cut rule's (:func:`deep_cut.default_augment`) on the run's train split."""
+    if given is not None:
+        return int(given), None
+    return deep_cut.default_augment(kept, ctx.teacher.config.num_hidden_layers, len(ctx.task_data.train),
+                                    ctx.task_data.task.kind_object.augments_by_default)
+
+
+def without_hidden_term(resolved, given: float | None, width: int, teacher_width: int, deep: bool,
+                        whose: str) -> list[str]:
+    """Turn the hidden-state term off in ``resolved`` (what :func:`student_defaults` reads) where the student's
+    ``width`` is not the teacher's (the term compares states of one width) and the user did not turn it off
+    (``given``); the note that says so where the user asked for it or the rule would have (``deep``)."""
+    if width == teacher_width or given == 0:
+        return []
+    resolved.hidden_weight = 0.0
+    return [f"No hidden-state term: {whose} {width} is not the teacher's {teacher_width}."] if given or deep else []
 
 
 @dataclass(frozen=True)

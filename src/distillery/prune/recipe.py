@@ -39,7 +39,7 @@ import distillery.distributed as distributed
 from distillery.autotinybert.convert import check_family
 from distillery.data.encode import model_inputs
 from distillery.distill import deep_cut
-from distillery.distill.recipe import Chosen, student_defaults
+from distillery.distill.recipe import Chosen, augment_choice, student_defaults, without_hidden_term
 from distillery.errors import DistilleryError
 from distillery.folders import write_file
 from distillery.method import Method
@@ -190,14 +190,12 @@ def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module
     equivalent = deep_cut.equivalent_layers(float(opts.speedup), n)
     resolved = SimpleNamespace(**{name: getattr(opts, name, None) for name in deep_cut.RULE_OPTIONS})
     resolved.attention_weight = 0.0
-    deep, reasons, notes = deep_cut.is_deep_cut(equivalent, n), [], []
+    deep, reasons = deep_cut.is_deep_cut(equivalent, n), []
     width = student.config.hidden_size
-    if width != ctx.teacher.config.hidden_size and (opts.hidden_weight is None or opts.hidden_weight):
-        resolved.hidden_weight = 0.0
-        if opts.hidden_weight or deep:
-            notes.append(f"No hidden-state term: the pruned width {width} is not the teacher's "
-                         f"{ctx.teacher.config.hidden_size}.")
-    elif deep and opts.hidden_weight is None:  # the rule's weight, on the layers' own teacher layers
+    notes = without_hidden_term(resolved, opts.hidden_weight, width, ctx.teacher.config.hidden_size, deep,
+                                "the pruned width")
+    if width == ctx.teacher.config.hidden_size and deep and opts.hidden_weight is None:
+        # the rule's weight, on the layers' own teacher layers
         resolved.hidden_weight = deep_cut.DEEP_CUT_HIDDEN_WEIGHT
         reasons.append(f"hidden-state distillation (weight {deep_cut.DEEP_CUT_HIDDEN_WEIGHT:g}, each pruned layer "
                        f"onto the teacher layer it was pruned from)")
@@ -210,14 +208,11 @@ def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module
 
 def finetune_augment(ctx: MethodContext, opts: PruneOptions) -> tuple[int, str | None]:
     """New rows per train row for the fine-tuning, and why: the user's ``augment``, else the deep-cut rule's."""
-    if opts.augment is not None:
-        return int(opts.augment), None
-    n = ctx.teacher.config.num_hidden_layers
-    return deep_cut.default_augment(deep_cut.equivalent_layers(float(opts.speedup), n), n, len(ctx.task_data.train),
-                                    ctx.task_data.task.kind_object.augments_by_default)
+    return augment_choice(ctx, opts.augment,
+                          deep_cut.equivalent_layers(float(opts.speedup), ctx.teacher.config.num_hidden_layers))
 
 
-def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, temperature: float, chosen: Chosen):
+def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, chosen: Chosen):
     """The fine-tuning's loss_fn and what is trained beside the student: the kind's distillation loss, or for an
     embedder whose hidden dimension was pruned (``TaskKind.projects_width``: its vectors narrower than the teacher's)
     the same through a projection of its last hidden states onto the teacher's width, started as the selection of
@@ -225,13 +220,14 @@ def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, tempera
     only as a narrower ``--student``'s is."""
     width, wanted = student.config.hidden_size, teacher.config.hidden_size
     if not kind.projects_width or width == wanted:
-        return distillation_loss(kind, teacher, kd_weight, temperature, chosen.hidden_weight, chosen.hidden_layers), []
+        return distillation_loss(kind, teacher, kd_weight, chosen.temperature, chosen.hidden_weight,
+                                 chosen.hidden_layers), []
     onto = HiddenProjection(width, wanted)
     with torch.no_grad():
         onto.linear.weight.zero_()
         onto.linear.bias.zero_()
         onto.linear.weight[torch.nonzero(gates["hidden"] > 0).flatten(), torch.arange(width)] = 1.0
-    return pretrained_distillation_loss(kind, teacher, kd_weight, temperature, output_projection=onto), [onto]
+    return pretrained_distillation_loss(kind, teacher, kd_weight, chosen.temperature, output_projection=onto), [onto]
 
 
 class Prune(Method):
@@ -280,7 +276,7 @@ class Prune(Method):
         pruned_from = kept_units(gates, full.config.hidden_size)["layers"]
         chosen, notes = finetune_defaults(ctx, opts, student, pruned_from, train, augment_reason if augment else None)
         kd_weight = float(opts.kd_weight)
-        loss, extra = finetune_loss(kind, ctx.teacher, student, gates, kd_weight, chosen.temperature, chosen)
+        loss, extra = finetune_loss(kind, ctx.teacher, student, gates, kd_weight, chosen)
         words = kind.loss_words(kd_weight, chosen.temperature) + chosen.layer_terms("pruned")
         ctx.notes.append(f"Fine-tuning with the masks fixed: {words}" + (
             f", through a projection of the student's {student.config.hidden_size} kept dimensions onto the teacher's "
