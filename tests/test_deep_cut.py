@@ -259,3 +259,23 @@ def test_prune_fine_tuning_past_2x_takes_the_rule_onto_the_layers_it_pruned():
     narrow = _sub_network(6, width=24)  # the full mode pruned the hidden dimension: no hidden term, said so
     chosen, notes = finetune_defaults(ctx, opts, narrow, list(range(6)), train, None)
     assert chosen.hidden_weight == 0.0 and "width 24 is not the teacher's 32" in notes[-1]
+
+
+def test_an_embedder_is_pruned_keeping_half_its_heads_and_fine_tuned_onto_its_layers_at_any_speedup():
+    """The embedding kind's prune defaults (kinds/embedding.py, measured on held-out rows): each layer keeps half its
+    heads and the 2x fine-tuning has the hidden-state term; a sentence task neither; an option given wins."""
+    from distillery.data.tasks import get_task
+    from distillery.prune.options import PruneOptions
+    from distillery.prune.recipe import finetune_defaults, with_head_floor
+
+    for task, floor, weight in (("embedding", 2, 1.0), ("sst2", 0, 0.0)):
+        ctx, train = _further_ctx()
+        ctx.task_data.task, ctx.notes = get_task(task), []
+        opts = with_head_floor(ctx, PruneOptions.read({"speedup": 2.0}))
+        assert opts.min_heads == floor and (("Head floor" in ctx.notes[-1]) if floor else not ctx.notes)
+        chosen, notes = finetune_defaults(ctx, opts, _sub_network(6), list(range(6)), train, None)
+        assert chosen.hidden_weight == weight and chosen.hidden_layers == list(range(6)), task
+        assert any("the embedding kind at any speed-up" in n for n in notes) == bool(weight)
+        given = with_head_floor(ctx, PruneOptions.read({"speedup": 2.0, "min_heads": 0, "hidden_weight": 0}))
+        assert given.min_heads == 0
+        assert finetune_defaults(ctx, given, _sub_network(6), list(range(6)), train, None)[0].hidden_weight == 0.0

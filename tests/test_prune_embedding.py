@@ -57,7 +57,9 @@ def test_prune_cheap_makes_an_embedder_that_sentence_transformers_loads_after_re
     assert any("Cheap mode" in note for note in notes) and not any("projection" in note for note in notes)
     student = load_model(out / "student")
     assert student.config.model_type == "prunedbert" and (out / "student" / "modules.json").is_file()
-    assert list(student.config.layer_heads) == shape["layer_heads"] and student.config.hidden_size == 32
+    kept = [h for h, f in zip(shape["layer_heads"], shape["layer_intermediate_sizes"]) if h or f]  # empty: dropped
+    assert list(student.config.layer_heads) == kept and student.config.hidden_size == 32
+    assert any("Head floor" in note for note in notes)  # the embedding kind's default, said
     assert_sentence_transformers_gives_what_was_scored(out / "student", RunConfig.load(out / "config.yaml"), metrics,
                                                        tmp_path, register_models=True)
     # its exports hold the pooling (the graph gives the sentence vector) and are scored; the fp32 graph is written

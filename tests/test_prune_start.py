@@ -90,3 +90,21 @@ def test_the_full_modes_masks_start_at_the_cheap_modes_selection():
 
     cofi, start = start_masks(ctx, PruneOptions(speedup=2.0, mask_init=0.0), full, latency)
     assert start == 1.0 and all(bool((cofi.log_alpha(n) == 0).all()) for n in cofi.names())
+
+
+def test_a_head_floor_keeps_each_layers_best_heads_unless_nothing_else_reaches_the_target():
+    teacher = tiny_teacher(num_hidden_layers=3)
+    full, _ = full_size(teacher)
+    latency, ctx = latency_of(full), cheap_context(teacher)
+    heads = full.config.num_attention_heads
+    deeper = []
+    for target in (0.5, 0.3, 0.2):
+        free, _ = calibrated_gates(fisher_masks(ctx, 16, full, latency), latency, target)
+        floored, _ = calibrated_gates(fisher_masks(ctx, 16, full, latency, min_heads=heads - 1), latency, target)
+        assert bool((floored["heads"].sum(-1) >= heads - 1).all()), target
+        assert float(latency(shape_of(floored, full.config.hidden_size))) <= target
+        deeper.append(bool((free["heads"].sum(-1) < heads - 1).any()))
+    assert any(deeper)  # without the floor the selection cut heads deeper somewhere
+    # a target only removing the floor's heads too can reach: reached, not refused
+    none, _ = calibrated_gates(fisher_masks(ctx, 16, full, latency, min_heads=heads), latency, 0.05)
+    assert float(latency(shape_of(none, full.config.hidden_size))) <= 0.05 or none["heads"].sum() == 0

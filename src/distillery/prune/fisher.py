@@ -48,8 +48,18 @@ def scored_rows(ctx: MethodContext):
     return ctx.task_data.train if len(ctx.task_data.train) else ctx.distillation_train(True)
 
 
-def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel) -> Masks:
-    """Masks whose log α rank the teacher's heads and neurons by Fisher information per latency saved."""
+def head_floor(heads: Tensor, min_heads: int | None) -> Tensor:
+    """The ``min_heads`` highest-scored heads of each layer (a boolean of ``heads``' shape, layers × heads)."""
+    floor = torch.zeros_like(heads, dtype=torch.bool)
+    if min_heads:
+        floor.scatter_(-1, heads.topk(min(min_heads, heads.shape[-1]), dim=-1).indices, True)
+    return floor
+
+
+def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel,
+                 min_heads: int | None = 0) -> Masks:
+    """Masks whose log α rank the teacher's heads and neurons by Fisher information per latency saved; each layer's
+    ``min_heads`` best heads kept as its sub-layers are (removed only where nothing else reaches the target)."""
     kind = ctx.task_data.task.kind_object
     neurons, heads = unit_importance(ctx.teacher, scored_rows(ctx), ctx.task_data.collate, kind,
                                      max_examples=int(examples), seed=ctx.config.student.seed, heads=True, fisher=True)
@@ -58,6 +68,8 @@ def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: La
     head_cost, neuron_cost = unit_costs(latency)
     order = {"heads": priority(heads, head_cost), "neurons": priority(neurons, neuron_cost)}
     middle = torch.cat([o.flatten() for o in order.values()]).median()
+    order["heads"] = torch.where(head_floor(order["heads"], min_heads),
+                                 middle + KEPT / SHARPNESS, order["heads"])
     with torch.no_grad():
         for name, o in order.items():
             getattr(masks, name).copy_(((o - middle) * SHARPNESS).flatten().float() / masks.lr_scale)
@@ -67,11 +79,11 @@ def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: La
 
 
 def cheap_start(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel, target: float,
-                masks: Masks, margin: float) -> dict[str, Tensor]:
+                masks: Masks, margin: float, min_heads: int | None = 0) -> dict[str, Tensor]:
     """``masks`` (the full mode's) set to start at the cheap mode's selection at ``target`` (a ratio to the teacher's
     latency), the Fisher order per latency saved kept within it (:func:`distillery.prune.masks.start_at`);
     the selection's gates."""
-    cheap = fisher_masks(ctx, examples, full, latency)
+    cheap = fisher_masks(ctx, examples, full, latency, min_heads)
     gates, shift = calibrated_gates(cheap, latency, target)
     with torch.no_grad():
         order = {name: cheap.log_alpha(name) + shift for name in ("heads", "neurons")}

@@ -25,6 +25,11 @@ class PruneOptions(MethodOptions):
                        "(Kwon et al. 2022), no masks' phase", paper="Kwon et al. 2022 (cheap)")
     fisher_examples: int = option(512, _steps(), "training examples that score the heads and neurons by Fisher "
                                   "information (the cheap mode's selection, where the full mode's masks start)")
+    min_heads: int | None = option(
+        None, number(0, whole=True, optional=True), "heads each layer keeps at least in the Fisher selection (its "
+        "best-scored ones; the full mode's masks start there), unless no other shape reaches the target",
+        default_text="the task kind's share of the teacher's heads (TaskKind.prune_head_floor: an embedder half, "
+        "else 0)")
     speedup: float = option(2.0, number(above=0), "latency target as a speed-up over the teacher measured here",
                             flag=True)
     # --latency-ms (compress routes it here for this method): a latency on this machine, turned into a speed-up
@@ -68,7 +73,7 @@ class PruneOptions(MethodOptions):
     hidden_weight: float | None = option(
         None, number(0, optional=True), "fine-tuning: weight of hidden-state MSE, each pruned layer onto the teacher "
         "layer it was pruned from (where the hidden dimension is kept); 0 = off", paper="β",
-        default_text="1.0 past 2x, else 0")
+        default_text="1.0 past 2x, else the task kind's (TaskKind.prune_hidden_weight: an embedder 1, else 0)")
     min_steps: int | None = option(
         None, number(0, whole=True, optional=True), "fine-tuning: optimizer steps at least (more passes over a small "
         "split), the first 10 % warming up; 0 = the budget's schedule as it is", default_text="600 past 2x, else 0")

@@ -125,7 +125,8 @@ def start_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     target = 1.0 / float(opts.speedup)
     if float(opts.mask_init) == 0:
         return masks, 1.0
-    gates = cheap_start(ctx, int(opts.fisher_examples), full, latency, target, masks, float(opts.mask_init))
+    gates = cheap_start(ctx, int(opts.fisher_examples), full, latency, target, masks, float(opts.mask_init),
+                        opts.min_heads)
     shape = shape_of(gates, c.hidden_size)
     ctx.notes.append(f"The masks started from the cheap mode's selection (Fisher information per latency saved, "
                      f"{opts.fisher_examples} training examples; log α ±{float(opts.mask_init):g} away from its "
@@ -178,6 +179,18 @@ def with_target(ctx: MethodContext, opts: PruneOptions, teacher_ms: float) -> Pr
     return replace(opts, speedup=speedup)
 
 
+def with_head_floor(ctx: MethodContext, opts: PruneOptions) -> PruneOptions:
+    """``opts`` with ``min_heads`` the task kind's share of the teacher's heads where the user gave none."""
+    if opts.min_heads is not None:
+        return opts
+    kind, heads = ctx.task_data.task.kind_object, ctx.teacher.config.num_attention_heads
+    floor = round(kind.prune_head_floor * heads)
+    if floor:
+        ctx.notes.append(f"Head floor: each layer keeps at least its {floor} best of {heads} heads (the {kind.name} "
+                         f"kind's default, --option min_heads); the selection cuts FFN neurons instead.")
+    return replace(opts, min_heads=floor)
+
+
 def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module, pruned_from: list[int], train,
                       augment_reason: str | None) -> tuple[Chosen, list[str]]:
     """The fine-tuning's settings with the user's options where set, else the deep-cut rule's for a model pruned past
@@ -194,11 +207,13 @@ def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module
     width = student.config.hidden_size
     notes = without_hidden_term(resolved, opts.hidden_weight, width, ctx.teacher.config.hidden_size, deep,
                                 "the pruned width")
-    if width == ctx.teacher.config.hidden_size and deep and opts.hidden_weight is None:
-        # the rule's weight, on the layers' own teacher layers
-        resolved.hidden_weight = deep_cut.DEEP_CUT_HIDDEN_WEIGHT
-        reasons.append(f"hidden-state distillation (weight {deep_cut.DEEP_CUT_HIDDEN_WEIGHT:g}, each pruned layer "
-                       f"onto the teacher layer it was pruned from)")
+    kind = ctx.task_data.task.kind_object
+    weight = deep_cut.DEEP_CUT_HIDDEN_WEIGHT if deep else kind.prune_hidden_weight
+    if width == ctx.teacher.config.hidden_size and weight and opts.hidden_weight is None:
+        # the rule's weight (or the kind's at any speed-up), on the layers' own teacher layers
+        resolved.hidden_weight = weight
+        reasons.append(f"hidden-state distillation (weight {weight:g}, each pruned layer onto the teacher layer it "
+                       f"was pruned from{'' if deep else f'; the {kind.name} kind at any speed-up'})")
     chosen = student_defaults(ctx, resolved, deep_cut.uniform_layer_map(equivalent, n), train, augment_reason)
     chosen = replace(chosen, hidden_layers=list(pruned_from))
     said = (f"Defaults for a model pruned to {float(opts.speedup):.3g}x (as deep a cut as a layer-drop student of "
@@ -243,10 +258,10 @@ class Prune(Method):
         full, _ = full_size(ctx.teacher)  # an embedder's: the bare pruned encoder (no head)
         kind = ctx.task_data.task.kind_object
         latency, teacher_ms = latency_model(ctx, opts, full)
-        opts = with_target(ctx, opts, teacher_ms)
+        opts = with_head_floor(ctx, with_target(ctx, opts, teacher_ms))
         target_ms = teacher_ms / float(opts.speedup)
         if opts.mode == "cheap":
-            masks, model = fisher_masks(ctx, int(opts.fisher_examples), full, latency), full
+            masks, model = fisher_masks(ctx, int(opts.fisher_examples), full, latency, opts.min_heads), full
             ctx.notes.append(f"Cheap mode: heads and FFN neurons ranked by Fisher information per latency saved on "
                              f"{opts.fisher_examples} training examples (Kwon et al. 2022); no masks' phase.")
         else:
