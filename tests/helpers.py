@@ -8,13 +8,30 @@ The vocabularies are written here so that no test needs the Hub or the packaged 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
 import string
 import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+
+@contextmanager
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` imported as a module, its sibling ``common.py`` importable while it is in use."""
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"{name}_benchmark", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(folder))
+
 
 # -- the tiny config -------------------------------------------------------------------------------
 

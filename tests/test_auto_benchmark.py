@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling common.py
-    try:
-        spec = importlib.util.spec_from_file_location("auto_benchmark", BENCHMARKS / "auto.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_script("auto") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def point(name, score, speedup, meets):

@@ -3,27 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.helpers import benchmark_script
 
 
 @pytest.fixture()
 def bench(tmp_path, monkeypatch):
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling common.py
-    try:
-        spec = importlib.util.spec_from_file_location("embedding_benchmark", BENCHMARKS / "embedding.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_script("embedding") as module:
         monkeypatch.setattr(module, "RESULTS", tmp_path)
         yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def point(model, sts, mrr, throughput, baseline=False):
