@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+
 @contextmanager
 def benchmark_script(name: str):
     """``benchmarks/<name>.py`` imported as a module, its sibling ``common.py`` importable while it is in use."""

@@ -48,16 +48,16 @@ def scored_rows(ctx: MethodContext):
     return ctx.task_data.train if len(ctx.task_data.train) else ctx.distillation_train(True)
 
 
-def head_floor(heads: Tensor, min_heads: int | None) -> Tensor:
+def head_floor(heads: Tensor, min_heads: int) -> Tensor:
     """The ``min_heads`` highest-scored heads of each layer (a boolean of ``heads``' shape, layers × heads)."""
     floor = torch.zeros_like(heads, dtype=torch.bool)
-    if min_heads:
+    if min_heads > 0:
         floor.scatter_(-1, heads.topk(min(min_heads, heads.shape[-1]), dim=-1).indices, True)
     return floor
 
 
 def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel,
-                 min_heads: int | None = 0) -> Masks:
+                 min_heads: int = 0) -> Masks:
     """Masks whose log α rank the teacher's heads and neurons by Fisher information per latency saved; each layer's
     ``min_heads`` best heads kept as its sub-layers are (removed only where nothing else reaches the target)."""
     kind = ctx.task_data.task.kind_object
@@ -79,7 +79,7 @@ def fisher_masks(ctx: MethodContext, examples: int, full: nn.Module, latency: La
 
 
 def cheap_start(ctx: MethodContext, examples: int, full: nn.Module, latency: LatencyModel, target: float,
-                masks: Masks, margin: float, min_heads: int | None = 0) -> dict[str, Tensor]:
+                masks: Masks, margin: float, min_heads: int = 0) -> dict[str, Tensor]:
     """``masks`` (the full mode's) set to start at the cheap mode's selection at ``target`` (a ratio to the teacher's
     latency), the Fisher order per latency saved kept within it (:func:`distillery.prune.masks.start_at`);
     the selection's gates."""

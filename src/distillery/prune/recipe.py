@@ -126,7 +126,7 @@ def start_masks(ctx: MethodContext, opts: PruneOptions, full: nn.Module, latency
     if float(opts.mask_init) == 0:
         return masks, 1.0
     gates = cheap_start(ctx, int(opts.fisher_examples), full, latency, target, masks, float(opts.mask_init),
-                        opts.min_heads)
+                        int(opts.min_heads or 0))
     shape = shape_of(gates, c.hidden_size)
     ctx.notes.append(f"The masks started from the cheap mode's selection (Fisher information per latency saved, "
                      f"{opts.fisher_examples} training examples; log α ±{float(opts.mask_init):g} away from its "
