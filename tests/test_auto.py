@@ -202,10 +202,47 @@ def test_candidate_costs_come_from_the_teachers_measured_speed_and_what_does_not
     per_pass = pass_seconds({"seconds": 300.0, "train_examples": 1000}, 2.0)
     assert per_pass == pytest.approx(0.05)  # 300 s for 2 epochs of 1000 examples, three passes a step
     assert pass_seconds({"seconds": 0.0}, 2.0) is None  # a teacher given fine-tuned: nothing was timed
-    assert estimate_seconds(1.5, per_pass, 2000, 1.0) == pytest.approx(150.0)
+    assert estimate_seconds(1.5, per_pass, 2000) == pytest.approx(150.0)
     assert calibration([(100.0, 150.0), (10.0, 20.0), (50.0, 60.0)]) == pytest.approx(1.5) and calibration([]) == 1.0
     left_out = up_front(["a", "b", "c"], {"a": 100.0, "b": 500.0, "c": 50.0}, spent=300.0, budget_s=600.0)
     assert list(left_out) == ["b"] and "does not fit" in left_out["b"]
+
+
+def test_a_deep_cuts_estimate_counts_the_rules_augmented_rows_and_passes(tmp_path):
+    """A deep cut on a small split trains on the deep-cut rule's augmented rows (8 new a row, two passes): on RTE
+    auto estimated prune at 4× 3.7 min and a 1-of-6 student 2.2 min, from one budget's pass each, and they took 21
+    and 13 min. Their estimates count those rows, and the teacher's labels of the new ones."""
+    from transformers import BertConfig
+
+    from distillery.auto import candidate_config, estimate_costs
+    from distillery.distill import deep_cut
+
+    options = route_options({}, "classification")
+    six = BertConfig(num_hidden_layers=6, hidden_size=384, intermediate_size=1536, num_attention_heads=12)
+    candidates, _ = plan(six, 4.0, 128, options, int8_gain=2.0)
+    by_name = {c.name: c for c in candidates}
+    assert (by_name["distill-1l"].kept_layers, by_name["distill-1l"].teacher_layers) == (1, 6)
+    assert by_name["prune"].kept_layers == 2  # 4× is as deep a cut as 2 of 6 layers
+    assert by_name["distill-3l"].kept_layers == 3 and by_name["autotinybert"].kept_layers is None
+    # RTE's measured teacher: 2,490 rows, 3 epochs of fine-tuning in 264 s
+    teacher = {"seconds": 264.0, "train_examples": 2490, "whole_split": 2490}
+    shared = {"data.task": "rte", "teacher.name": "minilm"}
+    configs = {c.name: candidate_config(c, shared, tmp_path) for c in candidates}
+    estimate_costs(candidates, configs, teacher)
+    config = configs["distill-3l"]
+    per_pass = 264.0 / (3 * config.teacher.train.epochs * 2490)
+    epochs, batch = config.student.epochs, config.student.batch_size * config.student.grad_accum
+    rows = 2490 * (1 + deep_cut.DEEP_CUT_AUGMENT) * deep_cut.AUGMENTED_PASSES
+    new_rows = 2490 * deep_cut.DEEP_CUT_AUGMENT
+    assert by_name["distill-1l"].estimated_seconds == pytest.approx(per_pass * (1.5 * rows + new_rows))
+    assert by_name["prune"].estimated_seconds == pytest.approx(per_pass * (2.5 * rows + new_rows))
+    assert by_name["distill-3l"].estimated_seconds == pytest.approx(per_pass * 2.5 * 2490 * epochs)  # not a deep cut
+    assert 11 * 60 < by_name["distill-1l"].estimated_seconds < 20 * 60  # it took 13.1 min to train
+    # the user's own augmentation: the budget's passes over it, no rule's
+    configs = {c.name: candidate_config(c, {**shared, "method_options.augment": 2}, tmp_path) for c in candidates}
+    estimate_costs(candidates, configs, teacher)
+    assert by_name["distill-1l"].estimated_seconds == pytest.approx(
+        per_pass * (1.5 * max(2490 * 3 * epochs, deep_cut.MIN_STEPS * batch) + 2490 * 2))
 
 
 def test_a_candidate_whose_estimate_does_not_fit_is_skipped_and_the_next_runs(tmp_path, monkeypatch):

@@ -54,6 +54,11 @@ class Candidate:
     expected: float = 0.0  # the share of the teacher's score it is expected to keep (its method package's auto module)
     estimated_seconds: float | None = None  # its training time, from the teacher's measured speed
     exports: bool = True  # its student has an int8 export (a static embedder has none: a table lookup)
+    # as deep a cut as a layer-drop student keeping this many of the teacher's teacher_layers (None: a method that
+    # keeps its depth, or chooses it in its own search): a deep cut trains by distillery.distill.deep_cut's rule,
+    # on the rule's augmented rows where the train split is small, which estimate_costs counts
+    kept_layers: int | None = None
+    teacher_layers: int | None = None
 
 
 def auto_modules(kind: str) -> dict[str, Any]:
@@ -213,17 +218,42 @@ def finished(folder: Path) -> bool:
 
 
 def estimate_costs(candidates: Sequence[Candidate], configs: Mapping[str, Any], teacher: Mapping[str, Any]) -> None:
-    """Each candidate's ``estimated_seconds``: its cost in teacher passes over the examples its student
-    learns from (the whole train split, unless it keeps to the budget's), at the teacher's measured speed."""
+    """Each candidate's ``estimated_seconds``: its cost in teacher passes over the rows its student reads (the
+    whole train split, unless it keeps to the budget's; a deep cut's as the rule has it,
+    :func:`student_rows`), at the teacher's measured speed, and one teacher pass over each new row it labels."""
     for cand in candidates:
         config = configs[cand.name]
         per_pass = pass_seconds(teacher, config.teacher.train.epochs)
-        budget_only = config.method_options.get("train_examples") == "budget"
-        examples = teacher.get("train_examples") if budget_only else teacher.get("whole_split")
-        epochs = config.student.epochs
-        if not budget_only and (teacher.get("whole_split") or 0) > (teacher.get("train_examples") or 0):
-            epochs = config.student.whole_split_epochs or epochs
-        cand.estimated_seconds = estimate_seconds(cand.cost, per_pass, int(examples or 0), epochs)
+        rows, new_rows = student_rows(cand, config, teacher)
+        seconds = estimate_seconds(cand.cost, per_pass, rows)
+        cand.estimated_seconds = None if seconds is None else seconds + per_pass * new_rows
+
+
+def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[float, int]:
+    """The rows ``cand``'s student reads over its training and the new rows the teacher labels for it: the
+    budget's passes over the examples it learns from, or, for a deep cut (``kept_layers``), what the deep-cut rule
+    makes of them (its augmentation where the split is small and the user gave none, its passes and least steps)."""
+    from distillery.data.loading import kind_for
+    from distillery.distill import deep_cut
+
+    budget_only = config.method_options.get("train_examples") == "budget"
+    examples = int((teacher.get("train_examples") if budget_only else teacher.get("whole_split")) or 0)
+    epochs = config.student.epochs
+    if not budget_only and (teacher.get("whole_split") or 0) > (teacher.get("train_examples") or 0):
+        epochs = config.student.whole_split_epochs or epochs
+    if cand.kept_layers is None or not cand.teacher_layers:
+        return examples * max(float(epochs), 1e-9), 0
+    given = config.method_options.get("augment")
+    if given is None:
+        kind = kind_for(config.data.task, bool(config.data.regression))
+        augment, why = deep_cut.default_augment(cand.kept_layers, cand.teacher_layers,
+                                                int(teacher.get("train_examples") or 0), kind.augments_by_default)
+    else:
+        augment, why = int(given), None
+    batch = config.student.batch_size * config.student.grad_accum
+    rows = deep_cut.rows_read(cand.kept_layers, cand.teacher_layers, examples, epochs, batch, augment,
+                              why is not None)
+    return rows, examples * augment
 
 
 def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], out: Path,

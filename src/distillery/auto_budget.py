@@ -38,11 +38,11 @@ def pass_seconds(teacher_info: Mapping[str, Any], teacher_epochs: float) -> floa
     return float(seconds) / (PASSES_PER_STEP * float(teacher_epochs) * float(examples))
 
 
-def estimate_seconds(cost: float, per_pass: float | None, student_examples: int, student_epochs: float) -> float | None:
-    """A candidate's training time: ``cost`` teacher passes a step over ``student_examples`` × ``student_epochs``."""
+def estimate_seconds(cost: float, per_pass: float | None, rows_read: float) -> float | None:
+    """A candidate's training time: ``cost`` teacher passes a row over the ``rows_read`` of its training."""
     if per_pass is None:
         return None
-    return cost * per_pass * student_examples * max(float(student_epochs), 1e-9)
+    return cost * per_pass * rows_read
 
 
 def calibration(finished: Sequence[tuple[float, float]]) -> float:

@@ -82,7 +82,8 @@ def layer_candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str,
         return f"{k} of the teacher's {layers} layers (FLOP-ideal {layers / k:.2f}×{int8})"
 
     return [{"name": f"distill-{k}l", "method": "distill", "options": {**ask.options, "student_layers": k},
-             "cost": 1 + 3 * k / layers, "why": why(k), "expected": expected_retention(k, layers)}
+             "cost": 1 + 3 * k / layers, "why": why(k), "expected": expected_retention(k, layers),
+             "kept_layers": k, "teacher_layers": layers}
             for k in depths(layers, ask.speedup, gain)], []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from distillery.autotinybert.convert import check_family
+from distillery.distill.deep_cut import equivalent_layers
 from distillery.errors import DistilleryError
 from distillery.method import AutoAsk, expected_at
 
@@ -41,8 +42,11 @@ def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]
     if ask.speedup > REACH:
         return [], [{"name": "prune", "method": "prune", "reason": f"{ask.speedup:.2f}× is past the {REACH:g}× it is "
                      "planned for"}]
+    layers = int(getattr(ask.teacher_config, "num_hidden_layers", 0) or 0)
     return [{"name": "prune", "method": "prune", "options": {"mode": MODE, **ask.options, "speedup": ask.speedup},
              "cost": COST,
              "why": "heads and neurons removed to the target by Fisher information per latency saved, on a latency "
                     "model measured here (Kwon et al. 2022)",
-             "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup)}], []
+             "expected": expected_at(MEASURED_RETENTION, 1 / ask.speedup),
+             # its fine-tuning is as deep a cut as a layer-drop student of its speed (the deep-cut rule's)
+             "kept_layers": equivalent_layers(ask.speedup, layers), "teacher_layers": layers}], []
