@@ -283,7 +283,9 @@ def test_bad_auto_input_is_one_sentence(monkeypatch, capsys, tmp_path):
 
 # The tiny sizes of each method, as their own tests run them (a handful of steps, 1-2 timed runs).
 TINY_OPTIONS = {"matrix_dim": 4, "vector_dim": 16, "importance_examples": 40, "supernet_steps": 3, "latency_archs": 8,
-                "latency_runs": 1, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0}
+                "latency_runs": 1, "generations": 1, "population": 2, "proxy_examples": 16, "budget_floor": 0,
+                # the deep-cut rule's least steps are a real student's (600): a tiny one's deep cuts train a few
+                "min_steps": 8}
 
 
 def _files(folder):
