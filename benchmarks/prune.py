@@ -157,6 +157,9 @@ def record(out: Path, task: str, speedup: float, mode: str, seed: int, args) -> 
         "int8": {**ours[1], "retention": ours[1]["score"] / teacher} if int8 else None,
         "predicted_speedup": shape["predicted_speedup"], "masks_expected_speedup": 1 / shape["masks_expected_ratio"],
         "calibration_shift": shape["calibration_shift"],
+        # the selection timed with the teacher before fine-tuning, and how often it was made again (runs before the
+        # selection was timed have neither)
+        "selection_speedup": shape.get("selection_speedup"), "selection_rounds": shape.get("selection_rounds"),
         "shape": {k: shape[k] for k in ("layer_heads", "layer_intermediate_sizes", "hidden_size")},
         "latency_model": {"teacher_ms": latency["teacher_ms"], "fit_error_mape": latency["fit_error_mape"],
                           "stable": latency["noise"]["stable"], "rounds": latency["noise"]["rounds"],
