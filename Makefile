@@ -30,10 +30,11 @@ docs: install
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/distillery compress --data-dir $(DATA)
 
-## make test: the default suite (offline, tiny models; slow integration tests excluded), one worker per core
+## make test: the default suite (offline, tiny models; slow integration tests excluded), one worker per core,
+## the 15 slowest tests listed at the end
 ## (a test file stays on one worker: its module fixtures are built once)
 test: install
-	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); \
+	DISTILLERY_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 ## make test-slow: integration tests on the real data and the built-in teacher
