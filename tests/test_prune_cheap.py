@@ -96,7 +96,8 @@ def test_a_selection_timed_off_the_target_is_selected_again_and_read_back_on_res
     gates, shift, record = recipe.timed_selection(ctx, opts, masks, latency, full)
     rounds = record["rounds"]
     assert len(rounds) >= 2 and rounds[0]["measured_ratio"] > 0.5 * (1 + recipe.SELECTION_TOLERANCE)
-    assert rounds[1]["asked_ratio"] == pytest.approx(0.5 * 0.5 / rounds[0]["measured_ratio"])
+    # the target over the model's error on the shape timed (25 % slow, whatever the shape)
+    assert rounds[1]["asked_ratio"] == pytest.approx(0.5 / 1.25)
     kept = rounds[record["chosen"]]["measured_ratio"]
     assert abs(kept - 0.5) < abs(rounds[0]["measured_ratio"] - 0.5)
     assert float(latency(shape_of(gates, 8))) <= rounds[record["chosen"]]["asked_ratio"]
