@@ -39,9 +39,8 @@ POINTS = {
     "static": ("static", {}),
     # cheap mode: Fisher scores of the kind's in-batch contrastive loss on the texts, cut to 2x at 1x128 here
     "prune-2x-cheap": ("prune", {"mode": "cheap", "speedup": 2.0}),
-    # lighter cuts whose int8 exports are the 2x points (int8 runs the embedder about 2.2-2.8x as fast here)
+    # a lighter cut whose int8 export is a 2x point (int8 runs the embedder about 2.2-2.8x as fast here)
     "prune-1.5x-cheap": ("prune", {"mode": "cheap", "speedup": 1.5}),
-    "prune-1.3x-cheap": ("prune", {"mode": "cheap", "speedup": 1.3}),
     # the base-size teacher (--teacher mpnet-base: 12 layers of 768): a quarter and half of its layers, and the
     # off-the-shelf all-MiniLM-L6-v2 as a pretrained student taught mpnet's vectors (a learned projection 384 -> 768)
     "distill-3of12": ("distill", {"student_layers": 3}),
