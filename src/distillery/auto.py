@@ -30,6 +30,7 @@ from distillery.auto_budget import (calibration, estimate_seconds, fits, not_fit
 from distillery.auto_choice import Target, choose, make_target, write_json  # noqa: F401 (auto's API)
 from distillery.auto_report import finish
 from distillery.config import BUILTIN_TEACHER, DEFAULT_TASK, check_resumed_settings, parse_time_budget, run_inputs
+from distillery.distill import deep_cut
 from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
@@ -59,6 +60,7 @@ class Candidate:
     # on the rule's augmented rows where the train split is small, which estimate_costs counts
     kept_layers: int | None = None
     teacher_layers: int | None = None
+    kind_augments: bool = True  # the task's kind takes the rule's augmentation (TaskKind.augments_by_default)
 
 
 def auto_modules(kind: str) -> dict[str, Any]:
@@ -233,9 +235,6 @@ def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[f
     """The rows ``cand``'s student reads over its training and the new rows the teacher labels for it: the
     budget's passes over the examples it learns from, or, for a deep cut (``kept_layers``), what the deep-cut rule
     makes of them (its augmentation where the split is small and the user gave none, its passes and least steps)."""
-    from distillery.data.loading import kind_for
-    from distillery.distill import deep_cut
-
     budget_only = config.method_options.get("train_examples") == "budget"
     examples = int((teacher.get("train_examples") if budget_only else teacher.get("whole_split")) or 0)
     epochs = config.student.epochs
@@ -245,9 +244,8 @@ def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[f
         return examples * max(float(epochs), 1e-9), 0
     given = config.method_options.get("augment")
     if given is None:
-        kind = kind_for(config.data.task, bool(config.data.regression))
         augment, why = deep_cut.default_augment(cand.kept_layers, cand.teacher_layers,
-                                                int(teacher.get("train_examples") or 0), kind.augments_by_default)
+                                                int(teacher.get("train_examples") or 0), cand.kind_augments)
     else:
         augment, why = int(given), None
     batch = config.student.batch_size * config.student.grad_accum
@@ -332,8 +330,8 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
 
     shared, given = split_settings(state["settings"])
     students = given.pop("student", None)  # each one its own candidate, not an option of every distill one
-    kind = kind_for(shared.get("data.task") or DEFAULT_TASK, bool(shared.get("data.regression"))).name
-    options = route_options(given, kind)
+    task_kind = kind_for(shared.get("data.task") or DEFAULT_TASK, bool(shared.get("data.regression")))
+    options = route_options(given, task_kind.name)
     teacher = shared.get("teacher.name") or BUILTIN_TEACHER
     model_config = teacher_config(teacher)
     shape = tuple(shared.get("bench.latency_shape") or (1, 128))
@@ -355,6 +353,8 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
             "students": students, "int8_gain": state["int8_gain"]}
     check_reachable(method_asks(model_config, state["plan_speedup"], int(shape[1]), options, **more))
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options, **more)
+    for cand in candidates:
+        cand.kind_augments = task_kind.augments_by_default
     return candidates, skipped, shared
 
 
