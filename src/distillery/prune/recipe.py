@@ -27,8 +27,8 @@ finetune: that model trained on the task with the masks fixed: (1 − w)·CE + w
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
+from statistics import geometric_mean
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -175,8 +175,9 @@ def timed_selection(ctx: MethodContext, opts: PruneOptions, masks: Masks, latenc
     """The gates of ``masks`` at the target, checked by timing the shape they keep with the teacher here (as the
     latency model's shapes were): where it is off by more than :data:`SELECTION_TOLERANCE`, the target given to the
     selection is the target over the model's mean error on the shapes timed so far (measured over predicted, a
-    geometric mean: one noisy timing moves it less), and the new shape is timed; the shape timed closest is kept. The timings are in this
-    run's selection.json (a resumed run reads them: the same gates); returns the gates, their shift and the record."""
+    geometric mean: one noisy timing moves it less), and the new shape is timed; the shape timed closest is kept.
+    The timings are in this run's selection.json (a resumed run reads them: the same gates); returns the gates,
+    their shift and the record."""
     path = ctx.out_dir / "selection.json"
     target = 1.0 / float(opts.speedup)
     hidden = full.config.hidden_size
@@ -191,8 +192,7 @@ def timed_selection(ctx: MethodContext, opts: PruneOptions, masks: Masks, latenc
                                "measured_ratio": ratios[0], "teacher_ms": teacher_ms, "stable": checks[-1]["stable"]})
                 if abs(ratios[0] / target - 1) <= SELECTION_TOLERANCE:
                     break
-                errors = [r["measured_ratio"] / r["predicted_ratio"] for r in rounds]
-                asked = target / math.exp(sum(map(math.log, errors)) / len(errors))
+                asked = target / geometric_mean([r["measured_ratio"] / r["predicted_ratio"] for r in rounds])
             chosen = min(range(len(rounds)), key=lambda i: abs(rounds[i]["measured_ratio"] / target - 1))
             write_file(path, json.dumps({"target_ratio": target, "tolerance": SELECTION_TOLERANCE, "chosen": chosen,
                                          "rounds": rounds}, indent=2))
