@@ -248,3 +248,23 @@ def test_hardware_fingerprint_plain():
     assert hw["gpu"] is None and hw["cores"] >= 1 and hw["threads"] == torch.get_num_threads()
     assert isinstance(hw["cpu"], str) and hw["cpu"]
     assert not math.isnan(hw["usable_cpus"])
+
+
+def test_models_on_a_gpu_and_the_cpu_are_timed_together_on_the_cpu(monkeypatch, teacher, student):
+    # Measured on an H200: prune's teacher, trained there, was timed beside CPU-built shapes; CUDA events (the
+    # timer when any model is on a GPU) do not see CPU work, so every shape looked free and kept no head.
+    import distillery.bench as bench
+
+    seen = []
+    monkeypatch.setattr(bench, "model_device", lambda m: torch.device("cuda" if m is teacher else "cpu"))
+    monkeypatch.setattr(bench, "_interleaved_times", lambda models, *a, **k: seen.append(models) or
+                        {n: [0.001] for n in models})
+    bench.latency_ms({"teacher": teacher, "student": student}, shape=(1, 16), runs=2)
+    timed = seen[0]
+    assert timed["student"] is student and timed["teacher"] is not teacher  # a CPU copy, the model left where it is
+    assert all(p.device.type == "cpu" for p in timed["teacher"].parameters())
+    torch.testing.assert_close(dict(timed["teacher"].state_dict()), dict(teacher.state_dict()))
+    seen.clear()
+    monkeypatch.setattr(bench, "model_device", lambda m: torch.device("cpu"))
+    bench.latency_ms({"teacher": teacher, "student": student}, shape=(1, 16), runs=2)
+    assert seen[0]["teacher"] is teacher  # one device: nothing copied

@@ -531,9 +531,20 @@ def _timed_record(size: Mapping[str, Any], lat: Sequence[float], tp: Sequence[fl
                            "sentences_per_s": float(tp_batch / statistics.median(tp))}}
 
 
+def _on_one_device(models: Mapping[str, nn.Module]) -> dict[str, nn.Module]:
+    """The models to time together, on one device: where some are on the CPU (a model built for timing, an ONNX
+    export) and others on a GPU (a teacher trained there), the GPU ones are timed as CPU copies. CUDA events, the
+    timer when any model is on a GPU, do not see CPU work: every CPU model would look free."""
+    if len({model_device(m).type for m in models.values()}) < 2:
+        return dict(models)
+    return {n: m if model_device(m).type == "cpu" else copy.deepcopy(m).cpu() for n, m in models.items()}
+
+
 def _times_at(models: Mapping[str, nn.Module], shape: tuple[int, int], runs: int, warmup: int,
               seed: int, timer=None) -> dict[str, list[float]]:
-    """:func:`_interleaved_times` on seeded random inputs of ``shape`` (batch, seq), freed afterwards."""
+    """:func:`_interleaved_times` on seeded random inputs of ``shape`` (batch, seq), freed afterwards, the models on
+    one device (:func:`_on_one_device`)."""
+    models = _on_one_device(models)
     with torch.inference_mode():
         inputs = {n: make_inputs(m, *shape, seed) for n, m in models.items()}
         return _interleaved_times(models, inputs, runs, warmup, timer)

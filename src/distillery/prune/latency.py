@@ -23,7 +23,6 @@ error is the k-fold cross-validated MAPE of the ratio (each shape predicted by a
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import random
@@ -36,7 +35,6 @@ from torch import Tensor, nn
 
 from distillery.autotinybert.latency import mape
 from distillery.bench import checked_latency_ms, hardware_fingerprint, noise
-from distillery.data.encode import model_device
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file
 from distillery.prune.modeling_prune import PrunedBertConfig
@@ -142,11 +140,7 @@ def measure_ratios(full: nn.Module, shapes: list[dict[str, Tensor]], teacher: nn
     ``rounds`` rounds. Returns the ratios (each shape's median over the rounds), the teacher's median latency (ms)
     and each round's noise record."""
     cls = type(full)
-    # The target is a latency on this machine's CPU, as AutoTinyBERT's budget and the bench's first setting: a
-    # teacher trained on a GPU is timed as a CPU copy beside the CPU-built shapes (models on two devices would be
-    # timed by CUDA events, which do not see CPU work, and every shape would look free).
-    if model_device(teacher).type != "cpu":
-        teacher = copy.deepcopy(teacher).cpu()
+    # the shapes are built on the CPU: a teacher trained on a GPU is timed as a CPU copy beside them (bench)
     models = {"teacher": teacher, **{f"shape {i}": cls(shape_config(full.config, s)) for i, s in enumerate(shapes)}}
     per_round, teacher_ms, checks = [], [], []
     for _ in range(max(1, int(rounds))):
