@@ -105,14 +105,19 @@ def test_a_pretrained_student_with_another_tokenizer_learns_the_embeddings(embed
 
 
 def test_a_narrower_pretrained_student_learns_through_a_projection_used_in_the_loss_only(embedder, embedding_data,
-                                                                                         tmp_path):
+                                                                                         tmp_path, monkeypatch):
     """A --student of half the teacher's width: its sentence vectors are mapped onto the teacher's width by a learned
-    projection in the loss (trained and checkpointed with it); the saved student has its own width, no projection."""
+    projection in the loss (trained and checkpointed with it), started at the least-squares map of the student's
+    pooled vectors onto the teacher's; the saved student has its own width, no projection."""
     import torch
     from transformers import BertModel
 
     from distillery.kinds.embedding import embedding_distance
     from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
+
+    fits, start = [], HiddenProjection.start_at_least_squares
+    monkeypatch.setattr(HiddenProjection, "start_at_least_squares",
+                        lambda self, x, y, **k: fits.append((x.shape, y.shape, y.norm(dim=-1))) or start(self, x, y, **k))
 
     narrow = make_tiny_bert(tmp_path / "narrow")  # the teacher's tokenizer, a model of half its width
     config = BertModel.config_class.from_pretrained(narrow)
@@ -126,6 +131,9 @@ def test_a_narrower_pretrained_student_learns_through_a_projection_used_in_the_l
     assert (out / "student" / "modules.json").is_file()
     notes = json.loads((out / "train.json").read_text())["notes"]
     assert any("learned projection" in n for n in notes)
+    (x_shape, y_shape, norms), = fits
+    assert x_shape[1] == config.hidden_size and y_shape == (x_shape[0], 2 * config.hidden_size) and x_shape[0] > 0
+    torch.testing.assert_close(norms, torch.ones_like(norms))  # onto the teacher's unit vectors
     # the loss is the kind's distance between the projected student vector and the teacher's
     projection = HiddenProjection(config.hidden_size, 2 * config.hidden_size)
     loss_fn = pretrained_distillation_loss("embedding", None, 1.0, 1.0, output_projection=projection)
@@ -141,14 +149,19 @@ def test_a_narrower_pretrained_student_learns_through_a_projection_used_in_the_l
 
 
 def test_an_embedding_student_learns_at_the_kinds_rate():
-    """The embedding kind's student learning rate (chosen on held-out STS-B train pairs) is its budgets' default; a
-    sentence task keeps 1e-4, and method static its own budgets'."""
+    """The embedding kind's student learning rate (chosen on held-out STS-B train pairs) is its budgets' default, a
+    pretrained student's its own; a sentence task keeps 1e-4, and method static its own budgets'."""
     from distillery.pipeline import build_run_config
 
     for budget in ("quick", "full"):
         assert build_run_config(method="distill", task="embedding", budget=budget).student.lr == 5e-4
         assert build_run_config(method="distill", task="sst2", budget=budget).student.lr == 1e-4
     assert build_run_config(method="static", task="embedding").student.lr == 5e-3
+    # a pretrained student (--student) is an embedder already: it learns at the kind's gentler rate, unless told
+    student = {"method_options.student": "minilm"}
+    assert build_run_config(method="distill", task="embedding", overrides=student).student.lr == 3e-5
+    assert build_run_config(method="distill", task="embedding", overrides={**student, "student.lr": 2e-4}).student.lr == 2e-4
+    assert build_run_config(method="distill", task="sst2", overrides=student).student.lr == 1e-4
 
 
 def test_the_metrics_are_those_of_the_cosines():

@@ -135,6 +135,18 @@ def test_hidden_mse_by_hand():
     close(hidden_mse(HIDDEN_S, HIDDEN_T, attention_mask=torch.tensor([[1, 1]])), 7.5)
 
 
+def test_a_projection_starts_at_the_least_squares_map_of_the_students_vectors_onto_the_teachers():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 4, generator=g)
+    a, c = torch.randn(4, 6, generator=g), torch.randn(6, generator=g)
+    proj = HiddenProjection(4, 6).start_at_least_squares(x, x @ a + c, ridge=0.0)
+    torch.testing.assert_close(proj.linear.weight.data, a.T)
+    torch.testing.assert_close(proj.linear.bias.data, c)
+    torch.testing.assert_close(proj(x), x @ a + c, atol=1e-5, rtol=1e-5)
+    noisy = x @ a + c + 0.1 * torch.randn(300, 6, generator=g)  # the default ridge: near the fit, and finite
+    assert (HiddenProjection(4, 6).start_at_least_squares(x, noisy).linear.weight.data - a.T).abs().max() < 0.05
+
+
 def test_hidden_mse_with_projection():
     proj = HiddenProjection(2, 3)
     with torch.no_grad():

@@ -97,6 +97,8 @@ def resolve_settings(*layers: Mapping[str, Any] | None, preset: str | None = Non
         raise DistilleryError(f"Unknown budget {budget!r}; choose {' or '.join(BUDGETS)}.")
     settings = {**budget_defaults(budget, task), **chosen.budget_overrides(budget),
                 "method": method, "budget": budget, "data.task": task}
+    if spec is not None and given.get("method_options.student") and spec.kind_object.pretrained_student_lr:
+        settings["student.lr"] = spec.kind_object.pretrained_student_lr  # a --lr, a preset or a settings file wins
     if preset:  # the preset fills in; settings the user gave explicitly still win
         settings.update(_epochs_everywhere(chosen.preset(preset, task)))
     if spec is not None and not spec.kind_object.augments_by_default:  # the full budget's augmentation: sentences

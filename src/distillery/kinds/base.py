@@ -90,6 +90,7 @@ class TaskKind:
     doc_strides: ClassVar[Mapping[str, int] | None] = None
     quick_teacher_lr: ClassVar[float] = 5e-5
     student_lr: ClassVar[float] = 1e-4  # the student's learning rate at both budgets (a method's budgets may set theirs)
+    pretrained_student_lr: ClassVar[float | None] = None  # distill --student's, where not student_lr
     # Method prune's defaults for the kind: the share of each layer's heads its selection keeps at least (--option
     # min_heads), and the weight of its fine-tuning's hidden-state term at any speed-up (past 2x the deep-cut rule's)
     prune_head_floor: ClassVar[float] = 0.0

@@ -117,6 +117,21 @@ class HiddenProjection(nn.Module):
                 if bias:
                     self.linear.bias.zero_()
 
+    @torch.no_grad()
+    def start_at_least_squares(self, x: Tensor, y: Tensor, ridge: float = 1e-3) -> "HiddenProjection":
+        """Start at the ridge least-squares map of ``x`` (N, d_student) onto ``y`` (N, d_teacher), the ridge a share
+        of ``x``'s mean square. A student whose own vectors already carry meaning (a pretrained encoder) then starts
+        near the teacher's, and its first steps are not spent bending its encoder to fit a random map."""
+        x = x.double()
+        design = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1) if self.linear.bias is not None else x
+        gram = design.T @ design
+        gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
+        solved = torch.linalg.solve(gram, design.T @ y.double())  # (d_student [+1], d_teacher)
+        self.linear.weight.copy_(solved[: self.student_dim].T)
+        if self.linear.bias is not None:
+            self.linear.bias.copy_(solved[self.student_dim])
+        return self
+
     def forward(self, hidden: Tensor) -> Tensor:
         return self.linear(hidden)  # (..., d_student) -> (..., d_teacher)
 
