@@ -20,7 +20,6 @@ distribution of word i, and a word either side's length cut is left out of the t
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import torch
