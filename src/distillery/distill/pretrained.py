@@ -211,17 +211,24 @@ def teacher_pooled(ctx, task_data):
 
 
 def _pooled_pass(ctx, task_data):
+    return pooled_vectors(ctx.teacher, task_data.train, task_data.collate, ctx.config.student.eval_batch_size).numpy()
+
+
+def pooled_vectors(model, rows, collate, batch_size: int):
+    """``model``'s last hidden states mean-pooled over each of ``rows``' tokens, (N, d) float32 on the CPU: one
+    batched pass without gradients, in eval mode (its mode restored after)."""
     import torch
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(task_data.train, batch_size=ctx.config.student.eval_batch_size, collate_fn=task_data.collate)
-    rows = []
+    out, was_training = [], model.training
+    model.eval()
     with torch.inference_mode():
-        for batch in loader:
-            hidden = ctx.teacher(**model_inputs(batch, ctx.teacher), output_hidden_states=True).hidden_states[-1]
+        for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collate):
+            hidden = model(**model_inputs(batch, model), output_hidden_states=True).hidden_states[-1]
             mask = batch.get("attention_mask")
-            rows.append(mean_pooled(hidden, None if mask is None else mask.to(model_device(ctx.teacher))).float().cpu())
-    return torch.cat(rows).numpy()
+            out.append(mean_pooled(hidden, None if mask is None else mask.to(model_device(model))).float().cpu())
+    model.train(was_training)
+    return torch.cat(out)
 
 
 def pooled_and_targets(student, train, collate, rows: int = PROJECTION_FIT_ROWS):
@@ -230,22 +237,13 @@ def pooled_and_targets(student, train, collate, rows: int = PROJECTION_FIT_ROWS)
     map starts at their least-squares fit (:meth:`HiddenProjection.start_at_least_squares`). On a lent H200,
     all-MiniLM-L6-v2 taught all-mpnet-base-v2's vectors through a random map for one pass over 16,000 sentences ended
     at STS-B 0.812 against its own 0.867 (docs/embedding.md, "A pretrained student of another width")."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
-    from torch.utils.data import DataLoader
 
     sample = train.select(range(min(int(rows), len(train))))
-    pooled, targets = [], []
-    was_training = student.training
-    student.eval()
-    with torch.inference_mode():
-        for batch in DataLoader(sample, batch_size=64, collate_fn=collate):
-            hidden = student(**model_inputs(batch, student)).last_hidden_state
-            mask = batch.get("attention_mask")
-            pooled.append(mean_pooled(hidden, None if mask is None else mask.to(hidden.device)).float().cpu())
-            targets.append(F.normalize(batch["teacher_logits"].float(), dim=-1).cpu())
-    student.train(was_training)
-    return torch.cat(pooled), torch.cat(targets)
+    targets = torch.as_tensor(np.asarray(sample["teacher_logits"], dtype=np.float32))
+    return pooled_vectors(student, sample, collate, 64), F.normalize(targets, dim=-1)
 
 
 def latency_shape(config) -> tuple[int, int]:
