@@ -172,3 +172,37 @@ def test_fine_tuning_past_2x_teaches_each_kept_layer_its_teacher_layer():
     same = SimpleNamespace(temperature=1.0, hidden_weight=1.0, hidden_layers=[0, 1, 2])
     _, logs = finetune_loss(kind_of("classification"), teacher, whole.eval(), gates, 0.5, same)[0](whole.eval(), batch)
     assert logs["hidden"] == pytest.approx(0.0, abs=1e-8)
+
+
+def test_a_pruned_hidden_width_learns_the_teacher_s_states_on_the_dimensions_it_kept():
+    """The full mode prunes the hidden dimension: the student's dimension j is the teacher's kept[j], so the hidden
+    term compares the states there (and is 0 where nothing else was removed)."""
+    from types import SimpleNamespace
+
+    from distillery.kinds import kind_of
+    from distillery.prune.extract import kept_units
+    from distillery.prune.recipe import finetune_loss
+    from distillery.training.losses import hidden_mse
+
+    teacher = tiny_teacher()
+    model, _ = full_size(teacher)
+    width = model.config.hidden_size
+    masks = Masks(3, model.config.num_attention_heads, model.config.intermediate_size, width, init=9.0)
+    with torch.no_grad():  # a few hidden dimensions go, nothing else
+        masks.hidden.copy_(torch.where(torch.arange(width) % 5 == 2, -9.0, 9.0) / masks.lr_scale)
+    gates = fold(masks.gates("deterministic"))
+    kept = kept_units(gates, width)["hidden"]
+    assert 0 < len(kept) < width
+    small = extract(model, gates).eval()
+    assert small.config.hidden_size == len(kept)
+    chosen = SimpleNamespace(temperature=1.0, hidden_weight=1.0, hidden_layers=[0, 1, 2])
+    batch = {**pair_batch(), "labels": torch.tensor([0, 1, 2])}
+    loss_fn, extra = finetune_loss(kind_of("classification"), teacher, small, gates, 0.5, chosen)
+    _, logs = loss_fn(small, batch)
+    assert extra == []
+    with torch.no_grad():
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        s = small(**inputs, output_hidden_states=True).hidden_states
+        t = teacher(**inputs, output_hidden_states=True).hidden_states
+    expected = sum(hidden_mse(s[j], t[j][..., kept], attention_mask=batch["attention_mask"]) for j in range(4))
+    assert logs["hidden"] == pytest.approx(float(expected), rel=1e-5)

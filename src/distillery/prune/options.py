@@ -72,7 +72,7 @@ class PruneOptions(MethodOptions):
         "top-1 probability stays >= 0.8")
     hidden_weight: float | None = option(
         None, number(0, optional=True), "fine-tuning: weight of hidden-state MSE, each pruned layer onto the teacher "
-        "layer it was pruned from (where the hidden dimension is kept); 0 = off", paper="β",
+        "layer it was pruned from (on the dimensions kept where the hidden one was pruned); 0 = off", paper="β",
         default_text="1.0 past 2x, else the task kind's (TaskKind.prune_hidden_weight: an embedder 1, else 0)")
     min_steps: int | None = option(
         None, number(0, whole=True, optional=True), "fine-tuning: optimizer steps at least (more passes over a small "

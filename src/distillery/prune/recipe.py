@@ -253,24 +253,27 @@ def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module
     """The fine-tuning's settings with the user's options where set, else the deep-cut rule's for a model pruned past
     2× (:func:`deep_cut.equivalent_layers`; the settings of :func:`distillery.distill.recipe.student_defaults`), and the
     notes for the report. Each pruned layer learns the teacher layer it was pruned from (``pruned_from``: a layer
-    left with neither sub-layer is gone, :func:`distillery.prune.extract.kept_units`); only where the hidden
-    dimension is kept (an embedder narrower than the teacher learns through a projection of its last states), and
-    never the attention maps (its layers keep different numbers of heads)."""
+    left with neither sub-layer is gone, :func:`distillery.prune.extract.kept_units`), on the teacher's dimensions
+    the pruned hidden width kept (an embedder narrower than the teacher learns through a projection of its last
+    states instead), and never the attention maps (its layers keep different numbers of heads)."""
     n = ctx.teacher.config.num_hidden_layers
     equivalent = deep_cut.equivalent_layers(float(opts.speedup), n)
     resolved = SimpleNamespace(**{name: getattr(opts, name, None) for name in deep_cut.RULE_OPTIONS})
     resolved.attention_weight = 0.0
     deep, reasons = deep_cut.is_deep_cut(equivalent, n), []
-    width = student.config.hidden_size
-    notes = without_hidden_term(resolved, opts.hidden_weight, width, ctx.teacher.config.hidden_size, deep,
-                                "the pruned width")
+    width, teacher_width = student.config.hidden_size, ctx.teacher.config.hidden_size
     kind = ctx.task_data.task.kind_object
+    # a pruned hidden width keeps some of the teacher's own dimensions, and the term compares the states on those
+    # (finetune_loss); only an embedder learns through a projection of its last states instead
+    compared = teacher_width if kind.projects_width else width
+    notes = without_hidden_term(resolved, opts.hidden_weight, width, compared, deep, "the pruned width")
     weight = deep_cut.DEEP_CUT_HIDDEN_WEIGHT if deep else kind.prune_hidden_weight
-    if width == ctx.teacher.config.hidden_size and weight and opts.hidden_weight is None:
+    if width == compared and weight and opts.hidden_weight is None:
         # the rule's weight (or the kind's at any speed-up), on the layers' own teacher layers
         resolved.hidden_weight = weight
         reasons.append(f"hidden-state distillation (weight {weight:g}, each pruned layer onto the teacher layer it "
-                       f"was pruned from{'' if deep else f'; the {kind.name} kind at any speed-up'})")
+                       f"was pruned from{'' if width == teacher_width else f', on the {width} of its {teacher_width} dimensions kept'}"
+                       f"{'' if deep else f'; the {kind.name} kind at any speed-up'})")
     chosen = student_defaults(ctx, resolved, deep_cut.uniform_layer_map(equivalent, n), train, augment_reason)
     chosen = replace(chosen, hidden_layers=list(pruned_from))
     said = (f"Defaults for a model pruned to {float(opts.speedup):.3g}x (as deep a cut as a layer-drop student of "
@@ -292,8 +295,9 @@ def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, chosen:
     only as a narrower ``--student``'s is."""
     width, wanted = student.config.hidden_size, teacher.config.hidden_size
     if not kind.projects_width or width == wanted:
+        dims = None if width == wanted else kept_units(gates, wanted)["hidden"]  # the student's dimension j is dims[j]
         return distillation_loss(kind, teacher, kd_weight, chosen.temperature, chosen.hidden_weight,
-                                 chosen.hidden_layers), []
+                                 chosen.hidden_layers, teacher_dims=dims), []
     onto = HiddenProjection(width, wanted)
     with torch.no_grad():
         onto.linear.weight.zero_()

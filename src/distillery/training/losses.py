@@ -300,10 +300,13 @@ def carried_span_distillation(student_out: Any, batch: Mapping[str, Tensor], tem
 
 
 def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float, temperature: float,
-                      hidden_weight: float = 0.0, layer_map: list[int] | None = None, attention_weight: float = 0.0):
+                      hidden_weight: float = 0.0, layer_map: list[int] | None = None, attention_weight: float = 0.0,
+                      teacher_dims: Tensor | None = None):
     """loss_fn for the trainer: (1 − kd_weight)·task loss + kd_weight·prediction KD (+ hidden_weight·
     hidden MSE between student layer j and teacher layer ``layer_map[j]``, Patient-KD style; + attention_weight·
     :func:`attention_kl` between the same layers' attention weights, summed over them as the hidden term is).
+    ``teacher_dims``: the teacher's hidden dimensions a student of narrower width kept, in its order (a model whose
+    hidden dimension was pruned): the hidden term compares the student's states with the teacher's on those.
 
     The teacher's predictions are read from a batch's ``teacher_logits`` column when the batch has
     one (computed once and cached: ``MethodContext.train_with_teacher_logits``), else computed here.
@@ -329,7 +332,9 @@ def distillation_loss(kind: TaskKind | str, teacher: nn.Module, kd_weight: float
             # hidden_states[0] is the embedding output; student layer j was copied from teacher layer layer_map[j]
             pairs = [(0, 0)] + [(j + 1, t + 1) for j, t in enumerate(layer_map)]
             mask = batch.get("attention_mask")
-            hid = sum(hidden_mse(out.hidden_states[s], t_out.hidden_states[t], attention_mask=mask) for s, t in pairs)
+            kept = (lambda h: h) if teacher_dims is None else (lambda h: h.index_select(-1, teacher_dims.to(h.device)))
+            hid = sum(hidden_mse(out.hidden_states[s], kept(t_out.hidden_states[t]), attention_mask=mask)
+                      for s, t in pairs)
             loss = loss + hidden_weight * hid
             logs["hidden"] = float(hid.detach())
         if attend:
