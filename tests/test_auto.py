@@ -239,11 +239,11 @@ def test_a_deep_cuts_estimate_counts_the_rules_augmented_rows_and_passes(tmp_pat
     assert by_name["distill-3l"].estimated_seconds == pytest.approx(per_pass * 2.5 * 2490 * epochs)  # not a deep cut
     assert 11 * 60 < by_name["distill-1l"].estimated_seconds < 20 * 60  # it took 13.1 min to train
     # a kind the rule does not augment (an embedder, NER): the budget's passes, at least the rule's steps
-    embedder = {c.name: candidate_config(c, {**shared, "data.task": "embedding"}, tmp_path) for c in candidates}
-    estimate_costs(candidates, embedder, teacher)
-    e = embedder["distill-1l"]
+    by_name["distill-1l"].kind_augments = False
+    estimate_costs(candidates, configs, teacher)
     assert by_name["distill-1l"].estimated_seconds == pytest.approx(
-        264.0 / (3 * e.teacher.train.epochs * 2490) * 1.5 * max(2490 * e.student.epochs, deep_cut.MIN_STEPS * batch))
+        per_pass * 1.5 * max(2490 * epochs, deep_cut.MIN_STEPS * batch))
+    by_name["distill-1l"].kind_augments = True
     # the user's own augmentation: the budget's passes over it, no rule's
     configs = {c.name: candidate_config(c, {**shared, "method_options.augment": 2}, tmp_path) for c in candidates}
     estimate_costs(candidates, configs, teacher)

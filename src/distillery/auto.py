@@ -60,6 +60,7 @@ class Candidate:
     # on the rule's augmented rows where the train split is small, which estimate_costs counts
     kept_layers: int | None = None
     teacher_layers: int | None = None
+    kind_augments: bool = True  # the task's kind takes the rule's augmentation (TaskKind.augments_by_default)
 
 
 def auto_modules(kind: str) -> dict[str, Any]:
@@ -243,11 +244,8 @@ def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[f
         return examples * max(float(epochs), 1e-9), 0
     given = config.method_options.get("augment")
     if given is None:
-        from distillery.data.loading import kind_for
-
-        augments = kind_for(config.data.task, bool(config.data.regression)).augments_by_default
         augment, why = deep_cut.default_augment(cand.kept_layers, cand.teacher_layers,
-                                                int(teacher.get("train_examples") or 0), augments)
+                                                int(teacher.get("train_examples") or 0), cand.kind_augments)
     else:
         augment, why = int(given), None
     batch = config.student.batch_size * config.student.grad_accum
@@ -355,6 +353,8 @@ def plan_for(state: dict[str, Any]) -> tuple[list[Candidate], list[dict[str, str
             "students": students, "int8_gain": state["int8_gain"]}
     check_reachable(method_asks(model_config, state["plan_speedup"], int(shape[1]), options, **more))
     candidates, skipped = plan(model_config, state["plan_speedup"], int(shape[1]), options, **more)
+    for cand in candidates:
+        cand.kind_augments = task_kind.augments_by_default
     return candidates, skipped, shared
 
 
