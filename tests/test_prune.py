@@ -10,7 +10,7 @@ from transformers import (AutoModelForSequenceClassification, BertForQuestionAns
 
 import distillery
 from distillery.prune.extract import extract, full_size
-from distillery.prune.masks import Masks, MaskedModel, deterministic_gates, fold, keep_probability, model_masks
+from distillery.prune.masks import Masks, MaskedModel, fold, keep_probability
 from distillery.prune.modeling_prune import PrunedBertConfig, PrunedBertForSequenceClassification
 from tests.helpers import TINY_BERT, pair_batch, random_masks, tiny_bert_config
 
