@@ -176,7 +176,7 @@ def test_fine_tuning_past_2x_teaches_each_kept_layer_its_teacher_layer():
 
 def test_a_pruned_hidden_width_learns_the_teacher_s_states_on_the_dimensions_it_kept():
     """The full mode prunes the hidden dimension: the student's dimension j is the teacher's kept[j], so the hidden
-    term compares the states there (and is 0 where nothing else was removed)."""
+    term is the hidden MSE against the teacher's states sliced to those dimensions."""
     from types import SimpleNamespace
 
     from distillery.kinds import kind_of

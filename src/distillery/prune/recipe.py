@@ -271,9 +271,9 @@ def finetune_defaults(ctx: MethodContext, opts: PruneOptions, student: nn.Module
     if width == compared and weight and opts.hidden_weight is None:
         # the rule's weight (or the kind's at any speed-up), on the layers' own teacher layers
         resolved.hidden_weight = weight
+        on_kept = '' if width == teacher_width else f', on the {width} of its {teacher_width} dimensions kept'
         reasons.append(f"hidden-state distillation (weight {weight:g}, each pruned layer onto the teacher layer it "
-                       f"was pruned from{'' if width == teacher_width else f', on the {width} of its {teacher_width} dimensions kept'}"
-                       f"{'' if deep else f'; the {kind.name} kind at any speed-up'})")
+                       f"was pruned from{on_kept}{'' if deep else f'; the {kind.name} kind at any speed-up'})")
     chosen = student_defaults(ctx, resolved, deep_cut.uniform_layer_map(equivalent, n), train, augment_reason)
     chosen = replace(chosen, hidden_layers=list(pruned_from))
     said = (f"Defaults for a model pruned to {float(opts.speedup):.3g}x (as deep a cut as a layer-drop student of "
@@ -288,21 +288,22 @@ def finetune_augment(ctx: MethodContext, opts: PruneOptions) -> tuple[int, str |
 
 
 def finetune_loss(kind, teacher, student, gates: dict, kd_weight: float, chosen: Chosen):
-    """The fine-tuning's loss_fn and what is trained beside the student: the kind's distillation loss, or for an
+    """The fine-tuning's loss_fn and what is trained beside the student: the kind's distillation loss (its hidden
+    term on the teacher's dimensions kept where the hidden dimension was pruned), or for an
     embedder whose hidden dimension was pruned (``TaskKind.projects_width``: its vectors narrower than the teacher's)
     the same through a projection of its last hidden states onto the teacher's width, started as the selection of
     the kept dimensions (the student's vector then starts as the teacher's in those dimensions), used in the loss
     only as a narrower ``--student``'s is."""
     width, wanted = student.config.hidden_size, teacher.config.hidden_size
-    if not kind.projects_width or width == wanted:
-        dims = None if width == wanted else kept_units(gates, wanted)["hidden"]  # the student's dimension j is dims[j]
+    dims = None if width == wanted else kept_units(gates, wanted)["hidden"]  # the student's dimension j is dims[j]
+    if not kind.projects_width or dims is None:
         return distillation_loss(kind, teacher, kd_weight, chosen.temperature, chosen.hidden_weight,
                                  chosen.hidden_layers, teacher_dims=dims), []
     onto = HiddenProjection(width, wanted)
     with torch.no_grad():
         onto.linear.weight.zero_()
         onto.linear.bias.zero_()
-        onto.linear.weight[torch.nonzero(gates["hidden"] > 0).flatten(), torch.arange(width)] = 1.0
+        onto.linear.weight[dims, torch.arange(width)] = 1.0
     return pretrained_distillation_loss(kind, teacher, kd_weight, chosen.temperature, output_projection=onto), [onto]
 
 
