@@ -5,8 +5,13 @@ distillery's metric) of SQuAD v1.1 dev questions 3000..4499 among their paragrap
 
     python benchmarks/embedding_heldout.py --data-dir ../shared/data --label "16,000 sentences" RUN/student ...
 
-Each folder is loaded as sentence-transformers loads it (after ``distillery.register_models()``), at 128 tokens. One
-record per folder goes to benchmarks/results/embedding-heldout.json (folder, label, scores, hardware).
+Each folder is loaded as sentence-transformers loads it (after ``distillery.register_models()``), an export folder
+(its ``model.onnx`` or int8 weights, with the pooling) through ``distillery.runtime.load_export``, at 128 tokens. One
+record per folder goes to benchmarks/results/embedding-heldout.json (folder, label, scores, hardware). With
+``--against TEACHER`` each record also gets its share of the teacher's scores on the same rows and a paired
+bootstrap's 95 % interval of it (scipy.stats.bootstrap over the questions, and over the STS-B pairs)::
+
+    python benchmarks/embedding_heldout.py --against TEACHER RUN/student RUN/exports/student-onnx-int8
 """
 
 from __future__ import annotations
@@ -37,18 +42,71 @@ def held_out_rows(data_dir: Path):
     return pairs, [(q, where[c]) for q, c in zip(squad["question"], squad["context"])], paragraphs
 
 
-def scores(folder: str, pairs, questions, paragraphs) -> dict[str, float]:
-    from sentence_transformers import SentenceTransformer
+def encoder(folder: str):
+    """texts -> their sentence vectors (numpy), as the folder's model computes them at 128 tokens."""
+    if (Path(folder) / "distillery_export.json").is_file():
+        import torch
+        from transformers import AutoTokenizer
 
-    from distillery.metrics import retrieval_scores, sts_correlations
+        from distillery.runtime import load_export
+
+        model, tokenizer = load_export(folder), AutoTokenizer.from_pretrained(folder)
+
+        def encode(texts):
+            texts, out = list(texts), []
+            for i in range(0, len(texts), 64):
+                batch = tokenizer(texts[i:i + 64], padding=True, truncation=True, max_length=128, return_tensors="pt")
+                with torch.inference_mode():
+                    found = model(**batch)
+                out.append(torch.as_tensor(found["sentence_embedding"]).float().numpy())
+            return np.concatenate(out)
+        return encode
+    from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(folder, device="cpu")
     model.max_seq_length = 128
-    encode = lambda texts: model.encode(list(texts), batch_size=64, convert_to_numpy=True)  # noqa: E731
-    sts = sts_correlations(encode(a for a, _, _ in pairs), encode(b for _, b, _ in pairs),
-                           np.array([s for _, _, s in pairs]))
-    found = retrieval_scores(encode(q for q, _ in questions), encode(paragraphs), np.array([i for _, i in questions]))
-    return {"sts_spearman": sts["sts_spearman"], "mrr_at_10": found["mrr_at_10"]}
+    return lambda texts: model.encode(list(texts), batch_size=64, convert_to_numpy=True)
+
+
+def per_row(folder: str, pairs, questions, paragraphs) -> dict[str, np.ndarray]:
+    """The folder's cosine of each STS-B pair and each question's rank of its paragraph."""
+    from distillery.metrics import gold_ranks, pair_cosines
+
+    encode = encoder(folder)
+    return {"cosines": pair_cosines(encode(a for a, _, _ in pairs), encode(b for _, b, _ in pairs)),
+            "ranks": gold_ranks(encode(q for q, _ in questions), encode(paragraphs), np.array([i for _, i in questions]))}
+
+
+def reciprocal_ranks(ranks: np.ndarray, k: int = 10) -> np.ndarray:
+    return np.where(ranks <= k, 1.0 / ranks, 0.0)
+
+
+def scores(rows: dict[str, np.ndarray], gold: np.ndarray) -> dict[str, float]:
+    from scipy.stats import spearmanr
+
+    return {"sts_spearman": float(spearmanr(rows["cosines"], gold)[0]),
+            "mrr_at_10": float(reciprocal_ranks(rows["ranks"]).mean())}
+
+
+def retention(rows: dict[str, np.ndarray], teacher: dict[str, np.ndarray], gold: np.ndarray) -> dict:
+    """The model's share of the teacher's STS-B Spearman and MRR@10 on these rows, each with a paired bootstrap's
+    95 % interval (the same resampled rows for both)."""
+    from scipy.stats import bootstrap, spearmanr
+
+    def sts_share(model, taught, gold_scores):
+        return spearmanr(model, gold_scores)[0] / spearmanr(taught, gold_scores)[0]
+
+    def mrr_share(model, taught, axis=-1):
+        return model.mean(axis=axis) / taught.mean(axis=axis)
+
+    rr, taught_rr = reciprocal_ranks(rows["ranks"]), reciprocal_ranks(teacher["ranks"])
+    sts = bootstrap((rows["cosines"], teacher["cosines"], gold), sts_share, paired=True, vectorized=False,
+                    n_resamples=1000, method="percentile", random_state=0)
+    mrr = bootstrap((rr, taught_rr), mrr_share, paired=True, n_resamples=2000, method="percentile", random_state=0)
+    return {"sts_spearman_retention": float(sts_share(rows["cosines"], teacher["cosines"], gold)),
+            "sts_spearman_retention_95": [float(sts.confidence_interval.low), float(sts.confidence_interval.high)],
+            "mrr_at_10_retention": float(mrr_share(rr, taught_rr)),
+            "mrr_at_10_retention_95": [float(mrr.confidence_interval.low), float(mrr.confidence_interval.high)]}
 
 
 def main(argv=None) -> None:
@@ -57,16 +115,27 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--label", default="", help="What the folders are, for the record (the recipe, the text).")
     parser.add_argument("--results", default=str(RESULTS / "embedding-heldout.json"))
+    parser.add_argument("--against", help="The teacher's folder: each record also gets its share of the teacher's "
+                                          "scores, with a paired bootstrap's 95 % interval.")
     args = parser.parse_args(argv)
     import distillery
     from distillery.bench import hardware_fingerprint
 
     distillery.register_models()
-    rows = held_out_rows(Path(args.data_dir))
+    pairs, questions, paragraphs = held_out_rows(Path(args.data_dir))
+    gold = np.array([s for _, _, s in pairs])
+    teacher = per_row(args.against, pairs, questions, paragraphs) if args.against else None
     for folder in args.folders:
-        record = {"folder": folder, "label": args.label, **scores(folder, *rows), "hardware": hardware_fingerprint()}
+        rows = per_row(folder, pairs, questions, paragraphs)
+        record = {"folder": folder, "label": args.label, **scores(rows, gold),
+                  **({"against": args.against, **retention(rows, teacher, gold)} if teacher else {}),
+                  "hardware": hardware_fingerprint()}
         upsert_record(Path(args.results), record, lambda r: (r["folder"], r["label"]))
-        print(f"{folder}: STS-B train Spearman {record['sts_spearman']:.4f}, MRR@10 {record['mrr_at_10']:.4f}")
+        shares = (f" ({100 * record['sts_spearman_retention']:.1f} % [{100 * record['sts_spearman_retention_95'][0]:.1f}, "
+                  f"{100 * record['sts_spearman_retention_95'][1]:.1f}] and {100 * record['mrr_at_10_retention']:.1f} % "
+                  f"[{100 * record['mrr_at_10_retention_95'][0]:.1f}, {100 * record['mrr_at_10_retention_95'][1]:.1f}] "
+                  f"of the teacher's)") if teacher else ""
+        print(f"{folder}: STS-B train Spearman {record['sts_spearman']:.4f}, MRR@10 {record['mrr_at_10']:.4f}{shares}")
 
 
 if __name__ == "__main__":

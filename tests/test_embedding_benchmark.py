@@ -50,3 +50,25 @@ def test_a_base_size_teachers_4x_point_is_set_against_minilm_as_it_is(bench, tmp
 def test_without_minilm_on_the_same_dev_rows_the_comparison_says_so(bench):
     text = bench.table([record("distill-3of12", [point("student", 0.85, 0.70, 3.9)])])
     assert "not measured on these dev rows (no embedding-minilm.json record)" in text
+
+
+def test_held_out_retention_is_the_share_of_the_teacher_s_scores_with_a_paired_interval():
+    """benchmarks/embedding_heldout.py's --against: the same rows for teacher and model, a model equal to the teacher
+    keeps 100 % with no spread, and a model worse on every question has an interval wholly under 100 %."""
+    import numpy as np
+
+    with benchmark_script("embedding_heldout") as module:
+        rng = np.random.default_rng(0)
+        gold = rng.uniform(0, 5, 300)
+        teacher = {"cosines": gold + rng.normal(0, 1, 300), "ranks": rng.integers(1, 4, 400)}
+        same = module.retention(teacher, teacher, gold)
+        assert same["mrr_at_10_retention"] == 1.0 and same["mrr_at_10_retention_95"] == pytest.approx([1.0, 1.0])
+        assert same["sts_spearman_retention"] == pytest.approx(1.0)
+        assert same["sts_spearman_retention_95"] == pytest.approx([1.0, 1.0])
+        worse = {"cosines": teacher["cosines"] + rng.normal(0, 2, 300), "ranks": teacher["ranks"] + 1}
+        got = module.retention(worse, teacher, gold)
+        rr = lambda ranks: np.where(ranks <= 10, 1.0 / ranks, 0.0).mean()  # noqa: E731
+        assert got["mrr_at_10_retention"] == pytest.approx(rr(worse["ranks"]) / rr(teacher["ranks"]))
+        assert got["mrr_at_10_retention_95"][0] < got["mrr_at_10_retention"] < got["mrr_at_10_retention_95"][1] < 1.0
+        assert got["sts_spearman_retention_95"][1] < 1.0
+        assert module.scores(teacher, gold)["mrr_at_10"] == pytest.approx(rr(teacher["ranks"]))

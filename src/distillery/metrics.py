@@ -178,31 +178,41 @@ def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[st
 EMBEDDING_METRICS = ("sts_spearman", "sts_pearson", "mrr_at_10", "recall_at_1", "recall_at_10")
 
 
+def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine of each pair of sentence vectors (``a[i]``, ``b[i]``), in float64."""
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
+
+
 def sts_correlations(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     """Spearman and Pearson correlation of the cosine of each pair of sentence vectors (``a[i]``, ``b[i]``) with
     its gold similarity score (STS-B's), as sentence-transformers' EmbeddingSimilarityEvaluator reports them."""
     from scipy.stats import pearsonr, spearmanr
 
-    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    cosine = np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
-    gold = np.asarray(gold, dtype=np.float64)
+    cosine, gold = pair_cosines(a, b), np.asarray(gold, dtype=np.float64)
     if len(cosine) < 2 or np.ptp(cosine) == 0 or np.ptp(gold) == 0:  # a constant: no correlation, never NaN
         return {"sts_spearman": 0.0, "sts_pearson": 0.0}
     return {"sts_spearman": float(spearmanr(cosine, gold)[0]), "sts_pearson": float(pearsonr(cosine, gold)[0])}
 
 
-def retrieval_scores(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray, k: int = 10) -> dict[str, float]:
-    """Each query (row of ``queries``) against every passage by cosine, in one matrix product: the mean
-    reciprocal rank of its ``gold`` passage (an index into ``passages``) within the first ``k`` (0 past it), and
-    recall at 1 and at ``k`` (the gold passage among the first 1 or ``k``). A tie with the gold passage counts
-    against it (its rank is the number of passages scored at least as high, itself included)."""
+def gold_ranks(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Each query's rank of its ``gold`` passage among all ``passages`` by cosine (1: first), in one matrix product.
+    A tie with the gold passage counts against it (the rank is the number of passages scored at least as high, the
+    gold passage included)."""
     q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
     p = passages / np.maximum(np.linalg.norm(passages, axis=1, keepdims=True), 1e-12)
     similarity = q.astype(np.float32) @ p.astype(np.float32).T  # (queries, passages)
     gold = np.asarray(gold, dtype=np.int64)
     own = similarity[np.arange(len(gold)), gold]
-    rank = (similarity >= own[:, None]).sum(axis=1)  # the gold passage counts itself, and every tie
+    return (similarity >= own[:, None]).sum(axis=1)
+
+
+def retrieval_scores(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray, k: int = 10) -> dict[str, float]:
+    """Each query (row of ``queries``) against every passage by cosine: the mean reciprocal rank of its ``gold``
+    passage (an index into ``passages``; its rank by :func:`gold_ranks`) within the first ``k`` (0 past it), and
+    recall at 1 and at ``k`` (the gold passage among the first 1 or ``k``)."""
+    rank = gold_ranks(queries, passages, gold)
     return {"mrr_at_10": float(np.where(rank <= k, 1.0 / rank, 0.0).mean()) if len(rank) else 0.0,
             "recall_at_1": float((rank <= 1).mean()) if len(rank) else 0.0,
             "recall_at_10": float((rank <= k).mean()) if len(rank) else 0.0}
