@@ -48,6 +48,7 @@ def encoder(folder: str):
         import torch
         from transformers import AutoTokenizer
 
+        from distillery.kinds.embedding import sentence_vectors
         from distillery.runtime import load_export
 
         model, tokenizer = load_export(folder), AutoTokenizer.from_pretrained(folder)
@@ -58,7 +59,7 @@ def encoder(folder: str):
                 batch = tokenizer(texts[i:i + 64], padding=True, truncation=True, max_length=128, return_tensors="pt")
                 with torch.inference_mode():
                     found = model(**batch)
-                out.append(torch.as_tensor(found["sentence_embedding"]).float().numpy())
+                out.append(sentence_vectors(found, batch).numpy())
             return np.concatenate(out)
         return encode
     from sentence_transformers import SentenceTransformer
@@ -77,14 +78,10 @@ def per_row(folder: str, pairs, questions, paragraphs) -> dict[str, np.ndarray]:
             "ranks": gold_ranks(encode(q for q, _ in questions), encode(paragraphs), np.array([i for _, i in questions]))}
 
 
-def reciprocal_ranks(ranks: np.ndarray, k: int = 10) -> np.ndarray:
-    return np.where(ranks <= k, 1.0 / ranks, 0.0)
-
-
 def scores(rows: dict[str, np.ndarray], gold: np.ndarray) -> dict[str, float]:
-    from scipy.stats import spearmanr
+    from distillery.metrics import cosine_correlations, reciprocal_ranks
 
-    return {"sts_spearman": float(spearmanr(rows["cosines"], gold)[0]),
+    return {"sts_spearman": cosine_correlations(rows["cosines"], gold)["sts_spearman"],
             "mrr_at_10": float(reciprocal_ranks(rows["ranks"]).mean())}
 
 
@@ -92,6 +89,8 @@ def retention(rows: dict[str, np.ndarray], teacher: dict[str, np.ndarray], gold:
     """The model's share of the teacher's STS-B Spearman and MRR@10 on these rows, each with a paired bootstrap's
     95 % interval (the same resampled rows for both)."""
     from scipy.stats import bootstrap, spearmanr
+
+    from distillery.metrics import reciprocal_ranks
 
     def sts_share(model, taught, gold_scores):
         return spearmanr(model, gold_scores)[0] / spearmanr(taught, gold_scores)[0]

@@ -220,8 +220,8 @@ def acceptance_lines(records: list[dict]) -> list[str]:
                          f"{len(beats)} of {len(at)} task(s) measured ({', '.join(beats) or 'none'}); asked: 3 of "
                          f"SST-2, MRPC, RTE, STS-B: {'met' if len(beats) >= 3 else 'NOT met'}"
                          f"{'' if len(at) == len(TASKS) else ' (not every task measured)'}.")
-    # a user who runs both modes (or auto, which plans prune in either) keeps the better: counted apart, since
-    # choosing between two runs is itself a choice made on dev
+    # a user who runs both modes keeps the better: counted apart, since choosing between two runs is itself a
+    # choice made on dev
     for target in sorted({r["target_speedup"] for r in records if r["target_speedup"] >= 4}):
         at = [r for r in records if r["target_speedup"] == target]
         beats = sorted({r["task"] for r in at if r["beats_every_student_at_speed"]})

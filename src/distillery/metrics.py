@@ -188,9 +188,14 @@ def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def sts_correlations(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     """Spearman and Pearson correlation of the cosine of each pair of sentence vectors (``a[i]``, ``b[i]``) with
     its gold similarity score (STS-B's), as sentence-transformers' EmbeddingSimilarityEvaluator reports them."""
+    return cosine_correlations(pair_cosines(a, b), gold)
+
+
+def cosine_correlations(cosine: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """:func:`sts_correlations` of the pairs' cosines (:func:`pair_cosines`)."""
     from scipy.stats import pearsonr, spearmanr
 
-    cosine, gold = pair_cosines(a, b), np.asarray(gold, dtype=np.float64)
+    cosine, gold = np.asarray(cosine, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if len(cosine) < 2 or np.ptp(cosine) == 0 or np.ptp(gold) == 0:  # a constant: no correlation, never NaN
         return {"sts_spearman": 0.0, "sts_pearson": 0.0}
     return {"sts_spearman": float(spearmanr(cosine, gold)[0]), "sts_pearson": float(pearsonr(cosine, gold)[0])}
@@ -208,12 +213,17 @@ def gold_ranks(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray) -> n
     return (similarity >= own[:, None]).sum(axis=1)
 
 
+def reciprocal_ranks(rank: np.ndarray, k: int = 10) -> np.ndarray:
+    """1 / rank within the first ``k`` (:func:`gold_ranks`), 0 past it: each query's share of MRR@k."""
+    return np.where(rank <= k, 1.0 / rank, 0.0)
+
+
 def retrieval_scores(queries: np.ndarray, passages: np.ndarray, gold: np.ndarray, k: int = 10) -> dict[str, float]:
     """Each query (row of ``queries``) against every passage by cosine: the mean reciprocal rank of its ``gold``
     passage (an index into ``passages``; its rank by :func:`gold_ranks`) within the first ``k`` (0 past it), and
     recall at 1 and at ``k`` (the gold passage among the first 1 or ``k``)."""
     rank = gold_ranks(queries, passages, gold)
-    return {"mrr_at_10": float(np.where(rank <= k, 1.0 / rank, 0.0).mean()) if len(rank) else 0.0,
+    return {"mrr_at_10": float(reciprocal_ranks(rank, k).mean()) if len(rank) else 0.0,
             "recall_at_1": float((rank <= 1).mean()) if len(rank) else 0.0,
             "recall_at_10": float((rank <= k).mean()) if len(rank) else 0.0}
 
