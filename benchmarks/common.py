@@ -279,13 +279,34 @@ def results_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def summary_table(records: list[dict]) -> str:
+def prune_summary_rows(path: Path | None = None) -> list[dict]:
+    """The README's rows of method prune (full mode, the default): its SST-2 records of the built-in teacher at the
+    quick budget (benchmarks/prune.py), by target. prune's records are its own benchmark's (one per target and
+    mode, ``ablation`` set), so :func:`load_all_results` leaves them out; those recorded before ``params`` and
+    ``throughput_speedup`` were kept are left out here too."""
+    path = path or RESULTS / "prune-minilm-quick.json"
+    if not path.is_file():
+        return []
+    found = [r for r in json.loads(path.read_text())
+             if r["task"] == "sst2" and r["mode"] == "full" and r["seed"] == 42 and "params" in r]
+    return [{"label": f"prune speedup={r['target_speedup']:g}", "accuracy": r["score"], "retention": r["retention"],
+             "params": r["params"], "latency": r["speedup"], "throughput": r["throughput_speedup"],
+             "hardware": r["hardware"]} for r in sorted(found, key=lambda r: r["target_speedup"])]
+
+
+def summary_table(records: list[dict], extra_rows: list[dict] | None = None) -> str:
     """Markdown: the README's compact table. The teacher, one SST-2 (quick budget) row per method of
-    ``SUMMARY_METHODS`` that has a record, and the SST-2 reference points users can get without
-    distillery (SST2_REFERENCE_POINTS, the built-in teacher's fp32 row left out)."""
+    ``SUMMARY_METHODS`` that has a record, then ``extra_rows`` (:func:`prune_summary_rows` by default), and the
+    SST-2 reference points users can get without distillery (SST2_REFERENCE_POINTS, the built-in teacher's fp32 row
+    left out)."""
 
     rows = {r["method"]: r for r in records if r["task"] == "sst2" and r["budget"] == "quick"}
     chosen = [rows[m] for m in SUMMARY_METHODS if m in rows]
+    students = [{"label": SUMMARY_LABELS.get(r["method"], r["method"]), "accuracy": r["metrics"]["student"]["accuracy"],
+                 "retention": r["retention"], "params": r["models"]["student"]["params"],
+                 "latency": r["speedup"]["latency"], "throughput": r["speedup"]["throughput"],
+                 "hardware": r["hardware"]} for r in chosen]
+    students += prune_summary_rows() if extra_rows is None else extra_rows
     lines = [
         "| model | SST-2 dev accuracy | of the teacher's | params | latency speed-up (1×128) | throughput speed-up (256×64) |",
         "|---|---|---|---|---|---|",
@@ -294,10 +315,9 @@ def summary_table(records: list[dict]) -> str:
         t = chosen[0]
         lines.append(f"| teacher (built-in MiniLM-L6, fine-tuned here) | {t['metrics']['teacher']['accuracy']:.3f} | 100 % | "
                      f"{t['models']['teacher']['params'] / 1e6:.1f}M | 1.00× | 1.00× |")
-    for r in chosen:
-        lines.append(f"| `{SUMMARY_LABELS.get(r['method'], r['method'])}` | {r['metrics']['student']['accuracy']:.3f} | {100 * r['retention']:.1f} % | "
-                     f"{r['models']['student']['params'] / 1e6:.1f}M | {r['speedup']['latency']:.2f}× | "
-                     f"{r['speedup']['throughput']:.2f}× |")
+    for r in students:
+        lines.append(f"| `{r['label']}` | {r['accuracy']:.3f} | {100 * r['retention']:.1f} % | "
+                     f"{r['params'] / 1e6:.1f}M | {r['latency']:.2f}× | {r['throughput']:.2f}× |")
     for p in SST2_REFERENCE_POINTS[1:]:
         lat, tp = p["latency_speedup"], p["throughput_speedup"]
         lines.append(f"| *reference: {p['name']}* | {p['accuracy']:.3f} | — | — | "
@@ -306,11 +326,11 @@ def summary_table(records: list[dict]) -> str:
     hw = chosen[0]["hardware"] if chosen else {}
     if hw:
         where = f"on {hw.get('cpu')} ({hw.get('cores')} cores, {hw.get('threads')} threads)"
-        others = [r for r in chosen if r["hardware"].get("cpu") != hw.get("cpu")]
+        others = [r for r in students if r["hardware"].get("cpu") != hw.get("cpu")]
         if others:  # rows measured on another machine: a ratio holds within its own record's machine
             cpus = ", ".join(sorted({str(r["hardware"].get("cpu")) for r in others}))
-            methods = ", ".join(f"`{SUMMARY_LABELS.get(r['method'], r['method'])}`" for r in others)
-            where += f" (the teacher row's), {cpus} for {methods}"
+            labels = ", ".join(f"`{r['label']}`" for r in others)
+            where += f" (the teacher row's), {cpus} for {labels}"
         lines.append("")
         lines.append(f"Quick budget; each speed-up against the teacher measured in the same process as the student, "
                      f"{where}, torch {hw.get('torch')}, GPU: {hw.get('gpu') or 'none'}. Every task, variant and "

@@ -153,7 +153,8 @@ def record(out: Path, task: str, speedup: float, mode: str, seed: int, args) -> 
     return {
         "method": NAME, "ablation": NAME, "task": task, "target_speedup": speedup, "mode": mode, "seed": seed,
         "main_metric": main, "teacher_score": teacher, "score": ours[0]["score"], "retention": base["retention"],
-        "speedup": ours[0]["speedup"],
+        "speedup": ours[0]["speedup"], "throughput_speedup": base["speedup"]["throughput"],
+        "params": base["models"]["student"]["params"],
         "int8": {**ours[1], "retention": ours[1]["score"] / teacher} if int8 else None,
         "predicted_speedup": shape["predicted_speedup"], "masks_expected_speedup": 1 / shape["masks_expected_ratio"],
         "calibration_shift": shape["calibration_shift"],

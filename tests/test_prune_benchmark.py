@@ -65,3 +65,29 @@ def test_the_table_says_whether_each_target_was_met(bench):
     assert "1 of 2 runs (stsb 4× → 4.30×; stsb 8× → 5.00×)" in text
     assert "at 4×: at least as accurate as every student at least as fast on 1 of 1" in text
     assert "at 8×: at least as accurate as every student at least as fast on 0 of 1" in text
+
+
+def test_the_readme_summary_shows_prune_s_full_mode_rows(tmp_path):
+    """The README's SST-2 table holds prune beside the other methods: its full-mode SST-2 records (params and
+    throughput kept), by target; cheap mode, other tasks and records without params are left out."""
+    import json
+
+    with benchmark_script("common") as common:
+        hardware = {"cpu": "x", "cores": 2, "threads": 2, "torch": "2.13.0+cpu", "gpu": None}
+        prune = {"task": "sst2", "mode": "full", "seed": 42, "score": 0.883, "retention": 1.009, "speedup": 3.89,
+                 "throughput_speedup": 4.2, "params": 14.1e6, "hardware": {**hardware, "cpu": "y"}}
+        path = tmp_path / "prune-minilm-quick.json"
+        path.write_text(json.dumps([{**prune, "target_speedup": 4.0}, {**prune, "target_speedup": 2.0, "score": 0.9},
+                                    {**prune, "target_speedup": 8.0, "mode": "cheap"},
+                                    {**prune, "target_speedup": 8.0, "task": "rte"},
+                                    {k: v for k, v in {**prune, "target_speedup": 8.0}.items() if k != "params"}]))
+        rows = common.prune_summary_rows(path)
+        assert [(r["label"], r["accuracy"]) for r in rows] == [("prune speedup=2", 0.9), ("prune speedup=4", 0.883)]
+        distill = {"method": "distill", "task": "sst2", "budget": "quick", "retention": 0.98, "hardware": hardware,
+                   "metrics": {"teacher": {"accuracy": 0.875}, "student": {"accuracy": 0.861}},
+                   "models": {"teacher": {"params": 22.7e6}, "student": {"params": 17.4e6}},
+                   "speedup": {"latency": 1.91, "throughput": 1.97}}
+        table = common.summary_table([distill], rows)
+        assert "| `prune speedup=4` | 0.883 | 100.9 % | 14.1M | 3.89× | 4.20× |" in table
+        assert table.index("`distill train_examples=budget`") < table.index("`prune speedup=2`")
+        assert "y for `prune speedup=2`, `prune speedup=4`" in table  # measured on another machine: said
