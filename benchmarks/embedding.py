@@ -44,6 +44,9 @@ POINTS = {
     # lighter still: int8 costs the teacher 0.9 % of MRR@10 and a student about 0.5 %, so an int8 2x point at 99 %
     # needs an fp32 cut that keeps about 99.5 %
     "prune-1.2x-cheap": ("prune", {"mode": "cheap", "speedup": 1.2}),
+    # the full mode (CoFi's masks learned with layer-wise distillation, from the cheap selection) at 2x: its int8
+    # export is a 4x point
+    "prune-2x-full": ("prune", {"mode": "full", "speedup": 2.0}),
     # the base-size teacher (--teacher mpnet-base: 12 layers of 768): a quarter and half of its layers, and the
     # off-the-shelf all-MiniLM-L6-v2 as a pretrained student taught mpnet's vectors (a learned projection 384 -> 768)
     "distill-3of12": ("distill", {"student_layers": 3}),
