@@ -69,13 +69,25 @@ def encoder(folder: str):
     return lambda texts: model.encode(list(texts), batch_size=64, convert_to_numpy=True)
 
 
-def per_row(folder: str, pairs, questions, paragraphs) -> dict[str, np.ndarray]:
-    """The folder's cosine of each STS-B pair and each question's rank of its paragraph."""
+def per_row(folder: str, pairs, questions, paragraphs) -> dict:
+    """The folder's cosine of each STS-B pair, each question's rank of its paragraph, and its vectors of each form
+    of text (``vectors``: STS-B sentences, the pairs' first sides; questions; paragraphs)."""
     from distillery.metrics import gold_ranks, pair_cosines
 
     encode = encoder(folder)
-    return {"cosines": pair_cosines(encode(a for a, _, _ in pairs), encode(b for _, b, _ in pairs)),
-            "ranks": gold_ranks(encode(q for q, _ in questions), encode(paragraphs), np.array([i for _, i in questions]))}
+    first, asked, found = encode(a for a, _, _ in pairs), encode(q for q, _ in questions), encode(paragraphs)
+    return {"cosines": pair_cosines(first, encode(b for _, b, _ in pairs)),
+            "ranks": gold_ranks(asked, found, np.array([i for _, i in questions])),
+            "vectors": {"sts_sentences": first, "questions": asked, "paragraphs": found}}
+
+
+def cosines_to_teacher(rows: dict, teacher: dict) -> dict[str, float]:
+    """The mean cosine of the model's vector of each text to the teacher's, by form of text: where a student's
+    vectors drift from its teacher's (issue 55: furthest on questions and STS-B's captions)."""
+    from distillery.metrics import pair_cosines
+
+    return {form: float(pair_cosines(vectors, teacher["vectors"][form]).mean())
+            for form, vectors in rows["vectors"].items()}
 
 
 def scores(rows: dict[str, np.ndarray], gold: np.ndarray) -> dict[str, float]:
@@ -127,14 +139,18 @@ def main(argv=None) -> None:
     for folder in args.folders:
         rows = per_row(folder, pairs, questions, paragraphs)
         record = {"folder": folder, "label": args.label, **scores(rows, gold),
-                  **({"against": args.against, **retention(rows, teacher, gold)} if teacher else {}),
+                  **({"against": args.against, **retention(rows, teacher, gold),
+                      "cosine_to_teacher": cosines_to_teacher(rows, teacher)} if teacher else {}),
                   "hardware": hardware_fingerprint()}
         upsert_record(Path(args.results), record, lambda r: (r["folder"], r["label"]))
         shares = (f" ({100 * record['sts_spearman_retention']:.1f} % [{100 * record['sts_spearman_retention_95'][0]:.1f}, "
                   f"{100 * record['sts_spearman_retention_95'][1]:.1f}] and {100 * record['mrr_at_10_retention']:.1f} % "
                   f"[{100 * record['mrr_at_10_retention_95'][0]:.1f}, {100 * record['mrr_at_10_retention_95'][1]:.1f}] "
                   f"of the teacher's)") if teacher else ""
-        print(f"{folder}: STS-B train Spearman {record['sts_spearman']:.4f}, MRR@10 {record['mrr_at_10']:.4f}{shares}")
+        drift = ("; cosine to the teacher's vectors: " + ", ".join(
+            f"{form.replace('_', ' ')} {c:.3f}" for form, c in record["cosine_to_teacher"].items())) if teacher else ""
+        print(f"{folder}: STS-B train Spearman {record['sts_spearman']:.4f}, MRR@10 {record['mrr_at_10']:.4f}{shares}"
+              f"{drift}")
 
 
 if __name__ == "__main__":

@@ -72,3 +72,19 @@ def test_held_out_retention_is_the_share_of_the_teacher_s_scores_with_a_paired_i
         assert got["mrr_at_10_retention_95"][0] < got["mrr_at_10_retention"] < got["mrr_at_10_retention_95"][1] < 1.0
         assert got["sts_spearman_retention_95"][1] < 1.0
         assert module.scores(teacher, gold)["mrr_at_10"] == pytest.approx(rr(teacher["ranks"]))
+
+
+def test_held_out_cosines_to_the_teacher_by_form_of_text():
+    """benchmarks/embedding_heldout.py's drift measure: the teacher against itself is at 1 on every form; a model whose
+    question vectors are turned away from the teacher's is lower there and nowhere else."""
+    import numpy as np
+
+    with benchmark_script("embedding_heldout") as module:
+        rng = np.random.default_rng(1)
+        teacher = {"vectors": {form: rng.normal(size=(20, 8)) for form in ("sts_sentences", "questions", "paragraphs")}}
+        assert module.cosines_to_teacher(teacher, teacher) == pytest.approx(
+            {"sts_sentences": 1.0, "questions": 1.0, "paragraphs": 1.0})
+        drifted = {"vectors": {**teacher["vectors"],
+                               "questions": teacher["vectors"]["questions"] + rng.normal(size=(20, 8))}}
+        got = module.cosines_to_teacher(drifted, teacher)
+        assert got["questions"] < 0.9 and got["sts_sentences"] == pytest.approx(1.0)
