@@ -294,11 +294,11 @@ def prune_summary_rows(path: Path | None = None) -> list[dict]:
              "hardware": r["hardware"]} for r in sorted(found, key=lambda r: r["target_speedup"])]
 
 
-def summary_table(records: list[dict], extra_rows: list[dict] | None = None) -> str:
+def summary_table(records: list[dict], extra_rows: list[dict] = ()) -> str:
     """Markdown: the README's compact table. The teacher, one SST-2 (quick budget) row per method of
-    ``SUMMARY_METHODS`` that has a record, then ``extra_rows`` (:func:`prune_summary_rows` by default), and the
-    SST-2 reference points users can get without distillery (SST2_REFERENCE_POINTS, the built-in teacher's fp32 row
-    left out)."""
+    ``SUMMARY_METHODS`` that has a record, then ``extra_rows`` (:func:`prune_summary_rows`' shape), and the SST-2
+    reference points users can get without distillery (SST2_REFERENCE_POINTS, the built-in teacher's fp32 row left
+    out)."""
 
     rows = {r["method"]: r for r in records if r["task"] == "sst2" and r["budget"] == "quick"}
     chosen = [rows[m] for m in SUMMARY_METHODS if m in rows]
@@ -306,7 +306,7 @@ def summary_table(records: list[dict], extra_rows: list[dict] | None = None) -> 
                  "retention": r["retention"], "params": r["models"]["student"]["params"],
                  "latency": r["speedup"]["latency"], "throughput": r["speedup"]["throughput"],
                  "hardware": r["hardware"]} for r in chosen]
-    students += prune_summary_rows() if extra_rows is None else extra_rows
+    students += list(extra_rows)
     lines = [
         "| model | SST-2 dev accuracy | of the teacher's | params | latency speed-up (1×128) | throughput speed-up (256×64) |",
         "|---|---|---|---|---|---|",
@@ -353,4 +353,4 @@ def replace_block(path: Path, name: str, content: str) -> None:
 def update_results_tables(records: list[dict]) -> None:
     """docs/results.md's full table and the README's compact SST-2 summary, made anew from the records."""
     replace_block(RESULTS_DOC, "results", results_table(records))
-    replace_block(README, "summary", summary_table(records))
+    replace_block(README, "summary", summary_table(records, prune_summary_rows()))
