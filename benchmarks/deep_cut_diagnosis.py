@@ -113,10 +113,10 @@ def main():
         emit({"task": task_name, "what": "static", main_metric: round(m[main_metric], 4)})
     for spec in [a for a in args if a.startswith("{")]:
         s = json.loads(spec)
-        run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s)
+        run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s, t_dev)
 
 
-def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
+def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s, t_dev):
     layers = s.get("layers", [0, 3])
     hmap = layers if s.get("hmap", "copied") == "copied" else uniform_layer_map(len(layers),
                                                                                teacher.config.num_hidden_layers)
@@ -153,6 +153,15 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
                 "seed": s.get("seed", 42), "eval_every": s.get("eval_every", 200), "log_every": 25}
     model = ctx.train(student, loss_fn, desc=s["name"], train_dataset=use, **settings)
     m = score(model, task_data)
+    s_dev = torch.tensor(np.asarray(predict(model, task_data)))
+    np.save(ctx.out_dir / "dev_outputs.npy", s_dev.numpy())  # for paired comparisons between settings
+    # how closely the student follows its teacher on the scored rows (paired: both models on the same rows)
+    if task_data.task.kind_object.softened_outputs:
+        fidelity = {"agreement_with_teacher": round(float((s_dev.argmax(-1) == t_dev.argmax(-1)).float().mean()), 4),
+                    "kl_T1_to_teacher": round(float(F.kl_div(F.log_softmax(s_dev, -1), F.log_softmax(t_dev, -1),
+                                                             reduction="batchmean", log_target=True)), 4)}
+    else:
+        fidelity = {"mse_to_teacher": round(float(((s_dev - t_dev) ** 2).mean()), 4)}
 
     def mean(part, rows):
         vals = [r[part] for r in rows if part in r]
@@ -161,7 +170,7 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s):
     first, last = seen[:25], seen[-25:]
     rec = {"task": task_data.task.name, "what": "train", **s, "hmap_layers": hmap if s.get("hw") else None,
            main_metric: round(m[main_metric], 4), "retention": round(m[main_metric] / tmetrics[main_metric], 3),
-           "steps": len(seen), "secs": round(time.time() - started)}
+           **fidelity, "steps": len(seen), "secs": round(time.time() - started)}
     for part in ("ce", "kd", "kl", "hidden", "attention"):
         rec[f"{part}_first25"], rec[f"{part}_last25"] = mean(part, first), mean(part, last)
     emit(rec)

@@ -26,7 +26,19 @@ STS_ROWS = range(0, 2000)
 SQUAD_QUESTIONS = range(3000, 4500)
 
 
-def held_out_rows(data_dir: Path):
+def question_range(text: str) -> range:
+    """``START:END`` (SQuAD dev question indices, END excluded) as a range, checked."""
+    try:
+        start, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--squad-questions {text!r}: give START:END, e.g. 3000:4500") from None
+    if not 1500 <= start < end:  # the benchmark's dev rows are the first 1,500
+        raise argparse.ArgumentTypeError(f"--squad-questions {text!r}: START must be 1500 or more (the first 1,500 "
+                                         "are the benchmark's dev rows) and below END")
+    return range(start, end)
+
+
+def held_out_rows(data_dir: Path, squad_questions: range = SQUAD_QUESTIONS):
     """(STS-B train pairs with their scores, SQuAD questions with the index of their paragraph, the paragraphs),
     read by distillery's own loaders."""
     from distillery.config import DataConfig
@@ -36,7 +48,8 @@ def held_out_rows(data_dir: Path):
     config = DataConfig(data_dir=str(data_dir))
     sts = load_raw(get_task("stsb"), "train", config).select(STS_ROWS)
     pairs = list(zip(sts["text"], sts["text_pair"], sts["label"]))
-    squad = load_raw(get_task("squad"), "dev", config).select(SQUAD_QUESTIONS)
+    squad = load_raw(get_task("squad"), "dev", config)
+    squad = squad.select(range(squad_questions.start, min(squad_questions.stop, len(squad))))
     paragraphs = list(dict.fromkeys(squad["context"]))
     where = {c: i for i, c in enumerate(paragraphs)}
     return pairs, [(q, where[c]) for q, c in zip(squad["question"], squad["context"])], paragraphs
@@ -128,21 +141,27 @@ def main(argv=None) -> None:
     parser.add_argument("--results", default=str(RESULTS / "embedding-heldout.json"))
     parser.add_argument("--against", help="The teacher's folder: each record also gets its share of the teacher's "
                                           "scores, with a paired bootstrap's 95 % interval.")
+    parser.add_argument("--squad-questions", type=question_range, default=SQUAD_QUESTIONS, metavar="START:END",
+                        help="The SQuAD dev questions scored (default 3000:4500; the first 1,500 are the "
+                             "benchmark's dev rows). Their paragraphs are the retrieval pool.")
     args = parser.parse_args(argv)
     import distillery
     from distillery.bench import hardware_fingerprint
 
     distillery.register_models()
-    pairs, questions, paragraphs = held_out_rows(Path(args.data_dir))
+    pairs, questions, paragraphs = held_out_rows(Path(args.data_dir), args.squad_questions)
     gold = np.array([s for _, _, s in pairs])
     teacher = per_row(args.against, pairs, questions, paragraphs) if args.against else None
     for folder in args.folders:
         rows = per_row(folder, pairs, questions, paragraphs)
+        asked = args.squad_questions
         record = {"folder": folder, "label": args.label, **scores(rows, gold),
+                  **({} if asked == SQUAD_QUESTIONS else
+                     {"squad_questions": [asked.start, asked.start + len(questions)], "paragraphs": len(paragraphs)}),
                   **({"against": args.against, **retention(rows, teacher, gold),
                       "cosine_to_teacher": cosines_to_teacher(rows, teacher)} if teacher else {}),
                   "hardware": hardware_fingerprint()}
-        upsert_record(Path(args.results), record, lambda r: (r["folder"], r["label"]))
+        upsert_record(Path(args.results), record, lambda r: (r["folder"], r["label"], tuple(r.get("squad_questions", ()))))
         shares = (f" ({100 * record['sts_spearman_retention']:.1f} % [{100 * record['sts_spearman_retention_95'][0]:.1f}, "
                   f"{100 * record['sts_spearman_retention_95'][1]:.1f}] and {100 * record['mrr_at_10_retention']:.1f} % "
                   f"[{100 * record['mrr_at_10_retention_95'][0]:.1f}, {100 * record['mrr_at_10_retention_95'][1]:.1f}] "

@@ -88,3 +88,16 @@ def test_held_out_cosines_to_the_teacher_by_form_of_text():
                                "questions": teacher["vectors"]["questions"] + rng.normal(size=(20, 8))}}
         got = module.cosines_to_teacher(drifted, teacher)
         assert got["questions"] < 0.9 and got["sts_sentences"] == pytest.approx(1.0)
+
+
+def test_held_out_questions_are_a_range_past_the_dev_rows():
+    """benchmarks/embedding_heldout.py's --squad-questions: START:END past the benchmark's 1,500 dev questions;
+    anything else is refused with what to give."""
+    import argparse
+
+    with benchmark_script("embedding_heldout") as module:
+        assert module.question_range("4500:10570") == range(4500, 10570)
+        for bad, words in (("3000", "START:END"), ("a:b", "START:END"), ("0:1500", "1500 or more"),
+                           ("5000:4000", "below END")):
+            with pytest.raises(argparse.ArgumentTypeError, match=words):
+                module.question_range(bad)
