@@ -97,14 +97,10 @@ def main():
         for k in (1, 2):
             for layers in combinations(range(n), k):
                 student = build_student(teacher, list(layers))
-                s_dev = torch.tensor(np.asarray(predict(student, task_data)))
-                m = score(student, task_data)
-                rec = {"task": task_name, "what": "init", "layers": list(layers), main_metric: round(m[main_metric], 4)}
-                if task_data.task.kind_object.softened_outputs:
-                    rec["kl_T1_dev"] = round(float(F.kl_div(F.log_softmax(s_dev, -1), F.log_softmax(t_dev, -1),
-                                                            reduction="batchmean", log_target=True)), 4)
-                else:
-                    rec["mse_dev"] = round(float(((s_dev - t_dev) ** 2).mean()), 4)
+                s_dev, m = scored_outputs(student, task_data)
+                name, distance = distance_to_teacher(s_dev, t_dev, task_data)
+                rec = {"task": task_name, "what": "init", "layers": list(layers), main_metric: round(m[main_metric], 4),
+                       f"{name}_dev": distance}
                 emit(rec)
     if "static" in args:
         from distillery.live_baselines import static_embedding_baseline
@@ -114,6 +110,21 @@ def main():
     for spec in [a for a in args if a.startswith("{")]:
         s = json.loads(spec)
         run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s, t_dev)
+
+
+def scored_outputs(model, task_data):
+    """The model's dev outputs and the task's metrics on them, from one pass over the dev split."""
+    outputs = predict(model, task_data)
+    return torch.tensor(np.asarray(outputs)), task_data.task.kind_object.scores(task_data, outputs)
+
+
+def distance_to_teacher(s_dev, t_dev, task_data) -> tuple[str, float]:
+    """How far the student's dev outputs are from the teacher's: KL(teacher || student) at T = 1 where the kind's
+    outputs are softened (logits), else the mean squared difference."""
+    if task_data.task.kind_object.softened_outputs:
+        return "kl_T1", round(float(F.kl_div(F.log_softmax(s_dev, -1), F.log_softmax(t_dev, -1),
+                                             reduction="batchmean", log_target=True)), 4)
+    return "mse", round(float(((s_dev - t_dev) ** 2).mean()), 4)
 
 
 def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s, t_dev):
@@ -152,16 +163,13 @@ def run_setting(ctx, teacher, task_data, train, kind, main_metric, tmetrics, s, 
     settings = {"epochs": s.get("epochs", 3.0), "lr": s.get("lr", 1e-4), "warmup_ratio": s.get("warmup", 0.0),
                 "seed": s.get("seed", 42), "eval_every": s.get("eval_every", 200), "log_every": 25}
     model = ctx.train(student, loss_fn, desc=s["name"], train_dataset=use, **settings)
-    m = score(model, task_data)
-    s_dev = torch.tensor(np.asarray(predict(model, task_data)))
+    s_dev, m = scored_outputs(model, task_data)
     np.save(ctx.out_dir / "dev_outputs.npy", s_dev.numpy())  # for paired comparisons between settings
     # how closely the student follows its teacher on the scored rows (paired: both models on the same rows)
+    name, distance = distance_to_teacher(s_dev, t_dev, task_data)
+    fidelity = {f"{name}_to_teacher": distance}
     if task_data.task.kind_object.softened_outputs:
-        fidelity = {"agreement_with_teacher": round(float((s_dev.argmax(-1) == t_dev.argmax(-1)).float().mean()), 4),
-                    "kl_T1_to_teacher": round(float(F.kl_div(F.log_softmax(s_dev, -1), F.log_softmax(t_dev, -1),
-                                                             reduction="batchmean", log_target=True)), 4)}
-    else:
-        fidelity = {"mse_to_teacher": round(float(((s_dev - t_dev) ** 2).mean()), 4)}
+        fidelity["agreement_with_teacher"] = round(float((s_dev.argmax(-1) == t_dev.argmax(-1)).float().mean()), 4)
 
     def mean(part, rows):
         vals = [r[part] for r in rows if part in r]
