@@ -50,6 +50,12 @@ POINTS = {
     # the full mode (CoFi's masks learned with layer-wise distillation, from the cheap selection) at 2x: its int8
     # export is a 4x point
     "prune-2x-full": ("prune", {"mode": "full", "speedup": 2.0}),
+    # the other methods at their defaults: MoEBERT's 4 experts a FFN (hash-routed), AutoTinyBERT's search under a 2x
+    # and a 4x latency budget at 1x128, and the attention-free CMOW/CBOW-Hybrid
+    "moebert": ("moebert", {}),
+    "autotinybert-2x": ("autotinybert", {"speedup": 2.0}),
+    "autotinybert-4x": ("autotinybert", {"speedup": 4.0}),
+    "cmow": ("cmow", {}),
     # the base-size teacher (--teacher mpnet-base: 12 layers of 768): a quarter and half of its layers, and the
     # off-the-shelf all-MiniLM-L6-v2 as a pretrained student taught mpnet's vectors (a learned projection 384 -> 768)
     "distill-3of12": ("distill", {"student_layers": 3}),

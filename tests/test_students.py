@@ -307,7 +307,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(kind):
                 module.p = 0.0
         if checkpointed:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            assert model.is_gradient_checkpointing
+            assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
         model(**inputs(), labels=torch.tensor([0, 1, 2])).loss.backward()
         return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 

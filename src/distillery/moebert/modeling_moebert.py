@@ -536,7 +536,8 @@ class MoEBertPreTrainedModel(PreTrainedModel):
         blocks = self._blocks
         for block in blocks:  # object.__setattr__: a plain attribute, without nn.Module's checks (~1 µs each)
             object.__setattr__(block, "routing", routing)
-        recomputed = self.training and self.is_gradient_checkpointing  # the backward recomputes with this routing
+        # the backward recomputes with this routing (transformers' own property for this is renamed in 5.x and warns)
+        recomputed = self.training and any(getattr(m, "gradient_checkpointing", False) for m in self.modules())
         try:
             out = self._family(**inputs)
         finally:
