@@ -195,6 +195,11 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     # a cmow embedder reads one text: DiffCat, a pair's sentences encoded apart, is refused, not dropped unsaid
     refused("--option pair_mode=diffcat encodes the two sentences of a pair apart, and a cmow embedder reads one text",
             "--teacher", embedder, "--unlabeled-file", texts, "--method", "cmow", "--option", "pair_mode=diffcat")
+    # where the CBOW vectors start: a student without them, or two starts at once
+    refused("--option vectors=static starts the CBOW vectors, and component=cmow has none", "--teacher", embedder,
+            "--unlabeled-file", texts, "--method", "cmow", "--option", "vectors=static", "--option", "component=cmow")
+    refused("both say where the CBOW vectors start: give one", "--teacher", embedder, "--unlabeled-file", texts,
+            "--method", "cmow", "--option", "vectors=random", "--option", f"init={tmp_path}")
     # auto routes each option to the methods it tries that have it: one that none has is refused
     refused("No method that auto tries has the option(s) no_such_option", "--teacher", embedder, "--unlabeled-file",
             texts, "--method", "auto", "--speedup", "2", "--option", "no_such_option=4")

@@ -203,6 +203,46 @@ def test_cmow_makes_an_embedder_that_sentence_transformers_loads_after_register_
                                                        tmp_path, register_models=True)
 
 
+def test_a_cmow_embedder_starts_its_cbow_vectors_at_the_teachers_static_vectors(cmow_run, embedder):
+    """By default an embedder's CBOW table starts at method static's table (every vocabulary token through the
+    teacher, SIF-weighted on the run's text), rescaled to the random start's norm; the columns beyond the teacher's
+    width, the special tokens' rows and the padding row keep the random start."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from distillery.cmow.modeling_embedder import CMOWEmbedderConfig, CMOWForSentenceEmbedding
+    from distillery.cmow.recipe import start_at_static_vectors
+    from distillery.modeling import load_tokenizer
+    from distillery.static.vectors import counted_tokens, sif_weights, token_vectors
+
+    notes = json.loads((cmow_run / "train.json").read_text())["notes"]
+    assert any("CBOW vectors start at the teacher's static token vectors" in n for n in notes)
+    teacher, tokenizer = load_model(embedder), load_tokenizer(str(embedder))
+    width = teacher.config.hidden_size
+    config = CMOWEmbedderConfig(vocab_size=teacher.config.vocab_size, matrix_dim=4, vector_dim=width + 8,
+                                pad_token_id=tokenizer.pad_token_id, output_dim=width)
+    torch.manual_seed(0)
+    table = CMOWForSentenceEmbedding(config).encoder.vec
+    start = table.weight.detach().clone()
+    train = Dataset.from_dict({"input_ids": [tokenizer("the cat sat on the mat")["input_ids"]] * 3})
+    ctx = SimpleNamespace(teacher=teacher, tokenizer=tokenizer, notes=[],
+                          config=SimpleNamespace(student=SimpleNamespace(eval_batch_size=64, seed=0)))
+    start_at_static_vectors(table, ctx, train, config)
+    counted = counted_tokens(tokenizer, config.vocab_size).bool()
+    counted[config.pad_token_id] = False
+    static = token_vectors(teacher, tokenizer) * sif_weights(train, counted.float(), 1e-4)[:, None]
+    got = table.weight.detach()
+    scale = got[counted, :width].norm() / static[counted].norm()
+    torch.testing.assert_close(got[counted, :width], scale * static[counted])
+    torch.testing.assert_close(got[:, width:], start[:, width:])
+    torch.testing.assert_close(got[~counted], start[~counted])
+    assert not got[config.pad_token_id].any()
+    # the scale: the random start's mean row norm on those columns before the SIF weights
+    torch.testing.assert_close((got[counted, :width] / sif_weights(train, counted.float(), 1e-4)[counted, None])
+                               .norm(dim=1).mean(), start[counted, :width].norm(dim=1).mean())
+
+
 def test_the_cmow_embedder_exports_give_its_sentence_vector(cmow_run, tmp_path):
     """ONNX and torch-int8 exports of the CMOW embedder give the unit sentence vector (``sentence_embedding``), the
     ONNX graph within the parity tolerance of torch, each scored like the student. The graph pads the length to its

@@ -10,6 +10,7 @@ from distillery.method import MethodOptions, augment_option, flag, number, one_o
 COMPONENTS = ("hybrid", "cmow", "cbow")
 PAIR_MODES = ("joint", "diffcat")
 HEADS = ("linear", "mlp", "cnn", "bilstm")
+VECTOR_STARTS = ("random", "static")
 
 
 @dataclass
@@ -32,6 +33,10 @@ class CMOWOptions(MethodOptions):
     temperature: float = option(1.0, number(above=0), "softmax temperature of the KD loss", paper="T", flag=True,
                                 steps=("pretrain",))
     bin_width: float = option(0.2, number(above=0), "regression: width of the score bins classified over")
+    vectors: str | None = option(None, one_of(*VECTOR_STARTS, optional=True), "where the CBOW vectors start: "
+                                 "random, or the teacher's static token vectors (each vocabulary token through the "
+                                 "teacher, PCA to vector_dim, SIF-weighted on the run's text: method static's table)",
+                                 default_text="static for an embedder, else random")
     init: str | None = option(None, text(optional=True), "a general-distilled CMOW encoder (`distillery cmow "
                               "pretrain`'s <out>/model) the student starts from")
     augment: int = augment_option()

@@ -1,7 +1,8 @@
 """Method ``cmow``: a bidirectional CMOW/CBOW-Hybrid student by task-specific distillation (§2.3, §3.2).
 
 setup:  a CMOW classifier over the teacher's vocabulary (random init, or the encoder of a general-
-        distilled checkpoint with ``init``); DiffCat for sentence pairs, the whole sequence otherwise. Token
+        distilled checkpoint with ``init``; an embedder's CBOW vectors start at the teacher's static token
+        vectors, ``vectors``); DiffCat for sentence pairs, the whole sequence otherwise. Token
         classification: a CMOW tagger (``CMOWForTokenClassification``), a tag head on each position's per-token
         state (the bidirectional prefix/suffix products of the MLM pretraining), no attention. Sentence embeddings:
         a CMOW embedder (``CMOWForSentenceEmbedding``), its sentence head onto the teacher's vectors' width.
@@ -127,6 +128,8 @@ def build_student(ctx: MethodContext, opts: CMOWOptions, train) -> CMOWPreTraine
         encoder = {k.split("encoder.", 1)[1]: v for k, v in state.items() if "encoder." in k}
         student.encoder.load_state_dict(encoder, strict=True)
         ctx.notes.append(f"Student encoder initialised from the general-distilled {opts.init}.")
+    elif vector_start(opts, embedder, config) == "static":
+        start_at_static_vectors(student.encoder.vec, ctx, train, config)
     reads = ("a tag at each word's first sub-word from its per-token state" if kind.head is TOKEN_HEAD
              else f"each text into {config.output_dim} numbers, the teacher's sentence vectors' width" if embedder
              else f"{pair_mode} encoding")
@@ -134,6 +137,46 @@ def build_student(ctx: MethodContext, opts: CMOWOptions, train) -> CMOWPreTraine
                      f"(d = {config.matrix_dim}, d_vec = {config.vector_dim}), {config.head} head, {reads}"
                      + (f", {len(bins)} score bins of {opts.bin_width}" if bins else "") + ".")
     return student
+
+
+def vector_start(opts: CMOWOptions, embedder: bool, config: CMOWConfig) -> str | None:
+    """Where the CBOW vectors start (``vectors``; None: the student has none): the teacher's static vectors by
+    default for an embedder only. An embedder's target is the teacher's mean-pooled vector, which the mean of its
+    static token vectors already approaches (method static's table before fine-tuning), while a random table must
+    learn every token's meaning from the run's text; a classifier's defaults are the paper's."""
+    if not config.uses_vectors:
+        return None
+    return opts.vectors or ("static" if embedder else "random")
+
+
+@torch.no_grad()
+def start_at_static_vectors(table: torch.nn.Embedding, ctx: MethodContext, train, config: CMOWConfig) -> None:
+    """The CBOW table's first min(H, vector_dim) columns set to the teacher's static token vectors (method static's
+    recipe: each vocabulary token through the teacher, PCA to vector_dim where the teacher is wider, SIF weights
+    counted on ``train``), rescaled to the random start's mean row norm on those columns: the learning rate and
+    the head's start were set for that scale. The other columns, the special tokens' rows and the padding row keep
+    their start (the specials are no words; the padding row is zero)."""
+    from distillery.static.options import StaticOptions
+    from distillery.static.vectors import counted_tokens, pca_basis, sif_weights, token_vectors
+
+    if not isinstance(ctx.teacher, torch.nn.Module):
+        raise DistilleryError("--option vectors=static runs the teacher on every vocabulary token, and this teacher "
+                              "is an export that gives its outputs only: use vectors=random, or the teacher's "
+                              "model folder.")
+    vectors = token_vectors(ctx.teacher, ctx.tokenizer, batch_size=max(ctx.config.student.eval_batch_size, 256))
+    if len(vectors) != table.num_embeddings:
+        raise DistilleryError(f"The teacher gives {len(vectors)} token vectors and the student has "
+                              f"{table.num_embeddings} tokens: CMOW students share the teacher's vocabulary.")
+    width = min(vectors.shape[1], config.vector_dim)
+    reduced = pca_basis(vectors, width, seed=ctx.config.student.seed)[0]
+    counted = counted_tokens(ctx.tokenizer, len(vectors)).bool()
+    counted[config.pad_token_id] = False
+    target = table.weight[counted, :width].norm(dim=1).mean()
+    reduced = reduced * (target / reduced[counted].norm(dim=1).mean())
+    reduced = reduced * sif_weights(train, counted.float(), StaticOptions.sif)[:, None]
+    table.weight[counted, :width] = reduced[counted].to(table.weight.dtype)
+    ctx.notes.append(f"CBOW vectors start at the teacher's static token vectors ({width} of {config.vector_dim} "
+                     f"columns; PCA, SIF a = {StaticOptions.sif:g} on the run's text).")
 
 
 def cmow_loss(kind: TaskKind, kd_weight: float, temperature: float):
@@ -177,6 +220,12 @@ class CMOW(Method):
         # the student's own checks (its size among them) before the teacher is fine-tuned
         checked_config(vocab_size=teacher_config.vocab_size, component=opts.component, bidirectional=bool(opts.bidirectional),
                        matrix_dim=int(opts.matrix_dim), vector_dim=int(opts.vector_dim), head=head)
+        if opts.vectors == "static" and opts.component == "cmow":
+            raise DistilleryError("--option vectors=static starts the CBOW vectors, and component=cmow has none: "
+                                  "leave vectors unset, or use component=hybrid or cbow.")
+        if opts.vectors is not None and opts.init is not None:
+            raise DistilleryError(f"--option vectors={opts.vectors} and init={opts.init} both say where the CBOW "
+                                  "vectors start: give one.")
         if opts.init is not None:
             init_config = init_model_config(opts.init)
             if init_config.vocab_size != teacher_config.vocab_size:
