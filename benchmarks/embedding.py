@@ -6,7 +6,7 @@
     python benchmarks/embedding.py --points static distill-2x --reuse --runs-dir RUNS ...   # record finished runs
 
 Per point: ``distillery compress --task embedding --method M --unlabeled-file TEXTS`` (with the point's options) into
-runs/embedding-<point>-s<seed>-<budget>/; each run also exports the student to int8 (ONNX with the pooling and
+runs/embedding-<point>-s<seed>-<budget>/ (embedding-<teacher>-<point>-... for another teacher); each run also exports the student to int8 (ONNX with the pooling and
 normalisation in the graph) and measures the teacher's int8 copy, both recorded as points of their own. Every point learns from the same text (the teacher's vectors of it are
 computed once and cached by content). The run scores teacher and student on STS-B dev (Spearman of the cosines) and
 on retrieval among SQuAD dev's paragraphs (MRR@10, recall@1, recall@10), and times them side by side in one process
@@ -261,7 +261,9 @@ def main(argv=None) -> None:
     results = Path(args.results)
     for seed in args.seeds:
         for point in args.points:
-            out = Path(args.runs_dir) / f"embedding-{point}-s{seed}-{args.budget}"
+            # another teacher's run of the same point gets a folder of its own (the built-in teacher's keep their names)
+            teacher = "" if args.teacher == "minilm" else f"{args.teacher}-"
+            out = Path(args.runs_dir) / f"embedding-{teacher}{point}-s{seed}-{args.budget}"
             upsert_record(results, record(out, point, seed, args), lambda r: (r["point"], r["seed"], r["budget"]))
             if not args.no_docs:
                 # one block per teacher: "embedding" for the built-in one, "embedding-<teacher>" for another
