@@ -38,6 +38,8 @@ from distillery.kinds import TaskKind
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.modeling import BASE_HEAD, SEQUENCE_HEAD, TOKEN_HEAD, model_folder, read_config
+from distillery.static.options import StaticOptions
+from distillery.static.vectors import counted_tokens, pca_basis, sif_weights, token_vectors
 from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.weights import verify_weights
 
@@ -156,9 +158,6 @@ def start_at_static_vectors(table: torch.nn.Embedding, ctx: MethodContext, train
     counted on ``train``), rescaled to the random start's mean row norm on those columns: the learning rate and
     the head's start were set for that scale. The other columns, the special tokens' rows and the padding row keep
     their start (the specials are no words; the padding row is zero)."""
-    from distillery.static.options import StaticOptions
-    from distillery.static.vectors import counted_tokens, pca_basis, sif_weights, token_vectors
-
     if not isinstance(ctx.teacher, torch.nn.Module):
         raise DistilleryError("--option vectors=static runs the teacher on every vocabulary token, and this teacher "
                               "is an export that gives its outputs only: use vectors=random, or the teacher's "
