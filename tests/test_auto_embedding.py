@@ -36,7 +36,7 @@ def test_auto_plans_the_methods_that_handle_embeddings_and_static_only_beyond_a_
     assert "static" not in {c.method for c in candidates} and "cmow" in {c.method for c in candidates}
     assert "a transformer student can reach" in next(s["reason"] for s in skipped if s["name"] == "static")
     # prune, in its cheap mode, pruned to the target by its own latency model
-    assert next(c for c in candidates if c.method == "prune").options == {"mode": "cheap", "speedup": 4.0}
+    assert next(c for c in candidates if c.name == "prune").options == {"mode": "cheap", "speedup": 4.0}
     # 20× is beyond it: the static table is planned, without an export, beside the transformer students
     candidates, _ = plan(_minilm_like(), 20.0, 128, options, int8_gain=2.2)
     static = next(c for c in candidates if c.method == "static")
