@@ -569,14 +569,14 @@ def _pip_download_sdist(requirement: str, folder, timeout: float) -> None:
 
 # -- embedders (issue 55) -----------------------------------------------------------------------------
 
-def write_sentence_transformer(source: str, folder, max_length: int = 64) -> str:
-    """``source`` (an encoder folder) as a sentence-transformers embedder: mean pooling, normalised."""
+def write_sentence_transformer(source: str, folder, max_length: int = 64, pooling: str = "mean") -> str:
+    """``source`` (an encoder folder) as a sentence-transformers embedder: ``pooling`` (mean), normalised."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Normalize, Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
 
     encoder = Transformer(source, max_seq_length=max_length)
-    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()],
+    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), pooling), Normalize()],
                         device="cpu").save(str(folder), create_model_card=False)
     return str(folder)
 

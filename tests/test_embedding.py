@@ -216,8 +216,76 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
 def test_a_teacher_of_another_pooling_is_refused(embedder, tmp_path):
     import shutil
 
-    folder = tmp_path / "cls"
+    folder = tmp_path / "max"
     shutil.copytree(embedder, folder)
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "cls"}))
-    with pytest.raises(DistilleryError, match="mean pooling"):
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "max"}))
+    with pytest.raises(DistilleryError, match="mean or CLS pooling"):
         kind_of("embedding").check_teacher(str(folder), str(folder))
+    # sentence-transformers before 6 wrote a flag a mode: the CLS flag is CLS pooling
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                 "pooling_mode_cls_token": True,
+                                                                 "pooling_mode_mean_tokens": False}))
+    from distillery.kinds.embedding import folder_pooling
+
+    assert folder_pooling("old", folder) == "cls" and folder_pooling("plain", folder / "0_missing") is None
+
+
+@pytest.fixture(scope="module")
+def cls_embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cls-embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=4), root / "st", pooling="cls")
+
+
+def test_a_cls_pooled_teacher_makes_a_cls_pooled_embedder(cls_embedder, embedding_data, tmp_path):
+    """A teacher that pools its [CLS] state (BGE, Arctic-embed, mxbai) is distilled as it computes: its vectors are
+    sentence-transformers' own, its student pools the same way, is saved with that pooling (SentenceTransformer in a
+    fresh process gives the vectors distillery scored), and its ONNX export's graph pools it too."""
+    import onnxruntime
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from distillery.config import RunConfig
+    from distillery.kinds.embedding import PooledEncoder
+    from distillery.modeling import load_tokenizer
+
+    out = run(cls_embedder, embedding_data, tmp_path / "run", export=["onnx"])
+    config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())
+    assert config.data.pooling == "cls"
+    assert json.loads((out / "student" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
+    # the teacher scored on the vectors sentence-transformers gives
+    data = prepare_task_data(task_for(config.data), load_tokenizer(cls_embedder), config.data, splits=("dev",))
+    theirs = SentenceTransformer(cls_embedder, device="cpu").encode(list(data.dev_examples["text"]), batch_size=64)
+    assert metrics["teacher"]["sts_spearman"] == pytest.approx(
+        kind_of("embedding").scores(data, theirs)["sts_spearman"], abs=1e-6)
+    assert_sentence_transformers_gives_what_was_scored(out / "student", config, metrics, tmp_path)
+    # mean pooling of the same student gives other vectors: the pooling is not the mean by another name
+    mean_data = config.data.__class__(**{**vars(config.data), "pooling": None})
+    ours, _ = dev_vectors(out / "student", config)
+    mean, _ = dev_vectors(out / "student", RunConfig(**{**vars(config), "data": mean_data}))
+    assert not np.allclose(ours, mean, atol=1e-3)
+    # the ONNX graph pools the first token: ONNX Runtime gives the torch student's vectors
+    tokenizer = load_tokenizer(str(out / "student"))
+    batch = tokenizer(["a short one", "a somewhat longer text than the first one is"], padding=True, return_tensors="pt")
+    session = onnxruntime.InferenceSession(str(out / "exports" / "student-onnx" / "model.onnx"))
+    (graph,) = session.run(["sentence_embedding"], {i.name: batch[i.name].numpy() for i in session.get_inputs()})
+    student = load_model(out / "student")
+    with torch.inference_mode():
+        expected = PooledEncoder(student)(**batch).sentence_embedding
+        first = torch.nn.functional.normalize(student(**batch).last_hidden_state[:, 0], dim=-1)
+    torch.testing.assert_close(expected, first)
+    torch.testing.assert_close(torch.from_numpy(graph), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_pooling_given_is_checked(cls_embedder, embedding_data, tmp_path, monkeypatch, capsys):
+    data_dir, texts = embedding_data
+    common = ["compress", "--task", "embedding", "--data-dir", str(data_dir), *NO_EXTRAS, "--unlabeled-file", texts]
+    code, _, err = run_cli(monkeypatch, capsys, *common, "--out", str(tmp_path / "a"), "--teacher", cls_embedder,
+                           "--pooling", "mean")
+    assert_one_line_error(code, err, "--pooling mean (data.pooling), but Teacher")
+    code, _, err = run_cli(monkeypatch, capsys, *common, "--out", str(tmp_path / "b"), "--teacher", cls_embedder,
+                           "--pooling", "max")
+    assert_one_line_error(code, err, "mean or cls, got 'max'")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--data-dir", str(data_dir), *NO_EXTRAS,
+                           "--out", str(tmp_path / "c"), "--pooling", "cls")
+    assert_one_line_error(code, err, "is an embedder's (--task embedding)")
+    assert not any((tmp_path / name).exists() for name in "abc")

@@ -315,6 +315,9 @@ class DataConfig:
     # the student's extra text (MethodContext.distillation_train): rows the teacher labels
     unlabeled_file: str | None = None  # one text (or pair) per row, CSV/TSV/JSONL as custom data
     augment_model: str | None = None  # a masked LM (name or folder) for augmentation; else the teacher's own
+    # an embedder's pooling, "mean" or "cls": the teacher's sentence-transformers files decide it (given, it must agree);
+    # a plain encoder teacher is mean-pooled unless this says cls (distillery.kinds.embedding.POOLINGS)
+    pooling: str | None = None
     # SQuAD
     squad_holdout: float | None = None  # fraction of dev articles held out as dev; rest trains
     doc_stride: int = 64  # overlap of SQuAD windows (the full budget uses 128 with 384-token windows)
@@ -340,6 +343,11 @@ class DataConfig:
             raise ConfigError("squad_holdout", f"(--squad-holdout) is the fraction of dev articles kept for "
                               f"evaluation and must be between 0 and 1, got {self.squad_holdout}.")
         check_seed(self.seed)
+        if self.pooling is not None and self.pooling not in ("mean", "cls"):
+            raise ConfigError("pooling", f"is how an embedder's sentence vector is read from its last hidden states: "
+                              f"mean or cls, got {self.pooling!r}.")
+        if self.pooling is not None and str(self.task).lower() != "embedding":
+            raise ConfigError("pooling", f"is an embedder's (--task embedding); task {self.task} would ignore it.")
         if str(self.task).lower() != "custom":
             given = next((name for name in self.CUSTOM_ONLY if getattr(self, name) not in (None, False)), None)
             if given is not None:

@@ -232,6 +232,8 @@ def evaluate(
     spec = task if isinstance(task, TaskSpec) else task_for(data_config)
     if folder is not None:
         check_trained_task(folder, model.config, spec, other_task)
+    spec.kind_object.settle_data(f"The model {folder or type(model).__name__}", folder, data_config,
+                                 getattr(model, "config", None))  # read as it computes (an embedder's pooling)
     if split not in ("dev", *spec.dev_splits):
         raise DistilleryError(f"--split {split}: eval scores one of the dev splits of task {spec.name} "
                               f"({', '.join(dict.fromkeys(('dev', *spec.dev_splits)))}), not the train split or "

@@ -62,7 +62,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 import distillery.distributed as distributed
-from distillery.data.encode import TARGETS, example_lengths, length_batches, model_inputs
+from distillery.data.encode import ROW_FLAGS, TARGETS, example_lengths, length_batches, model_inputs
 from distillery.encoders import encoder_layers, ffn_linears, ffn_width, layout_of, submodule
 from distillery.errors import DistilleryError
 from distillery.kinds import TaskKind, kind_of
@@ -91,7 +91,9 @@ def attention_blocks(teacher) -> list[tuple[nn.Linear, nn.Linear]]:
 
 
 def _targets(batch, device):
-    return {k: batch[k].to(device) for k in TARGETS if k in batch}
+    """What a kind's importance loss reads of a batch besides the outputs: the targets, the row flags (an embedder's
+    pooling) and the attention mask (an embedder's mean leaves the padding out)."""
+    return {k: batch[k].to(device) for k in (*TARGETS, *ROW_FLAGS, "attention_mask") if k in batch}
 
 
 def sample_loader(dataset, collate_fn, batch_size: int, max_examples: int | None, seed: int) -> DataLoader:

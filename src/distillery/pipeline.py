@@ -239,6 +239,8 @@ def compress(config: RunConfig | None = None, *, overwrite: bool = False, resume
     model_config = teacher_config(config.teacher.name)
     check_teacher(config.teacher.name, model_config, config.data)
     task.kind_object.check_teacher(f"Teacher {config.teacher.name}", resolve_teacher(config.teacher.name))
+    task.kind_object.settle_data(f"Teacher {config.teacher.name}", resolve_teacher(config.teacher.name), config.data,
+                                 model_config)
     check_export_teacher(config.teacher, config.method, method.teacher_outputs_only)
     method.check(config, model_config)
     config.out = str(out)
@@ -284,6 +286,7 @@ def _run(config: RunConfig, out: Path, task, method: Method, resume: bool) -> Pa
     if not distributed.is_main():  # every process holds the trained student; the main one reports it
         return out
     setattr(student.config, FINETUNING_TASK, task.name)  # eval scores it on this task only (unless told otherwise)
+    task.kind_object.mark_config(student.config, config.data)  # it computes as the run did (an embedder's pooling)
     with writing(out / "student", "the trained student"):
         save_model(student, ctx.student_side[0], out / "student",  # a pretrained student keeps its own tokenizer
                    more_files=lambda tmp: task.kind_object.write_files(tmp, config.data.max_length))
@@ -321,6 +324,7 @@ def _teacher(config: RunConfig, task):
     tokenizer = teacher_tokenizer(config.teacher.name)
     task_data = prepare_task_data(task, tokenizer, config.data)
     teacher, tokenizer, teacher_info = get_finetuned_teacher(config.teacher, task, config.data, task_data)
+    task.kind_object.mark_config(teacher.config, config.data)  # its exports compute as the run reads it
     teacher.eval()
     return teacher, tokenizer, task_data, teacher_info
 
@@ -332,7 +336,10 @@ def prepare_teacher(config: RunConfig) -> dict[str, Any]:
     from dataclasses import replace
 
     task = task_for(config.data)
-    check_teacher(config.teacher.name, teacher_config(config.teacher.name), config.data)
+    model_config = teacher_config(config.teacher.name)
+    check_teacher(config.teacher.name, model_config, config.data)
+    task.kind_object.settle_data(f"Teacher {config.teacher.name}", resolve_teacher(config.teacher.name), config.data,
+                                 model_config)
     _, _, task_data, info = _teacher(config, task)
     whole = len(load_raw(task, "train", replace(config.data, train_limit=None)))
     return {"seconds": info.get("seconds"), "cached": info.get("cached"), "path": info.get("path"),

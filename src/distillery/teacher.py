@@ -303,6 +303,9 @@ def teacher_cache_key(teacher: TeacherConfig, data: DataConfig, task_data: TaskD
         data_fields.pop(where)
     for student_only in ("unlabeled_file", "augment_model"):  # the student's extra text: the teacher never sees it
         data_fields.pop(student_only, None)
+    for later in ("pooling",):  # added after teachers were cached: left out while unset, as below
+        if data_fields.get(later) is None:
+            data_fields.pop(later, None)
     data_fields["content"] = content_digest(task_data.train, task_data.dev, task_data.dev_examples)
     train_fields = dataclasses.asdict(teacher.train)
     # Settings added after teachers were cached are left out while unset (their unset value is the

@@ -14,7 +14,7 @@ import typer
 
 from distillery.auto import compress_auto
 from distillery.card import write_card
-from distillery.cli.common import (DATA_HELP, DevFile, LabelAllSubwords, LabelColumn, Regression, TagColumn,
+from distillery.cli.common import (DATA_HELP, DevFile, LabelAllSubwords, LabelColumn, Pooling, Regression, TagColumn,
                                    TextColumn, TextPairColumn, TokenColumn, TrainFile, UnlabeledFile, app,
                                    compress_and_show, custom_data, parse_options, setup_logging)
 from distillery.cli.options import flag_words, preset_help, with_option_flags
@@ -79,6 +79,7 @@ def compress(
     tag_column: TagColumn = None,
     label_all_subwords: LabelAllSubwords = False,
     unlabeled_file: UnlabeledFile = None,
+    pooling: Pooling = None,
     augment_model: Optional[str] = typer.Option(None, help="A masked LM (Hub id or folder) whose predictions augment the train split (option augment); default the teacher's own MLM head, else neighbours in its input embeddings."),
     seed: Optional[int] = typer.Option(None, help="Random seed."),
     latency_runs: Optional[int] = typer.Option(None, help="Benchmark: timed runs at 1x128."),
@@ -106,7 +107,7 @@ def compress(
         "teacher.train.epochs": teacher_epochs,
         "data.max_length": max_length, "data.train_limit": train_limit, "data.dev_limit": dev_limit,
         "data.squad_holdout": squad_holdout,
-        "data.unlabeled_file": unlabeled_file, "data.augment_model": augment_model,
+        "data.unlabeled_file": unlabeled_file, "data.augment_model": augment_model, "data.pooling": pooling,
         "data.label_all_subwords": label_all_subwords or None,
         **{f"data.{k}": v for k, v in custom_data(train_file, dev_file, text_column, text_pair_column, label_column,
                                                   regression, token_column, tag_column).items()},

@@ -41,6 +41,8 @@ SPAN_TARGETS = ("teacher_start", "teacher_end")
 # a token classifier's targets, one a position: padded like the inputs, labels with the ignored -100, the mask of
 # words' first sub-words with 0 (:mod:`distillery.kinds.token_classification`)
 POSITION_TARGETS = {"labels": -100, "word_mask": 0}
+# one flag a row that the run's kind reads from the batch: an embedder's pooling (distillery.kinds.embedding)
+ROW_FLAGS = ("pooling",)
 PAIR_MODES = ("joint", "separate")
 MAX_QUESTION_TOKENS = 64  # as in BERT's run_squad (max_query_length)
 MAP_BATCH = 1000
@@ -69,7 +71,7 @@ class PadCollator:
     """Pads a list of features to the longest in the batch and stacks them into tensors.
 
     Model inputs are padded (ids with the tokenizer's pad id, masks and token types with 0);
-    targets are stacked; every other column (``example_id``, ``offset_mapping``, ...) is dropped.
+    targets and row flags are stacked; every other column (``example_id``, ``offset_mapping``, ...) is dropped.
     A class rather than a closure so DataLoader workers can pickle it.
     """
 
@@ -89,6 +91,9 @@ class PadCollator:
         for key, pad in POSITION_TARGETS.items():  # a token classifier's: one a position
             if isinstance(first.get(key), (list, tuple)):
                 batch[key] = self._padded([f[key] for f in features], pad, torch.long)
+        for key in ROW_FLAGS:
+            if key in first:
+                batch[key] = torch.tensor([f[key] for f in features], dtype=torch.long)
         for key in TARGETS:
             if key in first and key not in batch:
                 values = [f[key] for f in features]

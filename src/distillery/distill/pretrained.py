@@ -29,7 +29,8 @@ from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
 from distillery.modeling import first_line, load_checked, load_config, load_tokenizer
 from distillery.teacher import check_vocabulary, resolve_teacher, usable_positions
-from distillery.training.losses import HiddenProjection, mean_pooled, pretrained_distillation_loss
+from distillery.kinds.embedding import batch_pooling, pooled
+from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
 
 logger = logging.getLogger("distillery")
 PROJECTION_FIT_ROWS = 2048  # rows whose vectors fit the start of a width-changing map (a few seconds of the student)
@@ -215,7 +216,7 @@ def _pooled_pass(ctx, task_data):
 
 
 def pooled_vectors(model, rows, collate, batch_size: int):
-    """``model``'s last hidden states mean-pooled over each of ``rows``' tokens, (N, d) float32 on the CPU: one
+    """``model``'s last hidden states pooled over each of ``rows``' tokens (mean, or as an embedder's run pools), (N, d) float32 on the CPU: one
     batched pass without gradients, in eval mode (its mode restored after)."""
     import torch
     from torch.utils.data import DataLoader
@@ -226,7 +227,8 @@ def pooled_vectors(model, rows, collate, batch_size: int):
         for batch in DataLoader(rows, batch_size=batch_size, collate_fn=collate):
             hidden = model(**model_inputs(batch, model), output_hidden_states=True).hidden_states[-1]
             mask = batch.get("attention_mask")
-            out.append(mean_pooled(hidden, None if mask is None else mask.to(model_device(model))).float().cpu())
+            mask = None if mask is None else mask.to(model_device(model))
+            out.append(pooled(hidden, mask, batch_pooling(batch)).float().cpu())  # as the run pools (an embedder's)
     model.train(was_training)
     return torch.cat(out)
 

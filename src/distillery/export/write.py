@@ -251,11 +251,14 @@ def export_model(
         raise DistilleryError("--recover needs --task (and its data): recovery trains on the task and scores on dev.")
     model = load_pretrained(folder)  # first: damaged weights are named as such, not as a tokenizer problem
     tokenizer = load_tokenizer(str(folder))
-    kind = None if task or task_data is not None else _embedder_kind(folder)
+    kind = None if task or task_data is not None else _embedder_kind(folder, model.config)
     if task_data is None and task:
         task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
-                                        splits=("train", "dev") if recover else ("dev",), **data_options)
+                                        splits=("train", "dev") if recover else ("dev",), folder=folder,
+                                        **data_options)
         check_trained_task(folder, model.config, task_data.task, other_task)
+    if task_data is not None:  # computes as it is scored (an embedder's pooling, from its own files)
+        task_data.task.kind_object.mark_config(model.config, task_data.data_config)
     extra: dict[str, Any] = {}
     if recover:
         from distillery.evaluation import score
@@ -269,13 +272,16 @@ def export_model(
     return out
 
 
-def _embedder_kind(folder: Path):
+def _embedder_kind(folder: Path, model_config):
     """The embedding kind for a sentence-transformers folder (its ``modules.json``), whose export holds its pooling
-    and normalisation (a pooling it does not compute is refused); None for any other model."""
+    (recorded on ``model_config``, as its files say) and normalisation (a pooling it does not compute is refused);
+    None for any other model."""
     if not (folder / "modules.json").is_file():
         return None
     kind = kind_of("embedding")
-    kind.check_teacher(f"The model {folder}", str(folder))
+    data = DataConfig(task="embedding")
+    kind.settle_data(f"The model {folder}", str(folder), data, model_config)
+    kind.mark_config(model_config, data)
     return kind
 
 
@@ -339,9 +345,10 @@ def _recover_teacher_path(given, run_dir: Path | None, folder: Path) -> Path:
 
 
 def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None = None, data_dir: str | None = None,
-                        splits: Sequence[str] = ("dev",), **options: Any):
+                        splits: Sequence[str] = ("dev",), folder: str | os.PathLike | None = None, **options: Any):
     """The TaskData an export is checked and scored on: a run folder's data settings (so that scores
-    match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields)."""
+    match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields), and what the
+    model in ``folder`` decides of them (an embedder's pooling, from its own files)."""
     settings: dict[str, Any] = {}
     if run_dir is not None:
         saved = RunConfig.load(Path(run_dir) / "config.yaml").data
@@ -350,7 +357,11 @@ def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None 
             data_dir = data_dir or saved.data_dir
     settings.update({k: v for k, v in options.items() if v is not None})
     config = DataConfig(task=task, data_dir=data_dir, **settings)
-    return prepare_task_data(task_for(config), tokenizer, config, splits=splits)
+    spec = task_for(config)
+    if folder is not None:
+        spec.kind_object.settle_data(f"The model {folder}", str(folder), config,
+                                     read_config(Path(folder)) if (Path(folder) / "config.json").is_file() else None)
+    return prepare_task_data(spec, tokenizer, config, splits=splits)
 
 
 def kept_exports_folder(model_folder: str | os.PathLike | None, task_data) -> Path | None:

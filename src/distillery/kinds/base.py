@@ -142,6 +142,14 @@ class TaskKind:
         """Refuse a teacher (``name``, resolved to ``folder``) whose own files say it computes something else than
         the kind distils (an embedder's pooling)."""
 
+    def settle_data(self, name: str, folder: str | None, data_config, model_config=None) -> None:
+        """Set in ``data_config`` what the model ``name`` (its ``folder`` or Hub id, or its ``model_config``) decides
+        of how the run's data is read (an embedder's pooling), refusing a setting given that contradicts it."""
+
+    def mark_config(self, model_config, data_config) -> None:
+        """Record on a model's config what the run's data settings make it compute (an embedder's pooling), so that
+        its exports and saved files compute the same."""
+
     def usage_code(self, model_id: str, student_config, own_type: bool) -> list[str] | None:
         """The model card's Python lines loading a student of this kind (``student_config``) from ``model_id`` and
         running it, where it loads otherwise than by transformers' Auto class of its head (an embedder, by

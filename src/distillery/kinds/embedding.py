@@ -1,9 +1,10 @@
-"""Sentence embeddings: the model reads one text and gives one vector for it (mean pooling of its last hidden
-states over the text's tokens, unit length), as a sentence-transformers embedder does; no labels.
+"""Sentence embeddings: the model reads one text and gives one vector for it (its last hidden states pooled: their
+mean over the text's tokens, or the first token's, unit length), as a sentence-transformers embedder does; no labels.
 
 The teacher is an embedder (a sentence-transformers folder, whose ``modules.json`` and pooling config are read and
-must say mean pooling, or any encoder, mean-pooled) and is never fine-tuned. The student learns the teacher's vector
-of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is ``2(1 − cos)/d``: the two
+must say mean or CLS pooling, or any encoder, mean-pooled unless ``data.pooling`` says cls) and is never
+fine-tuned; the run pools as the teacher does, and so does its student (:data:`POOLINGS`). The student learns the
+teacher's vector of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is ``2(1 − cos)/d``: the two
 terms agree, the MSE keeps sentence-transformers' distillation recipe's form). The texts are the student's new rows
 (``--unlabeled-file``: a corpus slice, ``distillery transfer-set --single``); the task's own train split is empty.
 The teacher's vectors are computed once and cached by content as every kind's teacher outputs are
@@ -53,6 +54,15 @@ OWN_VECTOR = {"modality_config": {"text": {"method": "forward", "method_output_n
 # come from the few closest pairs of a batch); at 1 every text of the batch adds to them. Not tuned.
 IMPORTANCE_TEMPERATURE = 1.0
 
+# How a sentence vector is read from the last hidden states: their mean over the text's tokens, or the first token's
+# state ([CLS]: BGE, Arctic-embed, mxbai). A run pools as its teacher does (``data.pooling``, from the teacher's
+# sentence-transformers files), and so does its student. The run's pooling reaches every batch as the column
+# POOLING_COLUMN (1: the first token; absent: the mean), and a model keeps its own in its config (POOLING_ATTRIBUTE;
+# absent: the mean), which its exports and its sentence-transformers files are written from.
+POOLINGS = ("mean", "cls")
+POOLING_COLUMN = "pooling"
+POOLING_ATTRIBUTE = "sentence_pooling"
+
 # The dev rows' roles (the ``role`` column of the raw dev split)
 STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
 
@@ -71,10 +81,27 @@ def mean_pooled(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
 
-def sentence_vectors(outputs, batch) -> Tensor:
-    """A batch's unit sentence vectors from an encoder's outputs (mean pooling over ``attention_mask``), or from
-    outputs that carry them: the cached vectors (``logits``: the teacher's, read from the cache), or an embedder's
-    own (``sentence_embedding``: a CMOW embedder's, an export's), (B, d) float32."""
+def model_pooling(config) -> str:
+    """How a model (its config) pools its hidden states into a sentence vector: :data:`POOLING_ATTRIBUTE`, else mean."""
+    return getattr(config, POOLING_ATTRIBUTE, None) or "mean"
+
+
+def batch_pooling(batch) -> str:
+    """How the run that made ``batch`` pools: "cls" where the batch carries :data:`POOLING_COLUMN` set, else mean."""
+    flags = batch.get(POOLING_COLUMN) if hasattr(batch, "get") else None
+    return "cls" if flags is not None and bool(torch.as_tensor(flags).reshape(-1)[0]) else "mean"
+
+
+def pooled(hidden: Tensor, attention_mask: Tensor | None, pooling: str) -> Tensor:
+    """``(B, L, d) -> (B, d)``: the first token's state (``cls``), or the mean over the tokens (:func:`mean_pooled`)."""
+    return hidden[:, 0] if pooling == "cls" else mean_pooled(hidden, attention_mask)
+
+
+def sentence_vectors(outputs, batch, pooling: str | None = None) -> Tensor:
+    """A batch's unit sentence vectors from an encoder's outputs (pooled as ``pooling`` says, else as the batch's run
+    pools: :func:`batch_pooling`), or from outputs that carry them: the cached vectors (``logits``: the teacher's,
+    read from the cache), or an embedder's own (``sentence_embedding``: a CMOW embedder's, an export's), (B, d)
+    float32."""
     given = output_field(outputs, "logits")
     if given is None:
         given = output_field(outputs, SENTENCE_HEAD.outputs[0])
@@ -83,12 +110,13 @@ def sentence_vectors(outputs, batch) -> Tensor:
     hidden = output_field(outputs, "last_hidden_state")
     if hidden is None:
         hidden = outputs[0]
-    return F.normalize(mean_pooled(hidden.float(), batch.get("attention_mask")), dim=-1)
+    vectors = pooled(hidden.float(), batch.get("attention_mask"), pooling or batch_pooling(batch))
+    return F.normalize(vectors, dim=-1)
 
 
 class PooledEncoder(nn.Module):
-    """An encoder with its mean pooling and normalisation, called like it (``input_ids``, ``attention_mask``,
-    ``token_type_ids``) and giving ``sentence_embedding``, (B, d) unit vectors: what an embedder's exports compute
+    """An encoder with its pooling (:func:`model_pooling`) and normalisation, called like it (``input_ids``,
+    ``attention_mask``, ``token_type_ids``) and giving ``sentence_embedding``, (B, d) unit vectors: what an embedder's exports compute
     (the ONNX graph holds the pooling; a torch-int8 export loads as one). ``config`` is the encoder's; saving
     saves the encoder (the pooling has no weights)."""
 
@@ -103,10 +131,64 @@ class PooledEncoder(nn.Module):
                 return_dict: bool | None = None, **kwargs) -> SentenceEmbeddingOutput:
         given = {"attention_mask": attention_mask, "token_type_ids": token_type_ids}
         outputs = self.encoder(input_ids=input_ids, **{k: v for k, v in given.items() if v is not None}, return_dict=True)
-        return SentenceEmbeddingOutput(sentence_embedding=sentence_vectors(outputs, {"attention_mask": attention_mask}))
+        vectors = sentence_vectors(outputs, {"attention_mask": attention_mask}, pooling=model_pooling(self.config))
+        return SentenceEmbeddingOutput(sentence_embedding=vectors)
 
     def save_pretrained(self, folder, **kwargs) -> None:
         self.encoder.save_pretrained(folder, **kwargs)
+
+
+def _model_file(folder, relative: str) -> Path | None:
+    """``relative`` in a model's folder, or in its Hub repository's local cache (fetched; None where it has none)."""
+    local = Path(folder) / relative
+    if Path(folder).is_dir():
+        return local if local.is_file() else None
+    from transformers.utils import cached_file
+
+    try:
+        found = cached_file(str(folder), relative, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except (OSError, ValueError):  # not a Hub id either: a plain encoder's name that resolves elsewhere
+        return None
+    return Path(found) if found else None
+
+
+def folder_pooling(name: str, folder) -> str | None:
+    """How the sentence-transformers model in ``folder`` (a folder or Hub id; ``name`` says which in a sentence)
+    pools: "mean" or "cls" (:data:`POOLINGS`); None where it holds no sentence-transformers modules (a plain encoder)
+    or gives its own sentence vector (:func:`gives_own_vector`, read by sentence-transformers' transformer module as
+    that vector, then normalised). Any other pipeline (another pooling, a Dense module...) is refused with a sentence:
+    its vectors would not be the ones the student learns to give, or the export computes."""
+    modules_file = _model_file(folder, "modules.json")
+    if modules_file is None:
+        return None
+    try:
+        modules = json.loads(modules_file.read_text())
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        pooling = next((_model_file(folder, f"{m['path']}/config.json") for m in modules
+                        if m["type"].endswith("Pooling")), None)
+        modes = json.loads(pooling.read_text()) if pooling is not None else {}
+        first, config = (_model_file(folder, f"{modules[0]['path']}/{f}".lstrip("/"))
+                         for f in ("sentence_bert_config.json", "config.json"))
+        reads = json.loads(first.read_text()).get("module_output_name") if first is not None else None
+        own = config is not None and gives_own_vector(json.loads(config.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise DistilleryError(f"{name}: {modules_file} is not a sentence-transformers modules list "
+                              f"({type(e).__name__}: {e}).") from None
+    if own and kinds[:1] == ["Transformer"] and set(kinds[1:]) <= {"Normalize"} \
+            and reads == OWN_VECTOR["module_output_name"]:
+        return None
+    # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
+    mode = modes.get("pooling_mode")
+    used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
+                                                     for k, v in modes.items() if k.startswith("pooling_mode") and v)
+    used = ["cls" if u == "cls_token" else u for u in used]
+    if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"} or len(used) != 1 \
+            or used[0] not in POOLINGS:
+        raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
+                              f"pooling {', '.join(used) or 'unknown'}; distillery distils and exports a "
+                              f"transformer with mean or CLS pooling (and normalisation) so far.")
+    return used[0]
 
 
 def embedding_distance(student: Tensor, teacher: Tensor) -> Tensor:
@@ -169,43 +251,36 @@ class Embedding(SentenceKind):
                                   "writes one from a corpus).")
 
     def check_teacher(self, name: str, folder: str) -> None:
-        """Refuse a sentence-transformers model (``name``: "Teacher X", or a model being exported) whose pipeline is
-        not a transformer, mean pooling and (optionally) normalisation, or a model giving its own sentence vector
-        (:func:`gives_own_vector`) read by sentence-transformers' transformer module as that vector and normalised:
-        its vectors would not be the ones the student learns to give, or the export computes."""
-        modules_file = Path(folder) / "modules.json"
-        if not modules_file.is_file():
-            return  # a plain encoder: mean pooling
-        try:
-            modules = json.loads(modules_file.read_text())
-            kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
-            pooling = next((Path(folder) / m["path"] / "config.json" for m in modules
-                            if m["type"].endswith("Pooling")), None)
-            modes = json.loads(pooling.read_text()) if pooling is not None and pooling.is_file() else {}
-            first, config = (Path(folder) / modules[0]["path"] / f for f in ("sentence_bert_config.json", "config.json"))
-            reads = json.loads(first.read_text()).get("module_output_name") if first.is_file() else None
-            own = config.is_file() and gives_own_vector(json.loads(config.read_text()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-            raise DistilleryError(f"{name}: {modules_file} is not a sentence-transformers modules list "
-                                  f"({type(e).__name__}: {e}).") from None
-        if own and kinds[:1] == ["Transformer"] and set(kinds[1:]) <= {"Normalize"} \
-                and reads == OWN_VECTOR["module_output_name"]:
-            return
-        # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
-        mode = modes.get("pooling_mode")
-        used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
-                                                         for k, v in modes.items() if k.startswith("pooling_mode") and v)
-        if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"} or used != ["mean"]:
-            raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
-                                  f"pooling {', '.join(used) or 'unknown'}; distillery distils and exports a "
-                                  f"transformer with mean pooling (and normalisation) so far.")
+        folder_pooling(name, folder)
+
+    def settle_data(self, name: str, folder: str | None, data_config, model_config=None) -> None:
+        """``data_config.pooling``: the model's own (its sentence-transformers files, :func:`folder_pooling`, else its
+        config's :data:`POOLING_ATTRIBUTE`); a plain encoder pools as ``data.pooling`` says (default the mean). A
+        ``data.pooling`` its own files contradict is refused; the mean is kept as None (the default)."""
+        own = folder_pooling(name, folder) if folder is not None else None
+        if own is None and model_config is not None and getattr(model_config, POOLING_ATTRIBUTE, None):
+            own = model_pooling(model_config)
+        given = data_config.pooling
+        if own is not None and given is not None and given != own:
+            raise DistilleryError(f"--pooling {given} (data.pooling), but {name} pools its sentence vectors by {own} "
+                                  f"(its own files say so): drop it.")
+        chosen = own or given
+        data_config.pooling = None if chosen in (None, "mean") else chosen
+
+    def mark_config(self, model_config, data_config) -> None:
+        if getattr(data_config, "pooling", None) not in (None, "mean"):
+            setattr(model_config, POOLING_ATTRIBUTE, data_config.pooling)
 
     def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
+        """The texts encoded as a sentence task's, with :data:`POOLING_COLUMN` where the run pools the first token."""
         if len(raw):
-            return super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
-        # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
-        one = raw.from_dict({"text": ["."], "label": [0.0]}, features=raw.features)
-        return super().encode(task, one, tokenizer, data_config, pair_mode, split_name, train).select([])
+            encoded = super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
+        else:  # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
+            one = raw.from_dict({"text": ["."], "label": [0.0]}, features=raw.features)
+            encoded = super().encode(task, one, tokenizer, data_config, pair_mode, split_name, train).select([])
+        if getattr(data_config, "pooling", None) != "cls":
+            return encoded
+        return encoded.add_column(POOLING_COLUMN, np.ones(len(encoded), dtype=np.int8))
 
     def task_loss(self, outputs, batch, reduction="mean"):
         if "teacher_logits" not in batch:
@@ -324,8 +399,8 @@ class Embedding(SentenceKind):
                        "# one unit vector a text; model.similarity(embeddings, embeddings) gives their cosines"]
 
     def write_files(self, folder: Path, max_length: int) -> None:
-        """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, mean pooling,
-        normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
+        """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, its pooling
+        (:data:`POOLING_ATTRIBUTE`: the run's), normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
         sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``; a model
         giving its own sentence vector (:func:`gives_own_vector`) as sentence-transformers' transformer module
         reading that vector (:data:`OWN_VECTOR`: no pooling), then normalisation."""
@@ -341,7 +416,8 @@ class Embedding(SentenceKind):
             modules = [encoder, Normalize()]
         else:
             encoder = Transformer(str(folder), max_seq_length=max_length)
-            modules = [encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()]
+            pooling = config.get(POOLING_ATTRIBUTE) or "mean"
+            modules = [encoder, Pooling(encoder.get_embedding_dimension(), pooling), Normalize()]
         SentenceTransformer(modules=modules, device="cpu").save(str(folder), create_model_card=False)
 
 
