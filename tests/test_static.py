@@ -29,15 +29,24 @@ def embedder(tmp_path_factory):
     return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st")
 
 
+@pytest.fixture(scope="module")
+def cls_embedder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("static-cls-embedder")
+    return write_sentence_transformer(make_tiny_bert(root / "bert", num_layers=2), root / "st", pooling="cls")
+
+
 def run_static(teacher, data, out, **more):
     data_dir, texts = data
     return compress(tiny_config(teacher, data_dir, out, task="embedding", method="static",
                                 **{"data.unlabeled_file": texts, "method_options.pca_dims": 16, **more}))
 
 
-def test_static_makes_a_static_embedding_that_sentence_transformers_loads_in_a_fresh_process(embedder, embedding_data,
-                                                                                            tmp_path):
-    out = run_static(embedder, embedding_data, tmp_path / "run")
+@pytest.mark.parametrize("teacher", ["embedder", "cls_embedder"])
+def test_static_makes_a_static_embedding_that_sentence_transformers_loads_in_a_fresh_process(teacher, embedding_data,
+                                                                                            tmp_path, request):
+    """A CLS-pooled teacher's too: a table has no first token's state, so its student's vector is the mean of its
+    tokens' vectors whatever the run's pooling, as ``StaticEmbedding`` computes it."""
+    out = run_static(request.getfixturevalue(teacher), embedding_data, tmp_path / "run")
     metrics = json.loads((out / "metrics.json").read_text())
     assert {"sts_spearman", "mrr_at_10"} <= set(metrics["student"])
     student = load_model(out / "student")

@@ -3,12 +3,14 @@ tokens' vectors (special tokens left out), as sentence-transformers' ``StaticEmb
 
 It is a ``PreTrainedModel`` (``save_pretrained``/``from_pretrained``, registered with ``AutoModel`` on import), so that
 the run scores, times and reloads it as any student. Its forward returns each token's vector as
-``last_hidden_state`` (special tokens and padding as zero vectors), which the embedding kind mean-pools over the
-attention mask and normalises: the sum over the counted tokens divided by every token is the same direction as the
-mean over the counted tokens, so the unit vector is ``StaticEmbedding``'s mean normalised. Its weights file holds one
+``last_hidden_state`` (special tokens and padding as zero vectors) and the text's vector itself as
+``sentence_embedding``, the mean over the counted tokens (``StaticEmbedding``'s), which the embedding kind reads and
+normalises whatever the run's pooling: a table has no first token's state to read for a CLS-pooled teacher. Its weights file holds one
 tensor, ``embedding.weight``, the name ``StaticEmbedding`` reads: the folder's one ``model.safetensors`` serves both."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +18,13 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.modeling_outputs import BaseModelOutput
 
 from distillery.kinds.embedding import STATIC_MODEL_TYPE
+
+
+@dataclass
+class StaticEmbedderOutput(BaseModelOutput):
+    """Each token's vector (``last_hidden_state``) and the text's (``sentence_embedding``: their mean, specials out)."""
+
+    sentence_embedding: Tensor | None = None
 
 
 class StaticEmbedderConfig(PretrainedConfig):
@@ -52,7 +61,7 @@ class StaticEmbedder(PreTrainedModel):
         return self.embedding
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                **kwargs) -> BaseModelOutput:
+                **kwargs) -> StaticEmbedderOutput:
         # the special tokens are looked up from the config at each call: a buffer that is not saved is left
         # uninitialised by from_pretrained (transformers builds the model on the meta device)
         special = torch.tensor(self.config.special_ids, dtype=input_ids.dtype, device=input_ids.device)
@@ -60,7 +69,10 @@ class StaticEmbedder(PreTrainedModel):
         if attention_mask is not None:
             keep = keep & attention_mask.bool()
         vectors = self.embedding(input_ids)  # (B, T, d)
-        return BaseModelOutput(last_hidden_state=vectors * keep.unsqueeze(-1).to(vectors.dtype))
+        counted = keep.unsqueeze(-1).to(vectors.dtype)  # (B, T, 1)
+        tokens = vectors * counted
+        mean = tokens.sum(dim=1) / counted.sum(dim=1).clamp_min(1.0)
+        return StaticEmbedderOutput(last_hidden_state=tokens, sentence_embedding=mean)
 
 
 AutoConfig.register(STATIC_MODEL_TYPE, StaticEmbedderConfig, exist_ok=True)
