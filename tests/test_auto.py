@@ -491,6 +491,8 @@ def test_points_within_the_dev_sets_sampling_noise_are_tied_and_the_fastest_is_c
     assert sampling_noise("accuracy", 0.832, 500) == pytest.approx(1.96 * (0.832 * 0.168 / 500) ** 0.5)
     assert sampling_noise("f1", 88.0, 500) == pytest.approx(100 * 1.96 * (0.88 * 0.12 / 500) ** 0.5)  # SQuAD's %
     assert sampling_noise("pearson", 0.8, 1503) == pytest.approx(1.96 * 0.36 / 1500 ** 0.5)
+    # an embedder's STS-B Spearman is a correlation too (it was read as a rate: ±0.010 where it is ±0.015)
+    assert sampling_noise("sts_spearman", 0.8, 1503) == sampling_noise("spearman", 0.8, 1503)
     assert sampling_noise("accuracy", 0.8, None) is None  # a run that did not record its dev size: no ties
 
     cmow = {**_point("cmow", 0.832, 1.0, 20.0), "dev_examples": 500}

@@ -11,12 +11,14 @@ import json
 import numpy as np
 import pytest
 
+from distillery.config import RunConfig
 from distillery.data.encode import prepare_task_data
 from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.kinds import kind_of
 from distillery.metrics import retrieval_scores, sts_correlations
 from distillery.pipeline import compress
+from distillery.modeling import load_tokenizer
 from distillery.runtime import load_model
 from tests.helpers import (NO_EXTRAS, assert_one_line_error, assert_sentence_transformers_gives_what_was_scored,
                            dev_vectors, make_tiny_bert, run_cli, tiny_config,
@@ -43,11 +45,13 @@ def test_distill_makes_an_embedder_that_sentence_transformers_loads_in_a_fresh_p
     out = run(embedder, embedding_data, tmp_path / "run")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["main_metric"] == "sts_spearman"
+    # what the main metric averages over: STS-B's pairs, not the dev split's texts (both sides, SQuAD's rows)
+    config = RunConfig.load(out / "config.yaml")
+    data = prepare_task_data(task_for(config.data), load_tokenizer(embedder), config.data, splits=("dev",))
+    pairs = sum(1 for role in data.dev_examples["role"] if role == 0)
+    assert metrics["dev_examples"] == pairs < len(data.dev_examples)
     assert {"sts_spearman", "mrr_at_10", "recall_at_1", "recall_at_10"} <= set(metrics["student"])
     assert load_model(out / "student").config.num_hidden_layers == 2
-    from distillery.config import RunConfig
-
-    config = RunConfig.load(out / "config.yaml")
     assert_sentence_transformers_gives_what_was_scored(out / "student", config, metrics, tmp_path)
 
 
@@ -58,10 +62,8 @@ def test_the_exports_give_the_sentence_vector_with_the_pooling(embedder, embeddi
     import onnxruntime
     import torch
 
-    from distillery.config import RunConfig
     from distillery.export import export_model, read_manifest
     from distillery.kinds.embedding import PooledEncoder
-    from distillery.modeling import load_tokenizer
 
     out = run(embedder, embedding_data, tmp_path / "run", int8=True, export=["onnx"])
     config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())
@@ -244,9 +246,7 @@ def test_a_cls_pooled_teacher_makes_a_cls_pooled_embedder(cls_embedder, embeddin
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from distillery.config import RunConfig
     from distillery.kinds.embedding import PooledEncoder
-    from distillery.modeling import load_tokenizer
 
     out = run(cls_embedder, embedding_data, tmp_path / "run", export=["onnx"])
     config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())

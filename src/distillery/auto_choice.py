@@ -123,7 +123,7 @@ def sampling_noise(metric: str, score: float | None, examples: int | None) -> fl
     None where the number of examples is unknown (a run older than metrics.json's ``dev_examples``)."""
     if score is None or not examples or examples < 4:
         return None
-    if metric in CORRELATIONS:
+    if metric in CORRELATIONS or metric.endswith(tuple(f"_{c}" for c in CORRELATIONS)):  # an embedder's sts_spearman
         r = min(abs(float(score)), 0.999)
         return TIE_Z * (1.0 - r * r) / math.sqrt(examples - 3)
     scale = 100.0 if score > 1.0 else 1.0  # SQuAD's exact match and F1 are percentages

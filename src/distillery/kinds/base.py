@@ -266,7 +266,11 @@ class TaskKind:
         return compute_metrics(task_data.task, predictions, task_data.labels("dev"))
 
     def dev_size(self, task_data) -> int:
-        """How many scored units the dev split holds (rows), which the chance level's margin shrinks with."""
+        """How many examples the main metric averages over on the dev split (its raw examples: one a sentence or pair,
+        one a SQuAD question however many windows it takes), which the chance level's margin and a dev score's
+        sampling interval shrink with."""
+        if task_data.dev_examples is not None:
+            return len(task_data.dev_examples)
         return len(task_data.dev) if task_data.dev is not None else 0
 
     def placeholder_label(self):

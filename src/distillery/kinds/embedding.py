@@ -347,6 +347,12 @@ class Embedding(SentenceKind):
             scores.update(retrieval_scores(predictions[questions], predictions[passages], index[target[questions]]))
         return scores
 
+    def dev_size(self, task_data) -> int:
+        """The STS-B pairs, which the main metric's correlation is over (the dev split's rows are texts: both sides
+        of each pair, SQuAD's questions and paragraphs)."""
+        raw = task_data.dev_examples
+        return 0 if raw is None else int(np.count_nonzero(np.asarray(arrow_column(raw, "role")) == STS_FIRST))
+
     def placeholder_label(self):
         return 0.0
 
