@@ -32,10 +32,11 @@ MEASURED_RETENTION = {1 / 8: 0.975, 1 / 4: 0.994, 1 / 2: 1.0, 1.0: 1.0}
 # (int8 1.73-1.93× its fp32 student), at 4× about half (1.33-1.53×), at 8× none (0.96-1.11×). The share kept is
 # taken linear in log2 of the fp32 speed-up through those three: all up to 2×, none from 8×.
 INT8_SHARE_ALL, INT8_SHARE_NONE = 2.0, 8.0
-# The int8 export's expected speed-up is planned this far past the target: the cheap mode's measured fp32 speed-up
-# fell up to 7 % short of the speed-up its latency model aimed at (1.85× at 2×, 7.42× at 8×), and the int8 gain
-# scatters by about as much.
-INT8_MARGIN = 1.05
+# The int8 export's expected speed-up is planned this far past the target: the fp32 speed-up measured against the
+# one the latency model aimed at (the cheap mode's: 1.85-2.05× at 2×, 3.77-4.14× at 4×) and the int8 gain at a shape
+# (1.33-1.53× at 4×) each scatter by about 7 %; on RTE at 4× (auto, benchmarks/results/auto-rte-4x.json) a cut planned
+# at 2.95× with 5 % to spare measured 2.84× and its int8 export 3.77×, short of the target.
+INT8_MARGIN = 1.10
 # The lightest cut planned for its int8 export: below it the int8 export is about the free int8 teacher's, which
 # auto measures beside every candidate anyway.
 LIGHTEST = 1.2
