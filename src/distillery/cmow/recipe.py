@@ -39,7 +39,7 @@ from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.modeling import BASE_HEAD, SEQUENCE_HEAD, TOKEN_HEAD, model_folder, read_config
 from distillery.static.options import StaticOptions
-from distillery.static.vectors import counted_tokens, pca_basis, sif_weights, token_vectors
+from distillery.static.vectors import reduced_token_vectors, sif_weights
 from distillery.training.losses import kd_mix, prediction_distillation, soft_cross_entropy_to, task_loss
 from distillery.weights import verify_weights
 
@@ -162,13 +162,13 @@ def start_at_static_vectors(table: torch.nn.Embedding, ctx: MethodContext, train
         raise DistilleryError("--option vectors=static runs the teacher on every vocabulary token, and this teacher "
                               "is an export that gives its outputs only: use vectors=random, or the teacher's "
                               "model folder.")
-    vectors = token_vectors(ctx.teacher, ctx.tokenizer, batch_size=max(ctx.config.student.eval_batch_size, 256))
-    if len(vectors) != table.num_embeddings:
-        raise DistilleryError(f"The teacher gives {len(vectors)} token vectors and the student has "
+    reduced, _, counted = reduced_token_vectors(ctx.teacher, ctx.tokenizer, config.vector_dim, ctx.config.student.seed,
+                                                batch_size=max(ctx.config.student.eval_batch_size, 256))
+    if len(reduced) != table.num_embeddings:
+        raise DistilleryError(f"The teacher gives {len(reduced)} token vectors and the student has "
                               f"{table.num_embeddings} tokens: CMOW students share the teacher's vocabulary.")
-    width = min(vectors.shape[1], config.vector_dim)
-    reduced = pca_basis(vectors, width, seed=ctx.config.student.seed)[0]
-    counted = counted_tokens(ctx.tokenizer, len(vectors)).bool()
+    width = reduced.shape[1]  # min(the teacher's width, vector_dim)
+    counted = counted.bool()
     counted[config.pad_token_id] = False
     target = table.weight[counted, :width].norm(dim=1).mean()
     reduced = reduced * (target / reduced[counted].norm(dim=1).mean())

@@ -25,7 +25,7 @@ from distillery.kinds.embedding import embedding_distance, sentence_vectors
 from distillery.method import Method
 from distillery.method_context import MethodContext
 from distillery.static.modeling_static import StaticEmbedder, StaticEmbedderConfig
-from distillery.static.vectors import counted_tokens, pca_basis, sif_weights, token_vectors
+from distillery.static.vectors import reduced_token_vectors, sif_weights
 
 
 def static_loss(basis: torch.Tensor | None):
@@ -43,10 +43,9 @@ def static_loss(basis: torch.Tensor | None):
 
 def build_student(ctx: MethodContext, train, pca_dims: int | None, sif: float | None) -> tuple[StaticEmbedder, torch.Tensor | None]:
     """The model2vec-style static embedder of ``ctx.teacher`` (SIF counted on ``train``) and the PCA's basis."""
-    vectors = token_vectors(ctx.teacher, ctx.tokenizer, batch_size=max(ctx.config.student.eval_batch_size, 256))
-    counted = counted_tokens(ctx.tokenizer, len(vectors))
-    teacher_dim = vectors.shape[1]
-    reduced, basis = pca_basis(vectors, pca_dims, seed=ctx.config.student.seed)
+    reduced, basis, counted = reduced_token_vectors(ctx.teacher, ctx.tokenizer, pca_dims, ctx.config.student.seed,
+                                                    batch_size=max(ctx.config.student.eval_batch_size, 256))
+    teacher_dim = reduced.shape[1] if basis is None else basis.shape[1]
     if sif is not None:
         reduced = reduced * sif_weights(train, counted, sif)[:, None]
     config = StaticEmbedderConfig(vocab_size=len(reduced), hidden_size=reduced.shape[1],

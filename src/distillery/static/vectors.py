@@ -108,6 +108,17 @@ def pca_basis(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> tup
     return torch.from_numpy(reduced).float(), torch.from_numpy(pca.components_).float()
 
 
+def reduced_token_vectors(model: nn.Module, tokenizer, pca_dims: int | None, seed: int, batch_size: int
+                          ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Every vocabulary token through the teacher (:func:`token_vectors`), PCA-reduced to ``pca_dims``
+    (:func:`pca_basis`): the vectors (V, d), the PCA's basis (None: unreduced) and the tokens a sentence's mean
+    counts (:func:`counted_tokens`): the first steps of method static's table and of a CMOW embedder's start, which
+    then weight them (SIF) each in its own order."""
+    vectors = token_vectors(model, tokenizer, batch_size=batch_size)
+    reduced, basis = pca_basis(vectors, pca_dims, seed=seed)
+    return reduced, basis, counted_tokens(tokenizer, len(vectors))
+
+
 def reduce_dims(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> torch.Tensor:
     """PCA of the token vectors to ``pca_dims`` (fewer numbers per token, decorrelated for the linear head);
     unchanged where ``pca_dims`` is None or not below the teacher's width."""
