@@ -27,9 +27,9 @@ from distillery.data.tasks import TaskSpec
 from distillery.distill import deep_cut
 from distillery.distill.span_carry import carry
 from distillery.errors import DistilleryError
+from distillery.kinds.embedding import batch_pooling, pooled
 from distillery.modeling import first_line, load_checked, load_config, load_tokenizer
 from distillery.teacher import check_vocabulary, resolve_teacher, usable_positions
-from distillery.kinds.embedding import batch_pooling, pooled
 from distillery.training.losses import HiddenProjection, pretrained_distillation_loss
 
 logger = logging.getLogger("distillery")
@@ -216,8 +216,8 @@ def _pooled_pass(ctx, task_data):
 
 
 def pooled_vectors(model, rows, collate, batch_size: int):
-    """``model``'s last hidden states pooled over each of ``rows``' tokens (mean, or as an embedder's run pools), (N, d) float32 on the CPU: one
-    batched pass without gradients, in eval mode (its mode restored after)."""
+    """``model``'s last hidden states pooled over each of ``rows``' tokens (their mean, or as an embedder's run
+    pools), (N, d) float32 on the CPU: one batched pass without gradients, in eval mode (its mode restored after)."""
     import torch
     from torch.utils.data import DataLoader
 

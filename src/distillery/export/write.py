@@ -254,8 +254,8 @@ def export_model(
     kind = None if task or task_data is not None else _embedder_kind(folder, model.config)
     if task_data is None and task:
         task_data = prepare_export_data(task, tokenizer, run_dir, data_dir,
-                                        splits=("train", "dev") if recover else ("dev",), folder=folder,
-                                        **data_options)
+                                        splits=("train", "dev") if recover else ("dev",),
+                                        model=(folder, model.config), **data_options)
         check_trained_task(folder, model.config, task_data.task, other_task)
     if task_data is not None:  # computes as it is scored (an embedder's pooling, from its own files)
         task_data.task.kind_object.mark_config(model.config, task_data.data_config)
@@ -345,10 +345,10 @@ def _recover_teacher_path(given, run_dir: Path | None, folder: Path) -> Path:
 
 
 def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None = None, data_dir: str | None = None,
-                        splits: Sequence[str] = ("dev",), folder: str | os.PathLike | None = None, **options: Any):
+                        splits: Sequence[str] = ("dev",), model: tuple[Path, Any] | None = None, **options: Any):
     """The TaskData an export is checked and scored on: a run folder's data settings (so that scores
     match its metrics.json) when the task is the run's, overridden by ``options`` (DataConfig fields), and what the
-    model in ``folder`` decides of them (an embedder's pooling, from its own files)."""
+    model (its folder and loaded config) decides of them (an embedder's pooling, from its own files)."""
     settings: dict[str, Any] = {}
     if run_dir is not None:
         saved = RunConfig.load(Path(run_dir) / "config.yaml").data
@@ -358,9 +358,9 @@ def prepare_export_data(task: str, tokenizer, run_dir: str | os.PathLike | None 
     settings.update({k: v for k, v in options.items() if v is not None})
     config = DataConfig(task=task, data_dir=data_dir, **settings)
     spec = task_for(config)
-    if folder is not None:
-        spec.kind_object.settle_data(f"The model {folder}", str(folder), config,
-                                     read_config(Path(folder)) if (Path(folder) / "config.json").is_file() else None)
+    if model is not None:
+        folder, model_config = model
+        spec.kind_object.settle_data(f"The model {folder}", str(folder), config, model_config)
     return prepare_task_data(spec, tokenizer, config, splits=splits)
 
 

@@ -144,7 +144,10 @@ class TaskKind:
 
     def settle_data(self, name: str, folder: str | None, data_config, model_config=None) -> None:
         """Set in ``data_config`` what the model ``name`` (its ``folder`` or Hub id, or its ``model_config``) decides
-        of how the run's data is read (an embedder's pooling), refusing a setting given that contradicts it."""
+        of how the run's data is read (an embedder's pooling), refusing a setting given that contradicts it, and a
+        model :meth:`check_teacher` refuses."""
+        if folder is not None:
+            self.check_teacher(name, folder)
 
     def mark_config(self, model_config, data_config) -> None:
         """Record on a model's config what the run's data settings make it compute (an embedder's pooling), so that

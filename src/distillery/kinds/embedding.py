@@ -4,8 +4,8 @@ mean over the text's tokens, or the first token's, unit length), as a sentence-t
 The teacher is an embedder (a sentence-transformers folder, whose ``modules.json`` and pooling config are read and
 must say mean or CLS pooling, or any encoder, mean-pooled unless ``data.pooling`` says cls) and is never
 fine-tuned; the run pools as the teacher does, and so does its student (:data:`POOLINGS`). The student learns the
-teacher's vector of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is ``2(1 − cos)/d``: the two
-terms agree, the MSE keeps sentence-transformers' distillation recipe's form). The texts are the student's new rows
+teacher's vector of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is
+``2(1 − cos)/d``: the two terms agree, the MSE keeps sentence-transformers' distillation recipe's form). The texts are the student's new rows
 (``--unlabeled-file``: a corpus slice, ``distillery transfer-set --single``); the task's own train split is empty.
 The teacher's vectors are computed once and cached by content as every kind's teacher outputs are
 (``teacher_logits``: one vector a text).
@@ -116,8 +116,8 @@ def sentence_vectors(outputs, batch, pooling: str | None = None) -> Tensor:
 
 class PooledEncoder(nn.Module):
     """An encoder with its pooling (:func:`model_pooling`) and normalisation, called like it (``input_ids``,
-    ``attention_mask``, ``token_type_ids``) and giving ``sentence_embedding``, (B, d) unit vectors: what an embedder's exports compute
-    (the ONNX graph holds the pooling; a torch-int8 export loads as one). ``config`` is the encoder's; saving
+    ``attention_mask``, ``token_type_ids``) and giving ``sentence_embedding``, (B, d) unit vectors: what an
+    embedder's exports compute (the ONNX graph holds the pooling; a torch-int8 export loads as one). ``config`` is the encoder's; saving
     saves the encoder (the pooling has no weights)."""
 
     export_head = SENTENCE_HEAD  # what the export's manifest and graph outputs name (not the encoder's head)
@@ -257,7 +257,7 @@ class Embedding(SentenceKind):
         """``data_config.pooling``: the model's own (its sentence-transformers files, :func:`folder_pooling`, else its
         config's :data:`POOLING_ATTRIBUTE`); a plain encoder pools as ``data.pooling`` says (default the mean). A
         ``data.pooling`` its own files contradict is refused; the mean is kept as None (the default)."""
-        own = folder_pooling(name, folder) if folder is not None else None
+        own = folder_pooling(name, folder) if folder is not None else None  # refuses what check_teacher refuses
         if own is None and model_config is not None and getattr(model_config, POOLING_ATTRIBUTE, None):
             own = model_pooling(model_config)
         given = data_config.pooling
@@ -406,8 +406,8 @@ class Embedding(SentenceKind):
 
     def write_files(self, folder: Path, max_length: int) -> None:
         """Make the saved encoder in ``folder`` a sentence-transformers model (modules.json, its pooling
-        (:data:`POOLING_ATTRIBUTE`: the run's), normalisation; its tokenizer reads ``max_length`` tokens, as distillery scored it), written by
-        sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``; a model
+        (:data:`POOLING_ATTRIBUTE`: the run's), normalisation; its tokenizer reads ``max_length`` tokens, as
+        distillery scored it), written by sentence-transformers itself; a static embedder (:data:`STATIC_MODEL_TYPE`) as ``StaticEmbedding``; a model
         giving its own sentence vector (:func:`gives_own_vector`) as sentence-transformers' transformer module
         reading that vector (:data:`OWN_VECTOR`: no pooling), then normalisation."""
         config = json.loads((Path(folder) / "config.json").read_text())

@@ -5,8 +5,8 @@ It is a ``PreTrainedModel`` (``save_pretrained``/``from_pretrained``, registered
 the run scores, times and reloads it as any student. Its forward returns each token's vector as
 ``last_hidden_state`` (special tokens and padding as zero vectors) and the text's vector itself as
 ``sentence_embedding``, the mean over the counted tokens (``StaticEmbedding``'s), which the embedding kind reads and
-normalises whatever the run's pooling: a table has no first token's state to read for a CLS-pooled teacher. Its weights file holds one
-tensor, ``embedding.weight``, the name ``StaticEmbedding`` reads: the folder's one ``model.safetensors`` serves both."""
+normalises whatever the run's pooling: a table has no first token's state to read for a CLS-pooled teacher. Its
+weights file holds one tensor, ``embedding.weight``, the name ``StaticEmbedding`` reads: the folder's one ``model.safetensors`` serves both."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from distillery.kinds.embedding import STATIC_MODEL_TYPE
+from distillery.kinds.embedding import STATIC_MODEL_TYPE, mean_pooled
 
 
 @dataclass
@@ -69,10 +69,8 @@ class StaticEmbedder(PreTrainedModel):
         if attention_mask is not None:
             keep = keep & attention_mask.bool()
         vectors = self.embedding(input_ids)  # (B, T, d)
-        counted = keep.unsqueeze(-1).to(vectors.dtype)  # (B, T, 1)
-        tokens = vectors * counted
-        mean = tokens.sum(dim=1) / counted.sum(dim=1).clamp_min(1.0)
-        return StaticEmbedderOutput(last_hidden_state=tokens, sentence_embedding=mean)
+        return StaticEmbedderOutput(last_hidden_state=vectors * keep.unsqueeze(-1).to(vectors.dtype),
+                                    sentence_embedding=mean_pooled(vectors, keep))
 
 
 AutoConfig.register(STATIC_MODEL_TYPE, StaticEmbedderConfig, exist_ok=True)
