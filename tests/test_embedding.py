@@ -215,21 +215,75 @@ def test_bad_input_is_one_sentence(embedder, embedding_data, tiny_gpt2, tmp_path
     assert_one_line_error(code, err, f"{sts} has no column 'score'; its columns are")
 
 
-def test_a_teacher_of_another_pooling_is_refused(embedder, tmp_path):
+def test_a_teacher_of_another_pipeline_is_refused(embedder, tmp_path):
     import shutil
 
-    folder = tmp_path / "max"
+    folder = tmp_path / "two"
     shutil.copytree(embedder, folder)
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "max"}))
-    with pytest.raises(DistilleryError, match="mean or CLS pooling"):
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": ["mean", "max"]}))
+    with pytest.raises(DistilleryError, match="pooling mean \\+ max; distillery distils and exports a transformer "
+                                              "with one pooling"):
         kind_of("embedding").check_teacher(str(folder), str(folder))
-    # sentence-transformers before 6 wrote a flag a mode: the CLS flag is CLS pooling
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
-                                                                 "pooling_mode_cls_token": True,
-                                                                 "pooling_mode_mean_tokens": False}))
+    # sentence-transformers before 6 wrote a flag a mode: the CLS flag is CLS pooling, two flags two poolings
     from distillery.kinds.embedding import folder_pooling
 
+    pooling.write_text(json.dumps({"word_embedding_dimension": 32, "pooling_mode_cls_token": True,
+                                   "pooling_mode_mean_tokens": False}))
     assert folder_pooling("old", folder) == "cls" and folder_pooling("plain", folder / "0_missing") is None
+    pooling.write_text(json.dumps({"word_embedding_dimension": 32, "pooling_mode_max_tokens": True,
+                                   "pooling_mode_mean_tokens": True}))
+    with pytest.raises(DistilleryError, match="pooling max \\+ mean"):
+        folder_pooling("old", folder)
+    # a Dense module after the pooling changes the vector: refused, not left out
+    pooling.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean"}))
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(DistilleryError, match="modules Transformer, Pooling, Dense, Normalize"):
+        folder_pooling("dense", folder)
+
+
+def test_every_pooling_of_sentence_transformers_is_computed_as_it_computes_it(embedding_data, tmp_path):
+    """Each of sentence-transformers' Pooling modes (max, last token, weighted mean...: SGPT, decoder embedders, old
+    SBERT models) is read from a teacher's files and computed as sentence-transformers computes it: the pooling itself
+    on padding at either side, the run's batches (the pooling travels as a column), and an ONNX export's graph."""
+    import onnxruntime
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from distillery.config import DataConfig
+    from distillery.export import export_model
+    from distillery.kinds.embedding import POOLINGS, batch_pooling, folder_pooling, pooled
+
+    torch.manual_seed(0)
+    hidden, right = torch.randn(3, 7, 8), torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    for mode in POOLINGS:
+        for mask in (right, right.flip(1)):
+            theirs = Pooling(8, mode)({"token_embeddings": hidden, "attention_mask": mask})["sentence_embedding"]
+            torch.testing.assert_close(pooled(hidden, mask, mode), theirs)
+    data_dir, texts = embedding_data
+    bert = make_tiny_bert(tmp_path / "bert", num_layers=2)
+    texts_ = ["a short one", "a somewhat longer text than the first one is", "and a third"]
+    for mode in ("max", "lasttoken", "weightedmean", "mean_sqrt_len_tokens"):
+        folder = write_sentence_transformer(bert, tmp_path / mode, pooling=mode)
+        assert folder_pooling(mode, folder) == mode
+        config = DataConfig(task="embedding", data_dir=str(data_dir), unlabeled_file=texts, max_length=64)
+        kind_of("embedding").settle_data(mode, folder, config)
+        assert config.pooling == mode
+        data = prepare_task_data(task_for(config), load_tokenizer(folder), config, splits=("dev",))
+        assert batch_pooling(data.collate([data.dev[i] for i in range(4)])) == mode
+        ours, dev_texts = dev_vectors(folder, type("Run", (), {"data": config}))
+        theirs = SentenceTransformer(folder, device="cpu").encode(dev_texts, batch_size=64)
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+        if mode not in ("lasttoken", "weightedmean"):  # the poolings of their own ops (gather, flip, arange) only
+            continue
+        # the export's graph pools as the folder says (no task given: read from its modules.json)
+        session = onnxruntime.InferenceSession(str(export_model(folder, "onnx", tmp_path / f"{mode}-onnx") / "model.onnx"))
+        batch = load_tokenizer(folder)(texts_, padding=True, return_tensors="np")
+        (graph,) = session.run(["sentence_embedding"], {i.name: batch[i.name] for i in session.get_inputs()})
+        np.testing.assert_allclose(graph, SentenceTransformer(folder, device="cpu").encode(texts_), atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -283,8 +337,8 @@ def test_a_pooling_given_is_checked(cls_embedder, embedding_data, tmp_path, monk
                            "--pooling", "mean")
     assert_one_line_error(code, err, "--pooling mean (data.pooling), but Teacher")
     code, _, err = run_cli(monkeypatch, capsys, *common, "--out", str(tmp_path / "b"), "--teacher", cls_embedder,
-                           "--pooling", "max")
-    assert_one_line_error(code, err, "mean or cls, got 'max'")
+                           "--pooling", "median")
+    assert_one_line_error(code, err, "one of mean, cls, max, mean_sqrt_len_tokens, weightedmean, lasttoken, got 'median'")
     code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--data-dir", str(data_dir), *NO_EXTRAS,
                            "--out", str(tmp_path / "c"), "--pooling", "cls")
     assert_one_line_error(code, err, "is an embedder's (--task embedding)")

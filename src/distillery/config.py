@@ -239,6 +239,11 @@ def check_fields(obj: Any) -> None:
 # Upper bounds no real run comes near: past them a value is a typo or an attack (a batch of 1e26
 # overflows a tensor's size, 1e23 steps never end), refused before anything is loaded.
 MAX_SIZE = 2**20  # examples in one batch, tokens in one sequence
+# How an embedder's sentence vector is read from its last hidden states (``data.pooling``): sentence-transformers'
+# own Pooling modes, by its names (the mean of the tokens' states; the first token's; their element-wise maximum;
+# their sum over the square root of their count; their mean weighted by position; the last token's). The first is the
+# default; distillery.kinds.embedding computes them.
+SENTENCE_POOLINGS = ("mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 MAX_COUNT = 10**9  # optimizer steps, examples, evaluations
 MAX_EPOCHS = 10**6
 
@@ -315,8 +320,8 @@ class DataConfig:
     # the student's extra text (MethodContext.distillation_train): rows the teacher labels
     unlabeled_file: str | None = None  # one text (or pair) per row, CSV/TSV/JSONL as custom data
     augment_model: str | None = None  # a masked LM (name or folder) for augmentation; else the teacher's own
-    # an embedder's pooling, "mean" or "cls": the teacher's sentence-transformers files decide it (given, it must agree);
-    # a plain encoder teacher is mean-pooled unless this says cls (distillery.kinds.embedding.POOLINGS)
+    # an embedder's pooling (SENTENCE_POOLINGS): the teacher's sentence-transformers files decide it (given, it must
+    # agree); a plain encoder teacher is mean-pooled unless this says otherwise
     pooling: str | None = None
     # SQuAD
     squad_holdout: float | None = None  # fraction of dev articles held out as dev; rest trains
@@ -343,9 +348,9 @@ class DataConfig:
             raise ConfigError("squad_holdout", f"(--squad-holdout) is the fraction of dev articles kept for "
                               f"evaluation and must be between 0 and 1, got {self.squad_holdout}.")
         check_seed(self.seed)
-        if self.pooling is not None and self.pooling not in ("mean", "cls"):
+        if self.pooling is not None and self.pooling not in SENTENCE_POOLINGS:
             raise ConfigError("pooling", f"is how an embedder's sentence vector is read from its last hidden states: "
-                              f"mean or cls, got {self.pooling!r}.")
+                              f"one of {', '.join(SENTENCE_POOLINGS)}, got {self.pooling!r}.")
         if self.pooling is not None and str(self.task).lower() != "embedding":
             raise ConfigError("pooling", f"is an embedder's (--task embedding); task {self.task} would ignore it.")
         if str(self.task).lower() != "custom":

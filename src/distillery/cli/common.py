@@ -29,7 +29,7 @@ LabelColumn = Annotated[Optional[str], typer.Option(help="custom: column of the 
 Regression = Annotated[bool, typer.Option(help="custom: the label is a number to regress.")]
 TokenColumn = Annotated[Optional[int], typer.Option(help="custom token classification: the 0-based column of the word in a CoNLL-style file (default 0).")]
 TagColumn = Annotated[Optional[int], typer.Option(help="custom token classification: the 0-based column of the word's IOB tag in a CoNLL-style file (default the last).")]
-Pooling = Annotated[Optional[str], typer.Option(help="--task embedding: how the teacher's sentence vector is read from its last hidden states, mean or cls (its first token's); a sentence-transformers teacher's own files decide it (given, it must agree); a plain encoder is mean-pooled unless told cls. Its student pools the same way.")]
+Pooling = Annotated[Optional[str], typer.Option(help="--task embedding: how the teacher's sentence vector is read from its last hidden states, as sentence-transformers' Pooling modes: mean, cls (the first token's), max, mean_sqrt_len_tokens, weightedmean or lasttoken; a sentence-transformers teacher's own files decide it (given, it must agree); a plain encoder is mean-pooled unless told otherwise. Its student pools the same way.")]
 LabelAllSubwords = Annotated[bool, typer.Option(help="token classification: train on every sub-word of a word (B-X continuing as I-X), not only its first; dev is scored on first sub-words either way.")]
 
 

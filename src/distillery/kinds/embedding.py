@@ -1,8 +1,9 @@
-"""Sentence embeddings: the model reads one text and gives one vector for it (its last hidden states pooled: their
-mean over the text's tokens, or the first token's, unit length), as a sentence-transformers embedder does; no labels.
+"""Sentence embeddings: the model reads one text and gives one vector for it (its last hidden states pooled: by
+default their mean over the text's tokens, or the first token's, ... as sentence-transformers' Pooling modes; unit
+length), as a sentence-transformers embedder does; no labels.
 
 The teacher is an embedder (a sentence-transformers folder, whose ``modules.json`` and pooling config are read and
-must say mean or CLS pooling, or any encoder, mean-pooled unless ``data.pooling`` says cls) and is never
+must say one pooling mode, or any encoder, mean-pooled unless ``data.pooling`` says otherwise) and is never
 fine-tuned; the run pools as the teacher does, and so does its student (:data:`POOLINGS`). The student learns the
 teacher's vector of each text: ``(1 − cos(ŝ, t̂)) + MSE(ŝ, t̂)`` on the unit vectors (on unit vectors the MSE is
 ``2(1 − cos)/d``: the two terms agree, the MSE keeps sentence-transformers' distillation recipe's form). The texts are the student's new rows
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from distillery.config import SENTENCE_POOLINGS
 from distillery.errors import DistilleryError
 from distillery.kinds.base import arrow_column, output_field
 from distillery.kinds.sentence import SentenceKind
@@ -54,14 +56,21 @@ OWN_VECTOR = {"modality_config": {"text": {"method": "forward", "method_output_n
 # come from the few closest pairs of a batch); at 1 every text of the batch adds to them. Not tuned.
 IMPORTANCE_TEMPERATURE = 1.0
 
-# How a sentence vector is read from the last hidden states: their mean over the text's tokens, or the first token's
-# state ([CLS]: BGE, Arctic-embed, mxbai). A run pools as its teacher does (``data.pooling``, from the teacher's
-# sentence-transformers files), and so does its student. The run's pooling reaches every batch as the column
-# POOLING_COLUMN (1: the first token; absent: the mean), and a model keeps its own in its config (POOLING_ATTRIBUTE;
-# absent: the mean), which its exports and its sentence-transformers files are written from.
-POOLINGS = ("mean", "cls")
+# How a sentence vector is read from the last hidden states, by sentence-transformers' names (its Pooling modes):
+# their mean over the text's tokens (all-MiniLM, all-mpnet), the first token's state ([CLS]: BGE, Arctic-embed,
+# mxbai), their element-wise maximum, their sum over the square root of their count, their mean weighted by position
+# (SGPT) or the last token's state (decoder embedders). A run pools as its teacher does (``data.pooling``, from the
+# teacher's sentence-transformers files), and so does its student. The run's pooling reaches every batch as the
+# column POOLING_COLUMN (its index in POOLINGS; absent: the mean), and a model keeps its own in its config
+# (POOLING_ATTRIBUTE; absent: the mean), which its exports and its sentence-transformers files are written from.
+POOLINGS = SENTENCE_POOLINGS
 POOLING_COLUMN = "pooling"
 POOLING_ATTRIBUTE = "sentence_pooling"
+
+# sentence-transformers' pooling config before version 6: one flag a mode
+LEGACY_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                        "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                        "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 # The dev rows' roles (the ``role`` column of the raw dev split)
 STS_FIRST, STS_SECOND, QUESTION, PASSAGE = 0, 1, 2, 3
@@ -87,14 +96,35 @@ def model_pooling(config) -> str:
 
 
 def batch_pooling(batch) -> str:
-    """How the run that made ``batch`` pools: "cls" where the batch carries :data:`POOLING_COLUMN` set, else mean."""
+    """How the run that made ``batch`` pools: the pooling :data:`POOLING_COLUMN` names (its index in
+    :data:`POOLINGS`), else the mean."""
     flags = batch.get(POOLING_COLUMN) if hasattr(batch, "get") else None
-    return "cls" if flags is not None and bool(torch.as_tensor(flags).reshape(-1)[0]) else "mean"
+    return "mean" if flags is None else POOLINGS[int(torch.as_tensor(flags).reshape(-1)[0])]
 
 
 def pooled(hidden: Tensor, attention_mask: Tensor | None, pooling: str) -> Tensor:
-    """``(B, L, d) -> (B, d)``: the first token's state (``cls``), or the mean over the tokens (:func:`mean_pooled`)."""
-    return hidden[:, 0] if pooling == "cls" else mean_pooled(hidden, attention_mask)
+    """``(B, L, d) -> (B, d)``: the hidden states pooled as sentence-transformers' Pooling module of mode ``pooling``
+    (:data:`POOLINGS`) pools them, padding left out, on either side."""
+    if pooling == "mean":
+        return mean_pooled(hidden, attention_mask)
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.int32, device=hidden.device)
+    mask = attention_mask.to(hidden.device, torch.int32)  # int32: ONNX Runtime's ArgMax takes no int64 (onnxruntime#10068)
+    length = hidden.shape[1]
+    if pooling in ("cls", "lasttoken"):
+        first = mask.argmax(dim=1)  # the first position not padding
+        at = first if pooling == "cls" else length - 1 - mask.flip(1).argmax(dim=1)
+        return hidden.gather(1, at.view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])).squeeze(1)
+    weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    if pooling == "max":
+        return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
+    if pooling == "mean_sqrt_len_tokens":
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0).sqrt()
+    if pooling == "weightedmean":  # the i-th token of the text weighs i (from 1), left padding not counted
+        positions = torch.arange(1, length + 1, device=hidden.device, dtype=hidden.dtype).view(1, -1, 1)
+        weights = weights * (positions - mask.argmax(dim=1).to(hidden.dtype).view(-1, 1, 1))
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-9)
+    raise ValueError(f"unknown pooling {pooling!r}: one of {', '.join(POOLINGS)}")
 
 
 def sentence_vectors(outputs, batch, pooling: str | None = None) -> Tensor:
@@ -155,9 +185,9 @@ def _model_file(folder, relative: str) -> Path | None:
 
 def folder_pooling(name: str, folder) -> str | None:
     """How the sentence-transformers model in ``folder`` (a folder or Hub id; ``name`` says which in a sentence)
-    pools: "mean" or "cls" (:data:`POOLINGS`); None where it holds no sentence-transformers modules (a plain encoder)
+    pools: one of :data:`POOLINGS`; None where it holds no sentence-transformers modules (a plain encoder)
     or gives its own sentence vector (:func:`gives_own_vector`, read by sentence-transformers' transformer module as
-    that vector, then normalised). Any other pipeline (another pooling, a Dense module...) is refused with a sentence:
+    that vector, then normalised). Any other pipeline (several poolings at once, a Dense module...) is refused with a sentence:
     its vectors would not be the ones the student learns to give, or the export computes."""
     modules_file = _model_file(folder, "modules.json")
     if modules_file is None:
@@ -178,16 +208,17 @@ def folder_pooling(name: str, folder) -> str | None:
     if own and kinds[:1] == ["Transformer"] and set(kinds[1:]) <= {"Normalize"} \
             and reads == OWN_VECTOR["module_output_name"]:
         return None
-    # sentence-transformers 6 writes "pooling_mode": "mean"; earlier versions a flag a mode
+    # sentence-transformers 6 writes "pooling_mode": "mean" (or a list of modes); earlier versions a flag a mode
     mode = modes.get("pooling_mode")
-    used = [mode] if isinstance(mode, str) else sorted(k.removeprefix("pooling_mode_").removesuffix("_tokens")
-                                                     for k, v in modes.items() if k.startswith("pooling_mode") and v)
-    used = ["cls" if u == "cls_token" else u for u in used]
+    if "pooling_mode" in modes:
+        used = [mode] if isinstance(mode, str) else list(mode) if isinstance(mode, list) else [str(mode)]
+    else:
+        used = [LEGACY_POOLING_FLAGS.get(k, k) for k, v in modes.items() if k.startswith("pooling_mode_") and v]
     if kinds[:2] != ["Transformer", "Pooling"] or set(kinds[2:]) - {"Normalize"} or len(used) != 1 \
             or used[0] not in POOLINGS:
         raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
-                              f"pooling {', '.join(used) or 'unknown'}; distillery distils and exports a "
-                              f"transformer with mean or CLS pooling (and normalisation) so far.")
+                              f"pooling {' + '.join(map(str, used)) or 'unknown'}; distillery distils and exports a "
+                              f"transformer with one pooling ({', '.join(POOLINGS)}) and normalisation so far.")
     return used[0]
 
 
@@ -272,15 +303,17 @@ class Embedding(SentenceKind):
             setattr(model_config, POOLING_ATTRIBUTE, data_config.pooling)
 
     def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
-        """The texts encoded as a sentence task's, with :data:`POOLING_COLUMN` where the run pools the first token."""
+        """The texts encoded as a sentence task's, with :data:`POOLING_COLUMN` where the run pools other than by the
+        mean."""
         if len(raw):
             encoded = super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
         else:  # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
             one = raw.from_dict({"text": ["."], "label": [0.0]}, features=raw.features)
             encoded = super().encode(task, one, tokenizer, data_config, pair_mode, split_name, train).select([])
-        if getattr(data_config, "pooling", None) != "cls":
+        pooling = getattr(data_config, "pooling", None) or "mean"
+        if pooling == "mean":
             return encoded
-        return encoded.add_column(POOLING_COLUMN, np.ones(len(encoded), dtype=np.int8))
+        return encoded.add_column(POOLING_COLUMN, np.full(len(encoded), POOLINGS.index(pooling), dtype=np.int8))
 
     def task_loss(self, outputs, batch, reduction="mean"):
         if "teacher_logits" not in batch:
