@@ -511,6 +511,34 @@ def test_points_within_the_dev_sets_sampling_noise_are_tied_and_the_fastest_is_c
     assert chosen["point"] == "cmow" and "is the most accurate of the 2 model(s)" in why
 
 
+def test_an_embedder_tied_on_sts_is_not_tied_when_its_retrieval_falls_behind():
+    """Issue 55: an embedder's tie read STS-B only, so a faster point tied there was chosen however far its retrieval
+    fell behind. The kind names MRR@10 as a metric ties also read (over the SQuAD questions); behind it by more than
+    its interval, the point is not tied."""
+    from distillery.auto_choice import sampling_noise
+
+    def embedder(name, sts, mrr, speedup):
+        return {**_point(name, sts, 10.0 / speedup, speedup), "dev_examples": 1500, "metrics": {"sts_spearman": sts,
+                "mrr_at_10": mrr}, "tie_metrics": {"mrr_at_10": 1500}}
+
+    mrr_noise = sampling_noise("mrr_at_10", 0.69, 1500)
+    assert mrr_noise == pytest.approx(1.96 * (0.69 * 0.31 / 1500) ** 0.5)  # a rate's: an upper bound for a mean in [0, 1]
+    prune = embedder("prune-2.4x+onnx-int8", 0.843, 0.69, 4.2)
+    close = embedder("distill-2l+onnx-int8", 0.834, 0.69 - mrr_noise / 2, 4.9)  # tied on both: the faster
+    chosen, why = choose([prune, close], Target(speedup=4.0), "sts_spearman")
+    assert chosen["point"] == "distill-2l+onnx-int8"
+    assert f"(mrr_at_10 within ±{mrr_noise:.3f} over 1500)" in why
+    far = embedder("distill-2l+onnx-int8", 0.834, 0.69 - 1.5 * mrr_noise, 4.9)  # tied on STS-B, behind on retrieval
+    chosen, why = choose([prune, far], Target(speedup=4.0), "sts_spearman")
+    assert chosen["point"] == "prune-2.4x+onnx-int8"
+    assert "is the most accurate of the 2 model(s)" in why
+    assert "`distill-2l+onnx-int8` (0.834) scores within ±0.015 of it on sts_spearman (its 95 % sampling interval " \
+           "over 1500 dev examples) but falls behind on mrr_at_10 by more than" in why
+    # ahead on retrieval is no reason to part them: tied, the faster
+    ahead = embedder("distill-2l+onnx-int8", 0.834, 0.75, 4.9)
+    assert choose([prune, ahead], Target(speedup=4.0), "sts_spearman")[0]["point"] == "distill-2l+onnx-int8"
+
+
 @pytest.mark.slow  # every candidate of a tagger, each with its int8 export: 223 s on a loaded 2-core machine
 def test_auto_plans_and_chooses_a_tagger(tiny_bert4, conll_dir, tmp_path, monkeypatch, capsys):
     """--method auto on a token-classification task: the same plan as for sentences (every method compresses a

@@ -119,7 +119,8 @@ CORRELATIONS = ("pearson", "spearman", "mcc")
 
 def sampling_noise(metric: str, score: float | None, examples: int | None) -> float | None:
     """Half the width of a 95 % interval of a dev score from ``examples`` examples: binomial for a rate
-    (accuracy, F1, SQuAD's percentages), the Fisher-z standard error for a correlation, at the score itself.
+    (accuracy, F1, SQuAD's percentages; for a mean of values in [0, 1] such as MRR@10, an upper bound), the
+    Fisher-z standard error for a correlation, at the score itself.
     None where the number of examples is unknown (a run older than metrics.json's ``dev_examples``)."""
     if score is None or not examples or examples < 4:
         return None
@@ -144,7 +145,7 @@ def candidate_points(name: str, run: Run) -> list[dict[str, Any]]:
         p["run"], p["point"], p["candidate"] = name, point_name(name, p["model"]), name
         p["noise"] = timing_noise(run.bench, p["model"])
         p["failed"] = learned_too_little(p["main"], run.metrics)
-        p["dev_examples"] = run.metrics.dev_examples
+        p["dev_examples"], p["tie_metrics"] = run.metrics.dev_examples, run.metrics.tie_metrics
     return points
 
 
@@ -167,7 +168,7 @@ def free_int8_point(runs: Mapping[str, Run]) -> dict[str, Any] | None:
     name, row = rows[(len(rows) - 1) // 2]
     return {**row, "candidate": FREE_INT8, "point": FREE_INT8, "free": True, "measured_in": name,
             "noise": timing_noise(runs[name].bench, FREE_INT8), "failed": None,
-            "dev_examples": runs[name].metrics.dev_examples}
+            "dev_examples": runs[name].metrics.dev_examples, "tie_metrics": runs[name].metrics.tie_metrics}
 
 
 def _speed_words(p: Mapping[str, Any]) -> str:
@@ -183,7 +184,9 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
     """The most accurate point that meets the target as measured, and the one sentence saying why, naming
     what it beat; None and a plain sentence when none meets it. A point that ``failed`` to learn is never
     chosen. Points whose dev scores lie within the dev set's sampling noise of the most accurate one
-    (:func:`sampling_noise`: 3 examples of 500 tell nothing apart) are tied, and the fastest of them is chosen."""
+    (:func:`sampling_noise`: 3 examples of 500 tell nothing apart) are tied, and the fastest of them is chosen; where
+    the kind names other metrics to read (``tie_metrics``: an embedder's retrieval beside STS-B), a point that falls
+    behind the most accurate one on any of them by more than its noise is not tied."""
     scored = [p for p in points if p["main"] is not None and p["latency_ms"] and p["latency_speedup"]]
     if not scored:
         return None, "No candidate finished with a score and a latency, so no model can be chosen."
@@ -198,7 +201,15 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
     rank = lambda p: (p["main"], p["latency_speedup"])  # noqa: E731 (equal scores: the faster, as a ratio)
     top = max(meeting, key=rank)
     noise = sampling_noise(main, top["main"], top.get("dev_examples"))
-    tied = [p for p in meeting if noise is not None and top["main"] - p["main"] < noise]
+    also = {m: (top["metrics"].get(m), sampling_noise(m, top["metrics"].get(m), n), n)
+            for m, n in (top.get("tie_metrics") or {}).items() if top.get("metrics")}
+
+    def behind(p) -> list[str]:  # the other metrics on which p falls behind the top by more than their noise
+        return [m for m, (value, margin, _) in also.items() if value is not None and margin is not None
+                and (p.get("metrics") or {}).get(m) is not None and value - p["metrics"][m] >= margin]
+
+    within = [p for p in meeting if noise is not None and top["main"] - p["main"] < noise]
+    tied = [p for p in within if not behind(p)]
     best = max(tied, key=lambda p: (p["latency_speedup"], p["main"])) if len(tied) > 1 else top
     if len(tied) <= 1:
         text = (f"{_name(best)} is the most accurate of the {len(meeting)} model(s) that meet {target.words()} as "
@@ -209,10 +220,22 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
                 f"{others}: their scores lie within ±{fmt_metric(noise)}, the 95 % sampling interval of {md(main)} "
                 f"over {top['dev_examples']} dev examples, so the fastest of them is chosen among the "
                 f"{len(meeting)} model(s) that meet {target.words()} as measured here")
+        read = [m for m, (value, margin, _) in also.items() if value is not None and margin is not None]
+        if read:
+            text += " (" + ", ".join(f"{md(m)} within ±{fmt_metric(also[m][1])} over {also[m][2]}" for m in read) + ")"
     if target.met_within_noise(best):
         text += f"; {fmt_x(best['latency_speedup'])} is within its timing's {100 * best['noise']:.0f} % noise of the target"
     text += ")" if len(tied) <= 1 else ""
-    rival = max((p for p in meeting if p not in tied and p is not best), key=rank, default=None)
+    apart = [p for p in within if p not in tied]
+    if apart:
+        lags = list(dict.fromkeys(m for p in apart for m in behind(p)))
+        names = ", ".join(f"{_name(p)} ({fmt_metric(p['main'])})" for p in apart)
+        one = len(apart) == 1
+        text += (f"; {names} score{'s' if one else ''} within "
+                 f"±{fmt_metric(noise)} of it on {md(main)} (its 95 % sampling interval over {top['dev_examples']} dev "
+                 f"examples) but fall{'s' if one else ''} behind on " + ", ".join(f"{md(m)} by more than ±{fmt_metric(also[m][1])} over "
+                                                             f"{also[m][2]}" for m in lags))
+    rival = max((p for p in meeting if p not in within and p is not best), key=rank, default=None)
     if rival is not None:
         text += f"; it beats {_name(rival)} ({fmt_metric(rival['main'])}, {_speed_words(rival)})"
     better = max((p for p in scored if not target.met_by(p) and p["main"] > best["main"]),

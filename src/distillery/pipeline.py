@@ -364,6 +364,7 @@ def _evaluate(config: RunConfig, out: Path, task, ctx: MethodContext, student, t
     # the report flags a teacher that scores no better than a model that learned nothing
     metrics.chance = chance_score(task_data)
     metrics.dev_examples = task.kind_object.dev_size(task_data)  # what the main metric averages over
+    metrics.tie_metrics = task.kind_object.tie_metrics(task_data) or None
     for split in task.dev_splits[1:]:  # MNLI: dev_mismatched beside the main dev_matched
         other = {id(tok): prepare_task_data(task, tok, config.data, splits=(split,)) for tok in (tokenizer, student_tokenizer)}
         metrics.other_splits = metrics.other_splits or {}

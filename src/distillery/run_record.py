@@ -64,6 +64,7 @@ METRICS_FIELDS: list[Field] = [
     Field("other_splits", {"": dict, "*": dict, "*.*": dict, "*.*.*": NUMBER}),
     Field("others", GROUP), Field("baselines", GROUP), Field("baseline_notes", {"": list, "*": str}),
     Field("dev_limit", None), Field("chain", list), Field("dev_examples", NUMBER),
+    Field("tie_metrics", {"": dict, "*": NUMBER}),
 ]
 TRAIN_SHAPE = {
     **{k: NUMBER for k in ("teacher_seconds", "student_seconds", "total_seconds", "train_examples",
@@ -175,6 +176,7 @@ class Metrics:
     dev_limit: int | None = None
     chain: list[dict[str, Any]] | None = None
     dev_examples: int | None = None  # the examples the dev scores average over (their sampling noise)
+    tie_metrics: dict[str, int] | None = None  # other metrics auto's ties read, with their examples (TaskKind.tie_metrics)
     extra: dict[str, Any] = field(default_factory=dict)
 
     WRITTEN_WHEN_NONE = ("retention",)  # null in the file: the teacher scored 0, no retention

@@ -276,6 +276,12 @@ class TaskKind:
             return len(task_data.dev_examples)
         return len(task_data.dev) if task_data.dev is not None else 0
 
+    def tie_metrics(self, task_data) -> dict[str, int]:
+        """The metrics besides the main one that a point must also not fall behind on to be tied with the most
+        accurate one (``--method auto``'s tie rule), each with the number of dev examples it averages over: none for
+        most kinds, an embedder's retrieval."""
+        return {}
+
     def placeholder_label(self):
         """The label a new row carries until the teacher labels it."""
         raise NotImplementedError
