@@ -242,6 +242,12 @@ def test_a_teacher_of_another_pipeline_is_refused(embedder, tmp_path):
     (folder / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(DistilleryError, match="modules Transformer, Pooling, Dense, Normalize"):
         folder_pooling("dense", folder)
+    # INSTRUCTOR's pooling leaves its prompt's tokens out: not what distillery computes
+    modules.pop(2)
+    (folder / "modules.json").write_text(json.dumps(modules))
+    pooling.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean", "include_prompt": False}))
+    with pytest.raises(DistilleryError, match=r"pools its tokens without its prompt's \(include_prompt: false"):
+        folder_pooling("instructor", folder)
 
 
 def test_every_pooling_of_sentence_transformers_is_computed_as_it_computes_it(embedding_data, tmp_path):
@@ -343,3 +349,68 @@ def test_a_pooling_given_is_checked(cls_embedder, embedding_data, tmp_path, monk
                            "--out", str(tmp_path / "c"), "--pooling", "cls")
     assert_one_line_error(code, err, "is an embedder's (--task embedding)")
     assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_a_teacher_with_prompts_is_called_with_them_and_its_student_keeps_them(embedding_data, tmp_path):
+    """A teacher with prompts (E5's "query: " and "passage: ", BGE's query instruction, a default prompt) gives
+    sentence-transformers' vectors: each dev text after the prompt encode, encode_query or encode_document puts
+    before it, each transfer-set text in each of those forms in turn; the student is saved with the same prompts, so
+    its own encode_query and encode_document give the vectors distillery scored."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from distillery.kinds.embedding import PASSAGE, QUESTION, prompted, role_prompts
+
+    prompts = {"query": "query: ", "document": "passage: ", "similar": "similar: ", "unused": "x: "}
+    encoder = Transformer(make_tiny_bert(tmp_path / "bert", num_layers=4), max_seq_length=64)
+    teacher = str(tmp_path / "teacher")
+    SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension()), Normalize()], device="cpu",
+                        prompts=prompts, default_prompt_name="similar").save(teacher, create_model_card=False)
+    rows = prompted(Dataset.from_dict({"text": ["a", "b", "c", "d"]}), role_prompts(prompts, "similar"))
+    assert rows["text"] == ["similar: a", "query: b", "passage: c", "similar: d"]  # the transfer set: in turn
+    from distillery.config import DataConfig
+
+    with pytest.raises(DistilleryError, match="data.prompts / data.default_prompt given, but Teacher has prompts of "
+                                              "its own"):
+        kind_of("embedding").settle_data("Teacher", teacher, DataConfig(task="embedding", prompts={"query": "q: "}))
+
+    out = run(teacher, embedding_data, tmp_path / "run")
+    config, metrics = RunConfig.load(out / "config.yaml"), json.loads((out / "metrics.json").read_text())
+    assert (config.data.prompts, config.data.default_prompt) == (prompts, "similar")
+    data = prepare_task_data(task_for(config.data), load_tokenizer(teacher), config.data, splits=("dev",))
+    role = np.asarray(data.dev_examples["role"])
+    texts = list(data.dev_examples["text"])
+
+    def theirs(model):  # the dev vectors as sentence-transformers computes them, each text by its role
+        vectors = model.encode(texts)  # STS-B's sentences: the default prompt
+        for which, encode in ((QUESTION, model.encode_query), (PASSAGE, model.encode_document)):
+            at = np.flatnonzero(role == which)
+            vectors[at] = encode([texts[i] for i in at])
+        return vectors
+
+    kind = kind_of("embedding")
+    teacher_scores = kind.scores(data, theirs(SentenceTransformer(teacher, device="cpu")))
+    for metric in ("sts_spearman", "mrr_at_10"):
+        assert metrics["teacher"][metric] == pytest.approx(teacher_scores[metric], abs=1e-6)
+    student = SentenceTransformer(str(out / "student"), device="cpu")
+    assert (student.prompts, student.default_prompt_name) == (prompts, "similar")
+    ours, _ = dev_vectors(out / "student", config)
+    np.testing.assert_allclose(ours, theirs(student), atol=1e-5)
+    assert metrics["student"]["mrr_at_10"] == pytest.approx(kind.scores(data, ours)["mrr_at_10"], abs=1e-6)
+
+
+def test_prompts_given_are_checked(embedder, embedding_data, tmp_path, monkeypatch, capsys):
+    data_dir, texts = embedding_data
+    settings = tmp_path / "prompts.yaml"
+    settings.write_text("data:\n  default_prompt: query\n")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "embedding", "--data-dir", str(data_dir),
+                           *NO_EXTRAS, "--unlabeled-file", texts, "--teacher", embedder, "--out", str(tmp_path / "a"),
+                           "--config", str(settings))
+    assert_one_line_error(code, err, "default_prompt names one of data.prompts (none given), got 'query'")
+    settings.write_text("data:\n  prompts: {query: 'query: '}\n")
+    code, _, err = run_cli(monkeypatch, capsys, "compress", "--task", "sst2", "--data-dir", str(data_dir), *NO_EXTRAS,
+                           "--out", str(tmp_path / "b"), "--config", str(settings))
+    assert_one_line_error(code, err, "prompts is an embedder's (--task embedding)")
+    assert not any((tmp_path / name).exists() for name in "ab")

@@ -323,6 +323,11 @@ class DataConfig:
     # an embedder's pooling (SENTENCE_POOLINGS): the teacher's sentence-transformers files decide it (given, it must
     # agree); a plain encoder teacher is mean-pooled unless this says otherwise
     pooling: str | None = None
+    # an embedder's prompts (sentence-transformers' ``prompts``: a name -> the text put before a text, e.g. "query":
+    # "query: "), and the one every text gets unless another is named (its ``default_prompt_name``): the teacher's
+    # files decide them; a plain encoder teacher has those given here (distillery.kinds.embedding.role_prompts)
+    prompts: dict[str, str] | None = None
+    default_prompt: str | None = None
     # SQuAD
     squad_holdout: float | None = None  # fraction of dev articles held out as dev; rest trains
     doc_stride: int = 64  # overlap of SQuAD windows (the full budget uses 128 with 384-token windows)
@@ -351,8 +356,15 @@ class DataConfig:
         if self.pooling is not None and self.pooling not in SENTENCE_POOLINGS:
             raise ConfigError("pooling", f"is how an embedder's sentence vector is read from its last hidden states: "
                               f"one of {', '.join(SENTENCE_POOLINGS)}, got {self.pooling!r}.")
-        if self.pooling is not None and str(self.task).lower() != "embedding":
-            raise ConfigError("pooling", f"is an embedder's (--task embedding); task {self.task} would ignore it.")
+        for name in ("pooling", "prompts", "default_prompt"):
+            if getattr(self, name) is not None and str(self.task).lower() != "embedding":
+                raise ConfigError(name, f"is an embedder's (--task embedding); task {self.task} would ignore it.")
+        if self.prompts is not None and not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in self.prompts.items()):
+            raise ConfigError("prompts", f"maps a prompt's name to its text (both strings), got {self.prompts!r}.")
+        if self.default_prompt is not None and self.default_prompt not in (self.prompts or {}):
+            raise ConfigError("default_prompt", f"names one of data.prompts ({', '.join(self.prompts or {}) or 'none given'}), "
+                              f"got {self.default_prompt!r}.")
         if str(self.task).lower() != "custom":
             given = next((name for name in self.CUSTOM_ONLY if getattr(self, name) not in (None, False)), None)
             if given is not None:

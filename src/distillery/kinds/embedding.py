@@ -67,6 +67,15 @@ POOLINGS = SENTENCE_POOLINGS
 POOLING_COLUMN = "pooling"
 POOLING_ATTRIBUTE = "sentence_pooling"
 
+# sentence-transformers' prompts (its config_sentence_transformers.json: ``prompts``, a name -> the text put before a
+# text, and ``default_prompt_name``, the one ``encode`` puts before every text unless told otherwise; E5's "query: "
+# and "passage: ", BGE's and Arctic-embed's query instruction). A run puts before each text the prompt its teacher
+# would be called with (role_prompts), and its student keeps them (PROMPTS_ATTRIBUTE in its config: {"prompts": ...,
+# "default": name or None}), in its sentence-transformers files too.
+PROMPTS_ATTRIBUTE = "sentence_prompts"
+# encode_query's prompt name, and encode_document's in the order it looks for them
+QUERY_PROMPT, DOCUMENT_PROMPTS = "query", ("document", "passage", "corpus")
+
 # sentence-transformers' pooling config before version 6: one flag a mode
 LEGACY_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                         "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
@@ -205,6 +214,9 @@ def folder_pooling(name: str, folder) -> str | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise DistilleryError(f"{name}: {modules_file} is not a sentence-transformers modules list "
                               f"({type(e).__name__}: {e}).") from None
+    if modes.get("include_prompt") is False:  # INSTRUCTOR's: pooling without the prompt's tokens
+        raise DistilleryError(f"{name} pools its tokens without its prompt's (include_prompt: false in its pooling "
+                              f"config); distillery pools every token of the text it is given.")
     if own and kinds[:1] == ["Transformer"] and set(kinds[1:]) <= {"Normalize"} \
             and reads == OWN_VECTOR["module_output_name"]:
         return None
@@ -220,6 +232,53 @@ def folder_pooling(name: str, folder) -> str | None:
                               f"pooling {' + '.join(map(str, used)) or 'unknown'}; distillery distils and exports a "
                               f"transformer with one pooling ({', '.join(POOLINGS)}) and normalisation so far.")
     return used[0]
+
+
+def folder_prompts(name: str, folder) -> tuple[dict[str, str], str | None]:
+    """The prompts of the sentence-transformers model in ``folder`` (a folder or Hub id) and its default prompt's name:
+    ``({}, None)`` where it has none (an empty prompt is none)."""
+    found = _model_file(folder, "config_sentence_transformers.json")
+    if found is None:
+        return {}, None
+    try:
+        config = json.loads(found.read_text())
+        prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+        if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+            raise ValueError(f"its prompts are not a mapping of names to texts: {prompts!r}")
+        if default is not None and default not in prompts:
+            raise ValueError(f"its default_prompt_name {default!r} is not one of its prompts")
+    except (OSError, ValueError, AttributeError) as e:
+        raise DistilleryError(f"{name}: {found} is not a sentence-transformers model config ({e}).") from None
+    prompts = {str(k): v for k, v in prompts.items() if v}
+    return prompts, default if default in prompts else None
+
+
+def role_prompts(prompts: dict[str, str] | None, default: str | None) -> dict[int | None, tuple[str, ...]]:
+    """What is put before a text of each dev role, as sentence-transformers' encode (STS-B's sentences),
+    encode_query (a question) and encode_document (a paragraph) put it, and (key None) before the transfer set's texts,
+    in turn: each of those forms, so that the student learns the teacher's vector of a text in every form it is
+    called with."""
+    prompts = prompts or {}
+    plain = prompts.get(default, "") if default else ""
+    query = prompts.get(QUERY_PROMPT, plain)
+    document = next((prompts[n] for n in DOCUMENT_PROMPTS if n in prompts), plain)
+    return {STS_FIRST: (plain,), STS_SECOND: (plain,), QUESTION: (query,), PASSAGE: (document,),
+            None: tuple(dict.fromkeys((plain, query, document)))}
+
+
+def prompted(raw, prompts: dict[int | None, tuple[str, ...]]):
+    """The raw rows with the prompt of each (:func:`role_prompts`) before its text: by its ``role`` where it has one,
+    else the transfer set's forms in turn, row by row."""
+    if not any(p for forms in prompts.values() for p in forms):
+        return raw
+    roles = "role" in raw.column_names
+    cycle = prompts[None]
+
+    def add(batch, indices):
+        before = ([prompts[r][0] for r in batch["role"]] if roles else [cycle[i % len(cycle)] for i in indices])
+        return {"text": [p + t for p, t in zip(before, batch["text"])]}
+
+    return raw.map(add, batched=True, with_indices=True)
 
 
 def embedding_distance(student: Tensor, teacher: Tensor) -> Tensor:
@@ -297,14 +356,29 @@ class Embedding(SentenceKind):
                                   f"(its own files say so): drop it.")
         chosen = own or given
         data_config.pooling = None if chosen in (None, "mean") else chosen
+        prompts, default = folder_prompts(name, folder) if folder is not None else ({}, None)
+        saved = getattr(model_config, PROMPTS_ATTRIBUTE, None) if model_config is not None else None
+        if not prompts and saved:
+            prompts, default = dict(saved.get("prompts") or {}), saved.get("default")
+        given_prompts = (data_config.prompts or {}, data_config.default_prompt)
+        if prompts and any(given_prompts) and given_prompts != (prompts, default):
+            raise DistilleryError(f"data.prompts / data.default_prompt given, but {name} has prompts of its own "
+                                  f"({prompts}, default {default}; its own files say so): drop them.")
+        if prompts:
+            data_config.prompts, data_config.default_prompt = prompts, default
+        data_config.prompts = data_config.prompts or None
 
     def mark_config(self, model_config, data_config) -> None:
         if getattr(data_config, "pooling", None) not in (None, "mean"):
             setattr(model_config, POOLING_ATTRIBUTE, data_config.pooling)
+        if getattr(data_config, "prompts", None):
+            setattr(model_config, PROMPTS_ATTRIBUTE, {"prompts": dict(data_config.prompts),
+                                                      "default": data_config.default_prompt})
 
     def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
-        """The texts encoded as a sentence task's, with :data:`POOLING_COLUMN` where the run pools other than by the
-        mean."""
+        """The texts encoded as a sentence task's, each after its prompt (:func:`role_prompts`), with
+        :data:`POOLING_COLUMN` where the run pools other than by the mean."""
+        raw = prompted(raw, role_prompts(getattr(data_config, "prompts", None), getattr(data_config, "default_prompt", None)))
         if len(raw):
             encoded = super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
         else:  # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
@@ -441,6 +515,9 @@ class Embedding(SentenceKind):
         code += [f"model = SentenceTransformer({model_id!r})  # or the path of this folder"]
         if static:
             code += ["# its first module is sentence-transformers' StaticEmbedding: one vector a token, averaged"]
+        if (getattr(student_config, PROMPTS_ATTRIBUTE, None) or {}).get("prompts"):
+            code += ["# its teacher's prompts are its own: model.encode_query(...) / model.encode_document(...) put "
+                     "them before a text"]
         return code + ['embeddings = model.encode(["A man is playing a guitar.", "Someone plays an instrument."])',
                        "# one unit vector a text; model.similarity(embeddings, embeddings) gives their cosines"]
 
@@ -464,7 +541,15 @@ class Embedding(SentenceKind):
             encoder = Transformer(str(folder), max_seq_length=max_length)
             pooling = config.get(POOLING_ATTRIBUTE) or "mean"
             modules = [encoder, Pooling(encoder.get_embedding_dimension(), pooling), Normalize()]
-        SentenceTransformer(modules=modules, device="cpu").save(str(folder), create_model_card=False)
+        SentenceTransformer(modules=modules, device="cpu", **saved_prompts(config)).save(str(folder),
+                                                                                         create_model_card=False)
+
+
+def saved_prompts(config: dict) -> dict:
+    """A model's prompts (its config.json, read as JSON: :data:`PROMPTS_ATTRIBUTE`) as SentenceTransformer's
+    arguments."""
+    saved = config.get(PROMPTS_ATTRIBUTE) or {}
+    return {"prompts": saved.get("prompts") or None, "default_prompt_name": saved.get("default")}
 
 
 def write_static_files(folder: Path, max_length: int) -> None:
@@ -486,7 +571,9 @@ def write_static_files(folder: Path, max_length: int) -> None:
     tokenizer.enable_truncation(max_length - specials)
     module = StaticEmbedding(tokenizer, embedding_weights=load_file(str(folder / "model.safetensors"))["embedding.weight"])
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
-        SentenceTransformer(modules=[module, Normalize()], device="cpu").save(tmp, create_model_card=False)
+        SentenceTransformer(modules=[module, Normalize()], device="cpu",
+                            **saved_prompts(json.loads((folder / "config.json").read_text()))).save(
+            tmp, create_model_card=False)
         for item in Path(tmp).iterdir():
             if item.name != "model.safetensors":  # the same tensor as the folder's own, saved without its metadata
                 shutil.move(str(item), str(folder / item.name))
