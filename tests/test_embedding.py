@@ -248,6 +248,14 @@ def test_a_teacher_of_another_pipeline_is_refused(embedder, tmp_path):
     pooling.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "mean", "include_prompt": False}))
     with pytest.raises(DistilleryError, match=r"pools its tokens without its prompt's \(include_prompt: false"):
         folder_pooling("instructor", folder)
+    # ranked by the dot product of vectors it does not normalise (TAS-B, msmarco-*-dot): unit vectors rank otherwise
+    pooling.write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "cls"}))
+    settings = json.loads((folder / "config_sentence_transformers.json").read_text())
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({**settings, "similarity_fn_name": "dot"}))
+    assert folder_pooling("dot, normalised", folder) == "cls"
+    (folder / "modules.json").write_text(json.dumps([m for m in modules if m["type"].rsplit(".", 1)[-1] != "Normalize"]))
+    with pytest.raises(DistilleryError, match=r"ranks texts by the dot product of vectors it does not normalise"):
+        folder_pooling("dot", folder)
 
 
 def test_every_pooling_of_sentence_transformers_is_computed_as_it_computes_it(embedding_data, tmp_path):

@@ -231,6 +231,15 @@ def folder_pooling(name: str, folder) -> str | None:
         raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
                               f"pooling {' + '.join(map(str, used)) or 'unknown'}; distillery distils and exports a "
                               f"transformer with one pooling ({', '.join(POOLINGS)}) and normalisation so far.")
+    settings = _model_file(folder, "config_sentence_transformers.json") if "Normalize" not in kinds else None
+    try:
+        similarity = json.loads(settings.read_text()).get("similarity_fn_name") if settings is not None else None
+    except (OSError, ValueError, AttributeError):
+        similarity = None  # folder_prompts names a config it cannot read
+    if similarity in ("dot", "dot_product"):
+        raise DistilleryError(f"{name} ranks texts by the dot product of vectors it does not normalise "
+                              f"(similarity_fn_name {similarity!r}, no Normalize module); distillery distils and "
+                              f"scores an embedder's unit vectors (cosine), which rank them otherwise.")
     return used[0]
 
 
