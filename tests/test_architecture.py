@@ -15,7 +15,7 @@ MAX_FUNCTION_LINES = 80
 
 # Lowest first: a module may import from its own layer (without a cycle) and the layers below.
 LAYERS = [
-    ("services", ("distillery.errors", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.ownership", "distillery.distributed",
+    ("services", ("distillery.errors", "distillery.safe_yaml", "distillery.config", "distillery.weights", "distillery.encoders", "distillery.folders", "distillery.ownership", "distillery.distributed",
                   "distillery.data", "distillery.kinds", "distillery.metrics", "distillery.training", "distillery.modeling",
                   "distillery.runtime", "distillery.evaluation", "distillery.bench", "distillery.importance",
                   "distillery.teacher", "distillery.weights", "distillery.encoders", "distillery.mpnet_download",

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from distillery.cli import app
-from distillery.config import (MAX_YAML_VALUES, ConfigError, DataConfig, TrainConfig, load_yaml, parse_value,
-                               read_yaml_mapping)
+from distillery.config import ConfigError, DataConfig, TrainConfig, parse_value, read_yaml_mapping
 from distillery.data.loading import custom_task, load_raw
 from distillery.errors import DistilleryError
+from distillery.safe_yaml import MAX_YAML_VALUES, load_yaml
 from tests.helpers import assert_one_line_error, run_cli
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import yaml
 
 from distillery.errors import DistilleryError
+from distillery.safe_yaml import load_yaml, yaml_problem
 
 BUDGETS = ("quick", "full")
 # What a run is when nothing says otherwise (the teacher's: BUILTIN_TEACHER): written here only, read by the
@@ -41,87 +42,8 @@ class ConfigError(DistilleryError):
         return ConfigError(f"{section}.{self.name}", self.problem)
 
 
-# A settings file has a few dozen values. A document that expands (anchors and aliases counted at
-# every use) to more than this is an alias bomb ("billion laughs") or not a settings file at all;
-# it is refused before anything walks, copies or prints the expanded tree.
-MAX_YAML_VALUES = 10_000
 # A settings file is a few hundred bytes; a larger one is read no further (a device would never end).
 MAX_CONFIG_BYTES = 2**20
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a document expanding to more than MAX_YAML_VALUES values, or
-    one that contains itself, before constructing it (PyYAML shares an aliased node, but everything
-    after the load, from the error messages to yaml.safe_dump, walks the expanded tree)."""
-
-    def construct_document(self, node):
-        _check_expansion(node)
-        return super().construct_document(node)
-
-    def construct_mapping(self, node, deep=False):
-        # PyYAML keeps the last of two equal keys without a word: `method: distill` then `method: cmow`
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {key!r} appears twice (first on line {seen[key].start_mark.line + 1})",
-                        key_node.start_mark)
-                seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
-
-
-def _check_expansion(root: yaml.Node) -> None:
-    """Count the values of ``root`` with every alias expanded, without expanding: an iterative
-    depth-first walk that sizes each distinct node once."""
-    sizes: dict[int, int] = {}
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        children = _yaml_children(node)
-        if done:
-            on_path.discard(key)
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            if sizes[key] > MAX_YAML_VALUES:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"it expands to more than {MAX_YAML_VALUES} values (aliases counted at every "
-                    "use); a settings file holds a few dozen", node.start_mark)
-        elif key in on_path:
-            raise yaml.constructor.ConstructorError(None, None, "an alias refers to a value that contains it",
-                                                    node.start_mark)
-        elif key not in sizes:
-            on_path.add(key)
-            stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in sizes)
-
-
-def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def load_yaml(text: str) -> Any:
-    """Plain data from YAML text, as ``yaml.safe_load`` (no Python objects), with the expansion
-    bounded (see MAX_YAML_VALUES): the one loader of every YAML distillery reads."""
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)
-    except RecursionError:  # PyYAML composes nested collections recursively
-        raise yaml.YAMLError("it nests collections too deeply for a settings file") from None
-
-
-def yaml_problem(error: yaml.YAMLError) -> str:
-    """A YAML error in one line: what is wrong and where (PyYAML's own text spans several)."""
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    mark = getattr(error, "problem_mark", None)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
 
 
 def parse_value(text: str, name: str = "value") -> Any:
@@ -239,10 +161,8 @@ def check_fields(obj: Any) -> None:
 # Upper bounds no real run comes near: past them a value is a typo or an attack (a batch of 1e26
 # overflows a tensor's size, 1e23 steps never end), refused before anything is loaded.
 MAX_SIZE = 2**20  # examples in one batch, tokens in one sequence
-# How an embedder's sentence vector is read from its last hidden states (``data.pooling``): sentence-transformers'
-# own Pooling modes, by its names (the mean of the tokens' states; the first token's; their element-wise maximum;
-# their sum over the square root of their count; their mean weighted by position; the last token's). The first is the
-# default; distillery.kinds.embedding computes them.
+# An embedder's poolings (``data.pooling``): sentence-transformers' Pooling modes, by its names, the first the default
+# (distillery.kinds.embedding.pooled computes them)
 SENTENCE_POOLINGS = ("mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 MAX_COUNT = 10**9  # optimizer steps, examples, evaluations
 MAX_EPOCHS = 10**6
@@ -320,12 +240,9 @@ class DataConfig:
     # the student's extra text (MethodContext.distillation_train): rows the teacher labels
     unlabeled_file: str | None = None  # one text (or pair) per row, CSV/TSV/JSONL as custom data
     augment_model: str | None = None  # a masked LM (name or folder) for augmentation; else the teacher's own
-    # an embedder's pooling (SENTENCE_POOLINGS): the teacher's sentence-transformers files decide it (given, it must
-    # agree); a plain encoder teacher is mean-pooled unless this says otherwise
+    # an embedder's pooling (SENTENCE_POOLINGS) and prompts (a name -> the text put before a text; default_prompt:
+    # the one every text gets): its teacher's sentence-transformers files decide them, given for a plain encoder
     pooling: str | None = None
-    # an embedder's prompts (sentence-transformers' ``prompts``: a name -> the text put before a text, e.g. "query":
-    # "query: "), and the one every text gets unless another is named (its ``default_prompt_name``): the teacher's
-    # files decide them; a plain encoder teacher has those given here (distillery.kinds.embedding.role_prompts)
     prompts: dict[str, str] | None = None
     default_prompt: str | None = None
     # SQuAD
@@ -353,18 +270,17 @@ class DataConfig:
             raise ConfigError("squad_holdout", f"(--squad-holdout) is the fraction of dev articles kept for "
                               f"evaluation and must be between 0 and 1, got {self.squad_holdout}.")
         check_seed(self.seed)
-        if self.pooling is not None and self.pooling not in SENTENCE_POOLINGS:
+        if self.pooling not in (None, *SENTENCE_POOLINGS):
             raise ConfigError("pooling", f"is how an embedder's sentence vector is read from its last hidden states: "
                               f"one of {', '.join(SENTENCE_POOLINGS)}, got {self.pooling!r}.")
-        for name in ("pooling", "prompts", "default_prompt"):
-            if getattr(self, name) is not None and str(self.task).lower() != "embedding":
-                raise ConfigError(name, f"is an embedder's (--task embedding); task {self.task} would ignore it.")
-        if self.prompts is not None and not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in self.prompts.items()):
-            raise ConfigError("prompts", f"maps a prompt's name to its text (both strings), got {self.prompts!r}.")
-        if self.default_prompt is not None and self.default_prompt not in (self.prompts or {}):
-            raise ConfigError("default_prompt", f"names one of data.prompts ({', '.join(self.prompts or {}) or 'none given'}), "
-                              f"got {self.default_prompt!r}.")
+        given = next((n for n in ("pooling", "prompts", "default_prompt") if getattr(self, n) is not None), None)
+        if given and str(self.task).lower() != "embedding":
+            raise ConfigError(given, f"is an embedder's (--task embedding); task {self.task} would ignore it.")
+        if not all(isinstance(v, str) for v in (self.prompts or {}).values()):
+            raise ConfigError("prompts", f"maps a prompt's name to its text, got {self.prompts!r}.")
+        if self.default_prompt not in (None, *(self.prompts or {})):
+            names = ", ".join(self.prompts or {}) or "none given"
+            raise ConfigError("default_prompt", f"names one of data.prompts ({names}), got {self.default_prompt!r}.")
         if str(self.task).lower() != "custom":
             given = next((name for name in self.CUSTOM_ONLY if getattr(self, name) not in (None, False)), None)
             if given is not None:

@@ -17,7 +17,8 @@ import yaml
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from distillery.config import DEFAULT_TASK, DataConfig, load_yaml, setting
+from distillery.config import DEFAULT_TASK, DataConfig, setting
+from distillery.safe_yaml import load_yaml
 from distillery.data.encode import TaskData, example_lengths, length_batches, model_inputs, prepare_task_data
 from distillery.data.loading import task_for
 from distillery.data.tasks import TaskSpec

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from distillery.config import load_yaml
+from distillery.safe_yaml import load_yaml
 from distillery.errors import DistilleryError
 
 if TYPE_CHECKING:

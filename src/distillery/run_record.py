@@ -25,7 +25,8 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from distillery.config import load_yaml, setting, yaml_problem
+from distillery.config import setting
+from distillery.safe_yaml import load_yaml, yaml_problem
 from distillery.errors import DistilleryError
 from distillery.folders import atomic_file, writing
 from distillery.metrics import is_finite_number, score_range

@@ -27,7 +27,8 @@ from transformers import PreTrainedModel, set_seed
 
 import distillery.distributed as distributed
 import distillery.encoders as encoders
-from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, DataConfig, TeacherConfig, cache_root, load_yaml
+from distillery.config import BASE_TEACHER, BUILTIN_TEACHER, DataConfig, TeacherConfig, cache_root
+from distillery.safe_yaml import load_yaml
 from distillery.data.encode import TaskData, content_digest, model_inputs, prepare_task_data
 from distillery.data.tasks import TaskSpec
 from distillery.training.losses import task_loss
