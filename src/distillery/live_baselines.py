@@ -15,7 +15,9 @@ the same bench process as teacher and student, so that no measured number needs 
   ``distill`` extra pins ``transformers<5.4`` (distillery runs on 5.x) and needs ``skeletoken``,
   and it reads only ``AutoModel`` teachers, not distillery's own students.
 
-SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to point at. This module only
+An embedder (``--task embedding``) gets the static vectors themselves as ``static-embeddings``: model2vec's table
+(PCA, SIF counted on the run's text), scored as its student is, with no head (method static's start, before its
+fine-tuning). SQuAD gets the int8 teacher only: a bag of token vectors has no answer span to point at. This module only
 builds the models; the report weighs them against the student (:mod:`distillery.report_parts`).
 """
 
@@ -41,7 +43,8 @@ from distillery.export.formats import resolve_format
 from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
 from distillery.runtime import require_onnx
-from distillery.static.vectors import counted_tokens, reduce_dims, sif_weights, token_vectors
+from distillery.static.vectors import (EMBEDDER_SIF, counted_tokens, model2vec_embedder, reduce_dims, sif_weights,
+                                       token_vectors)
 
 logger = logging.getLogger("distillery")
 
@@ -312,12 +315,13 @@ def _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format: 
 def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics: Mapping[str, float] | None = None,
                    teacher_int8: tuple[nn.Module, Mapping[str, float]] | None = None, int8_format: str = "int8",
                    static: bool = True, pca_dims: int | None = 256, sif: float | None = None,
-                   batch_size: int = 1024, teacher_folder: str | None = None) -> LiveBaselines:
+                   batch_size: int = 1024, teacher_folder: str | None = None, texts=None) -> LiveBaselines:
     """The free baselines of a run, built from its fine-tuned ``teacher`` and scored on ``task_data``'s dev
     split: ``teacher-int8`` (``int8_format``: "int8" picks the faster backend) and, for classification and
     regression, ``static-embeddings``. ``teacher_metrics`` (the teacher's dev metrics) saves scoring it
     again; ``teacher_int8`` (model, dev metrics), an int8 export the run already made, saves exporting it
-    again; ``teacher_folder``, where the teacher is saved, keeps its int8 copy in the cache for the next run of
+    again; ``texts`` (encoded, ``input_ids``): an embedder's text, which its static table's SIF weights are
+    counted on (its train split is empty); ``teacher_folder``, where the teacher is saved, keeps its int8 copy in the cache for the next run of
     the same teacher on the same dev rows (:func:`distillery.export.kept_exports_folder`). Measure the models with
     ``bench.benchmark`` beside teacher and student."""
     if task_data.dev is None:
@@ -331,12 +335,21 @@ def live_baselines(teacher: nn.Module, tokenizer, task_data, *, teacher_metrics:
         _int8_baseline(teacher, tokenizer, task_data, teacher_metrics, int8_format, out, teacher_folder)
     if not static:
         return out
-    if task_data.task.kind_object.static_head is None:
+    started = time.time()
+    kind = task_data.task.kind_object
+    if kind.static_table_baseline:  # an embedder: the table is the model, scored as its student is
+        model, _ = model2vec_embedder(teacher, tokenizer, texts, pca_dims, EMBEDDER_SIF if texts is not None else None,
+                                      seed=0, batch_size=batch_size)
+        out[STATIC_NAME] = (model.eval(), score(model, task_data))
+        out.info[STATIC_NAME] = {"model_type": model.config.model_type, "vocab_size": model.config.vocab_size,
+                                 "dim": model.config.hidden_size, "pca_dims": model.config.pca_dims,
+                                 "sif": model.config.sif, "seconds": round(time.time() - started, 1)}
+        return out
+    if kind.static_head is None:
         out.notes.append(f"No static-embedding baseline on {task_data.task.name} "
                          f"({task_data.task.kind_object.pipeline_tag}): {task_data.task.kind_object.no_static_baseline}, "
                          f"so only the int8 teacher is compared.")
         return out
-    started = time.time()
     model = static_embedding_baseline(teacher, tokenizer, task_data, pca_dims=pca_dims, sif=sif, batch_size=batch_size)
     out[STATIC_NAME] = (model, score(model, task_data))
     out.info[STATIC_NAME] = {**model.config.to_dict(), "seconds": round(time.time() - started, 1)}

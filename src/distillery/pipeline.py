@@ -441,9 +441,10 @@ def _baselines(config: RunConfig, ctx: MethodContext, metrics: Metrics, variants
     exported = f"teacher-{resolve_format('int8', ctx.teacher.config)}"
     given = (variants[exported], metrics.others[exported]) \
         if exported in variants and exported in (metrics.others or {}) else None
+    texts = ctx.distillation_train(False) if ctx.task_data.task.kind_object.static_table_baseline else None
     bl = live_baselines(ctx.teacher, ctx.tokenizer, ctx.task_data, teacher_metrics=metrics.teacher,
                         teacher_int8=given, batch_size=max(config.student.eval_batch_size, 256),
-                        teacher_folder=teacher_folder)
+                        teacher_folder=teacher_folder, texts=texts)
     metrics.baselines = {name: m for name, (_, m) in bl.items()}
     metrics.baseline_notes = list(bl.notes)
     return {name: model for name, (model, _) in bl.items()}

@@ -361,8 +361,9 @@ def baseline_section(bench: Bench, metrics: Metrics, notes: Sequence[str] = (),
     main = metrics.main_metric
     intro = ("Measured live in this run: scored on the same dev set and timed in the same process, on the same "
              "machine and shapes, as the teacher and the student. `teacher-int8` is the teacher's dynamic int8 "
-             "copy; `static-embeddings` averages token vectors distilled from the teacher (a tagger reads each word's "
-             "with its neighbours' instead) and reads them with a linear head fitted on the train split.")
+             "copy; `static-embeddings` is made of token vectors distilled from the teacher (model2vec's recipe): a "
+             "sentence's mean vector read by a linear head fitted on the train split (a tagger reads each word's "
+             "with its neighbours'; an embedder's mean vector is its sentence vector, with no head).")
     lines = ["## Against what you can get for free", "", intro, "",
              f"| model | {md(main)} | latency (ms) | latency speed-up | throughput speed-up |", "|---|---|---|---|---|"]
     for r in baseline_rows(bench, metrics, students=students):

@@ -82,6 +82,9 @@ class TaskKind:
     static_head: ClassVar[str | None] = None  # the static-embedding baseline's head; None: the kind has none
     # why a kind has no static-embedding baseline (the report's note), where it has none
     no_static_baseline: ClassVar[str] = "a bag of token vectors has no answer span to point at"
+    # the static-embedding baseline is the table of the teacher's token vectors itself, with no head (an embedder's:
+    # method static's start, distillery.static.vectors.model2vec_embedder)
+    static_table_baseline: ClassVar[bool] = False
     word_labels: ClassVar[bool] = False  # its labels sit on words (data.label_all_subwords applies)
     # The budgets' data settings: the teacher's examples at the quick budget, the longest input by budget, the
     # quick teacher's learning rate, and a document stride by budget where inputs are windows of a document.

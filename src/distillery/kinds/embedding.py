@@ -312,7 +312,7 @@ class Embedding(SentenceKind):
     augments_by_default = False
     pooled_output = False
     static_head = None
-    no_static_baseline = "the static embedder is method static's student, a run of its own"
+    static_table_baseline = True
     # SQuAD paragraphs are long: the quick budget's 64 tokens of single sentences would cut most of them
     max_lengths = {"quick": 128, "full": 256}
     # A layer-drop student learning the teacher's vectors from a few thousand texts is far from converged at the

@@ -24,8 +24,8 @@ from distillery.kinds import KINDS
 from distillery.kinds.embedding import embedding_distance, sentence_vectors
 from distillery.method import Method
 from distillery.method_context import MethodContext
-from distillery.static.modeling_static import StaticEmbedder, StaticEmbedderConfig
-from distillery.static.vectors import reduced_token_vectors, sif_weights
+from distillery.static.modeling_static import StaticEmbedder
+from distillery.static.vectors import model2vec_embedder
 
 
 def static_loss(basis: torch.Tensor | None):
@@ -43,19 +43,8 @@ def static_loss(basis: torch.Tensor | None):
 
 def build_student(ctx: MethodContext, train, pca_dims: int | None, sif: float | None) -> tuple[StaticEmbedder, torch.Tensor | None]:
     """The model2vec-style static embedder of ``ctx.teacher`` (SIF counted on ``train``) and the PCA's basis."""
-    reduced, basis, counted = reduced_token_vectors(ctx.teacher, ctx.tokenizer, pca_dims, ctx.config.student.seed,
-                                                    batch_size=max(ctx.config.student.eval_batch_size, 256))
-    teacher_dim = reduced.shape[1] if basis is None else basis.shape[1]
-    if sif is not None:
-        reduced = reduced * sif_weights(train, counted, sif)[:, None]
-    config = StaticEmbedderConfig(vocab_size=len(reduced), hidden_size=reduced.shape[1],
-                                  special_ids=torch.nonzero(counted == 0).flatten().tolist(),
-                                  pca_dims=reduced.shape[1] if basis is not None else None, sif=sif,
-                                  teacher_dim=teacher_dim)
-    student = StaticEmbedder(config)
-    with torch.no_grad():
-        student.embedding.weight.copy_(reduced * counted[:, None])  # the special tokens: no vector
-    return student, basis
+    return model2vec_embedder(ctx.teacher, ctx.tokenizer, train, pca_dims, sif, ctx.config.student.seed,
+                              batch_size=max(ctx.config.student.eval_batch_size, 256))
 
 
 class Static(Method):
