@@ -43,8 +43,8 @@ from distillery.export.formats import resolve_format
 from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
 from distillery.runtime import require_onnx
-from distillery.static.vectors import (EMBEDDER_SIF, counted_tokens, model2vec_embedder, reduce_dims, sif_weights,
-                                       token_vectors)
+from distillery.static.options import EMBEDDER_SIF
+from distillery.static.vectors import counted_tokens, model2vec_embedder, reduce_dims, sif_weights, token_vectors
 
 logger = logging.getLogger("distillery")
 

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from distillery.method import MethodOptions, flag, number, option
-from distillery.static.vectors import EMBEDDER_SIF
+
+# SIF's a in a / (a + p(token)) for an embedder's static vectors: this method's default and an embedder run's
+# static-embedding baseline (distillery.live_baselines)
+EMBEDDER_SIF = 1e-4
 
 
 @dataclass

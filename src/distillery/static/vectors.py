@@ -12,6 +12,7 @@ from torch import nn
 
 from distillery.data.encode import model_inputs
 from distillery.errors import DistilleryError
+from distillery.static.modeling_static import StaticEmbedder, StaticEmbedderConfig
 
 PROBE_TEXT = "a"  # one ordinary word: where its ids sit between the special tokens gives the template
 
@@ -125,19 +126,12 @@ def reduce_dims(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> t
     return pca_basis(vectors, pca_dims, seed)[0]
 
 
-# SIF's a in a / (a + p(token)) for an embedder's static vectors: method static's default and an embedder run's
-# static-embedding baseline
-EMBEDDER_SIF = 1e-4
-
-
 def model2vec_embedder(teacher: nn.Module, tokenizer, train, pca_dims: int | None, sif: float | None, seed: int,
                        batch_size: int = 1024):
     """The model2vec-style static embedder of ``teacher`` (:class:`~distillery.static.modeling_static.StaticEmbedder`:
     each token's vector through the teacher, PCA to ``pca_dims``, SIF weights counted on ``train``'s ``input_ids``
     unless ``sif`` is None; special tokens have no vector) and the PCA's basis (None without PCA): method static's
     start, and an embedder run's static-embedding baseline."""
-    from distillery.static.modeling_static import StaticEmbedder, StaticEmbedderConfig
-
     reduced, basis, counted = reduced_token_vectors(teacher, tokenizer, pca_dims, seed, batch_size=batch_size)
     teacher_dim = reduced.shape[1] if basis is None else basis.shape[1]
     if sif is not None:
