@@ -21,6 +21,7 @@ from distillery.data.loading import column_values, task_for
 from distillery.data.tasks import get_task
 from distillery.errors import DistilleryError
 from distillery.evaluation import predict, score
+from distillery.static.vectors import token_vectors
 
 POS, NEG, MID = ["good", "great", "fun"], ["bad", "awful", "boring"], ["okay", "fine", "average"]
 FILL = ["the", "movie", "film", "plot", "was", "very", "really", "actor"]
@@ -153,7 +154,7 @@ def test_regression_pair_task_gets_ridge_on_both_sentences(tiny_family, data_dir
                                     "xlm-roberta", "modernbert"])
 def test_every_family(tiny_family, data_dir, family):
     teacher, tokenizer, task_data = _setup(tiny_family(family, num_layers=2), "sst2", data_dir)
-    vectors = lb.token_vectors(teacher, tokenizer, batch_size=64)  # several batches: the order must hold
+    vectors = token_vectors(teacher, tokenizer, batch_size=64)  # several batches: the order must hold
     word = next(w for w in POS + NEG + FILL if len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1)
     inputs = tokenizer(word, return_tensors="pt")
     with torch.inference_mode():
@@ -300,7 +301,7 @@ def test_a_distillery_student_is_a_teacher_like_any_other(tiny_family, data_dir)
     d_h = ffn_width(layout_of(teacher.config), teacher.config)
     importance = torch.rand(len(dense_ffns(teacher)), d_h, generator=torch.Generator().manual_seed(1))
     same = convert(teacher, importance, num_experts=1, expert_size=d_h, shared_size=8).eval()
-    torch.testing.assert_close(lb.token_vectors(same, tokenizer), lb.token_vectors(teacher, tokenizer))
+    torch.testing.assert_close(token_vectors(same, tokenizer), token_vectors(teacher, tokenizer))
     student = convert(teacher, importance, num_experts=2, expert_size=d_h // 2, shared_size=8).eval()
     model = lb.static_embedding_baseline(student, tokenizer, task_data, pca_dims=4)
     assert "accuracy" in score(model, task_data)

@@ -201,12 +201,16 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
     rank = lambda p: (p["main"], p["latency_speedup"])  # noqa: E731 (equal scores: the faster, as a ratio)
     top = max(meeting, key=rank)
     noise = sampling_noise(main, top["main"], top.get("dev_examples"))
-    also = {m: (top["metrics"].get(m), sampling_noise(m, top["metrics"].get(m), n), n)
-            for m, n in (top.get("tie_metrics") or {}).items() if top.get("metrics")}
+    also = {}  # the kind's other metrics ties read: the top's value, its sampling noise, the examples it is over
+    for m, n in (top.get("tie_metrics") or {}).items():
+        value = (top.get("metrics") or {}).get(m)
+        margin = sampling_noise(m, value, n)
+        if margin is not None:
+            also[m] = (value, margin, n)
 
     def behind(p) -> list[str]:  # the other metrics on which p falls behind the top by more than their noise
-        return [m for m, (value, margin, _) in also.items() if value is not None and margin is not None
-                and (p.get("metrics") or {}).get(m) is not None and value - p["metrics"][m] >= margin]
+        return [m for m, (value, margin, _) in also.items()
+                if (p.get("metrics") or {}).get(m) is not None and value - p["metrics"][m] >= margin]
 
     within = [p for p in meeting if noise is not None and top["main"] - p["main"] < noise]
     tied = [p for p in within if not behind(p)]
@@ -220,9 +224,8 @@ def choose(points: Sequence[Mapping[str, Any]], target: Target, main: str) -> tu
                 f"{others}: their scores lie within ±{fmt_metric(noise)}, the 95 % sampling interval of {md(main)} "
                 f"over {top['dev_examples']} dev examples, so the fastest of them is chosen among the "
                 f"{len(meeting)} model(s) that meet {target.words()} as measured here")
-        read = [m for m, (value, margin, _) in also.items() if value is not None and margin is not None]
-        if read:
-            text += " (" + ", ".join(f"{md(m)} within ±{fmt_metric(also[m][1])} over {also[m][2]}" for m in read) + ")"
+        if also:
+            text += " (" + ", ".join(f"{md(m)} within ±{fmt_metric(margin)} over {n}" for m, (_, margin, n) in also.items()) + ")"
     if target.met_within_noise(best):
         text += f"; {fmt_x(best['latency_speedup'])} is within its timing's {100 * best['noise']:.0f} % noise of the target"
     text += ")" if len(tied) <= 1 else ""

@@ -44,7 +44,7 @@ from distillery.kinds import TaskKind
 from distillery.run_record import INT8_NAME, STATIC_NAME
 from distillery.runtime import require_onnx
 from distillery.static.options import EMBEDDER_SIF
-from distillery.static.vectors import counted_tokens, model2vec_embedder, reduce_dims, sif_weights, token_vectors
+from distillery.static.vectors import model2vec_embedder, reduced_token_vectors, sif_weights
 
 logger = logging.getLogger("distillery")
 
@@ -236,10 +236,8 @@ def static_embedding_baseline(teacher: nn.Module, tokenizer, task_data, *, pca_d
     _check_static_inputs(tokenizer, task_data, pca_dims, sif)
     task = task_data.task
     started = time.time()
-    vectors = token_vectors(teacher, tokenizer, batch_size=batch_size)  # (V, H)
-    counted = counted_tokens(tokenizer, len(vectors))
-    teacher_dim = vectors.shape[1]
-    vectors = reduce_dims(vectors, pca_dims)  # (V, d)
+    vectors, basis, counted = reduced_token_vectors(teacher, tokenizer, pca_dims, 0, batch_size=batch_size)  # (V, d)
+    teacher_dim = vectors.shape[1] if basis is None else basis.shape[1]
     if sif is not None and not task.kind_object.word_labels:
         vectors = vectors * sif_weights(task_data.train, counted, sif)[:, None]
     kind, outputs = task.kind_object, task.num_labels

@@ -56,22 +56,18 @@ OWN_VECTOR = {"modality_config": {"text": {"method": "forward", "method_output_n
 # come from the few closest pairs of a batch); at 1 every text of the batch adds to them. Not tuned.
 IMPORTANCE_TEMPERATURE = 1.0
 
-# How a sentence vector is read from the last hidden states, by sentence-transformers' names (its Pooling modes):
-# their mean over the text's tokens (all-MiniLM, all-mpnet), the first token's state ([CLS]: BGE, Arctic-embed,
-# mxbai), their element-wise maximum, their sum over the square root of their count, their mean weighted by position
-# (SGPT) or the last token's state (decoder embedders). A run pools as its teacher does (``data.pooling``, from the
-# teacher's sentence-transformers files), and so does its student. The run's pooling reaches every batch as the
-# column POOLING_COLUMN (its index in POOLINGS; absent: the mean), and a model keeps its own in its config
+# How a sentence vector is read from the last hidden states: sentence-transformers' Pooling modes by its names (the
+# mean: all-MiniLM, all-mpnet; cls: BGE, Arctic-embed; weightedmean: SGPT; lasttoken...). A run pools as its teacher's
+# files say (``data.pooling``), and so does its student. The run's pooling reaches every batch as the column
+# POOLING_COLUMN (its index in POOLINGS; absent: the mean), and a model keeps its own in its config
 # (POOLING_ATTRIBUTE; absent: the mean), which its exports and its sentence-transformers files are written from.
 POOLINGS = SENTENCE_POOLINGS
 POOLING_COLUMN = "pooling"
 POOLING_ATTRIBUTE = "sentence_pooling"
 
-# sentence-transformers' prompts (its config_sentence_transformers.json: ``prompts``, a name -> the text put before a
-# text, and ``default_prompt_name``, the one ``encode`` puts before every text unless told otherwise; E5's "query: "
-# and "passage: ", BGE's and Arctic-embed's query instruction). A run puts before each text the prompt its teacher
-# would be called with (role_prompts), and its student keeps them (PROMPTS_ATTRIBUTE in its config: {"prompts": ...,
-# "default": name or None}), in its sentence-transformers files too.
+# sentence-transformers' prompts (``prompts``: a name -> the text put before a text, E5's "query: "; and
+# ``default_prompt_name``, the one ``encode`` puts before every text). A run puts before each text the prompt its
+# teacher would be called with (role_prompts); its student keeps them (PROMPTS_ATTRIBUTE: {"prompts", "default"}).
 PROMPTS_ATTRIBUTE = "sentence_prompts"
 # encode_query's prompt name, and encode_document's in the order it looks for them
 QUERY_PROMPT, DOCUMENT_PROMPTS = "query", ("document", "passage", "corpus")
@@ -231,11 +227,7 @@ def folder_pooling(name: str, folder) -> str | None:
         raise DistilleryError(f"{name} is a sentence-transformers model of modules {', '.join(kinds)} with "
                               f"pooling {' + '.join(map(str, used)) or 'unknown'}; distillery distils and exports a "
                               f"transformer with one pooling ({', '.join(POOLINGS)}) and normalisation so far.")
-    settings = _model_file(folder, "config_sentence_transformers.json") if "Normalize" not in kinds else None
-    try:
-        similarity = json.loads(settings.read_text()).get("similarity_fn_name") if settings is not None else None
-    except (OSError, ValueError, AttributeError):
-        similarity = None  # folder_prompts names a config it cannot read
+    similarity = None if "Normalize" in kinds else _model_settings(name, folder).get("similarity_fn_name")
     if similarity in ("dot", "dot_product"):
         raise DistilleryError(f"{name} ranks texts by the dot product of vectors it does not normalise "
                               f"(similarity_fn_name {similarity!r}, no Normalize module); distillery distils and "
@@ -243,21 +235,35 @@ def folder_pooling(name: str, folder) -> str | None:
     return used[0]
 
 
+def _model_settings(name: str, folder) -> dict:
+    """The sentence-transformers model settings in ``folder`` (``config_sentence_transformers.json``: prompts,
+    similarity function), ``{}`` where it has none; one that is not a JSON object is refused in a sentence."""
+    found = _model_file(folder, "config_sentence_transformers.json")
+    if found is None:
+        return {}
+    try:
+        settings = json.loads(found.read_text())
+        if not isinstance(settings, dict):
+            raise ValueError(f"it holds a {type(settings).__name__}, not an object")
+    except (OSError, ValueError) as e:
+        raise DistilleryError(f"{name}: {found} is not a sentence-transformers model config ({e}).") from None
+    return settings
+
+
 def folder_prompts(name: str, folder) -> tuple[dict[str, str], str | None]:
     """The prompts of the sentence-transformers model in ``folder`` (a folder or Hub id) and its default prompt's name:
     ``({}, None)`` where it has none (an empty prompt is none)."""
-    found = _model_file(folder, "config_sentence_transformers.json")
-    if found is None:
-        return {}, None
-    try:
-        config = json.loads(found.read_text())
-        prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
-        if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
-            raise ValueError(f"its prompts are not a mapping of names to texts: {prompts!r}")
-        if default is not None and default not in prompts:
-            raise ValueError(f"its default_prompt_name {default!r} is not one of its prompts")
-    except (OSError, ValueError, AttributeError) as e:
-        raise DistilleryError(f"{name}: {found} is not a sentence-transformers model config ({e}).") from None
+    settings = _model_settings(name, folder)
+    prompts, default = settings.get("prompts") or {}, settings.get("default_prompt_name")
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        problem = f"its prompts are not a mapping of names to texts: {prompts!r}"
+    elif default is not None and default not in prompts:
+        problem = f"its default_prompt_name {default!r} is not one of its prompts"
+    else:
+        problem = None
+    if problem:
+        raise DistilleryError(f"{name}: {_model_file(folder, 'config_sentence_transformers.json')} is not a "
+                              f"sentence-transformers model config ({problem}).")
     prompts = {str(k): v for k, v in prompts.items() if v}
     return prompts, default if default in prompts else None
 
@@ -387,7 +393,8 @@ class Embedding(SentenceKind):
     def encode(self, task, raw, tokenizer, data_config, pair_mode, split_name, train):
         """The texts encoded as a sentence task's, each after its prompt (:func:`role_prompts`), with
         :data:`POOLING_COLUMN` where the run pools other than by the mean."""
-        raw = prompted(raw, role_prompts(getattr(data_config, "prompts", None), getattr(data_config, "default_prompt", None)))
+        raw = prompted(raw, role_prompts(getattr(data_config, "prompts", None),
+                                         getattr(data_config, "default_prompt", None)))
         if len(raw):
             encoded = super().encode(task, raw, tokenizer, data_config, pair_mode, split_name, train)
         else:  # the empty train split: no rows, the columns one encoded row has (datasets maps nothing over none)
@@ -466,14 +473,12 @@ class Embedding(SentenceKind):
     def dev_size(self, task_data) -> int:
         """The STS-B pairs, which the main metric's correlation is over (the dev split's rows are texts: both sides
         of each pair, SQuAD's questions and paragraphs)."""
-        raw = task_data.dev_examples
-        return 0 if raw is None else int(np.count_nonzero(np.asarray(arrow_column(raw, "role")) == STS_FIRST))
+        return _rows_of_role(task_data, STS_FIRST)
 
     def tie_metrics(self, task_data) -> dict[str, int]:
         """MRR@10 over the SQuAD dev questions, where the dev split holds them: an embedder tied on STS-B is not tied
         when its retrieval falls behind."""
-        raw = task_data.dev_examples
-        questions = 0 if raw is None else int(np.count_nonzero(np.asarray(arrow_column(raw, "role")) == QUESTION))
+        questions = _rows_of_role(task_data, QUESTION)
         return {"mrr_at_10": questions} if questions else {}
 
     def placeholder_label(self):
@@ -538,7 +543,7 @@ class Embedding(SentenceKind):
         reading that vector (:data:`OWN_VECTOR`: no pooling), then normalisation."""
         config = json.loads((Path(folder) / "config.json").read_text())
         if config.get("model_type") == STATIC_MODEL_TYPE:
-            return write_static_files(Path(folder), max_length)
+            return write_static_files(Path(folder), max_length, config)
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.base.modules import Normalize, Transformer
         from sentence_transformers.sentence_transformer.modules import Pooling
@@ -554,6 +559,12 @@ class Embedding(SentenceKind):
                                                                                          create_model_card=False)
 
 
+def _rows_of_role(task_data, role: int) -> int:
+    """How many rows of the raw dev split have ``role`` (an STS-B pair's first sentence, a SQuAD question)."""
+    raw = task_data.dev_examples
+    return 0 if raw is None else int(np.count_nonzero(np.asarray(arrow_column(raw, "role")) == role))
+
+
 def saved_prompts(config: dict) -> dict:
     """A model's prompts (its config.json, read as JSON: :data:`PROMPTS_ATTRIBUTE`) as SentenceTransformer's
     arguments."""
@@ -561,7 +572,7 @@ def saved_prompts(config: dict) -> dict:
     return {"prompts": saved.get("prompts") or None, "default_prompt_name": saved.get("default")}
 
 
-def write_static_files(folder: Path, max_length: int) -> None:
+def write_static_files(folder: Path, max_length: int, config: dict) -> None:
     """sentence-transformers' files for a static embedder saved in ``folder``: ``StaticEmbedding`` (the folder itself:
     its ``model.safetensors`` holds ``embedding.weight``, the one tensor both read) then ``Normalize``. Its
     tokenizer.json cuts a text at the ``max_length`` tokens distillery read, less the special tokens that
@@ -580,8 +591,7 @@ def write_static_files(folder: Path, max_length: int) -> None:
     tokenizer.enable_truncation(max_length - specials)
     module = StaticEmbedding(tokenizer, embedding_weights=load_file(str(folder / "model.safetensors"))["embedding.weight"])
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
-        SentenceTransformer(modules=[module, Normalize()], device="cpu",
-                            **saved_prompts(json.loads((folder / "config.json").read_text()))).save(
+        SentenceTransformer(modules=[module, Normalize()], device="cpu", **saved_prompts(config)).save(
             tmp, create_model_card=False)
         for item in Path(tmp).iterdir():
             if item.name != "model.safetensors":  # the same tensor as the folder's own, saved without its metadata

@@ -1,7 +1,8 @@
 """Static token vectors from a teacher, model2vec's recipe (Tulkens & van Dongen, 2024): every vocabulary token run
-through the teacher as a one-token sentence (:func:`token_vectors`), reduced by PCA (:func:`pca_basis`,
-:func:`reduce_dims`) and weighted by SIF (:func:`sif_weights`). The one home of these steps: the static-embedding
-baseline (:mod:`distillery.live_baselines`) and method ``static`` (:mod:`distillery.static.recipe`) both use them."""
+through the teacher as a one-token sentence (:func:`token_vectors`), reduced by PCA (:func:`pca_basis`;
+both: :func:`reduced_token_vectors`) and weighted by SIF (:func:`sif_weights`). The one home of these steps: the
+static-embedding baselines (:mod:`distillery.live_baselines`), method ``static`` (:func:`model2vec_embedder`) and a
+CMOW embedder's start all use them."""
 
 from __future__ import annotations
 
@@ -118,12 +119,6 @@ def reduced_token_vectors(model: nn.Module, tokenizer, pca_dims: int | None, see
     vectors = token_vectors(model, tokenizer, batch_size=batch_size)
     reduced, basis = pca_basis(vectors, pca_dims, seed=seed)
     return reduced, basis, counted_tokens(tokenizer, len(vectors))
-
-
-def reduce_dims(vectors: torch.Tensor, pca_dims: int | None, seed: int = 0) -> torch.Tensor:
-    """PCA of the token vectors to ``pca_dims`` (fewer numbers per token, decorrelated for the linear head);
-    unchanged where ``pca_dims`` is None or not below the teacher's width."""
-    return pca_basis(vectors, pca_dims, seed)[0]
 
 
 def model2vec_embedder(teacher: nn.Module, tokenizer, train, pca_dims: int | None, sif: float | None, seed: int,
