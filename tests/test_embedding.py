@@ -226,7 +226,7 @@ def test_a_teacher_of_another_pipeline_is_refused(embedder, tmp_path):
                                               "with one pooling"):
         kind_of("embedding").check_teacher(str(folder), str(folder))
     # sentence-transformers before 6 wrote a flag a mode: the CLS flag is CLS pooling, two flags two poolings
-    from distillery.kinds.embedding import folder_pooling
+    from distillery.kinds.st_files import folder_pooling
 
     pooling.write_text(json.dumps({"word_embedding_dimension": 32, "pooling_mode_cls_token": True,
                                    "pooling_mode_mean_tokens": False}))
@@ -269,7 +269,8 @@ def test_every_pooling_of_sentence_transformers_is_computed_as_it_computes_it(em
 
     from distillery.config import DataConfig
     from distillery.export import export_model
-    from distillery.kinds.embedding import POOLINGS, batch_pooling, folder_pooling, pooled
+    from distillery.kinds.embedding import POOLINGS, batch_pooling, pooled
+    from distillery.kinds.st_files import folder_pooling
 
     torch.manual_seed(0)
     hidden, right = torch.randn(3, 7, 8), torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])

@@ -394,7 +394,7 @@ def _lengths_inputs(folder, pairs: bool):
     return [dict(tok(texts[:1], return_tensors="pt")), dict(tok(texts, padding=True, return_tensors="pt"))]
 
 
-@pytest.mark.parametrize("pair_mode,head", [("joint", "mlp"), ("diffcat", "mlp"), ("diffcat", "cnn")])
+@pytest.mark.parametrize("pair_mode,head", [("joint", "cnn"), ("diffcat", "mlp")])  # each pair mode, each head
 def test_onnx_cmow_parity_at_any_length(pair_mode, head, tiny_bert, tmp_path):
     """The exported CMOW graph multiplies in 16-token blocks with a fixed number of steps; the
     wrapper pads to a block multiple. Outputs equal torch's at lengths off the block size."""

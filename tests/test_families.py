@@ -1,7 +1,12 @@
 """The contract: every method on every encoder family (tests/families.py's tiny random teachers, each with
 its own tokenizer kind, 2 layers). Each cell compresses end to end on a small SST-2 slice (teacher fine-tuned
 one epoch, student one epoch), loads the saved student back equal to 1e-5, and exports it to ONNX, whose
-parity check must pass."""
+parity check must pass, wherever the student's graph is the family's own: distill's (the family's class) and
+AutoTinyBERT's (its own attention in the family's position scheme) on every family. A MoEBERT student runs the
+family's own layers (exported in distill's cell) with experts that are the same on every family (their ONNX parity:
+tests/test_moebert.py, and tests/test_moebert_families.py for a shared layer and a GLU FFN), and a CMOW student is
+the same graph on every family but for its inputs: those cells export where the inputs differ (token types or
+none). An export costs a cell ~4 s of its ~5 (torch.export's tracing)."""
 
 from __future__ import annotations
 
@@ -52,13 +57,21 @@ def logits(model, batch):
         return model(**batch).logits
 
 
-def check_cell(run, trained):
-    """Save -> load equal to 1e-5, and the ONNX export (its own parity check inside) computing the same."""
+# The cells whose student's ONNX graph no other cell or test exports (the module docstring)
+EXPORTED_CELLS = {("distill", f) for f in FAMILY_NAMES} | {("autotinybert", f) for f in FAMILY_NAMES} \
+    | {("cmow", "bert"), ("cmow", "roberta")}
+
+
+def check_cell(run, trained, export: bool = True):
+    """Save -> load equal to 1e-5, and with ``export`` the ONNX export (its own parity check inside) computing the
+    same."""
     from distillery.export import FP32_ATOL, FP32_RTOL, export_model
 
     batch = dev_batch(run / "student")
     expected = logits(trained[run], batch)
     torch.testing.assert_close(logits(distillery.load_student(run), batch), expected, atol=1e-5, rtol=1e-5)
+    if not export:
+        return
     onnx = export_model(run, "onnx", run.parent / "onnx")  # raises when its parity check fails
     torch.testing.assert_close(logits(distillery.load_student(onnx), batch), expected, atol=FP32_ATOL, rtol=FP32_RTOL)
 
@@ -67,7 +80,8 @@ def check_cell(run, trained):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_every_method_on_every_family(family, method, tiny_family, glue, trained, tmp_path):
     teacher = tiny_family(family, CELL_TEACHER_LAYERS)
-    check_cell(compress(method, teacher, glue, tmp_path / "run", **CELL_STUDENT[method]), trained)
+    check_cell(compress(method, teacher, glue, tmp_path / "run", **CELL_STUDENT[method]), trained,
+               export=(method, family) in EXPORTED_CELLS)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)

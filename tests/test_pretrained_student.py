@@ -107,7 +107,9 @@ def test_pretrained_student_on_squad_across_tokenizers(tiny_family, own_tokenize
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == student_family
-    if importlib.util.find_spec("onnxruntime"):  # the QA student exports, parity-checked, as the others do
+    # the QA student exports, parity-checked, as the others do: once (a student's graph is its family's, whatever
+    # taught it; the families' own exports are tests/test_families.py's)
+    if (teacher_family, student_family) == PAIRS[0] and importlib.util.find_spec("onnxruntime"):
         from transformers import AutoTokenizer
 
         from distillery.export import export
@@ -147,13 +149,7 @@ def test_pretrained_student_across_tokenizers(tiny_family, own_tokenizer, glue_d
     done = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(folder)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == student_family
-    if importlib.util.find_spec("onnxruntime"):  # and exports to ONNX with its own tokenizer, parity-checked
-        from distillery.export import export
-        from distillery.runtime import load_model
-
-        exported = export(load_model(folder), saved, "onnx", tmp_path / "onnx")  # raises where parity fails
-        manifest = json.loads((exported / "distillery_export.json").read_text())
-        assert manifest["format"] == "onnx" and manifest["parity"]["fp32"]["passed"]
+    # its export is its family's class with its own tokenizer's inputs: tests/test_families.py's distill cells
 
 
 def test_student_head_kept_when_it_fits(tiny_family, tmp_path, caplog):
