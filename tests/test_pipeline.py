@@ -218,7 +218,8 @@ def test_compress_reads_a_settings_file_and_flags_override_it(monkeypatch, tiny_
     settings = {"method": "distill", "out": str(tmp_path / "from-file"),
                 "teacher": {"name": str(tiny_bert4), "train": section("teacher.train.")},
                 "data": {"data_dir": str(glue_dir), **section("data.")}, "student": section("student."),
-                "bench": section("bench."), "method_options": {"kd_weight": 0.25, "temperature": 3.0}}
+                "bench": section("bench."), "method_options": {"kd_weight": 0.25, "temperature": 3.0},
+                "baselines": TINY_RUN["baselines"], "int8": TINY_RUN["int8"]}  # TINY_RUN's top-level settings too
     path = tmp_path / "settings.yaml"
     path.write_text(yaml.safe_dump(settings))
     monkeypatch.setattr(sys, "argv", ["distillery", "compress", "--config", str(path), "--lr", "5e-4",
