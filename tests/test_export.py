@@ -145,6 +145,27 @@ def test_registered_inputs_override_the_tokenizer(bert_cls, tmp_path, monkeypatc
     assert json.loads((out / EXPORT_MANIFEST).read_text())["inputs"] == ["input_ids", "attention_mask"]
 
 
+def test_an_export_computes_the_head_of_the_model_object(bert_cls, tmp_path):
+    """A model built in code names no architecture in its config, and a bare encoder loaded from a classifier's
+    folder names the classifier: each export computes what the model object computes (the first one's export was
+    read as a bare encoder and failed on a missing hidden state)."""
+    from transformers import AutoConfig, BertModel
+
+    tok = AutoTokenizer.from_pretrained(bert_cls)
+    config = AutoConfig.from_pretrained(bert_cls)
+    config.architectures = None
+    torch.manual_seed(0)
+    for name, model, head, output in (
+            ("built", BertForSequenceClassification(config).eval(), "sequence-classification", "logits"),
+            ("bare", BertModel.from_pretrained(bert_cls).eval(), "base", "last_hidden_state")):
+        folder = ex.export(model, tok, "torch-int8", tmp_path / name)  # the head decides both backends' outputs
+        manifest = json.loads((folder / EXPORT_MANIFEST).read_text())
+        assert (manifest["head"], manifest["outputs"]) == (head, [output]), name
+        inputs = _inputs(bert_cls)
+        with torch.no_grad():
+            assert getattr(distillery.load_student(folder)(**inputs), output).shape == getattr(model(**inputs), output).shape
+
+
 # ------------------------------------------------------------------------------ int8
 
 

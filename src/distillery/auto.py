@@ -167,9 +167,6 @@ def int8_gain(tokenizer, teacher_config, shape: Sequence[int], runs: int) -> flo
     from distillery.export import int8_speedup
 
     model = AutoModelForSequenceClassification.from_config(teacher_config).eval()
-    # the export reads its head from the config's architectures, which a bare encoder's config (a sentence
-    # embedder's, the built-in teacher's) names as the encoder without a head: this model has the classifier
-    model.config.architectures = [type(model).__name__]
     try:
         timed = int8_speedup(model, tokenizer, shape, runs)
     except DistilleryError as e:

@@ -120,6 +120,14 @@ def head_of(config) -> Head:
     return head_of_class(arch) or BASE_HEAD
 
 
+def model_head(model) -> Head:
+    """The head a model object computes: a wrapper's own ``export_head`` (an embedder with its pooling:
+    ``TaskKind.export_module``), else its class's, else its config's. The class comes first: a model built in code
+    has no ``architectures`` in its config, and a bare encoder loaded from a classifier's folder keeps the
+    classifier's."""
+    return getattr(model, "export_head", None) or head_of_class(type(model).__name__) or head_of(model.config)
+
+
 def head_named(name: str) -> Head:
     """The head an export manifest names."""
     return next((h for h in (*HEADS, SENTENCE_HEAD) if h.name == name), BASE_HEAD)

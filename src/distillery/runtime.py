@@ -29,7 +29,7 @@ from torch import nn
 from distillery.errors import DistilleryError
 from distillery.folders import EXPORT_MANIFEST
 from distillery.kinds.embedding import PooledEncoder
-from distillery.modeling import SENTENCE_HEAD, head_named, head_of, load_pretrained, model_folder, read_config
+from distillery.modeling import SENTENCE_HEAD, head_named, load_pretrained, model_folder, model_head, read_config
 from distillery.weights import verify_weights
 
 ONNX_FILE = "model.onnx"
@@ -262,7 +262,7 @@ def quantize_torch(model: nn.Module, weights_bytes: int | None = None) -> nn.Mod
     """
     from torch.ao.quantization import quantize_dynamic
 
-    head = (getattr(model, "export_head", None) or head_of(model.config)).name if hasattr(model, "config") else "base"
+    head = model_head(model).name if hasattr(model, "config") else "base"
     source = copy.deepcopy(model).cpu().eval()
     with quiet():
         quantized = quantize_dynamic(source, {nn.Linear}, dtype=torch.qint8)

@@ -24,7 +24,7 @@ from torch import nn
 
 from distillery.data.encode import taken_inputs
 from distillery.errors import DistilleryError
-from distillery.modeling import Head, head_of, onnx_spec
+from distillery.modeling import model_head, onnx_spec
 from distillery.runtime import quiet, require_onnx, weights_digest
 
 OPSET = 18  # ONNX Runtime has run opset 18 since 1.14; the quantizer knows all its ops
@@ -43,15 +43,9 @@ def graph_inputs(model: nn.Module, tokenizer) -> tuple[str, ...]:
     return inputs
 
 
-def exported_head(model: nn.Module) -> Head:
-    """The head an export of ``model`` computes: a module's own ``export_head`` (an embedder with its pooling:
-    ``TaskKind.export_module``), else its config's."""
-    return getattr(model, "export_head", None) or head_of(model.config)
-
-
 def graph_outputs(model: nn.Module) -> tuple[str, ...]:
     spec = onnx_spec(model.config)
-    return tuple(spec.outputs) if spec.outputs and not hasattr(model, "export_head") else exported_head(model).outputs
+    return tuple(spec.outputs) if spec.outputs and not hasattr(model, "export_head") else model_head(model).outputs
 
 
 class _Positional(nn.Module):

@@ -38,13 +38,13 @@ from distillery.data.loading import task_for
 from distillery.errors import DistilleryError
 from distillery.evaluation import check_trained_task, score
 from distillery.export.formats import resolve_format
-from distillery.export.onnx import export_onnx_once, exported_head, graph_inputs, graph_outputs, quantize_onnx
+from distillery.export.onnx import export_onnx_once, graph_inputs, graph_outputs, quantize_onnx
 from distillery.export.parity import (SAMPLE_TEXTS, check_fp32_parity, check_int8, compare_outputs, dev_batches,
                                       sample_batches)
 from distillery.export.recover import RECOVER_THRESHOLD, recover_int8
 from distillery.folders import EXPORT_MANIFEST, atomic_folder, check_target, mark
 from distillery.kinds import kind_of
-from distillery.modeling import load_pretrained, load_tokenizer, model_folder, read_config
+from distillery.modeling import load_pretrained, load_tokenizer, model_folder, model_head, read_config
 from distillery.run_record import TRAIN, read_train
 from distillery.teacher import teacher_identity
 from distillery.runtime import (ONNX_FILE, OnnxModel, is_export, load_export, quantize_torch, read_manifest, require_onnx,
@@ -120,7 +120,7 @@ def export(
         tokenizer.save_pretrained(tmp)
         manifest: dict[str, Any] = {
             "format": fmt,
-            "head": exported_head(model).name,
+            "head": model_head(model).name,
             "inputs": list(inputs),
             "outputs": list(outputs),
             "model_type": getattr(model.config, "model_type", None),
