@@ -22,10 +22,10 @@ from tests.oracles import reference_importance
 SENTENCES = ["a good movie", "the plot was boring and the actor was not fun at all", "fun", "paris is a city"]
 
 
-def family_teacher(tiny_family, family, num_labels=3):
+def family_teacher(tiny_family, family, num_labels=3, num_layers=4):
     """The tiny teacher of ``family`` with a sequence-classification head, random non-zero biases
     (so that a bias that went astray would show), in eval mode; and its tokenizer."""
-    path = tiny_family(family)
+    path = tiny_family(family, num_layers)
     torch.manual_seed(0)
     teacher = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels).eval()
     with torch.no_grad():
@@ -200,7 +200,8 @@ def test_onnx_export_parity(family, routing, tiny_family, tmp_path):
     """A shared layer (a hash table row per repeat) and a GLU FFN without biases export with their routing."""
     import distillery.export as ex
 
-    teacher, tok = family_teacher(tiny_family, family, num_labels=2)
+    # 2 layers: ModernBERT's first is a global-attention layer and its second a local one; ALBERT's repeats its one
+    teacher, tok = family_teacher(tiny_family, family, num_labels=2, num_layers=2)
     rows, d_h = shape(teacher)
     student = convert(teacher, torch.rand(rows, d_h), num_experts=4, expert_size=12, shared_size=4, routing=routing)
     with torch.no_grad():
