@@ -229,7 +229,8 @@ def test_compress_push_to_hub_offline_is_one_plain_sentence_before_any_training(
 
 def test_a_moebert_student_loads_with_its_cards_snippet_in_a_fresh_process(tiny_bert, tmp_path):
     out = tiny_run(tiny_bert, tmp_path, method="moebert", **{"method_options.experts": 2,
-                                                           "method_options.importance_examples": 8})
+                                                           "method_options.importance_examples": 8,
+                                                           "baselines": False, "int8": False})  # the snippet alone
     text = (out / "student" / "README.md").read_text()
     snippet = re.search(r"```python\n(.*?)```", text, re.DOTALL).group(1)
     assert "distillery.register_models()" in snippet
