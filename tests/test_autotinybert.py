@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+import yaml
 from torch.testing import assert_close
 from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 
@@ -15,7 +16,7 @@ from distillery.autotinybert.modeling_autotinybert import AutoTinyBertConfig, Au
 from distillery.autotinybert.space import Arch, SearchSpace
 from distillery.autotinybert.supernet import SuperNet, head_rows, qkv_rows, sub_layers
 from distillery.kinds import kind_of
-from tests.helpers import (NER_RUN, TINY_BERT, TINY_RUN, pair_batch, write_unlabeled_sentences, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
+from tests.helpers import (NER_RUN, NO_EXTRAS, TINY_BERT, TINY_RUN, pair_batch, write_unlabeled_sentences, assert_one_line_error, flop_timed, patch_everywhere, run_cli, tiny_bert_config, write_corpus,
                            write_glue)
 
 TINY = dict(TINY_BERT, num_hidden_layers=3, max_position_embeddings=64)
@@ -610,7 +611,7 @@ def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
     small = ["--option", "supernet_steps=2", "--option", "latency_archs=8", "--option", "latency_runs=1",
              "--option", "generations=1", "--option", "population=2", "--option", "proxy_examples=8",
              "--option", "budget_floor=0"]  # see test_compress_autotinybert_searches_extracts_and_trains
-    common = ["--task", "sst2", "--teacher", str(tiny_bert), "--data-dir", str(data)]
+    common = ["--task", "sst2", "--teacher", str(tiny_bert), "--data-dir", str(data), *NO_EXTRAS]  # the steps alone
     # a budget no candidate can miss: this test is about the two steps, not about timing (a loaded machine
     # once measured every tiny candidate over a 1.5× budget and the search rightly found none)
     code, out, err = run_cli(monkeypatch, capsys, "autotinybert", "search", *common, "--option", "budget_ms=10000",
@@ -624,6 +625,10 @@ def test_cli_steps_search_then_train(tiny_bert, tmp_path, monkeypatch, capsys):
                              "--option", "latency_runs=1")
     assert code in (0, None), err[-2000:]
     assert "loaded from" in out and "Further training" in out
+    # --no-baselines / --no-int8 reach the steps' runs as compress's do
+    for step in ("search", "train"):
+        config = yaml.safe_load((tmp_path / step / "config.yaml").read_text())
+        assert (config["baselines"], config["int8"]) == (False, False), step
 
 
 # ------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+import yaml
 from torch.testing import assert_close
 from transformers import (
     AutoModelForSequenceClassification,
@@ -538,10 +539,15 @@ def test_cli_steps_importance_convert_train(tiny_bert, glue_dir, tmp_path, monke
     assert result.exit_code == 0, result.output
     converted = distillery.load_student(tmp_path / "converted")
     assert converted.config.num_experts == 2 and converted.config.shared_size == 4
+    # a budget whose extras are on: --no-baselines / --no-int8 turn them off, as compress's flags do
+    monkeypatch.setattr("distillery.pipeline.budget_defaults", lambda budget, task: {**TINY_RUN, "baselines": True,
+                                                                                    "int8": True})
     result = runner.invoke(app, ["moebert", "train", *common, "--init", str(tmp_path / "converted"),
-                                 "--epochs", "1", "--out", str(tmp_path / "run")])
+                                 "--epochs", "1", "--out", str(tmp_path / "run"), "--no-baselines", "--no-int8"])
     assert result.exit_code == 0, result.output
     assert distillery.load_student(tmp_path / "run").config.shared_size == 4
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (config["baselines"], config["int8"]) == (False, False)
 
 
 def _tiny_budget(budget, task):

@@ -12,7 +12,8 @@ from distillery.autotinybert.options import AutoTinyBertOptions
 # this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="AutoTinyBERT step by step: pretrain, latency, search, extract, train (all in one: compress --method autotinybert).")
 
-from distillery.cli.common import DATA_HELP, UnlabeledFile, compress_and_show, parse_options, setup_logging  # noqa: E402
+from distillery.cli.common import (DATA_HELP, Baselines, Int8, UnlabeledFile, compress_and_show,  # noqa: E402
+                                   parse_options, setup_logging)
 from distillery.cli.options import flag_words, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK, TrainConfig  # noqa: E402
 from distillery.folders import check_file_target, check_target  # noqa: E402
@@ -107,10 +108,12 @@ def atb_extract(
 
 
 def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str],
-             overwrite: bool, verbose: bool, fixed: dict | None = None, unlabeled_file: str | None = None) -> None:
+             overwrite: bool, verbose: bool, fixed: dict | None = None, unlabeled_file: str | None = None,
+             extras: dict | None = None) -> None:
     """A run of ``step``'s settings: ``options`` (its flags and own parameters), the --option pairs ``extra``
     and ``fixed``, the options the step itself sets; an option given by two of them is refused. ``unlabeled_file``:
-    --unlabeled-file (an embedder's texts: the search's held-out rows and the further training's)."""
+    --unlabeled-file (an embedder's texts: the search's held-out rows and the further training's); ``extras``:
+    --baselines / --int8 (None: the default)."""
     setup_logging(verbose)
     fixed = fixed or {}
     given = {**flag_words(options, "autotinybert", step),
@@ -119,7 +122,7 @@ def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, opt
     from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
-                              overrides={"data.unlabeled_file": unlabeled_file,
+                              overrides={"data.unlabeled_file": unlabeled_file, **(extras or {}),
                                          **{f"method_options.{k}": v for k, v in options.items() if v is not None}})
     compress_and_show(config, overwrite)
 
@@ -135,6 +138,8 @@ def atb_search(
     budget: str = typer.Option(DEFAULT_BUDGET),
     unlabeled_file: UnlabeledFile = None,
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    baselines: Baselines = None,
+    int8: Int8 = None,
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,
@@ -142,7 +147,8 @@ def atb_search(
     """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
     scored and measured as is (no further training)."""
     _atb_run("search", task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options}, option, overwrite,
-             verbose, fixed={"further_training": False}, unlabeled_file=unlabeled_file)
+             verbose, fixed={"further_training": False}, unlabeled_file=unlabeled_file,
+             extras={"baselines": baselines, "int8": int8})
 
 
 @app.command("train")
@@ -157,6 +163,8 @@ def atb_train(
     budget: str = typer.Option(DEFAULT_BUDGET),
     unlabeled_file: UnlabeledFile = None,
     option: list[str] = typer.Option([], "--option", help="Other autotinybert option key=value (repeatable)."),
+    baselines: Baselines = None,
+    int8: Int8 = None,
     overwrite: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
     method_options: Optional[dict] = None,
@@ -164,4 +172,4 @@ def atb_train(
     """Extract an architecture from a trained super-net and train it further on the task (CE + KD; an embedder:
     the teacher's sentence vectors)."""
     _atb_run("train", task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
-             option, overwrite, verbose, unlabeled_file=unlabeled_file)
+             option, overwrite, verbose, unlabeled_file=unlabeled_file, extras={"baselines": baselines, "int8": int8})

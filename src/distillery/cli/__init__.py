@@ -14,7 +14,7 @@ import typer
 
 from distillery.auto import compress_auto
 from distillery.card import write_card
-from distillery.cli.common import (DATA_HELP, DevFile, LabelAllSubwords, LabelColumn, Pooling, Regression, TagColumn,
+from distillery.cli.common import (DATA_HELP, Baselines, DevFile, Int8, LabelAllSubwords, LabelColumn, Pooling, Regression, TagColumn,
                                    TextColumn, TextPairColumn, TokenColumn, TrainFile, UnlabeledFile, app,
                                    compress_and_show, custom_data, parse_options, setup_logging)
 from distillery.cli.options import flag_words, preset_help, with_option_flags
@@ -87,8 +87,8 @@ def compress(
     bench_device: Optional[str] = typer.Option(None, "--bench-device", help=BENCH_DEVICE_HELP),
     dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     export: list[str] = typer.Option([], "--export", help="Also export, score and measure teacher and student as onnx, onnx-int8, torch-int8 or int8 (repeatable)."),
-    baselines: Optional[bool] = typer.Option(None, "--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on)."),
-    int8: Optional[bool] = typer.Option(None, "--int8/--no-int8", help="Export the student to int8 (the faster backend), score it and measure it beside the student; the verdict weighs both (default on)."),
+    baselines: Baselines = None,
+    int8: Int8 = None,
     config_file: Optional[str] = typer.Option(None, "--config", help="A YAML file of settings in config.yaml's shape (method, data: {task: ...}, student: {lr: ...}, method_options: {...}); flags override it."),
     push_to_hub: Optional[str] = typer.Option(None, help="Upload the student (with its model card) to this Hugging Face Hub repository (user/name) at the end."),
     latency_ms: Optional[float] = typer.Option(None, help="--method auto or prune: the target, a latency at most this many ms at 1x128 on this machine (instead of --speedup)."),

@@ -23,6 +23,9 @@ DATA_HELP = "Folder with the standard GLUE/SQuAD layout (default: $DISTILLERY_DA
 TrainFile = Annotated[Optional[str], typer.Option(help="custom: training CSV/TSV/JSONL.")]
 DevFile = Annotated[Optional[str], typer.Option(help="custom: dev CSV/TSV/JSONL (the examples scored).")]
 UnlabeledFile = Annotated[Optional[str], typer.Option(help="In-domain text without labels (CSV/TSV/JSONL, one text or pair a row, in the task's own columns, else text and text_pair; a token task: JSON lines of tokens, or one word a line with a blank line between sentences): the teacher labels it and the student trains on it too (--task embedding: the only text it learns from).")]
+# the run's extras (RunConfig.baselines, RunConfig.int8), on every command that writes a run folder
+Baselines = Annotated[Optional[bool], typer.Option("--baselines/--no-baselines", help="Measure the free baselines beside teacher and student: the teacher's int8 copy and static embeddings distilled from it (default on).")]
+Int8 = Annotated[Optional[bool], typer.Option("--int8/--no-int8", help="Export the student to int8 (the faster backend), score it and measure it beside the student; the verdict weighs both (default on).")]
 TextColumn = Annotated[Optional[str], typer.Option(help="custom: column of the text (default text).")]
 TextPairColumn = Annotated[Optional[str], typer.Option(help="custom: column of the second text of a pair.")]
 LabelColumn = Annotated[Optional[str], typer.Option(help="custom: column of the label (default label).")]

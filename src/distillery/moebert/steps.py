@@ -10,8 +10,8 @@ import typer
 # this app (a step module imported first is then still half made).
 app = typer.Typer(no_args_is_help=True, help="MoEBERT step by step: importance, convert, train.")
 
-from distillery.cli.common import (DATA_HELP, UnlabeledFile, compress_and_show, given_on_command_line,  # noqa: E402
-                                   setup_logging)
+from distillery.cli.common import (DATA_HELP, Baselines, Int8, UnlabeledFile, compress_and_show,  # noqa: E402
+                                   given_on_command_line, setup_logging)
 from distillery.cli.options import preset_help, with_option_flags  # noqa: E402
 from distillery.config import BUILTIN_TEACHER, DEFAULT_BUDGET, DEFAULT_TASK  # noqa: E402
 from distillery.method import get_method  # noqa: E402
@@ -91,6 +91,8 @@ def moebert_train(
     batch_size: Optional[int] = typer.Option(None),
     squad_holdout: Optional[float] = typer.Option(None),
     unlabeled_file: UnlabeledFile = None,
+    baselines: Baselines = None,
+    int8: Int8 = None,
     overwrite: bool = typer.Option(False),
     resume: bool = typer.Option(False),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -102,8 +104,8 @@ def moebert_train(
 
     options = {"init": init, **method_options}
     overrides = {"student.epochs": epochs, "student.lr": lr, "student.batch_size": batch_size,
-                 "data.squad_holdout": squad_holdout, "data.unlabeled_file": unlabeled_file,
-                 **{f"method_options.{k}": v for k, v in options.items()}}
+                 "data.squad_holdout": squad_holdout, "data.unlabeled_file": unlabeled_file, "baselines": baselines,
+                 "int8": int8, **{f"method_options.{k}": v for k, v in options.items()}}
     config = build_run_config(method="moebert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
                               preset=preset, overrides=overrides)
     # what --resume must not change, as compress's: the settings given (task, teacher, budget: unless defaulted)
