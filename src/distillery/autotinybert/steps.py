@@ -109,11 +109,11 @@ def atb_extract(
 
 def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, options: dict, extra: list[str],
              overwrite: bool, verbose: bool, fixed: dict | None = None, unlabeled_file: str | None = None,
-             extras: dict | None = None) -> None:
+             baselines: bool | None = None, int8: bool | None = None) -> None:
     """A run of ``step``'s settings: ``options`` (its flags and own parameters), the --option pairs ``extra``
     and ``fixed``, the options the step itself sets; an option given by two of them is refused. ``unlabeled_file``:
-    --unlabeled-file (an embedder's texts: the search's held-out rows and the further training's); ``extras``:
-    --baselines / --int8 (None: the default)."""
+    --unlabeled-file (an embedder's texts: the search's held-out rows and the further training's); ``baselines``,
+    ``int8``: --baselines / --int8 (None: the default)."""
     setup_logging(verbose)
     fixed = fixed or {}
     given = {**flag_words(options, "autotinybert", step),
@@ -122,7 +122,7 @@ def _atb_run(step: str, task: str, teacher: str, data_dir, out, budget: str, opt
     from distillery.pipeline import build_run_config
 
     config = build_run_config(method="autotinybert", task=task, budget=budget, teacher=teacher, data_dir=data_dir, out=out,
-                              overrides={"data.unlabeled_file": unlabeled_file, **(extras or {}),
+                              overrides={"data.unlabeled_file": unlabeled_file, "baselines": baselines, "int8": int8,
                                          **{f"method_options.{k}": v for k, v in options.items() if v is not None}})
     compress_and_show(config, overwrite)
 
@@ -147,8 +147,7 @@ def atb_search(
     """Time architectures, fit the predictor, search under the budget; the chosen sub-network is extracted,
     scored and measured as is (no further training)."""
     _atb_run("search", task, teacher, data_dir, out, budget, {"supernet": supernet, **method_options}, option, overwrite,
-             verbose, fixed={"further_training": False}, unlabeled_file=unlabeled_file,
-             extras={"baselines": baselines, "int8": int8})
+             verbose, fixed={"further_training": False}, unlabeled_file=unlabeled_file, baselines=baselines, int8=int8)
 
 
 @app.command("train")
@@ -172,4 +171,4 @@ def atb_train(
     """Extract an architecture from a trained super-net and train it further on the task (CE + KD; an embedder:
     the teacher's sentence vectors)."""
     _atb_run("train", task, teacher, data_dir, out, budget, {"supernet": supernet, "arch": arch, **method_options},
-             option, overwrite, verbose, unlabeled_file=unlabeled_file, extras={"baselines": baselines, "int8": int8})
+             option, overwrite, verbose, unlabeled_file=unlabeled_file, baselines=baselines, int8=int8)
