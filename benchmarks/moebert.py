@@ -17,6 +17,10 @@ ablations   the paper's ablations on one task (default SST-2), each a run with t
 speed       teacher, tied, cloned, hash-b and gate students (from the ablation runs) and the no-routing
             bound (the teacher with every FFN narrowed to d_e neurons) measured in one process, at 2
             and 1 threads → results/moebert-speed.json.
+int8        the int8 export's gain over its fp32 model, at 1×128, of MoEBERT students of 2 and 4 experts beside the
+            teacher's architecture's own (random weights of the built-in teacher's architecture: weights do not change
+            the time), three repeats per ``--speed-threads`` count → results/moebert-int8.json: the share of the
+            teacher's gain a MoEBERT export keeps, which ``--method auto`` plans by (distillery.moebert.auto.INT8_SHARE).
 latency     the acceptance setting: the SST-2 task run's student beside its teacher only at 1×128, eight
             sets of 200 interleaved runs per thread count → results/moebert-latency.json.
 seeds       the full quick SST-2 run repeated with student seeds ``--seeds`` (same cached teacher, same
@@ -205,6 +209,39 @@ def run_speed(args) -> None:
     write_docs_block()
 
 
+def run_int8(args) -> None:
+    """How much of the int8 gain measured on the teacher's architecture a MoEBERT student's int8 export keeps."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from distillery.bench import torch_threads
+    from distillery.config import BUILTIN_TEACHER
+    from distillery.export import int8_speedup
+    from distillery.moebert.convert import convert
+    from distillery.teacher import teacher_config, teacher_tokenizer
+
+    torch.manual_seed(0)
+    config = teacher_config(BUILTIN_TEACHER)
+    config.num_labels = 2
+    tokenizer = teacher_tokenizer(BUILTIN_TEACHER)
+    teacher = AutoModelForSequenceClassification.from_config(config).eval()
+    students = {experts: convert(teacher, None, num_experts=experts, split="random").eval() for experts in (2, 4)}
+    records = []
+    for threads in args.speed_threads:
+        for repeat in range(3):
+            with torch_threads(threads):
+                gain = {"teacher": int8_speedup(teacher, tokenizer, (1, 128), args.latency_runs)}
+                gain.update({f"moebert-{e}": int8_speedup(m, tokenizer, (1, 128), args.latency_runs)
+                             for e, m in students.items()})
+            share = {name: (g - 1) / (gain["teacher"] - 1) for name, g in gain.items() if name != "teacher"}
+            records.append({"threads": threads, "repeat": repeat, "int8_gain": gain, "share_of_teacher_gain": share})
+            print(f"{threads} thread(s): int8 gain {', '.join(f'{k} {v:.2f}' for k, v in gain.items())}; share "
+                  f"{', '.join(f'{k} {v:.2f}' for k, v in share.items())}", flush=True)
+    (RESULTS / "moebert-int8.json").write_text(json.dumps(
+        {"teacher": BUILTIN_TEACHER, "weights": "random", "shape": [1, 128], "runs": args.latency_runs,
+         "hardware": hardware_fingerprint(), "records": records}, indent=2))
+
+
 def run_latency(args) -> None:
     """The acceptance setting: the SST-2 task run's student beside its teacher only, at 1×128, in one
     process; ``--latency-repeats`` sets of ``--pair-runs`` interleaved runs per thread count, so that
@@ -300,7 +337,8 @@ def write_docs_block() -> None:
 
 def main() -> None:
     parser = task_parser(__doc__, ["sst2", "mrpc", "stsb", "cola", "rte", "squad"], "moebert")
-    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed", "latency", "seeds"],
+    parser.add_argument("--only", nargs="+", choices=["main", "importance", "ablations", "speed", "int8", "latency",
+                                                     "seeds"],
                         help="steps to run (default: main, importance, ablations, speed, latency; with --rebench: main)")
     parser.add_argument("--importance-examples", type=int, default=512)
     parser.add_argument("--importance-repeats", type=int, default=3, help="timed runs of each (median)")
@@ -321,7 +359,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     for step in args.only:
         {"main": run_main, "importance": run_importance, "ablations": run_ablations, "speed": run_speed,
-         "latency": run_latency, "seeds": run_seeds}[step](args)
+         "int8": run_int8, "latency": run_latency, "seeds": run_seeds}[step](args)
 
 
 if __name__ == "__main__":

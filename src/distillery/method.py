@@ -407,3 +407,45 @@ def expected_at(measured: Mapping[float, float], share: float) -> float:
         if share <= x1:
             return y0 + (y1 - y0) * (share - x0) / (x1 - x0)
     return points[-1][1]
+
+
+# -- what a student's int8 export adds to its speed-up, for auto's plan ----------------------------------------------
+
+# A narrowed student's int8 export is not as much faster than the student as the teacher's architecture's
+# (AutoAsk.int8_gain): its matrices are smaller and unequal, and the embeddings' lookup, which int8 does not speed up,
+# is a larger share of what is left. Measured at 1×128 against the teacher architecture's gain timed on the same
+# machine: pruned students (benchmarks/results/prune-minilm-quick.json, cheap mode, teacher 1.64-1.89) kept all of it
+# at 2× (int8 1.73-1.93× its fp32 student), about half at 4× (1.33-1.53×), none at 8× (0.96-1.11×); AutoTinyBERT's
+# sub-networks at 4× kept 68 % and 85 % of it (int8 1.45× and 1.76× where the teacher's was 1.66× and 1.89×;
+# benchmarks/results/auto-mrpc-4x.json, auto-stsb-4x.json). The share kept is taken linear in log2 of the fp32
+# speed-up through the pruned students' three: all up to 2×, none from 8×.
+INT8_SHARE_ALL, INT8_SHARE_NONE = 2.0, 8.0
+# An int8 export's expected speed-up is planned this far past the target: the fp32 speed-up a search or a latency
+# model aims at and the int8 gain at a shape each scatter by about 7 % as measured (the cheap prune's 1.85-2.05× at
+# 2×, 3.77-4.14× at 4×); on RTE at 4× (benchmarks/results/auto-rte-4x.json) a cut planned at 2.95× with 5 % to spare
+# measured 2.84× and its int8 export 3.77×, short of the target.
+INT8_MARGIN = 1.10
+# The lightest cut planned for its int8 export: below it the int8 export is about the free int8 teacher's, which auto
+# measures beside every candidate anyway.
+LIGHTEST_INT8_CUT = 1.2
+
+
+def narrowed_int8_gain(speedup: float, teacher_gain: float) -> float:
+    """How many times faster than its fp32 student the int8 export of a student narrowed to ``speedup`` (pruned,
+    or a searched sub-network) is expected to run, where the teacher's architecture's runs ``teacher_gain`` times
+    faster (:data:`INT8_SHARE_ALL`)."""
+    low, high = math.log2(INT8_SHARE_ALL), math.log2(INT8_SHARE_NONE)
+    share = min(1.0, max(0.0, (high - math.log2(max(speedup, 1.0))) / (high - low)))
+    return 1.0 + (max(teacher_gain, 1.0) - 1.0) * share
+
+
+def lightest_int8_cut(target: float, teacher_gain: float) -> float | None:
+    """The lightest narrowed student from :data:`LIGHTEST_INT8_CUT` on (the smallest fp32 speed-up, to 0.01×) whose
+    int8 export is expected to reach ``target`` with :data:`INT8_MARGIN` to spare (:func:`narrowed_int8_gain`); None
+    where only the target itself does (the int8 export is no faster here, or the target is past where int8 gains)."""
+    goal = target * INT8_MARGIN
+    for hundredths in range(round(LIGHTEST_INT8_CUT * 100), math.ceil(target * 100)):
+        speedup = hundredths / 100
+        if speedup * narrowed_int8_gain(speedup, teacher_gain) >= goal:
+            return speedup
+    return None
