@@ -296,7 +296,9 @@ def test_auto_plans_each_given_student_as_a_candidate(tiny_family):
     student = tiny_family("roberta", 2)
     settings = {"teacher.name": tiny_family("bert", 4), "bench.latency_shape": [1, 16], "bench.latency_runs": 3,
                 "method_options.student": student, "method_options.kd_weight": 0.7}
-    candidates, skipped, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings})
+    # int8 gain as if measured: this plan's candidates do not depend on it
+    candidates, skipped, _ = plan_for({"target": {"speedup": 2.0, "latency_ms": None}, "settings": settings,
+                                       "int8_gain": 1.0})
     by_name = {c.name: c for c in candidates}
     name = candidate_name(str(student))  # the fixture's folder is numbered by the tests before it
     assert name == f"pretrained-{Path(student).name}" and name in by_name, list(by_name)
@@ -339,6 +341,9 @@ def test_auto_with_a_student_runs_it_and_chooses_it(tiny_family, glue_dir, tmp_p
                     "distillery.cmow.auto.candidates", "distillery.autotinybert.auto.candidates",
                     "distillery.prune.auto.candidates"):
         monkeypatch.setattr(planned, lambda ask: ([], []))
+    # nothing timed when planning decides what this test reads: the int8 gain, the packaged encoders as students
+    monkeypatch.setattr("distillery.auto.int8_gain", lambda *args: 1.0)
+    monkeypatch.setattr("distillery.distill.auto._available", lambda name: False)
     settings = tmp_path / "tiny.yaml"
     settings.write_text(yaml.safe_dump(nested_settings({**TINY_RUN, "student.epochs": 1.0, "teacher.train.epochs": 1.0,
                                                         "bench.latency_runs": 9})))
