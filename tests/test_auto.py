@@ -332,6 +332,44 @@ def test_a_candidate_whose_estimate_does_not_fit_is_skipped_and_the_next_runs(tm
     assert "estimated 1.39 h" in skipped[0]["reason"] and "does not fit" in skipped[0]["reason"]
 
 
+def test_a_second_autotinybert_candidate_starts_from_the_first_ones_super_net(tmp_path, monkeypatch):
+    """AutoTinyBERT planned under two budgets (the target's, and the lighter one whose int8 export reaches it) trains
+    its one-shot super-net once: the one-shot phase does not depend on the budget, so the second search starts from
+    the first's saved super-net (its ``supernet`` option), and its estimate counts what is left."""
+    from types import SimpleNamespace
+
+    import distillery.pipeline
+    from distillery.autotinybert.auto import COST, COST_FROM_SUPERNET
+
+    ran = []
+
+    def compress(config, resume=False):
+        ran.append((config.name, dict(config.method_options)))
+        saved = tmp_path / "candidates" / config.name / "supernet"
+        saved.mkdir(parents=True)
+        (saved / "supernet.json").write_text("{}")
+
+    monkeypatch.setattr(distillery.pipeline, "compress", compress)
+    candidates = [Candidate("autotinybert-2.6x", "autotinybert", {"speedup": 2.6}, COST, "searched", 0.95, 800.0),
+                  Candidate("cmow", "cmow", {}, 1.5, "", 0.92, 10.0),
+                  Candidate("autotinybert", "autotinybert", {"speedup": 4.0}, COST, "searched", 0.94, 800.0)]
+    configs = {c.name: SimpleNamespace(name=c.name, method_options=dict(c.options)) for c in candidates}
+    run_candidates(candidates, configs, tmp_path, budget_s=None)
+    first = str(tmp_path / "candidates" / "autotinybert-2.6x" / "supernet")
+    assert ran == [("autotinybert-2.6x", {"speedup": 2.6}), ("cmow", {}),
+                   ("autotinybert", {"speedup": 4.0, "supernet": first})]
+    second = candidates[2]
+    assert second.options["supernet"] == first and second.cost == COST_FROM_SUPERNET
+    assert second.estimated_seconds == pytest.approx(800.0 * COST_FROM_SUPERNET / COST)
+    assert "from the super-net of candidate autotinybert-2.6x" in second.why
+    assert candidates[0].cost == COST and "supernet" not in candidates[0].options  # nothing to start from
+    # a super-net the user gave is every candidate's: not replaced
+    from distillery.autotinybert.auto import reuse
+
+    sibling = [tmp_path / "candidates" / "autotinybert-2.6x"]
+    assert reuse({"supernet": "/mine"}, sibling) is None and reuse({}, sibling)[0] == {"supernet": first}
+
+
 def test_candidates_left_when_the_time_budget_is_spent_are_skipped_with_the_reason(tmp_path, monkeypatch):
     import distillery.pipeline
 

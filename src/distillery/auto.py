@@ -251,6 +251,24 @@ def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[f
     return rows, examples * augment
 
 
+def reuse_work(cand: Candidate, candidates: Sequence[Candidate], configs: Mapping[str, Any], out: Path) -> None:
+    """What another candidate of the same method left that ``cand`` can start from (its package's auto ``reuse``:
+    AutoTinyBERT's super-net, so that a second search under another budget skips the one-shot phase): set in its
+    options and config before it runs (a resumed run sets it again, from the same folder), and its estimate scaled to
+    the cost left."""
+    reuse = getattr(method_module(cand.method, "auto"), "reuse", None)
+    siblings = [out / "candidates" / c.name for c in candidates if c.method == cand.method and c is not cand]
+    found = reuse(cand.options, siblings) if reuse is not None else None
+    if found is None:
+        return
+    options, cost, words = found
+    cand.options.update(options)
+    configs[cand.name].method_options.update(options)
+    if cand.estimated_seconds:
+        cand.estimated_seconds *= cost / cand.cost
+    cand.cost, cand.why = cost, f"{cand.why}; {words}"
+
+
 def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], out: Path,
                    budget_s: float | None, started: float | None = None
                    ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -272,6 +290,7 @@ def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], 
             skipped.append({"name": cand.name, "method": cand.method, "reason": f"the time budget of "
                             f"{fmt_seconds(budget_s)} was spent ({fmt_seconds(spent)}) before it could start"})
             continue
+        reuse_work(cand, candidates, configs, out)
         estimate = cand.estimated_seconds * calibration(measured) if cand.estimated_seconds else None
         if not fits(estimate, spent, budget_s):
             skipped.append({"name": cand.name, "method": cand.method, "reason": not_fitting(estimate, spent, budget_s)})

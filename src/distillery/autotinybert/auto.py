@@ -4,7 +4,8 @@ int8 export is faster than fp32 here, also under the lighter budget whose sub-ne
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from distillery.autotinybert.space import SearchSpace
 from distillery.method import AutoAsk, expected_at, lightest_int8_cut, method_options, narrowed_int8_gain
@@ -12,6 +13,9 @@ from distillery.method import AutoAsk, expected_at, lightest_int8_cut, method_op
 # Training cost in passes of the teacher over the training data: a one-shot super-net (several sub-networks a
 # step), the latency fit, the search, then further training: the dearest by far.
 COST = 8.0
+# The same from a super-net another candidate of the run trained (no one-shot phase): SST-2 at the quick budget took
+# 1,264 s with its one-shot phase (2×) and 522 s from that super-net (4×); benchmarks/results/autotinybert-{2,4}-quick.json.
+COST_FROM_SUPERNET = 3.5
 # The share of the teacher's main metric it kept, by one over the speed-up it searched under (distillery.auto_budget):
 # at 2×: SST-2 1.020, MRPC 1.011, RTE 0.873, STS-B 0.998; at 4×: SST-2 1.005, MRPC 0.951, RTE 0.880, STS-B 0.922
 # (benchmarks/results/autotinybert-{2,4}-quick.json, seed 42).
@@ -52,3 +56,17 @@ def candidates(ask: AutoAsk) -> tuple[list[dict[str, Any]], list[dict[str, str]]
                                f"a sub-network searched under {lighter:.2f}× on this machine, so that its int8 export "
                                f"(about {int8:.2f}× here) reaches the target"))
     return found, []
+
+
+def reuse(options: Mapping[str, Any], siblings: Sequence[Path]) -> tuple[dict[str, Any], float, str] | None:
+    """What a candidate can start from that another AutoTinyBERT candidate of the same auto run left (``siblings``:
+    their folders): the super-net its one-shot phase saved (the one-shot phase does not depend on the budget
+    searched under), as its ``supernet`` option, with its cost from there and the words; None where none saved one, or
+    where the user gave a super-net."""
+    if options.get("supernet"):
+        return None
+    for folder in siblings:
+        if (folder / "supernet" / "supernet.json").is_file():
+            return ({"supernet": str(folder / "supernet")}, COST_FROM_SUPERNET,
+                    f"from the super-net of candidate {folder.name} (no one-shot phase)")
+    return None
