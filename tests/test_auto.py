@@ -345,9 +345,10 @@ def test_a_second_autotinybert_candidate_starts_from_the_first_ones_super_net(tm
 
     def compress(config, resume=False):
         ran.append((config.name, dict(config.method_options)))
-        saved = tmp_path / "candidates" / config.name / "supernet"
-        saved.mkdir(parents=True)
-        (saved / "supernet.json").write_text("{}")
+        if "supernet" not in config.method_options:  # a one-shot phase, saved as an AutoTinyBERT run saves it
+            saved = tmp_path / "candidates" / config.name / "supernet"
+            saved.mkdir(parents=True, exist_ok=True)
+            (saved / "supernet.json").write_text("{}")
 
     monkeypatch.setattr(distillery.pipeline, "compress", compress)
     candidates = [Candidate("autotinybert-2.6x", "autotinybert", {"speedup": 2.6}, COST, "searched", 0.95, 800.0),
@@ -363,6 +364,17 @@ def test_a_second_autotinybert_candidate_starts_from_the_first_ones_super_net(tm
     assert second.estimated_seconds == pytest.approx(800.0 * COST_FROM_SUPERNET / COST)
     assert "from the super-net of candidate autotinybert-2.6x" in second.why
     assert candidates[0].cost == COST and "supernet" not in candidates[0].options  # nothing to start from
+    # a candidate that started without it (its first search was skipped then) resumes as it started: a super-net
+    # given now would be a setting given differently
+    again = [Candidate("autotinybert-2.6x", "autotinybert", {"speedup": 2.6}, COST, "searched", 0.95, 800.0),
+             Candidate("autotinybert", "autotinybert", {"speedup": 4.0}, COST, "searched", 0.94, 800.0)]
+    (tmp_path / "candidates" / "autotinybert").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "candidates" / "autotinybert" / "config.yaml").write_text("method_options: {speedup: 4.0}\n")
+    ran.clear()
+    configs = {c.name: SimpleNamespace(name=c.name, method_options=dict(c.options)) for c in again}
+    run_candidates(again, configs, tmp_path, budget_s=None)
+    assert ran == [("autotinybert-2.6x", {"speedup": 2.6}), ("autotinybert", {"speedup": 4.0})]
+    assert again[1].cost == COST
     # a super-net the user gave is every candidate's: not replaced
     from distillery.autotinybert.auto import reuse
 

@@ -254,14 +254,21 @@ def student_rows(cand: Candidate, config, teacher: Mapping[str, Any]) -> tuple[f
 def reuse_work(cand: Candidate, candidates: Sequence[Candidate], configs: Mapping[str, Any], out: Path) -> None:
     """What another candidate of the same method left that ``cand`` can start from (its package's auto ``reuse``:
     AutoTinyBERT's super-net, so that a second search under another budget skips the one-shot phase): set in its
-    options and config before it runs (a resumed run sets it again, from the same folder), and its estimate scaled to
-    the cost left."""
+    options and config before it runs, and its estimate scaled to the cost left. A candidate that already started
+    (its folder has its config) keeps what it started with: it is said only where it started from it."""
+    from distillery.safe_yaml import load_yaml
+
     reuse = getattr(method_module(cand.method, "auto"), "reuse", None)
     siblings = [out / "candidates" / c.name for c in candidates if c.method == cand.method and c is not cand]
     found = reuse(cand.options, siblings) if reuse is not None else None
     if found is None:
         return
     options, cost, words = found
+    saved = out / "candidates" / cand.name / "config.yaml"
+    if saved.is_file():
+        started = (load_yaml(saved.read_text()) or {}).get("method_options") or {}
+        if any(started.get(k) != v for k, v in options.items()):
+            return
     cand.options.update(options)
     configs[cand.name].method_options.update(options)
     if cand.estimated_seconds:
@@ -282,6 +289,7 @@ def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], 
     ran, skipped, measured = [], [], []
     for cand in candidates:
         folder = out / "candidates" / cand.name
+        reuse_work(cand, candidates, configs, out)
         if finished(folder):
             ran.append({"name": cand.name, "status": "reused", "seconds": 0.0})
             continue
@@ -290,7 +298,6 @@ def run_candidates(candidates: Sequence[Candidate], configs: Mapping[str, Any], 
             skipped.append({"name": cand.name, "method": cand.method, "reason": f"the time budget of "
                             f"{fmt_seconds(budget_s)} was spent ({fmt_seconds(spent)}) before it could start"})
             continue
-        reuse_work(cand, candidates, configs, out)
         estimate = cand.estimated_seconds * calibration(measured) if cand.estimated_seconds else None
         if not fits(estimate, spent, budget_s):
             skipped.append({"name": cand.name, "method": cand.method, "reason": not_fitting(estimate, spent, budget_s)})
