@@ -35,6 +35,7 @@ from distillery.errors import DistilleryError
 from distillery.folders import claim, locked, marker_kind
 from distillery.markdown import fmt_ms, fmt_seconds, fmt_x
 from distillery.method import METHODS, AutoAsk, get_method, method_module, method_options
+from distillery.safe_yaml import load_yaml
 
 logger = logging.getLogger("distillery")
 
@@ -256,8 +257,6 @@ def reuse_work(cand: Candidate, candidates: Sequence[Candidate], configs: Mappin
     AutoTinyBERT's super-net, so that a second search under another budget skips the one-shot phase): set in its
     options and config before it runs, and its estimate scaled to the cost left. A candidate that already started
     (its folder has its config) keeps what it started with: it is said only where it started from it."""
-    from distillery.safe_yaml import load_yaml
-
     reuse = getattr(method_module(cand.method, "auto"), "reuse", None)
     siblings = [out / "candidates" / c.name for c in candidates if c.method == cand.method and c is not cand]
     found = reuse(cand.options, siblings) if reuse is not None else None
