@@ -67,6 +67,28 @@ def test_full_size_subnetwork_is_the_teacher_and_slices_extract_save_and_load(fa
         assert_close(loaded(**batch).logits, got, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_a_bare_encoder_is_its_full_size_subnetwork_and_extracts_without_a_pooler_it_lacks(family, tiny_family):
+    """An embedder's teacher is a bare encoder: a family whose pooler belongs to its classification head (RoBERTa's,
+    MPNet's ``classifier.dense``) gives a super-net without one, and a sub-network extracts without one too (it
+    looked up ``pooler.dense.weight`` and failed with a KeyError, after the one-shot phase, on all-mpnet-base-v2)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from distillery.autotinybert.supernet import SuperNet
+
+    torch.manual_seed(0)
+    teacher = AutoModel.from_pretrained(tiny_family(family, 2)).eval()
+    batch = dict(AutoTokenizer.from_pretrained(tiny_family(family, 2))(SENTENCES, padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        expected = teacher(**batch).last_hidden_state
+        net = SuperNet.from_teacher(teacher, "heads").eval()
+        full = net.extract(net.space.full())
+        assert (full.pooler is None) == (net.bert.pooler is None)
+        real = batch["attention_mask"].bool()  # padding's states are no family's contract (ModernBERT unpads)
+        assert_close(full(**batch).last_hidden_state[real], expected[real])
+        assert net.extract(net.space.sample(random.Random(3)))(**batch).last_hidden_state.isfinite().all()
+
+
 @pytest.mark.parametrize("family", ["roberta", "mpnet", "deberta-v2", "modernbert"])
 def test_head_importance_reads_the_layout(family, tiny_family):
     """attention_blocks finds the value (or fused qkv) and output projections of any family; where the

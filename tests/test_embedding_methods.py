@@ -85,14 +85,17 @@ def test_the_moebert_steps_read_the_embedders_texts_as_compress_does(embedder, e
     assert code == 0 and load_file(tmp_path / "cli.safetensors")["importance"].shape[0] == 2, stdout
 
 
-def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(embedder, embedding_data, tmp_path,
+def test_autotinybert_searches_on_the_embedding_objective_and_makes_an_embedder(tiny_family, embedding_data, tmp_path,
                                                                                 monkeypatch, capsys):
     """The super-net is trained one-shot on the texts, rewired by the embedding importance, its candidates scored by
     −(1 − cos + MSE) to the teacher's vectors on held-out texts; the further-trained sub-network is an embedder that
-    sentence-transformers loads after ``distillery.register_models()``."""
-    from tests.helpers import flop_timed
+    sentence-transformers loads after ``distillery.register_models()``. The teacher is an MPNet (all-mpnet-base-v2's
+    family), whose base model has no pooler (its pooler is its classification head's): the sub-network extracts
+    without one (BERT's embedders, with one, are every other embedding test's teacher)."""
+    from tests.helpers import flop_timed, write_sentence_transformer
 
     flop_timed(monkeypatch)
+    embedder = write_sentence_transformer(tiny_family("mpnet", 2), tmp_path / "mpnet-st")
     data_dir, texts = embedding_data
     opts = {"supernet_steps": 3, "latency_archs": 10, "generations": 2, "population": 3, "latency_runs": 2,
             "proxy_examples": 16, "speedup": 1.5, "budget_floor": 0}
