@@ -39,9 +39,13 @@ def timed():
 
 
 @pytest.fixture(scope="module")
-def cheap_run(embedder, embedding_data, timed, tmp_path_factory):
-    """A cheap-mode prune of the tiny embedder at 2×, with its int8 and ONNX exports."""
+def cheap_run(tiny_family, embedding_data, timed, tmp_path_factory):
+    """A cheap-mode prune at 2×, with its int8 and ONNX exports, of a tiny MPNet embedder (all-mpnet-base-v2's
+    family, whose base model has no pooler: its pooler is its classification head's; the other runs' BERT has one)."""
+    from tests.helpers import write_sentence_transformer
+
     root = tmp_path_factory.mktemp("prune-cheap")
+    embedder = write_sentence_transformer(tiny_family("mpnet", 2), root / "mpnet-st")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DISTILLERY_CACHE", str(root / "cache"))
         return _prune(embedder, embedding_data, root / "run", {"int8": True, "export": ["onnx"]})
