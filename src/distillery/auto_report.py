@@ -62,8 +62,8 @@ def report_lines(summary: Mapping[str, Any], rows: list[dict[str, Any]], runs: M
                      f"{fmt_x(summary['plan_speedup'])} speed-up")
     if (summary.get("int8_gain") or 1.0) > 1.0:
         lines.append(f"- an int8 export of the teacher's architecture ran {fmt_x(summary['int8_gain'])} as fast as "
-                     "fp32 here when planning: a candidate (a layer-drop depth, a pruned cut, a searched sub-network, MoEBERT) "
-                     "is planned where its int8 export is expected to reach the target")
+                     "fp32 here when planning: a candidate (a layer-drop depth, a pruned cut, a searched sub-network, "
+                     "MoEBERT) is planned where its int8 export is expected to reach the target")
     lines += ["", "## Chosen model", "", summary["why"], ""]
     if chosen:
         lines += [f"Its folder, with its model card: {md(chosen['folder'], code=True)}.", ""]

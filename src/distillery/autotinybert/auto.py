@@ -14,7 +14,8 @@ from distillery.method import AutoAsk, expected_at, lightest_int8_cut, method_op
 # step), the latency fit, the search, then further training: the dearest by far.
 COST = 8.0
 # The same from a super-net another candidate of the run trained (no one-shot phase): SST-2 at the quick budget took
-# 1,264 s with its one-shot phase (2×) and 522 s from that super-net (4×); benchmarks/results/autotinybert-{2,4}-quick.json.
+# 1,264 s with its one-shot phase (2×) and 522 s from that super-net (4×)
+# (benchmarks/results/autotinybert-{2,4}-quick.json).
 COST_FROM_SUPERNET = 3.5
 # The share of the teacher's main metric it kept, by one over the speed-up it searched under (distillery.auto_budget):
 # at 2×: SST-2 1.020, MRPC 1.011, RTE 0.873, STS-B 0.998; at 4×: SST-2 1.005, MRPC 0.951, RTE 0.880, STS-B 0.922
