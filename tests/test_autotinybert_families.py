@@ -68,7 +68,8 @@ def test_full_size_subnetwork_is_the_teacher_and_slices_extract_save_and_load(fa
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
-def test_a_bare_encoder_is_its_full_size_subnetwork_and_extracts_without_a_pooler_it_lacks(family, tiny_family):
+def test_a_bare_encoder_is_its_full_size_subnetwork_and_extracts_without_a_pooler_it_lacks(family, tiny_family,
+                                                                                          tmp_path):
     """An embedder's teacher is a bare encoder: a family whose pooler belongs to its classification head (RoBERTa's,
     MPNet's ``classifier.dense``) gives a super-net without one, and a sub-network extracts without one too (it
     looked up ``pooler.dense.weight`` and failed with a KeyError, after the one-shot phase, on all-mpnet-base-v2)."""
@@ -87,6 +88,15 @@ def test_a_bare_encoder_is_its_full_size_subnetwork_and_extracts_without_a_poole
         real = batch["attention_mask"].bool()  # padding's states are no family's contract (ModernBERT unpads)
         assert_close(full(**batch).last_hidden_state[real], expected[real])
         assert net.extract(net.space.sample(random.Random(3)))(**batch).last_hidden_state.isfinite().all()
+    # saved and loaded, it has no pooler either (config.pooler), not a randomly initialised one
+    import distillery
+
+    full.save_pretrained(tmp_path)
+    distillery.register_models()
+    loaded = AutoModel.from_pretrained(tmp_path).eval()
+    assert (loaded.pooler is None) == (full.pooler is None) and loaded.config.pooler == (full.pooler is not None)
+    with torch.no_grad():
+        assert_close(loaded(**batch).last_hidden_state[real], expected[real])
 
 
 @pytest.mark.parametrize("family", ["roberta", "mpnet", "deberta-v2", "modernbert"])

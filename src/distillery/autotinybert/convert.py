@@ -188,9 +188,10 @@ def convert_teacher(teacher: PreTrainedModel) -> tuple[AutoTinyBertModel, nn.Lin
     base = teacher.base_model
     pooler = _from_task(teacher, layout.pooler_dense)
     config = student_config(teacher, layout, kind)
-    # a per-token head keeps the pooler only as the prediction head it runs on every token (ModernBERT)
-    model = AutoTinyBertModel(config, add_pooling_layer=pooler is not None and (
-        not reads_every_token(kind) or config.token_head))
+    # a per-token head keeps the pooler only as the prediction head it runs on every token (ModernBERT); a bare
+    # encoder only where its base model has one (BERT's; RoBERTa's and MPNet's is their classification head's)
+    config.pooler = pooler is not None and (not reads_every_token(kind) or config.token_head)
+    model = AutoTinyBertModel(config)
     with torch.no_grad():
         emb = model.embeddings
         for dst, path in ((emb.word_embeddings, layout.word_embeddings), (emb.position_embeddings, layout.position_embeddings),

@@ -88,6 +88,9 @@ class AutoTinyBertConfig(BertConfig):
     linear_bias: bool = True
     norm_bias: bool = True
     pooling: str = "cls"
+    # the bare model has a pooler (False: the family's pooler belongs to its classification head, RoBERTa's and MPNet's,
+    # so an embedder converted from one has none, and loads without a randomly initialised one)
+    pooler: bool = True
     pooler_activation: str = "tanh"
     pooler_bias: bool = True
     pooler_norm: bool = False
@@ -447,8 +450,9 @@ class AutoTinyBertPooler(nn.Module):
 
 
 class AutoTinyBertModel(AutoTinyBertPreTrainedModel):
-    def __init__(self, config: AutoTinyBertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: AutoTinyBertConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
+        add_pooling_layer = config.pooler if add_pooling_layer is None else add_pooling_layer
         c = config
         self.embeddings = AutoTinyBertEmbeddings(c)
         self.encoder = _module(layer=nn.ModuleList([AutoTinyBertLayer(c, i) for i in range(c.num_hidden_layers)]))

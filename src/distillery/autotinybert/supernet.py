@@ -238,10 +238,7 @@ class SuperNet(nn.Module):
         config = self.extract_config(arch)
         # the AutoTinyBERT class of the head's Auto class (registered with it by modeling_autotinybert)
         model_cls = AutoTinyBertModel if self.kind is None else self.kind.head.auto_class._model_mapping[AutoTinyBertConfig]
-        # a bare encoder keeps a pooler only where the teacher's base model had one (BERT's; RoBERTa's and MPNet's
-        # belongs to their classification head): the sub-network has no other weights to give it
-        model = model_cls(config, add_pooling_layer=self.bert.pooler is not None) if self.kind is None \
-            else model_cls(config)
+        model = model_cls(config)  # a bare encoder with a pooler only where the super-net has one (config.pooler)
         base = model if isinstance(model, AutoTinyBertModel) else model.bert
         sub = self.slice(arch)
         source = self.bert.state_dict()

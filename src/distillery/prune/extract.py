@@ -28,12 +28,6 @@ def model_class(kind: TaskKind | None):
     return PrunedBertModel if kind is None else kind.head.auto_class._model_mapping[PrunedBertConfig]
 
 
-def _new(cls: type, config: PrunedBertConfig, pooler: bool) -> PreTrainedModel:
-    """A model of ``cls``; a bare encoder with a pooler only where ``pooler`` (BERT's base model has one; RoBERTa's and
-    MPNet's belongs to their classification head, so their embedders have none to give it weights)."""
-    return cls(config, add_pooling_layer=pooler) if cls is PrunedBertModel else cls(config)
-
-
 def _base(model: nn.Module) -> PrunedBertModel:
     return model if isinstance(model, PrunedBertModel) else model.bert
 
@@ -46,7 +40,7 @@ def full_size(teacher: PreTrainedModel) -> tuple[PreTrainedModel, TaskKind | Non
     if head is not None:
         config.num_labels = head.out_features
         config.problem_type = teacher.config.problem_type
-    model = _new(model_class(kind), config, bert.pooler is not None)
+    model = model_class(kind)(config)  # a bare encoder with a pooler only where the teacher's has one (config.pooler)
     with torch.no_grad():
         missing = _base(model).load_state_dict(bert.state_dict(), strict=False)
         assert not missing.unexpected_keys and not missing.missing_keys, missing
@@ -100,7 +94,7 @@ def extract(model: PreTrainedModel, gates: dict[str, Tensor]) -> PreTrainedModel
     base = _base(model)
     kept = kept_units(gates, base.config.hidden_size)
     config = pruned_config(model.config, kept)
-    small = _new(type(model), config, base.pooler is not None)
+    small = type(model)(config)
     source = base.state_dict()
     for name, dst in _base(small).state_dict().items():
         parts = name.split(".")

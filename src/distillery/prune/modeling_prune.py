@@ -180,9 +180,10 @@ class PrunedBertPooler(AutoTinyBertPooler):
 class PrunedBertModel(AutoTinyBertModel):
     config_class = PrunedBertConfig
 
-    def __init__(self, config: PrunedBertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: PrunedBertConfig, add_pooling_layer: bool | None = None):
         AutoTinyBertPreTrainedModel.__init__(self, config)
         c = config
+        add_pooling_layer = c.pooler if add_pooling_layer is None else add_pooling_layer
         self.masks: ModelMasks | None = None  # set by the masked training model around its forward
         self.embeddings = PrunedBertEmbeddings(c)
         self.encoder = nn.Module()
