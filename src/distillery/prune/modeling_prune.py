@@ -19,7 +19,6 @@ import copy
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
 from transformers import (
