@@ -88,9 +88,7 @@ class AutoTinyBertConfig(BertConfig):
     linear_bias: bool = True
     norm_bias: bool = True
     pooling: str = "cls"
-    # the bare model has a pooler (False: the family's pooler belongs to its classification head, RoBERTa's and MPNet's,
-    # so an embedder converted from one has none, and loads without a randomly initialised one)
-    pooler: bool = True
+    pooler: bool = True  # the bare model has one (not an embedder of RoBERTa or MPNet: theirs is the head's)
     pooler_activation: str = "tanh"
     pooler_bias: bool = True
     pooler_norm: bool = False
