@@ -26,7 +26,6 @@ import shutil
 import time
 from pathlib import Path
 
-
 from distillery.autotinybert.convert import convert_teacher
 from distillery.autotinybert.oneshot import (Targets, kd_loss, load_projection, load_supernet, make_projection,
                                              one_shot_loss, save_supernet, teacher_targets)
