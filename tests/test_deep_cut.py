@@ -39,7 +39,7 @@ def test_temperature_is_the_softest_that_keeps_the_teacher_decisive():
 def test_a_shallow_cut_keeps_the_earlier_defaults():
     chosen = choose_defaults(6, 3, budget_steps=100, teacher_logits=[[0.4, -0.4]])
     assert (chosen.temperature, chosen.hidden_weight, chosen.hidden_layers, chosen.min_steps, chosen.lr_scale,
-            chosen.attention_weight) == (2.0, 0.0, None, 0, 1.0, 0.0)
+            chosen.attention_weight, chosen.kd_weight) == (2.0, 0.0, None, 0, 1.0, 0.0, 0.5)
     assert chosen.reasons == {}
 
 
@@ -51,7 +51,9 @@ def test_a_deep_cut_on_a_small_split_gets_hidden_and_attention_distillation_and_
     assert chosen.hidden_layers == [2, 5]
     assert chosen.min_steps == deep_cut.MIN_STEPS > 234
     assert chosen.lr_scale == deep_cut.LR_SCALE > 1
-    assert set(chosen.reasons) == {"temperature", "hidden_weight", "attention_weight", "min_steps", "lr_scale"}
+    assert chosen.kd_weight == deep_cut.DEEP_CUT_KD_WEIGHT == 1.0, "the teacher's outputs only"
+    assert set(chosen.reasons) == {"kd_weight", "temperature", "hidden_weight", "attention_weight", "min_steps",
+                                   "lr_scale"}
     assert "234" in chosen.reasons["min_steps"]
 
 
@@ -65,6 +67,8 @@ def test_regression_and_qa_have_no_logits_to_read_the_temperature_from():
     for kind in ("regression", "qa"):
         chosen = choose_defaults(6, 2, budget_steps=100, teacher_logits=None, softened=kind_of(kind).softened_outputs)
         assert chosen.temperature == deep_cut.FALLBACK_TEMPERATURE and "temperature" not in chosen.reasons
+        # the label term stays where the rule's evidence is logits only
+        assert chosen.kd_weight == deep_cut.KD_WEIGHT and "kd_weight" not in chosen.reasons
 
 
 @pytest.mark.parametrize("kept", [0, 7])
@@ -88,6 +92,8 @@ def test_a_deep_cut_run_end_to_end(augment, tiny_bert4, glue_dir, tmp_path, capl
     assert any("teacher layers [3] of 4" in n and "hidden MSE (student layers onto teacher layers [3])" in n
                and "attention KL (the same layers)" in n for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
+    assert any("(1-1)·CE + 1·KD(T=" in n for n in notes), "a deep cut learns the teacher's outputs only"
+    assert any(n.startswith("Defaults for this cut: kd_weight 1: ") for n in notes)
     # a pass over 96 rows and 8 new ones each, in batches of 16: 54 steps; without them the rule's 24
     steps_taken = 24 if augment == 0 else 54 * deep_cut.AUGMENTED_PASSES
     augmented = [n for n in notes if "8 augmented rows per train row" in n]
@@ -150,13 +156,16 @@ def test_autotinybert_further_training_of_a_deep_sub_network_takes_the_rule():
         1.0, deep_cut.DEEP_CUT_HIDDEN_WEIGHT, deep_cut.DEEP_CUT_ATTENTION_WEIGHT)
     assert chosen.settings == {"lr": pytest.approx(deep_cut.LR_SCALE * 1e-4), "max_steps": deep_cut.MIN_STEPS,
                                "warmup_ratio": deep_cut.WARMUP}
-    assert len(notes) == 5 and all(n.startswith("Defaults for this cut: ") for n in notes)
+    assert chosen.kd_weight == deep_cut.DEEP_CUT_KD_WEIGHT
+    assert len(notes) == 6 and all(n.startswith("Defaults for this cut: ") for n in notes)
     assert further_augment(ctx, opts, 2)[0] == deep_cut.DEEP_CUT_AUGMENT  # a small split
-    given = AutoTinyBertOptions.read({"temperature": 2.0, "hidden_weight": 0, "attention_weight": 0, "min_steps": 0,
-                                      "further_lr": 5e-5, "augment": 0})
+    assert opts.kd_share() == deep_cut.KD_WEIGHT, "the search's fine-tuning keeps the label term"
+    given = AutoTinyBertOptions.read({"kd_weight": 0.3, "temperature": 2.0, "hidden_weight": 0, "attention_weight": 0,
+                                      "min_steps": 0, "further_lr": 5e-5, "augment": 0})
     chosen, notes = further_defaults(ctx, given, _sub_network(2), train, speedup=2.0)
-    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight, chosen.settings, notes) == (
-        2.0, 0.0, 0.0, {"lr": 5e-5}, [])
+    assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.attention_weight, chosen.settings,
+            notes) == (0.3, 2.0, 0.0, 0.0, {"lr": 5e-5}, [])
+    assert given.kd_share() == 0.3
     assert further_augment(ctx, given, 2) == (0, None)
 
 
@@ -213,6 +222,8 @@ def test_autotinybert_further_training_of_a_deep_sub_network_end_to_end(tiny_ber
     assert any(n.startswith("Further training: ") and "hidden MSE (sub-network layers onto teacher layers [3])" in n
                and "attention KL (the same layers)" in n for n in notes), notes
     assert any(n.startswith("Defaults for this cut: T = ") for n in notes)
+    assert any("(1-1)·CE + 1·KD(T=" in n for n in notes), "a deep cut learns the teacher's outputs only"
+    assert any(n.startswith("Defaults for this cut: kd_weight 1: ") for n in notes)
     assert any("8 augmented rows per train row" in n for n in notes), notes
     steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotinybert step ")
              and " | lr " in r.getMessage()]
@@ -239,8 +250,8 @@ def test_prune_fine_tuning_past_2x_takes_the_rule_onto_the_layers_it_pruned():
     opts = PruneOptions.read({"speedup": 4.0})
     pruned = _sub_network(5)  # layer 3 lost both of its sub-layers
     chosen, notes = finetune_defaults(ctx, opts, pruned, [0, 1, 2, 4, 5], train, "augmented")
-    assert (chosen.temperature, chosen.hidden_weight, chosen.attention_weight) == (
-        1.0, deep_cut.DEEP_CUT_HIDDEN_WEIGHT, 0.0)
+    assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.attention_weight) == (
+        deep_cut.DEEP_CUT_KD_WEIGHT, 1.0, deep_cut.DEEP_CUT_HIDDEN_WEIGHT, 0.0)
     assert chosen.hidden_layers == [0, 1, 2, 4, 5]
     assert chosen.settings == {"lr": pytest.approx(deep_cut.LR_SCALE * 1e-4), "max_steps": deep_cut.MIN_STEPS,
                                "warmup_ratio": deep_cut.WARMUP}
@@ -249,12 +260,14 @@ def test_prune_fine_tuning_past_2x_takes_the_rule_onto_the_layers_it_pruned():
     assert finetune_augment(ctx, opts)[0] == deep_cut.DEEP_CUT_AUGMENT  # a small split
     shallow = PruneOptions.read({"speedup": 2.0})
     chosen, notes = finetune_defaults(ctx, shallow, _sub_network(6), list(range(6)), train, None)
-    assert (chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (2.0, 0.0, {}, [])
+    assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (
+        deep_cut.KD_WEIGHT, 2.0, 0.0, {}, [])
     assert finetune_augment(ctx, shallow) == (0, None)
-    given = PruneOptions.read({"speedup": 4.0, "temperature": 2.0, "hidden_weight": 0, "min_steps": 0, "lr_scale": 1,
+    given = PruneOptions.read({"speedup": 4.0, "kd_weight": 0.5, "temperature": 2.0, "hidden_weight": 0, "min_steps": 0, "lr_scale": 1,
                                "augment": 0})
     chosen, notes = finetune_defaults(ctx, given, pruned, [0, 1, 2, 4, 5], train, None)
-    assert (chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (2.0, 0.0, {}, [])
+    assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (
+        0.5, 2.0, 0.0, {}, [])
     assert finetune_augment(ctx, given) == (0, None)
     # the full mode pruned the hidden dimension: the term on the teacher's dimensions kept (finetune_loss), said so
     narrow = _sub_network(6, width=24)

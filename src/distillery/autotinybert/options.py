@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from distillery.distill.deep_cut import FALLBACK_TEMPERATURE
+from distillery.distill.deep_cut import FALLBACK_TEMPERATURE, KD_WEIGHT
 from distillery.errors import DistilleryError
 from distillery.method import MethodOptions, augment_option, flag, number, one_of, option, text
 
@@ -93,7 +93,10 @@ class AutoTinyBertOptions(MethodOptions):
         "split of fewer than 20,000 rows: 8 (read twice)")
     train_examples: str = option("all", one_of("all", "budget"), "further training: all: the whole train split, "
                                  "labelled by the teacher; budget: the run's examples (--train-limit)")
-    kd_weight: float = option(0.5, number(0, 1), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True)
+    kd_weight: float | None = option(
+        None, number(0, 1, optional=True), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True,
+        default_text="0.5; in the further training of a sub-network keeping fewer than half of the teacher's layers, "
+        "1 where the teacher's outputs are logits (the teacher's outputs only)")
     # The deep-cut rule's options (distill's names, distillery.distill.deep_cut), for the further training of a
     # sub-network keeping fewer than half of the teacher's layers; each one given turns that choice off
     temperature: float | None = option(
@@ -121,6 +124,11 @@ class AutoTinyBertOptions(MethodOptions):
         """The temperature of the one-shot phase and the search's: ``temperature``, else 2 (the further training's
         may come from the teacher's logits: :mod:`distillery.autotinybert.further`)."""
         return FALLBACK_TEMPERATURE if self.temperature is None else float(self.temperature)
+
+    def kd_share(self) -> float:
+        """The search's fine-tuning's ``kd_weight``: the user's, else 0.5 (the further training's may be the deep-cut
+        rule's: :mod:`distillery.autotinybert.further`)."""
+        return KD_WEIGHT if self.kd_weight is None else float(self.kd_weight)
 
     def check(self) -> None:
         if self.further_lr is not None and self.lr_scale is not None:

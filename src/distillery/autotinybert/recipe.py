@@ -252,7 +252,7 @@ def finetune_evaluator(supernet, ctx: MethodContext, opts, seed: int):
     held_out = dataclasses.replace(ctx.task_data, dev=train.select(held_idx), dev_examples=None)
     cfg = dataclasses.replace(ctx.config.student, max_steps=int(opts.finetune_steps), epochs=1.0, eval_every=None,
                               select_best=False, patience=None)
-    loss = distillation_loss(task.kind_object, ctx.teacher, float(opts.kd_weight), opts.kd_temperature())
+    loss = distillation_loss(task.kind_object, ctx.teacher, opts.kd_share(), opts.kd_temperature())
 
     def evaluate(arch: Arch) -> float:
         model = supernet.extract(arch).train()
@@ -530,7 +530,7 @@ class AutoTinyBert(Method):
         if kind.caches_teacher_outputs:
             train = ctx.distillation_train(opts.train_examples == "all", augment)
         chosen, notes = further_defaults(ctx, opts, student, train, speedup, augment_reason if augment else None)
-        kd_weight, t = float(opts.kd_weight), chosen.temperature
+        kd_weight, t = chosen.kd_weight, chosen.temperature
         lr = chosen.settings.get("lr", ctx.config.student.lr)
         loss, extra = further_training_loss(kind, ctx.teacher, student, projection, kd_weight, t, chosen.hidden_weight,
                                             chosen.hidden_layers, chosen.attention_weight)

@@ -105,7 +105,8 @@ class Distill(Method):
 
             # A pretrained student keeps its own layers, so of the deep-cut rule only the temperature applies: read
             # from the teacher's logits (run_pretrained, once they are computed) where the user gave none.
-            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, augment=opts.augment or 0)
+            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, augment=opts.augment or 0,
+                           kd_weight=deep_cut.KD_WEIGHT if opts.kd_weight is None else opts.kd_weight)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
         layers = select_layers(teacher.config.num_hidden_layers, opts.student_layers)
@@ -125,9 +126,9 @@ class Distill(Method):
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train, augment_reason)
         ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                         f"loss {kind.loss_words(opts.kd_weight, chosen.temperature)}{chosen.layer_terms('student')}.")
+                         f"loss {kind.loss_words(chosen.kd_weight, chosen.temperature)}{chosen.layer_terms('student')}.")
         ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)
-        loss_fn = distillation_loss(kind, teacher, opts.kd_weight, chosen.temperature, chosen.hidden_weight,
+        loss_fn = distillation_loss(kind, teacher, chosen.kd_weight, chosen.temperature, chosen.hidden_weight,
                                     chosen.hidden_layers, chosen.attention_weight)
         return ctx.train(student, loss_fn, desc="student", train_dataset=train, **chosen.settings)
 
@@ -162,6 +163,7 @@ class Chosen:
     settings: dict  # the trainer's settings changed for this cut (lr, max_steps, warmup_ratio)
     reasons: list[str]
     attention_weight: float = 0.0  # on the layers of hidden_layers
+    kd_weight: float = deep_cut.KD_WEIGHT  # the share of the distillation term
 
     def layer_terms(self, layers_of: str) -> str:
         """The hidden-state and attention terms as the report's notes write them after the loss's own words
@@ -173,8 +175,8 @@ class Chosen:
 
 def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment_reason: str | None = None,
                      shallow_lr_scale: float = 1.0) -> Chosen:
-    """Resolve the options left unset (temperature, hidden_weight, attention_weight, min_steps, lr_scale) by the
-    deep-cut rule, given the teacher's logits on ``train`` and the optimizer steps the budget gives it;
+    """Resolve the options left unset (kd_weight, temperature, hidden_weight, attention_weight, min_steps, lr_scale)
+    by the deep-cut rule, given the teacher's logits on ``train`` and the optimizer steps the budget gives it;
     ``layers``: the teacher layer each student layer was cut from (a deep cut's are the rule's map);
     ``augment_reason``: why ``train`` holds the rule's augmented rows (:func:`deep_cut.default_augment`), which the
     student then reads :data:`deep_cut.AUGMENTED_PASSES` times (at least the rule's steps); ``shallow_lr_scale``:
@@ -191,6 +193,7 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
     given = {name for name in deep_cut.RULE_OPTIONS if getattr(opts, name) is not None}
     reasons = [reason for name, reason in rule.reasons.items() if name not in given]
     reasons += [augment_reason] if rule_augmented else []
+    kd_weight = rule.kd_weight if opts.kd_weight is None else float(opts.kd_weight)
     temperature = rule.temperature if opts.temperature is None else float(opts.temperature)
     hidden_weight = rule.hidden_weight if opts.hidden_weight is None else float(opts.hidden_weight)
     attention_weight = rule.attention_weight if opts.attention_weight is None else float(opts.attention_weight)
@@ -205,4 +208,4 @@ def student_defaults(ctx: MethodContext, opts, layers: list[int], train, augment
         settings.update(max_steps=min_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
     elif rule_augmented:
         settings.update(max_steps=budget_steps, warmup_ratio=max(cfg.warmup_ratio, deep_cut.WARMUP))
-    return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons, attention_weight)
+    return Chosen(temperature, hidden_weight, hidden_layers, settings, reasons, attention_weight, kd_weight)

@@ -62,8 +62,10 @@ class PruneOptions(MethodOptions):
     augment: int | None = augment_option(
         default_text="0; a target above 2x (a deep cut: distillery.distill.deep_cut) on a train split of fewer "
         "than 20,000 rows: 8 (read twice)")
-    kd_weight: float = option(0.5, number(0, 1), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own "
-                              "loss)", flag=True)
+    kd_weight: float | None = option(
+        None, number(0, 1, optional=True), "fine-tuning: weight of the KD term (1 - kd_weight on the task's own loss)",
+        flag=True, default_text="0.5; 1 for a target above 2x (a deep cut) where the teacher's outputs are logits "
+        "(the teacher's outputs only)")
     # The deep-cut rule's options (distill's names), for the fine-tuning of a model pruned past 2x, which keeps
     # less of the teacher than a layer-drop student of half its layers; each one given turns that choice off
     temperature: float | None = option(

@@ -355,7 +355,7 @@ class Prune(Method):
             train = ctx.distillation_train(True, augment)
         pruned_from = kept_units(gates, full.config.hidden_size)["layers"]
         chosen, notes = finetune_defaults(ctx, opts, student, pruned_from, train, augment_reason if augment else None)
-        kd_weight = float(opts.kd_weight)
+        kd_weight = chosen.kd_weight
         loss, extra = finetune_loss(kind, ctx.teacher, student, gates, kd_weight, chosen)
         words = kind.loss_words(kd_weight, chosen.temperature) + chosen.layer_terms("pruned")
         ctx.notes.append(f"Fine-tuning with the masks fixed: {words}" + (
