@@ -44,7 +44,8 @@ class DistillOptions(MethodOptions):
         "tokenizer and learns from the teacher's outputs", default_text="teacher layers", flag=True)
     kd_weight: float | None = option(
         None, number(0, 1, optional=True), "weight of the KD term (1 - kd_weight on the task's own loss)", flag=True,
-        default_text="0.5; 1 when more than half of the teacher's layers go and the teacher's outputs are logits (the teacher's outputs only)")
+        default_text="0.5; 1 when more than half of the teacher's layers go and the teacher's outputs are logits "
+        "(the teacher's outputs only)")
     temperature: float | None = option(
         None, number(above=0, optional=True), "softmax temperature of the KD loss", flag=True,
         default_text="2.0; when more than half of the teacher's layers go, and for a pretrained student (--student), "
