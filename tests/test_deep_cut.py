@@ -263,8 +263,8 @@ def test_prune_fine_tuning_past_2x_takes_the_rule_onto_the_layers_it_pruned():
     assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (
         deep_cut.KD_WEIGHT, 2.0, 0.0, {}, [])
     assert finetune_augment(ctx, shallow) == (0, None)
-    given = PruneOptions.read({"speedup": 4.0, "kd_weight": 0.5, "temperature": 2.0, "hidden_weight": 0, "min_steps": 0, "lr_scale": 1,
-                               "augment": 0})
+    given = PruneOptions.read({"speedup": 4.0, "kd_weight": 0.5, "temperature": 2.0, "hidden_weight": 0, "min_steps": 0,
+                               "lr_scale": 1, "augment": 0})
     chosen, notes = finetune_defaults(ctx, given, pruned, [0, 1, 2, 4, 5], train, None)
     assert (chosen.kd_weight, chosen.temperature, chosen.hidden_weight, chosen.settings, notes) == (
         0.5, 2.0, 0.0, {}, [])

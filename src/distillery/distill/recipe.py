@@ -105,7 +105,8 @@ class Distill(Method):
 
             # A pretrained student keeps its own layers, so of the deep-cut rule only the temperature applies: read
             # from the teacher's logits (run_pretrained, once they are computed) where the user gave none.
-            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0, augment=opts.augment or 0,
+            opts = replace(opts, hidden_weight=opts.hidden_weight or 0.0, attention_weight=0.0,
+                           augment=opts.augment or 0,
                            kd_weight=deep_cut.KD_WEIGHT if opts.kd_weight is None else opts.kd_weight)
             return run_pretrained(ctx, opts, measured=getattr(self, "measured", False))
         teacher, task_data, kind = ctx.teacher, ctx.task_data, ctx.task_data.task.kind_object
@@ -125,8 +126,8 @@ class Distill(Method):
             train = ctx.distillation_train(whole, augment)
             logger.info("Teacher logits on %d training examples, computed once (or read from the cache).", len(train))
         chosen = student_defaults(ctx, opts, layers, train, augment_reason)
-        ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, "
-                         f"loss {kind.loss_words(chosen.kd_weight, chosen.temperature)}{chosen.layer_terms('student')}.")
+        ctx.notes.append(f"Student: teacher layers {layers} of {teacher.config.num_hidden_layers}, loss "
+                         f"{kind.loss_words(chosen.kd_weight, chosen.temperature)}{chosen.layer_terms('student')}.")
         ctx.notes.extend(f"Defaults for this cut: {reason}." for reason in chosen.reasons)
         loss_fn = distillation_loss(kind, teacher, chosen.kd_weight, chosen.temperature, chosen.hidden_weight,
                                     chosen.hidden_layers, chosen.attention_weight)
